@@ -1,0 +1,80 @@
+"""Decoding methods and the one entry point that runs them: :func:`decode`.
+
+Every method is registered by name; :func:`build_method` turns ``(name, options)`` into a validated
+method object and raises ``ValueError`` naming the unknown method or option.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from arvis.engine.engine import DecodeEngine
+from arvis.engine.sampling import SamplingConfig
+from arvis.engine.stats import BatchStats
+from arvis.methods.ar import Autoregressive
+from arvis.methods.base import DecodingMethod
+from arvis.models.protocol import Backbone, Condition
+from arvis.utils.random import GeneratorArg
+
+METHODS: dict[str, type[DecodingMethod]] = {
+    Autoregressive.name: Autoregressive,
+}
+
+
+def register_method(cls: type[DecodingMethod]) -> type[DecodingMethod]:
+    """Class decorator adding a method to the registry under ``cls.name``."""
+    METHODS[cls.name] = cls
+    return cls
+
+
+def available_methods() -> list[str]:
+    return sorted(METHODS)
+
+
+def build_method(name: str | DecodingMethod, **options: Any) -> DecodingMethod:
+    """A method object from its registry name and options (or a method object, returned as is)."""
+    if isinstance(name, DecodingMethod):
+        if options:
+            raise ValueError(f"method options {sorted(options)} given together with a method object; "
+                             f"set them on the object instead")
+        return name
+    if name not in METHODS:
+        raise ValueError(f"method: unknown method {name!r}; available methods: {', '.join(available_methods())}")
+    cls = METHODS[name]
+    fields = {f.name for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else set()
+    unknown = sorted(set(options) - fields)
+    if unknown:
+        raise ValueError(f"method {name!r} has no option(s) {unknown}; its options are {sorted(fields) or 'none'}")
+    return cls(**options)
+
+
+def decode(backbone: Backbone, condition: Condition, sampling: SamplingConfig,
+           method: str | DecodingMethod = "ar", generator: GeneratorArg = None,
+           on_commit: Callable[[DecodeEngine], None] | None = None, **options: Any
+           ) -> tuple[torch.Tensor, BatchStats]:
+    """Generate token sequences for a batch of conditions.
+
+    Args:
+        backbone: the target model (backbone protocol).
+        condition: ``B`` conditions.
+        sampling: target-distribution settings (CFG, temperature, top-k, top-p).
+        method: a registry name or a :class:`DecodingMethod`.
+        generator: one generator, one per sample, or ``None``.
+        on_commit: callback after every commit (progress, streaming).
+        **options: the method's options when ``method`` is a name.
+
+    Returns:
+        ``(tokens [B, N] int64, statistics)``.
+    """
+    method_obj = build_method(method, **options)
+    engine = DecodeEngine(backbone, condition, sampling, generator, method=method_obj.name, on_commit=on_commit)
+    extra = method_obj.run(engine)
+    stats = engine.finish(extra)
+    return engine.tokens, stats
+
+
+__all__ = ["METHODS", "DecodingMethod", "available_methods", "build_method", "decode", "register_method"]

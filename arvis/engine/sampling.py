@@ -1,0 +1,122 @@
+"""Logits → target distribution ``p``: CFG combine, temperature, top-k, top-p, structural tokens.
+
+Every method verifies drafts against exactly this ``p`` (fp32), so plain AR, SJD, ZipAR and the
+speculative methods all sample from the same distribution. Semantics follow LlamaGen's
+``autoregressive/models/generate.py``:
+
+- CFG: ``logits = u + (c - u) * guidance_scale`` on the conditional / unconditional rows. With
+  ``cfg_interval = i >= 0`` guidance applies to sequence indices ``0 … i + 1`` (LlamaGen counts decode
+  steps after the prefill token) and the conditional logits alone are used after that;
+- temperature divides the logits (``temperature = 0`` is greedy: ``p`` is one-hot at the argmax);
+- top-k keeps every logit ≥ the k-th largest (ties kept), then top-p keeps the smallest prefix of
+  the sorted distribution whose mass reaches ``top_p`` (the first token always kept).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+
+@dataclass(frozen=True)
+class SamplingConfig:
+    """How the target distribution is formed from the model's logits.
+
+    Attributes:
+        temperature: >= 0; 0 means greedy.
+        top_k: >= 0; 0 disables top-k.
+        top_p: in (0, 1]; 1 disables nucleus filtering.
+        guidance_scale: >= 0; 1 disables CFG (no unconditional rows are run).
+        cfg_interval: -1 (guide every token) or >= 0 (see module docstring).
+    """
+
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    guidance_scale: float = 1.0
+    cfg_interval: int = -1
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.temperature, int | float) and self.temperature >= 0):
+            raise ValueError(f"temperature must be >= 0 (0 = greedy), got {self.temperature!r}")
+        if not (isinstance(self.top_k, int) and not isinstance(self.top_k, bool) and self.top_k >= 0):
+            raise ValueError(f"top_k must be an integer >= 0 (0 disables top-k), got {self.top_k!r}")
+        if not (isinstance(self.top_p, int | float) and 0.0 < self.top_p <= 1.0):
+            raise ValueError(f"top_p must be in (0, 1] (1 disables nucleus sampling), got {self.top_p!r}")
+        if not (isinstance(self.guidance_scale, int | float) and self.guidance_scale >= 0):
+            raise ValueError(f"guidance_scale must be >= 0 (1 disables classifier-free guidance), "
+                             f"got {self.guidance_scale!r}")
+        if not (isinstance(self.cfg_interval, int) and self.cfg_interval >= -1):
+            raise ValueError(f"cfg_interval must be -1 (always guide) or an integer >= 0, got {self.cfg_interval!r}")
+
+    @property
+    def uses_cfg(self) -> bool:
+        return self.guidance_scale != 1.0
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+def guidance_active(config: SamplingConfig, target_index: torch.Tensor) -> torch.Tensor | bool:
+    """Whether CFG applies to the tokens at ``target_index`` (bool tensor of its shape, or a constant)."""
+    if not config.uses_cfg:
+        return False
+    if config.cfg_interval < 0:
+        return True
+    return target_index <= config.cfg_interval + 1
+
+
+def filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
+    """Top-k then top-p filtering of ``logits: [..., V]`` (removed entries become -inf)."""
+    if top_k > 0:
+        k = min(top_k, logits.shape[-1])
+        kth = torch.topk(logits, k, dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p < 1.0:
+        sorted_logits, order = torch.sort(logits, descending=True, dim=-1)
+        cum = sorted_logits.softmax(-1).cumsum(-1)
+        remove = cum > top_p
+        remove[..., 1:] = remove[..., :-1].clone()  # keep the first token that crosses top_p
+        remove[..., 0] = False
+        logits = logits.masked_fill(remove.scatter(-1, order, remove), float("-inf"))
+    return logits
+
+
+def logits_to_probs(cond_logits: torch.Tensor, uncond_logits: torch.Tensor | None, config: SamplingConfig,
+                    target_index: torch.Tensor, forced_tokens: torch.Tensor | None = None) -> torch.Tensor:
+    """The target distribution ``p`` for each query.
+
+    Args:
+        cond_logits: ``[B, T, V]`` logits of the conditional rows (any float dtype).
+        uncond_logits: ``[B, T, V]`` logits of the unconditional rows, or ``None`` without CFG.
+        config: sampling settings.
+        target_index: ``[B, T]`` sequence index each query predicts (for ``cfg_interval`` and
+            structural tokens).
+        forced_tokens: ``[N]`` int64, the forced id per sequence index or -1 (structural tokens), or
+            ``None`` when the layout has none.
+
+    Returns:
+        ``[B, T, V]`` fp32 probabilities.
+    """
+    logits = cond_logits.float()
+    if uncond_logits is not None:
+        u = uncond_logits.float()
+        guided = u + (logits - u) * config.guidance_scale
+        active = guidance_active(config, target_index)
+        if isinstance(active, torch.Tensor):
+            logits = torch.where(active[..., None], guided, logits)
+        elif active:
+            logits = guided
+    if config.greedy:
+        probs = F.one_hot(logits.argmax(-1), logits.shape[-1]).float()
+    else:
+        logits = filter_logits(logits / config.temperature, config.top_k, config.top_p)
+        probs = logits.softmax(-1)
+    if forced_tokens is not None:
+        forced = forced_tokens[target_index.clamp_max(forced_tokens.shape[0] - 1)]  # [B, T]
+        one_hot = F.one_hot(forced.clamp_min(0), probs.shape[-1]).float()
+        probs = torch.where((forced >= 0)[..., None], one_hot, probs)
+    return probs

@@ -1,0 +1,30 @@
+"""Plain autoregressive decoding: one target forward per token (the baseline every method is measured against)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+
+from arvis.engine.engine import DecodeEngine
+from arvis.methods.base import DecodingMethod
+
+
+@dataclass(frozen=True)
+class Autoregressive(DecodingMethod):
+    """Raster-order decoding, one token per forward, on the static cache (LlamaGen's ``generate``)."""
+
+    name: ClassVar[str] = "ar"
+    lossless: ClassVar[bool] = True
+
+    def run(self, engine: DecodeEngine) -> None:
+        probs = engine.prefill()  # [B, V]: p of sequence index 0
+        token = engine.sample(probs[:, None])  # [B, 1]
+        index = torch.zeros_like(token)
+        engine.commit(index, token)
+        for _ in range(1, engine.num_tokens):
+            probs = engine.evaluate(token, index)  # feed index j-1 → p of index j, [B, 1, V]
+            token = engine.sample(probs)
+            index = index + 1
+            engine.commit(index, token)

@@ -1,0 +1,36 @@
+"""What a decoding method is: a small object that drives a :class:`~arvis.engine.DecodeEngine`.
+
+``method = schedule × drafter × acceptance rule`` (DESIGN.md §2). A method holds only its options
+(a frozen dataclass, validated on construction); all decode state lives in the engine, so one
+method object can serve any number of requests, concurrently.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any, ClassVar
+
+from arvis.engine.engine import DecodeEngine
+
+
+class DecodingMethod(ABC):
+    """Base class of every decoding method.
+
+    Class attributes:
+        name: the registry name (``"ar"``, ``"sjd"``…).
+        lossless: true when the output distribution is exactly the target model's (proved by the
+            statistical test of BENCHMARKS.md); lossy methods document their bound.
+    """
+
+    name: ClassVar[str]
+    lossless: ClassVar[bool]
+
+    @abstractmethod
+    def run(self, engine: DecodeEngine) -> dict[str, Any] | None:
+        """Commit every token of every sample in ``engine``; may return method-specific statistics."""
+
+    def options(self) -> dict[str, Any]:
+        """The method's options as a plain dict (for reports)."""
+        from dataclasses import asdict, is_dataclass
+
+        return asdict(self) if is_dataclass(self) else {}

@@ -1,0 +1,164 @@
+"""The backbone protocol: what the decode engine needs from a discrete-token AR model.
+
+Vocabulary used across arvis:
+
+- *sequence index* ``j``: the j-th generated token (0 ≤ j < ``layout.num_tokens``), in the model's
+  training order (raster for LlamaGen; rows + end-of-line tokens for Emu3; frames × rows for video).
+- *slot* (absolute position): where a token's key/value lives in the cache. The condition occupies
+  slots ``[0, condition_length)``; the token with sequence index ``j`` is *input* at slot
+  ``condition_length + j`` and is *predicted* by the query at the slot before it. A slot is also the
+  position the backbone's positional encoding sees.
+- *rows*: the batch dimension of a forward. With classifier-free guidance (CFG) a batch of ``B``
+  samples runs as ``2B`` rows: rows ``[0, B)`` conditional, rows ``[B, 2B)`` unconditional, sharing
+  tokens, slots and masks.
+
+A backbone offers three verbs, all stateless with respect to the module (decode state lives in the
+caller's :class:`StaticKVCache` and masks):
+
+- ``allocate_cache(rows, dtype, device)`` → a preallocated cache for ``layout.max_slots`` slots;
+- ``prefill(condition, cache)`` → writes the condition's keys/values and returns the logits that
+  predict sequence index 0 (``[rows, V]``) plus the validity of the condition slots;
+- ``forward(tokens, slots, cache, attend_mask)`` → writes the tokens' keys/values at ``slots`` and
+  returns ``[rows, T, V]`` logits; query ``t`` of row ``r`` attends exactly to the slots where
+  ``attend_mask[r, t]`` is true (the caller guarantees the slot itself is among them).
+
+Rollback is a property of the caller's masks: a slot written by a rejected draft is simply never
+attended again until it is rewritten. Caches that must be cropped (a transformers ``DynamicCache``)
+implement :meth:`KVCacheProtocol.rollback`; the static cache's is a no-op.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+import torch
+
+
+@dataclass(frozen=True)
+class TokenLayout:
+    """How a backbone lays generated tokens out.
+
+    Attributes:
+        grid: spatial (``(H, W)``) or spatio-temporal (``(T, H, W)``) token grid of the image/video.
+        vocab_size: width of the logits.
+        condition_length: number of cache slots taken by the condition prefix.
+        image_token_range: ``[lo, hi)`` ids that are image tokens (relaxed acceptance only ever
+            relaxes these); ``None`` = the whole vocabulary.
+        structural_tokens: sequence index → forced token id (e.g. Emu3's end-of-line). Positions not
+            listed are free image tokens.
+    """
+
+    grid: tuple[int, ...]
+    vocab_size: int
+    condition_length: int
+    image_token_range: tuple[int, int] | None = None
+    structural_tokens: Mapping[int, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.grid or any(int(g) <= 0 for g in self.grid):
+            raise ValueError(f"grid must be positive sizes, got {self.grid}")
+        if self.vocab_size <= 0:
+            raise ValueError(f"vocab_size must be > 0, got {self.vocab_size}")
+        if self.condition_length <= 0:
+            raise ValueError(f"condition_length must be > 0, got {self.condition_length}")
+
+    @property
+    def num_image_tokens(self) -> int:
+        n = 1
+        for g in self.grid:
+            n *= int(g)
+        return n
+
+    @property
+    def num_tokens(self) -> int:
+        """Generated sequence length, structural tokens included."""
+        return self.num_image_tokens + len(self.structural_tokens)
+
+    @property
+    def max_slots(self) -> int:
+        """Cache slots needed: condition + every generated token but the last (never input)."""
+        return self.condition_length + self.num_tokens
+
+
+@dataclass
+class Condition:
+    """What a sample is conditioned on (one of the two forms), batch-first.
+
+    Attributes:
+        class_labels: ``[B]`` int64 class ids (class-conditional models).
+        embeddings: ``[B, C, D]`` caption features (text-conditional models), left-padded.
+        mask: ``[B, C]`` bool, true where ``embeddings`` holds a real token.
+    """
+
+    class_labels: torch.Tensor | None = None
+    embeddings: torch.Tensor | None = None
+    mask: torch.Tensor | None = None
+
+    @property
+    def batch_size(self) -> int:
+        if self.class_labels is not None:
+            return int(self.class_labels.shape[0])
+        assert self.embeddings is not None
+        return int(self.embeddings.shape[0])
+
+    def repeat_interleave(self, n: int) -> Condition:
+        """Each sample repeated ``n`` times in place (``num_images_per_prompt``)."""
+        return Condition(
+            class_labels=None if self.class_labels is None else self.class_labels.repeat_interleave(n, 0),
+            embeddings=None if self.embeddings is None else self.embeddings.repeat_interleave(n, 0),
+            mask=None if self.mask is None else self.mask.repeat_interleave(n, 0),
+        )
+
+
+@runtime_checkable
+class KVCacheProtocol(Protocol):
+    def rollback(self, lengths: torch.Tensor) -> None: ...
+
+
+class StaticKVCache:
+    """Preallocated per-layer key/value buffers ``[rows, heads, slots, head_dim]``, written at explicit slots.
+
+    Owned by the caller (one per request), never stored on the model. Rolling back rejected drafts
+    needs no copy: the caller's attention mask stops reading those slots and the next write
+    overwrites them.
+    """
+
+    def __init__(self, num_layers: int, rows: int, heads: int, slots: int, head_dim: int,
+                 dtype: torch.dtype, device: torch.device | str):
+        shape = (rows, heads, slots, head_dim)
+        self.keys = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
+        self.values = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
+        self.rows, self.heads, self.slots, self.head_dim = rows, heads, slots, head_dim
+
+    def write(self, layer: int, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+              ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write ``k, v: [rows, heads, T, head_dim]`` at ``slots: [rows, T]``; return the full buffers."""
+        index = slots[:, None, :, None].expand(-1, self.heads, -1, self.head_dim)
+        self.keys[layer].scatter_(2, index, k.to(self.keys[layer].dtype))
+        self.values[layer].scatter_(2, index, v.to(self.values[layer].dtype))
+        return self.keys[layer], self.values[layer]
+
+    def rollback(self, lengths: torch.Tensor) -> None:
+        """No-op: positional caches roll back through the attention mask (see module docstring)."""
+
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in self.keys + self.values)
+
+
+@runtime_checkable
+class Backbone(Protocol):
+    """A discrete-token AR model the engine can drive (see module docstring)."""
+
+    @property
+    def layout(self) -> TokenLayout: ...
+
+    def null_condition(self, condition: Condition) -> Condition: ...
+
+    def allocate_cache(self, rows: int, dtype: torch.dtype, device: torch.device | str) -> StaticKVCache: ...
+
+    def prefill(self, condition: Condition, cache: StaticKVCache) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+    def forward_tokens(self, tokens: torch.Tensor, slots: torch.Tensor, cache: StaticKVCache,
+                       attend_mask: torch.Tensor) -> torch.Tensor: ...

@@ -1,0 +1,119 @@
+"""Explicit randomness: every draw in arvis comes from a caller-owned ``torch.Generator``.
+
+A request carries either one generator shared by the whole batch, or one generator per sample
+(diffusers convention). With one per sample, each sample consumes its own stream in the same way
+whatever the batch around it, so a batch reproduces the same samples generated one at a time.
+Library code never touches the global RNG.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+GeneratorArg = torch.Generator | Sequence[torch.Generator] | None
+
+
+def make_generators(seeds: int | Sequence[int], device: str | torch.device = "cpu") -> list[torch.Generator]:
+    """One seeded generator per seed (``seeds`` may be a single int → a list of one)."""
+    if isinstance(seeds, int):
+        seeds = [seeds]
+    return [torch.Generator(device=device).manual_seed(int(s)) for s in seeds]
+
+
+class RandomStreams:
+    """Draws random tensors for a batch of ``batch_size`` samples.
+
+    Args:
+        generator: ``None`` (a fresh unseeded generator, non-reproducible), one generator shared by
+            the batch, or a sequence of exactly ``batch_size`` generators (one per sample).
+        batch_size: number of samples.
+        device: device of the tensors returned.
+
+    Every method takes ``rows``: the sample indices to draw for (``None`` = all, in order). With
+    per-sample generators the draw for sample ``b`` comes from ``generator[b]`` alone; with a shared
+    generator one draw of shape ``[len(rows), *shape]`` is made.
+    """
+
+    def __init__(self, generator: GeneratorArg, batch_size: int, device: str | torch.device = "cpu"):
+        self.batch_size = batch_size
+        self.device = torch.device(device)
+        if generator is None:
+            generator = torch.Generator(device=self.device)
+            generator.seed()
+        if isinstance(generator, torch.Generator):
+            self.shared: torch.Generator | None = generator
+            self.per_sample: list[torch.Generator] | None = None
+        else:
+            generators = list(generator)
+            if len(generators) != batch_size:
+                raise ValueError(
+                    f"generator: got a list of {len(generators)} generators for a batch of {batch_size} "
+                    f"samples; pass one generator, or exactly one per sample."
+                )
+            if not all(isinstance(g, torch.Generator) for g in generators):
+                raise TypeError("generator: every element of the list must be a torch.Generator")
+            self.shared = None
+            self.per_sample = generators
+
+    @property
+    def is_per_sample(self) -> bool:
+        return self.per_sample is not None
+
+    def _draw(self, kind: str, rows: Sequence[int] | None, shape: Sequence[int]) -> torch.Tensor:
+        shape = tuple(shape)
+        if self.shared is not None:
+            n = self.batch_size if rows is None else len(rows)
+            out = torch.empty((n, *shape), device=self.shared.device)
+            self._fill(out, kind, self.shared)
+            return out.to(self.device)
+        rows = range(self.batch_size) if rows is None else rows
+        parts = []
+        for b in rows:
+            g = self.per_sample[b]
+            t = torch.empty(shape, device=g.device)
+            self._fill(t, kind, g)
+            parts.append(t)
+        if not parts:
+            return torch.empty((0, *shape), device=self.device)
+        return torch.stack(parts).to(self.device)
+
+    @staticmethod
+    def _fill(t: torch.Tensor, kind: str, g: torch.Generator) -> None:
+        if kind == "uniform":
+            t.uniform_(0.0, 1.0, generator=g)
+        elif kind == "exponential":
+            t.exponential_(1.0, generator=g)
+        else:  # pragma: no cover - internal
+            raise AssertionError(kind)
+
+    def uniform(self, shape: Sequence[int], rows: Sequence[int] | None = None) -> torch.Tensor:
+        """U(0, 1) draws, fp32, shape ``[len(rows), *shape]``."""
+        return self._draw("uniform", rows, shape)
+
+    def exponential(self, shape: Sequence[int], rows: Sequence[int] | None = None) -> torch.Tensor:
+        """Exp(1) draws, fp32, shape ``[len(rows), *shape]``."""
+        return self._draw("exponential", rows, shape)
+
+    def gumbel(self, shape: Sequence[int], rows: Sequence[int] | None = None) -> torch.Tensor:
+        """Standard Gumbel draws (−log Exp(1)), fp32, shape ``[len(rows), *shape]``."""
+        return -torch.log(self.exponential(shape, rows))
+
+
+def sample_categorical(probs: torch.Tensor, exponential_noise: torch.Tensor) -> torch.Tensor:
+    """Sample from categorical ``probs`` with the exponential race: ``argmax(p / E)``, ``E ~ Exp(1)``.
+
+    Equivalent in distribution to ``torch.multinomial`` but with caller-supplied noise (so the
+    generator is explicit) and without a host synchronisation. Zero-probability entries are never
+    chosen unless every entry is zero.
+
+    Args:
+        probs: ``[..., V]`` non-negative weights (need not be normalised).
+        exponential_noise: ``[..., V]`` Exp(1) draws.
+
+    Returns:
+        ``[...]`` int64 indices.
+    """
+    # Exp(1) can be exactly 0 (u == 0); 0/0 would be NaN, so keep the noise strictly positive.
+    return torch.argmax(probs / exponential_noise.clamp_min(1e-30), dim=-1)
