@@ -1,3 +1,38 @@
-"""arvis: fast, faithful decoding for visual autoregressive image and video generators."""
+"""arvis: fast, faithful decoding for visual autoregressive image and video generators.
+
+The public API is imported lazily, so ``import arvis`` stays cheap; diffusers also resolves pipeline
+components through these names (``model_index.json`` records ``["arvis", "LlamaGenTransformer"]``).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 __version__ = "0.1.0"
+
+_EXPORTS = {
+    "LlamaGenTransformer": "arvis.models.llamagen",
+    "LlamaGenVQModel": "arvis.tokenizers.llamagen_vq",
+    "LlamaGenPipeline": "arvis.pipelines.pipeline_llamagen",
+    "LlamaGenPipelineOutput": "arvis.pipelines.pipeline_llamagen",
+    "SamplingConfig": "arvis.engine.sampling",
+    "DecodeEngine": "arvis.engine.engine",
+    "decode": "arvis.methods",
+    "available_methods": "arvis.methods",
+    "build_method": "arvis.methods",
+    "load_llamagen_checkpoint": "arvis.models.checkpoint",
+    "export_llamagen_checkpoint": "arvis.models.checkpoint",
+}
+
+__all__ = sorted(_EXPORTS) + ["__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'arvis' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return __all__

@@ -10,7 +10,11 @@ import zipfile
 import pytest
 import torch
 
-from arvis.models.checkpoint import export_llamagen_checkpoint, infer_llamagen_config, load_llamagen_checkpoint
+from arvis.models.checkpoint import (
+    export_llamagen_checkpoint,
+    infer_llamagen_config,
+    load_llamagen_checkpoint,
+)
 from arvis.models.llamagen import LlamaGenTransformer
 from arvis.utils.serialization import load_pickle_checkpoint
 from tests.conftest import tiny_llamagen

@@ -231,7 +231,8 @@ class LlamaGenTransformer(ModelMixin, ConfigMixin):
     """LlamaGen GPT (class- or caption-conditional), implementing arvis's backbone protocol.
 
     The configuration mirrors the official ``ModelArgs`` (KV-cache sizes are gone: caches belong to
-    the caller). Build a preset with :meth:`from_preset`, load official checkpoints with
+    the caller), plus ``class_names`` (display names of the class ids; config only, no weights).
+    Build a preset with :meth:`from_preset`, load official checkpoints with
     :func:`arvis.models.checkpoint.load_llamagen_checkpoint`, diffusers-style folders with
     ``from_pretrained``.
 
@@ -267,8 +268,11 @@ class LlamaGenTransformer(ModelMixin, ConfigMixin):
         vocab_size: int = 16384,
         cls_token_num: int = 1,
         block_size: int = 256,
+        class_names: list[str] | None = None,
     ):
         super().__init__()
+        if class_names is not None and len(class_names) != num_classes:
+            raise ValueError(f"class_names has {len(class_names)} names for num_classes={num_classes}")
         if model_type not in MODEL_TYPES:
             raise ValueError(f"model_type must be one of {MODEL_TYPES}, got {model_type!r}")
         grid = math.isqrt(block_size)

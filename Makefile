@@ -1,0 +1,33 @@
+# Two commands do all set-up on a fresh machine (Python 3.11, pip):
+#   make demo  — create/reuse .venv, install arvis, generate images with the shipped default model, print decode statistics
+#   make test  — create/reuse .venv, install arvis, run the test suite (slow benchmarks excluded)
+VENV ?= .venv
+PYTHON ?= python3
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.arvis-installed
+# The torch build this project is developed and tested with (a local CUDA build that runs on the CPU).
+TORCH_SPEC ?= torch==2.14.1 torchvision==0.29.1
+
+.PHONY: demo test test-slow lint clean-venv
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet $(TORCH_SPEC)
+	$(PY) -m pip install --quiet -e ".[all]"
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/arvis generate --output outputs/demo
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+test-slow: $(STAMP)
+	$(PY) -m pytest -q -m slow
+
+lint: $(STAMP)
+	$(PY) -m ruff check arvis tests apps eval
+
+clean-venv:
+	rm -rf $(VENV)
