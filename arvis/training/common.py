@@ -1,0 +1,114 @@
+"""Small helpers shared by arvis training scripts: atomic checkpoints, schedules, logging, EMA."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import sys
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+__all__ = [
+    "EMA",
+    "atomic_torch_save",
+    "atomic_write_text",
+    "cosine_lr",
+    "load_checkpoint",
+    "setup_logging",
+]
+
+
+def _atomic(path: str | os.PathLike, write) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def atomic_torch_save(obj: Any, path: str | os.PathLike) -> Path:
+    """``torch.save(obj)`` to a temp file in the same directory, then ``os.replace`` onto ``path``."""
+    return _atomic(path, lambda f: torch.save(obj, f))
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
+    """Write UTF-8 ``text`` to ``path`` atomically."""
+    return _atomic(path, lambda f: f.write(text.encode("utf-8")))
+
+
+def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
+    """Load a training checkpoint written by :func:`atomic_torch_save` (tensors, numbers, strings, dicts only)."""
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+
+def cosine_lr(step: int, total: int, peak: float, warmup: int, min_ratio: float) -> float:
+    """Linear warm-up to ``peak`` over ``warmup`` steps, then cosine decay to ``peak * min_ratio`` at ``total``."""
+    if step < warmup:
+        return peak * (step + 1) / warmup
+    t = min(1.0, (step - warmup) / max(1, total - warmup))
+    return peak * (min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * t)))
+
+
+class EMA:
+    """Exponential moving average of a set of floating-point tensors (parameters and buffers)."""
+
+    def __init__(self, tensors: Iterable[torch.Tensor], decay: float) -> None:
+        if not 0.0 <= decay < 1.0:
+            raise ValueError(f"decay must be in [0, 1), got {decay}")
+        self.decay = decay
+        self.shadow = [t.detach().clone() for t in tensors]
+
+    @torch.no_grad()
+    def update(self, tensors: Iterable[torch.Tensor]) -> None:
+        """``shadow <- decay * shadow + (1 - decay) * tensor``."""
+        torch._foreach_lerp_(self.shadow, [t.detach() for t in tensors], 1.0 - self.decay)
+
+    @torch.no_grad()
+    def copy_to(self, tensors: Iterable[torch.Tensor]) -> None:
+        """Write the averages into ``tensors`` (same order as construction)."""
+        for dst, src in zip(tensors, self.shadow, strict=True):
+            dst.copy_(src)
+
+
+def setup_logging(log_file: str | os.PathLike | None, name: str) -> logging.Logger:
+    """A logger writing ``time level message`` lines to stderr and, if given, appending to ``log_file``."""
+    logger = logging.getLogger(name)
+    logger.setLevel(logging.INFO)
+    logger.handlers.clear()
+    logger.propagate = False
+    fmt = logging.Formatter("%(asctime)s %(levelname)s %(message)s", "%Y-%m-%d %H:%M:%S")
+    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
+    if log_file is not None:
+        Path(log_file).parent.mkdir(parents=True, exist_ok=True)
+        handlers.append(logging.FileHandler(log_file))
+    for h in handlers:
+        h.setFormatter(fmt)
+        logger.addHandler(h)
+    return logger
+
+
+def dumps(obj: Any) -> str:
+    """Compact JSON for log lines (floats to 5 significant digits)."""
+    def fix(v: Any) -> Any:
+        if isinstance(v, float):
+            return float(f"{v:.5g}")
+        if isinstance(v, dict):
+            return {k: fix(x) for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return [fix(x) for x in v]
+        return v
+
+    return json.dumps(fix(obj))

@@ -1,0 +1,598 @@
+"""Train the small LlamaGen-style VQ tokenizer that arvis ships (``arvis/weights/vq-photos``).
+
+128x128 RGB -> 16x16 codes (3 down-samplings, like LlamaGen's VQ-8 layout) with an l2-normalised
+codebook of 1024 x 8, on the class-conditional photo crops of :mod:`arvis.data.crops` (train region
+only; held-out crops are used for evaluation only).
+
+Recipe:
+* data: fresh random crops every step (crop side 0.25-1.0 of the region's short side, random flips),
+  rendered at 128 px; most steps train on random 64x64 patches of those renders (4x cheaper, the
+  network is convolutional), the last ``full_res_fraction`` of steps on whole 128x128 crops so the
+  lowest-resolution attention sees the full 16x16 grid;
+* loss: ``l1 * |x - x'| + l2 * (x - x')^2`` + LlamaGen's vq + commitment losses (no perceptual or
+  adversarial loss: no VGG/LPIPS weights are available offline);
+* codebook: dead-code restarts (entries unused since the last check are re-seeded from current encoder
+  outputs) until ``restart_until`` of training;
+* AdamW, warm-up + cosine learning rate, EMA of the weights (the EMA weights are evaluated and exported);
+* checkpoints every ``ckpt_every`` steps into ``--scratch`` (atomic) and automatic resume.
+
+Usage::
+
+    python -m arvis.training.train_vq --out arvis/weights/vq-photos --scratch /work/scratch/vq --steps 3000
+    python -m arvis.training.train_vq --out /tmp/vq-smoke --smoke       # a few tiny steps, seconds
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import os
+import shlex
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from tqdm.auto import tqdm
+
+from arvis.data.crops import build_crops, render_crops, sample_crop_specs
+from arvis.tokenizers.llamagen_vq import LlamaGenVQModel
+from arvis.training.common import (
+    EMA,
+    atomic_torch_save,
+    atomic_write_text,
+    cosine_lr,
+    dumps,
+    load_checkpoint,
+    setup_logging,
+)
+
+__all__ = ["SMOKE_CONFIG", "VQTrainConfig", "evaluate", "export", "main", "train"]
+
+
+@dataclass(frozen=True)
+class VQTrainConfig:
+    """Everything that determines a tokenizer training run (model shape, data, optimisation)."""
+
+    # model
+    base_channels: int = 32
+    ch_mult: tuple[int, ...] = (1, 2, 2, 4)
+    encoder_num_res_blocks: int = 2
+    decoder_num_res_blocks: int = 2
+    z_channels: int = 128
+    codebook_size: int = 1024
+    codebook_embed_dim: int = 8
+    norm_num_groups: int = 8
+    commit_loss_beta: float = 0.25
+    # data
+    resolution: int = 128
+    patch_size: int = 64
+    batch_size: int = 32
+    full_res_batch_size: int = 8
+    full_res_fraction: float = 0.2
+    crop_scale: tuple[float, float] = (0.25, 1.0)
+    data_seed: int = 0
+    # optimisation
+    steps: int = 3000
+    lr: float = 3e-4
+    warmup: int = 200
+    min_lr_ratio: float = 0.05
+    weight_decay: float = 0.0
+    l1_weight: float = 1.0
+    l2_weight: float = 1.0
+    ema_decay: float = 0.998
+    restart_every: int = 200
+    restart_until: float = 0.75
+    init_seed: int = 0
+    # bookkeeping
+    eval_size: int = 256
+    final_eval_size: int = 1024
+    eval_every: int = 500
+    ckpt_every: int = 100
+    log_every: int = 25
+
+    def __post_init__(self) -> None:
+        if self.steps < 1:
+            raise ValueError(f"steps must be >= 1, got {self.steps}")
+        f = 2 ** (len(self.ch_mult) - 1)
+        for name in ("resolution", "patch_size"):
+            v = getattr(self, name)
+            if v < f or v % f:
+                raise ValueError(f"{name} must be a positive multiple of {f}, got {v}")
+        if self.patch_size > self.resolution:
+            raise ValueError(f"patch_size must be <= resolution={self.resolution}, got {self.patch_size}")
+        if not 0.0 <= self.full_res_fraction <= 1.0:
+            raise ValueError(f"full_res_fraction must be in [0, 1], got {self.full_res_fraction}")
+        if min(self.batch_size, self.full_res_batch_size, self.eval_size, self.final_eval_size) < 1:
+            raise ValueError("batch sizes and eval sizes must be >= 1")
+
+    def model_kwargs(self) -> dict[str, Any]:
+        """Arguments of :class:`LlamaGenVQModel` for this configuration."""
+        return dict(
+            codebook_size=self.codebook_size,
+            codebook_embed_dim=self.codebook_embed_dim,
+            codebook_l2_norm=True,
+            codebook_show_usage=True,
+            commit_loss_beta=self.commit_loss_beta,
+            entropy_loss_ratio=0.0,
+            encoder_ch_mult=tuple(self.ch_mult),
+            decoder_ch_mult=tuple(self.ch_mult),
+            z_channels=self.z_channels,
+            dropout_p=0.0,
+            base_channels=self.base_channels,
+            encoder_num_res_blocks=self.encoder_num_res_blocks,
+            decoder_num_res_blocks=self.decoder_num_res_blocks,
+            norm_num_groups=self.norm_num_groups,
+        )
+
+
+SMOKE_CONFIG = VQTrainConfig(
+    base_channels=8,
+    ch_mult=(1, 2),
+    encoder_num_res_blocks=1,
+    decoder_num_res_blocks=0,
+    z_channels=8,
+    codebook_size=32,
+    codebook_embed_dim=4,
+    norm_num_groups=4,
+    resolution=32,
+    patch_size=16,
+    batch_size=4,
+    full_res_batch_size=2,
+    full_res_fraction=0.5,
+    steps=4,
+    warmup=1,
+    restart_every=2,
+    eval_size=4,
+    final_eval_size=8,
+    eval_every=2,
+    ckpt_every=2,
+    log_every=1,
+)
+
+
+# ---------------------------------------------------------------------------------------------- data
+def to_tensor(images: np.ndarray) -> torch.Tensor:
+    """``uint8 [N, H, W, 3]`` -> ``float32 [N, 3, H, W]`` in ``[-1, 1]``."""
+    return torch.from_numpy(images).permute(0, 3, 1, 2).float().div_(127.5).sub_(1.0)
+
+
+def to_uint8(images: torch.Tensor) -> np.ndarray:
+    """``[N, 3, H, W]`` in ``[-1, 1]`` -> ``uint8 [N, H, W, 3]`` (rounded, clamped)."""
+    x = ((images.detach().float().clamp(-1, 1) + 1.0) * 127.5).round()
+    return x.to(torch.uint8).permute(0, 2, 3, 1).contiguous().numpy()
+
+
+def train_batch(rng: np.random.Generator, cfg: VQTrainConfig, full_res: bool) -> torch.Tensor:
+    """One batch of fresh train-region crops (random patches unless ``full_res``), ``[B, 3, S, S]``."""
+    n = cfg.full_res_batch_size if full_res else cfg.batch_size
+    specs = sample_crop_specs(n, "train", rng, cfg.crop_scale, flip=True)
+    images = render_crops(specs, cfg.resolution, progress=False)
+    if not full_res and cfg.patch_size < cfg.resolution:
+        p = cfg.patch_size
+        offs = rng.integers(0, cfg.resolution - p + 1, size=(n, 2))
+        images = np.stack([im[y : y + p, x : x + p] for im, (y, x) in zip(images, offs)])
+    return to_tensor(images)
+
+
+# ---------------------------------------------------------------------------------------------- eval
+@torch.no_grad()
+def evaluate(model: LlamaGenVQModel, images: np.ndarray, batch_size: int = 32) -> dict[str, Any]:
+    """Reconstruction and codebook statistics of ``model`` on ``uint8 [N, H, W, 3]`` images.
+
+    Returns a dict with ``psnr`` (mean over images of the per-image PSNR in dB of the uint8
+    reconstruction), ``psnr_of_mean_mse``, ``l1`` and ``mse`` (on ``[-1, 1]``), ``usage`` (fraction of
+    codebook entries used at least once), ``perplexity`` (exp of the entropy of the code histogram),
+    and the reconstructions ``recon`` (uint8, same shape as ``images``).
+    """
+    was_training = model.training
+    model.eval()
+    counts = torch.zeros(model.codebook_size, dtype=torch.float64)
+    recon = np.empty_like(images)
+    l1 = mse = 0.0
+    for i in range(0, len(images), batch_size):
+        x = to_tensor(images[i : i + batch_size])
+        codes = model.encode(x)
+        y = model.decode_codes(codes)
+        counts += torch.bincount(codes.flatten(), minlength=model.codebook_size).double()
+        l1 += float((y - x).abs().mean()) * len(x)
+        mse += float((y - x).pow(2).mean()) * len(x)
+        recon[i : i + batch_size] = to_uint8(y)
+    model.train(was_training)
+    err = (recon.astype(np.float64) - images.astype(np.float64)) / 255.0
+    per_image_mse = np.maximum((err**2).mean(axis=(1, 2, 3)), 1e-10)
+    p = counts / counts.sum()
+    entropy = float(-(p[p > 0] * p[p > 0].log()).sum())
+    return {
+        "psnr": float(np.mean(10 * np.log10(1.0 / per_image_mse))),
+        "psnr_of_mean_mse": float(10 * np.log10(1.0 / per_image_mse.mean())),
+        "l1": l1 / len(images),
+        "mse": mse / len(images),
+        "usage": float((counts > 0).double().mean()),
+        "perplexity": math.exp(entropy),
+        "recon": recon,
+    }
+
+
+# ---------------------------------------------------------------------------------------------- training
+def _restart_dead_codes(
+    model: LlamaGenVQModel,
+    opt: torch.optim.Optimizer,
+    counts: torch.Tensor,
+    x: torch.Tensor,
+    rng: np.random.Generator,
+    ema: EMA,
+) -> int:
+    """Re-seed codebook rows with zero ``counts`` from encoder outputs on ``x``; returns how many.
+
+    The optimiser moments of those rows are zeroed and the EMA copy of the codebook takes the new rows
+    too, so the averaged model does not keep stale entries.
+    """
+    dead = torch.nonzero(counts == 0).flatten()
+    if dead.numel() == 0:
+        return 0
+    with torch.no_grad():
+        z = model.quant_conv(model.encoder(x))  # [B, D, h, w]
+        z = F.normalize(z.permute(0, 2, 3, 1).reshape(-1, z.shape[1]), dim=-1)
+        pick = torch.from_numpy(rng.integers(0, z.shape[0], size=dead.numel()))
+        noise = torch.from_numpy(rng.standard_normal((dead.numel(), z.shape[1])).astype(np.float32))
+        weight = model.quantize.embedding.weight
+        weight[dead] = F.normalize(z[pick] + 0.01 * noise, dim=-1).to(weight.dtype)
+        for shadow, param in zip(ema.shadow, model.parameters(), strict=True):
+            if param is weight:
+                shadow[dead] = weight[dead]
+        state = opt.state.get(weight, {})
+        for key in ("exp_avg", "exp_avg_sq"):
+            if key in state:
+                state[key][dead] = 0
+    return int(dead.numel())
+
+
+def _new_state(cfg: VQTrainConfig) -> dict[str, Any]:
+    model = LlamaGenVQModel(**cfg.model_kwargs()).init_weights(torch.Generator().manual_seed(cfg.init_seed))
+    return {"model": model, "step": 0, "rng": np.random.default_rng([cfg.data_seed, 12345]), "history": [],
+            "elapsed": 0.0}
+
+
+def train(
+    cfg: VQTrainConfig,
+    scratch: str | os.PathLike,
+    log_file: str | os.PathLike | None = None,
+    threads: int | None = None,
+) -> tuple[LlamaGenVQModel, dict[str, Any]]:
+    """Train (resuming from ``scratch/checkpoint.pt`` if present) and return the EMA model and a summary.
+
+    The checkpoint stores model, EMA, optimiser, step, the data RNG state and the log history, so a
+    killed run continues where it stopped (to the last checkpoint) with the same data stream.
+    """
+    scratch = Path(scratch)
+    scratch.mkdir(parents=True, exist_ok=True)
+    log = setup_logging(log_file, "arvis.train_vq")
+    if threads:
+        torch.set_num_threads(threads)
+    ckpt_path = scratch / "checkpoint.pt"
+
+    state = _new_state(cfg)
+    model: LlamaGenVQModel = state["model"].train()
+    params = [p for p in model.parameters()]
+    ema_tensors = params  # buffers (codebook_used) are bookkeeping, not averaged
+    opt = torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, 0.99), weight_decay=cfg.weight_decay)
+    ema = EMA(ema_tensors, cfg.ema_decay)
+    step, rng, history, elapsed = 0, state["rng"], state["history"], 0.0
+    counts = torch.zeros(cfg.codebook_size)
+
+    if ckpt_path.exists():
+        ck = load_checkpoint(ckpt_path)
+        saved_cfg = json.loads(ck["config"])
+        mismatched = {k for k, v in saved_cfg.items() if k not in ("steps", "eval_every", "ckpt_every", "log_every")
+                      and json.loads(json.dumps(dataclasses.asdict(cfg)))[k] != v}
+        if mismatched:
+            raise ValueError(f"checkpoint {ckpt_path} was made with a different config ({sorted(mismatched)}); "
+                             f"use another --scratch directory")
+        model.load_state_dict(ck["model"])
+        opt.load_state_dict(ck["optimizer"])
+        ema.shadow = [t.clone() for t in ck["ema"]]
+        step, elapsed = int(ck["step"]), float(ck["elapsed"])
+        rng.bit_generator.state = json.loads(ck["rng_state"])
+        history = json.loads(ck["history"])
+        counts = ck["counts"]
+        log.info("resumed from %s at step %d (%.0f s elapsed)", ckpt_path, step, elapsed)
+    else:
+        n_params = sum(p.numel() for p in params)
+        log.info("new run: %d parameters, config %s", n_params, dumps(dataclasses.asdict(cfg)))
+
+    def save_checkpoint() -> None:
+        atomic_torch_save(
+            {
+                "config": json.dumps(dataclasses.asdict(cfg)),
+                "model": model.state_dict(),
+                "optimizer": opt.state_dict(),
+                "ema": ema.shadow,
+                "step": step,
+                "elapsed": elapsed,
+                "rng_state": json.dumps(rng.bit_generator.state),
+                "history": json.dumps(history),
+                "counts": counts,
+            },
+            ckpt_path,
+        )
+
+    eval_images, _ = build_crops(cfg.eval_size, "heldout", cfg.resolution, seed=cfg.data_seed + 1,
+                                 scale=cfg.crop_scale, progress=False)
+    ema_model = LlamaGenVQModel(**cfg.model_kwargs()).eval()
+
+    def ema_eval(images: np.ndarray) -> dict[str, Any]:
+        ema_model.load_state_dict(model.state_dict())
+        ema.copy_to(list(ema_model.parameters()))
+        return evaluate(ema_model, images)
+
+    full_res_from = int(round(cfg.steps * (1.0 - cfg.full_res_fraction)))
+    bar = tqdm(total=cfg.steps, initial=step, desc="train_vq", mininterval=10 if sys.stderr.isatty() else 60)
+    window: dict[str, float] = {}
+    t_last = time.time()
+    while step < cfg.steps:
+        full_res = step >= full_res_from
+        x = train_batch(rng, cfg, full_res)
+        lr = cosine_lr(step, cfg.steps, cfg.lr, cfg.warmup, cfg.min_lr_ratio)
+        for g in opt.param_groups:
+            g["lr"] = lr
+        rec, losses = model(x)
+        l1 = (rec - x).abs().mean()
+        l2 = (rec - x).pow(2).mean()
+        loss = cfg.l1_weight * l1 + cfg.l2_weight * l2 + losses.total
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        ema.update(ema_tensors)
+        n_tok = x.shape[0] * (x.shape[2] // model.downsample_factor) * (x.shape[3] // model.downsample_factor)
+        recent = model.quantize.codebook_used[-n_tok:].long()
+        counts += torch.bincount(recent, minlength=cfg.codebook_size).float()
+        step += 1
+
+        for k, v in (("loss", loss), ("l1", l1), ("l2", l2), ("vq", losses.vq_loss), ("commit", losses.commit_loss),
+                     ("grad_norm", grad_norm)):
+            window[k] = window.get(k, 0.0) + float(v.detach())
+        window["n"] = window.get("n", 0) + 1
+        now = time.time()
+        elapsed += now - t_last
+        t_last = now
+        bar.update(1)
+
+        if cfg.restart_every and step % cfg.restart_every == 0:
+            restarted = 0
+            if step <= cfg.restart_until * cfg.steps:
+                restarted = _restart_dead_codes(model, opt, counts, x, rng, ema)
+            used = int((counts > 0).sum())
+            log.info("step %d codebook: %d/%d used since last check, %d restarted", step, used,
+                     cfg.codebook_size, restarted)
+            counts.zero_()
+        if step % cfg.log_every == 0 or step == cfg.steps:
+            n = window.pop("n")
+            rec_ = {k: v / n for k, v in window.items()}
+            rec_.update(step=step, lr=lr, res=x.shape[-1], usage_window=model.quantize.codebook_used.unique().numel()
+                        / cfg.codebook_size, sec=elapsed)
+            history.append(rec_)
+            log.info("train %s", dumps(rec_))
+            window = {}
+        if step % cfg.eval_every == 0 or step == cfg.steps:
+            t0 = time.time()
+            m = ema_eval(eval_images)
+            m.pop("recon")
+            history.append({"step": step, "eval": m})
+            log.info("eval step %d (ema, %d held-out crops): %s (%.0f s)", step, cfg.eval_size, dumps(m),
+                     time.time() - t0)
+            t_last = time.time()
+        if step % cfg.ckpt_every == 0 or step == cfg.steps:
+            save_checkpoint()
+            t_last = time.time()
+    bar.close()
+
+    ema_model.load_state_dict(model.state_dict())
+    ema.copy_to(list(ema_model.parameters()))
+    summary = {"steps": step, "train_seconds": elapsed, "history": history,
+               "final_train": history[-2] if len(history) > 1 and "eval" in history[-1] else history[-1]}
+    return ema_model.eval(), summary
+
+
+# ---------------------------------------------------------------------------------------------- export
+def _save_grid(originals: np.ndarray, recon: np.ndarray, path: Path, cols: int = 8) -> None:
+    """PNG grid: rows alternate ``cols`` originals and their reconstructions (atomic write)."""
+    from PIL import Image
+
+    n = min(len(originals), cols * 2)
+    n -= n % cols
+    rows = []
+    for i in range(0, n, cols):
+        rows.append(np.concatenate(list(originals[i : i + cols]), axis=1))
+        rows.append(np.concatenate(list(recon[i : i + cols]), axis=1))
+    grid = np.concatenate(rows, axis=0)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        Image.fromarray(grid).save(tmp, format="PNG")
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def decode_ms(model: LlamaGenVQModel, grid: int, repeats: int = 10) -> float:
+    """Median wall time (ms) of decoding one ``grid x grid`` code map with ``model`` (fp32, current threads)."""
+    codes = torch.zeros(1, grid, grid, dtype=torch.long)
+    times = []
+    with torch.no_grad():
+        model.decode_codes(codes)
+        for _ in range(repeats):
+            t = time.perf_counter()
+            model.decode_codes(codes)
+            times.append((time.perf_counter() - t) * 1000)
+    return float(np.median(times))
+
+
+def export(
+    model: LlamaGenVQModel,
+    cfg: VQTrainConfig,
+    out: str | os.PathLike,
+    summary: dict[str, Any],
+    command: str,
+    grid_png: str | os.PathLike | None = None,
+) -> dict[str, Any]:
+    """Evaluate on ``cfg.final_eval_size`` held-out crops, write fp16 safetensors + README + metrics to ``out``.
+
+    The fp16 copy is what gets evaluated (reloaded through ``from_pretrained``), so the reported numbers
+    are those of the shipped file. Files land in ``out`` through ``os.replace`` from a temp directory.
+    """
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}.") as tmp:
+        fp16 = LlamaGenVQModel(**cfg.model_kwargs())
+        fp16.load_state_dict(model.state_dict())
+        fp16.half().save_pretrained(tmp, safe_serialization=True)
+        shipped = LlamaGenVQModel.from_pretrained(tmp, torch_dtype=torch.float32).eval()
+        images, _ = build_crops(cfg.final_eval_size, "heldout", cfg.resolution, seed=cfg.data_seed + 2,
+                                scale=cfg.crop_scale, progress=False)
+        metrics = evaluate(shipped, images)
+        recon = metrics.pop("recon")
+        size_mb = os.path.getsize(Path(tmp) / "diffusion_pytorch_model.safetensors") / 1e6
+        metrics.update(
+            params=sum(p.numel() for p in shipped.parameters()),
+            safetensors_mb=size_mb,
+            decode_ms_16x16=decode_ms(shipped, cfg.resolution // shipped.downsample_factor),
+            torch_threads=torch.get_num_threads(),
+            eval_crops=cfg.final_eval_size,
+            steps=summary["steps"],
+            train_hours=summary["train_seconds"] / 3600,
+            final_train_losses={k: v for k, v in summary["final_train"].items() if k not in ("step",)},
+        )
+        (Path(tmp) / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+        (Path(tmp) / "README.md").write_text(model_card(cfg, metrics, command))
+        out.mkdir(parents=True, exist_ok=True)
+        for name in ("config.json", "diffusion_pytorch_model.safetensors", "metrics.json", "README.md"):
+            os.replace(Path(tmp) / name, out / name)
+    if grid_png is not None:
+        _save_grid(images[:16], recon[:16], Path(grid_png))
+    return metrics
+
+
+def model_card(cfg: VQTrainConfig, m: dict[str, Any], command: str) -> str:
+    """Markdown model card for the exported tokenizer."""
+    f = 2 ** (len(cfg.ch_mult) - 1)
+    g = cfg.resolution // f
+    tl = m["final_train_losses"]
+    return f"""# vq-photos: arvis's small LlamaGen-style VQ tokenizer
+
+A `LlamaGenVQModel` (`arvis.tokenizers.llamagen_vq`, the architecture of LlamaGen's VQ-8 at reduced
+width) trained by `arvis.training.train_vq` on offline natural photos. It turns a
+{cfg.resolution}x{cfg.resolution} RGB image into a {g}x{g} grid of codes from a {cfg.codebook_size}-entry,
+l2-normalised codebook of dimension {cfg.codebook_embed_dim}, and back.
+
+```python
+from arvis.tokenizers.llamagen_vq import LlamaGenVQModel
+vq = LlamaGenVQModel.from_pretrained("arvis/weights/vq-photos")    # fp16 file, loads as fp32
+codes = vq.encode(images)          # images [B, 3, {cfg.resolution}, {cfg.resolution}] in [-1, 1] -> [B, {g}, {g}]
+images = vq.decode_codes(codes)    # -> [B, 3, {cfg.resolution}, {cfg.resolution}] in [-1, 1]
+```
+
+## Architecture
+base_channels {cfg.base_channels}, ch_mult {list(cfg.ch_mult)} (down-sampling {f}), encoder
+{cfg.encoder_num_res_blocks} / decoder {cfg.decoder_num_res_blocks}+1 residual blocks per level,
+attention at the lowest resolution, z_channels {cfg.z_channels}, GroupNorm groups {cfg.norm_num_groups},
+codebook {cfg.codebook_size} x {cfg.codebook_embed_dim} (l2-normalised). {m['params']:,} parameters,
+{m['safetensors_mb']:.1f} MB as fp16 safetensors. Decoding one {g}x{g} grid: {m['decode_ms_16x16']:.0f} ms
+(fp32, {m['torch_threads']} CPU threads, median of 10).
+
+## Data
+`arvis.data.crops`: the {len(__import__('arvis.data.photos', fromlist=['x']).PHOTO_CLASSES)} photos of
+`arvis.data.photos.PHOTO_CLASSES` (scikit-image and scikit-learn sample images, all offline). Each photo
+is split into a train region and a disjoint held-out vertical strip on the right (25% of the width,
+at least 128 px). Training draws fresh crops every step from the train regions only: square crops of
+side {cfg.crop_scale[0]}-{cfg.crop_scale[1]} x the region's short side, random position, random
+horizontal flip, resized to {cfg.resolution} px (PIL bicubic, antialiased); the first
+{100 * (1 - cfg.full_res_fraction):.0f}% of steps use random {cfg.patch_size}x{cfg.patch_size} patches of those renders
+(batch {cfg.batch_size}), the rest whole {cfg.resolution}px crops (batch {cfg.full_res_batch_size}).
+
+## Training
+```
+{command}
+```
+AdamW (betas 0.9/0.99, lr {cfg.lr}, {cfg.warmup} warm-up steps, cosine to {cfg.min_lr_ratio}x), grad-norm
+clip 1.0, loss = {cfg.l1_weight} x L1 + {cfg.l2_weight} x L2 + vq + {cfg.commit_loss_beta} x commitment,
+dead-code restarts every {cfg.restart_every} steps for the first {100 * cfg.restart_until:.0f}% of training,
+EMA {cfg.ema_decay} of the weights (the EMA weights are shipped). No perceptual (LPIPS/VGG) or adversarial
+loss: no pretrained feature network is available offline. {m['steps']} steps, {m['train_hours']:.2f} h of
+training wall time on 2 CPU cores (shared with other work).
+
+Final training losses (mean of the last logging window): L1 {tl.get('l1', float('nan')):.4f},
+L2 {tl.get('l2', float('nan')):.5f}, vq {tl.get('vq', float('nan')):.5f}, commitment
+{tl.get('commit', float('nan')):.5f}.
+
+## Evaluation (the shipped fp16 weights)
+{m['eval_crops']} held-out crops ({cfg.resolution} px, seed {cfg.data_seed + 2}, never overlapping training pixels):
+
+| metric | value |
+|---|---|
+| PSNR (mean of per-image, uint8) | {m['psnr']:.2f} dB |
+| PSNR of mean MSE | {m['psnr_of_mean_mse']:.2f} dB |
+| L1 on [-1, 1] | {m['l1']:.4f} |
+| codebook usage (entries used / {cfg.codebook_size}) | {100 * m['usage']:.1f}% |
+| code perplexity | {m['perplexity']:.0f} |
+
+rFID with the arvis domain feature network will be added by the evaluation work (the Inception
+network of standard FID is not available offline). Reconstructions of held-out crops (originals above
+reconstructions): `docs/vq-photos-reconstructions.png`.
+"""
+
+
+# ---------------------------------------------------------------------------------------------- CLI
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m arvis.training.train_vq", description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", required=True, help="export directory (diffusers layout)")
+    p.add_argument("--scratch", default=None, help="checkpoint / log directory (default: <out>/../.vq-scratch)")
+    p.add_argument("--steps", type=int, default=None, help="training steps")
+    p.add_argument("--smoke", action="store_true", help="tiny model, a few steps (seconds)")
+    p.add_argument("--batch-size", type=int, default=None)
+    p.add_argument("--lr", type=float, default=None)
+    p.add_argument("--base-channels", type=int, default=None)
+    p.add_argument("--codebook-size", type=int, default=None)
+    p.add_argument("--threads", type=int, default=2, help="torch CPU threads")
+    p.add_argument("--grid-png", default=None, help="write a reconstruction grid PNG here")
+    p.add_argument("--export-only", action="store_true", help="export the checkpoint in --scratch without training")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    """CLI entry point; returns the exported metrics."""
+    args = _parse(argv)
+    cfg = SMOKE_CONFIG if args.smoke else VQTrainConfig()
+    overrides = {k: v for k, v in (("steps", args.steps), ("batch_size", args.batch_size), ("lr", args.lr),
+                                   ("base_channels", args.base_channels), ("codebook_size", args.codebook_size))
+                 if v is not None}
+    for name, value in overrides.items():
+        if isinstance(value, (int, float)) and value <= 0:
+            raise ValueError(f"--{name.replace('_', '-')} must be > 0, got {value}")
+    cfg = dataclasses.replace(cfg, **overrides)
+    out = Path(args.out)
+    scratch = Path(args.scratch) if args.scratch else out.parent / f".{out.name}-scratch"
+    command = "python -m arvis.training.train_vq " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
+    if args.export_only:
+        ckpt = scratch / "checkpoint.pt"
+        if not ckpt.exists():
+            raise ValueError(f"--export-only needs a checkpoint at {ckpt}")
+        cfg = dataclasses.replace(cfg, steps=int(load_checkpoint(ckpt)["step"]))
+    model, summary = train(cfg, scratch, log_file=scratch / "train.log", threads=args.threads)
+    metrics = export(model, cfg, out, summary, command, args.grid_png)
+    print(json.dumps({k: v for k, v in metrics.items() if k != "final_train_losses"}, indent=2))
+    return metrics
+
+
+if __name__ == "__main__":
+    main()
