@@ -243,3 +243,20 @@ def test_bad_codes_raise() -> None:
 def test_bad_config_raises(kwargs: dict, match: str) -> None:
     with pytest.raises(ValueError, match=match):
         LlamaGenVQModel(**{**TINY, **kwargs})
+
+
+def test_train_vq_smoke_exports_loadable_model(tmp_path) -> None:
+    """The trainer's --smoke run trains a few steps, resumes, and exports a diffusers folder."""
+    from arvis.training import train_vq
+
+    out, scratch = tmp_path / "vq", tmp_path / "scratch"
+    args = ["--out", str(out), "--scratch", str(scratch), "--smoke", "--threads", "0"]
+    metrics = train_vq.main(args)
+    assert {"psnr", "usage", "perplexity", "params", "decode_ms_16x16"} <= set(metrics)
+    assert {p.name for p in out.iterdir()} == {"config.json", "diffusion_pytorch_model.safetensors", "metrics.json",
+                                               "README.md"}
+    model = LlamaGenVQModel.from_pretrained(out)
+    assert model.codebook_size == train_vq.SMOKE_CONFIG.codebook_size
+    # Resuming with more steps continues from the checkpoint instead of starting over.
+    train_vq.main(args + ["--steps", str(train_vq.SMOKE_CONFIG.steps + 2)])
+    assert "resumed" in (scratch / "train.log").read_text()
