@@ -1,0 +1,158 @@
+"""The speed harness (arvis.eval.bench, `arvis bench`): spec parsing, protocol, records, outputs, bad input."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import ClassVar
+
+import pytest
+import torch
+
+import arvis.eval.bench as bench
+from arvis.cli import main
+from arvis.engine import SamplingConfig
+from arvis.eval.bench import MethodSpec, format_markdown, format_text, parse_method_specs, run_bench
+from arvis.methods import METHODS
+from arvis.methods.ar import Autoregressive
+from tests.conftest import tiny_llamagen
+
+FIGURES = ("tokens", "target_forwards", "draft_forwards", "step_compression", "accepted_per_forward", "latency_s",
+           "speedup", "peak_memory_mb")
+
+
+@dataclass(frozen=True)
+class WindowedAR(Autoregressive):
+    """AR under another name with a (unused) ``window`` option: a stand-in for windowed methods."""
+
+    name: ClassVar[str] = "test-windowed"
+    window: int = 4
+    init: str = "random"
+
+
+@pytest.fixture
+def windowed(monkeypatch):
+    monkeypatch.setitem(METHODS, WindowedAR.name, WindowedAR)
+    return WindowedAR.name
+
+
+def test_spec_syntax(windowed):
+    specs = parse_method_specs("ar,test-windowed:window=16,init=zeros,test-windowed:window=32")
+    assert specs == [MethodSpec("ar"), MethodSpec("test-windowed", (("window", 16), ("init", "zeros"))),
+                     MethodSpec("test-windowed", (("window", 32),))]
+    assert specs[1].label == "test-windowed:window=16,init=zeros" and specs[1].window == 16
+    assert parse_method_specs(["ar; test-windowed:window=8", 'test-windowed:init="x,y"']) == [
+        MethodSpec("ar"), MethodSpec("test-windowed", (("window", 8),)), MethodSpec("test-windowed", (("init", "x,y"),))]
+
+
+@pytest.mark.parametrize("text, message", [
+    ("ar,nope", "unknown method 'nope'; available methods: ar"),
+    ("window=3", "comes before any method name"),
+    ("test-windowed:window=4,bogus=1", "has no option(s) ['bogus']"),
+    ("ar,ar", "given more than once"),
+    ("test-windowed:16", "expected key=value"),
+    ("", "no method given"),
+])
+def test_spec_errors(windowed, text, message):
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")
+                       .replace("]", r"\]")):
+        parse_method_specs(text)
+
+
+def test_protocol_interleaves_warms_up_and_times_every_sample(windowed, monkeypatch):
+    model = tiny_llamagen(grid=4, vocab=32)
+    calls = []
+    real_decode = bench.decode
+
+    def spy(backbone, condition, sampling, method, generator):
+        calls.append((method.name, condition.class_labels.tolist(), [g.initial_seed() for g in generator]))
+        return real_decode(backbone, condition, sampling, method, generator)
+
+    monkeypatch.setattr(bench, "decode", spy)
+    specs = parse_method_specs("test-windowed:window=8")
+    result = run_bench(model, specs, SamplingConfig(guidance_scale=2.0), samples=3, batch_size=2, seed=4, repeats=5,
+                       forward_cost_sizes=(1, 4, 64), progress=False, context={"model": "tiny"})
+    names = [c[0] for c in calls]
+    assert names == (["ar", "ar", "test-windowed", "test-windowed"] * 6)  # warm-up, then 5 interleaved rounds
+    assert {tuple(c[1]) for c in calls} == {(0, 1), (2,)}  # class i % num_classes, batches of 2
+    assert calls[0][2] == calls[2][2] == calls[4][2]  # same per-sample seeds for every method and round
+    ar, win = result.records
+    assert ar["spec"] == "ar" and win["spec"] == "test-windowed:window=8"  # AR added first as the baseline
+    for r in result.records:
+        assert all(k in r for k in FIGURES), r.keys()
+        assert r["tokens"] == 16 and r["target_forwards"] == 16 and r["step_compression"] == 1.0
+        assert r["accepted_per_forward_histogram"] == {"1": 48} and len(r["latency_repeats_s"]) == 5
+        assert r["deterministic"] and r["model"] == "tiny" and r["grid"] == [4, 4]
+        assert r["commit_forward"] == list(range(16))
+    assert ar["speedup"] == 1.0
+    assert [c["positions"] for c in result.forward_cost] == [1, 4]  # 64 > sequence: dropped
+    assert result.forward_cost[0]["ratio"] == 1.0 and result.forward_cost[1]["ms"] > 0
+    text = format_text(result)
+    assert "forward cost on this machine" in text and "test-windowed:window=8" in text
+    md = format_markdown(result)
+    assert "| spec |" in md and "| positions | ms/forward | vs T=1 |" in md
+
+
+def test_speedup_is_the_ratio_of_median_latencies(windowed):
+    model = tiny_llamagen(grid=4, vocab=32)
+    ticks = iter(range(10_000))
+    # A fake clock: each decode call of AR takes 3 ticks of 1 s, of the other method 1 tick.
+    state = {"t": 0.0}
+
+    def clock():
+        next(ticks)
+        return state["t"]
+
+    real = bench.decode
+
+    def timed(backbone, condition, sampling, method, generator):
+        state["t"] += 3.0 if method.name == "ar" else 1.0
+        return real(backbone, condition, sampling, method, generator)
+
+    bench.decode, saved = timed, bench.decode
+    try:
+        result = run_bench(model, parse_method_specs("ar,test-windowed"), SamplingConfig(), samples=2, repeats=5,
+                           forward_cost_sizes=(), progress=False, clock=clock)
+    finally:
+        bench.decode = saved
+    ar, win = result.records
+    assert ar["latency_s"] == 3.0 and win["latency_s"] == 1.0 and win["speedup"] == 3.0
+    assert result.forward_cost == []
+
+
+def test_repeats_below_five_are_refused():
+    with pytest.raises(ValueError, match=r"repeats must be an integer >= 5 \(BENCHMARKS.md"):
+        run_bench(tiny_llamagen(), [MethodSpec("ar")], SamplingConfig(), repeats=3, progress=False)
+
+
+def test_bench_command_writes_json_markdown_and_plots(windowed, tmp_path, capsys):
+    paths = {"json": tmp_path / "b.json", "markdown": tmp_path / "b.md", "plots": tmp_path / "plots"}
+    rc = main(["bench", "--model", "tiny-random", "--methods", "ar", "--methods", "test-windowed:window=2",
+               "--samples", "1", "--guidance-scale", "1.0", "--json", str(paths["json"]), "--markdown",
+               str(paths["markdown"]), "--plots", str(paths["plots"]), "--no-progress"])
+    assert rc == 0
+    out = capsys.readouterr().out
+    assert "forward cost on this machine" in out and "threads=1" in out
+    records = json.loads(paths["json"].read_text())
+    assert [r["spec"] for r in records] == ["ar", "test-windowed:window=2"]
+    for r in records:
+        assert all(k in r for k in FIGURES)
+        assert r["threads"] == torch.get_num_threads() == 1 and r["dtype"] == "float32" and r["seed"] == 0
+        assert r["versions"]["torch"] == torch.__version__ and r["git_commit"] and r["model"] == "tiny-random"
+        assert r["tokens"] == 256 and len(r["forward_cost"]) == 7
+    assert "| ar | yes | 256.0 |" in paths["markdown"].read_text()
+    assert sorted(p.name for p in paths["plots"].iterdir()) == [
+        "accepted_per_forward.png", "decode_order.png", "forward_cost.png", "speedup_vs_window.png"]
+
+
+def test_bench_command_bad_input_writes_nothing(tmp_path, capsys):
+    out = tmp_path / "b.json"
+    for args in (["--methods", "ar,nope"], ["--methods", "ar", "--repeats", "2"], ["--methods", "ar:window=2"],
+                 ["--samples", "0"], ["--threads", "0"]):
+        rc = main(["bench", "--model", "tiny-random", *args, "--json", str(out), "--plots", str(tmp_path / "p"),
+                   "--no-progress", "--no-forward-cost"])
+        assert rc == 2, args
+        assert not out.exists() and not (tmp_path / "p").exists(), args
+    err = capsys.readouterr().err
+    assert "unknown method 'nope'; available methods:" in err and "repeats must be" in err
+    assert "has no option(s) ['window']" in err and "samples must be" in err
