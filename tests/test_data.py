@@ -145,7 +145,7 @@ def test_caption_round_trip_matches_drawn_objects() -> None:
     """The caption names exactly the objects drawn, and the last-drawn object shows its colour."""
     images, captions, specs = scenes.build_scenes(40, resolution=96, seed=7)
     n_objects = set()
-    for image, caption, spec in zip(images, captions, specs):
+    for image, caption, spec in zip(images, captions, specs, strict=True):
         parsed, background = scenes.parse_caption(caption)
         assert background == spec.background
         assert parsed == [(o.size, o.colour, o.shape, o.place) for o in spec.objects]

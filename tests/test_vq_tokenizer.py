@@ -167,7 +167,7 @@ def test_entropy_loss_enabled() -> None:
 
 def test_init_weights_is_deterministic() -> None:
     a, b, c = tiny_model(seed=5), tiny_model(seed=5), tiny_model(seed=6)
-    for (k, va), vb, vc in zip(a.state_dict().items(), b.state_dict().values(), c.state_dict().values()):
+    for (k, va), vb in zip(a.state_dict().items(), b.state_dict().values(), strict=True):
         assert torch.equal(va, vb), k
     assert not torch.equal(a.quant_conv.weight, c.quant_conv.weight)
 

@@ -48,7 +48,7 @@ def _sklearn(filename: str) -> Callable[[], np.ndarray]:
         from sklearn.datasets import load_sample_images
 
         bunch = load_sample_images()
-        for path, image in zip(bunch.filenames, bunch.images):
+        for path, image in zip(bunch.filenames, bunch.images, strict=True):
             if path.endswith(filename):
                 return image
         raise FileNotFoundError(f"{filename} not among sklearn sample images")
@@ -120,7 +120,7 @@ def _to_rgb_uint8(image: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(image)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def load_photo(name: str) -> np.ndarray:
     """Photo ``name`` as a read-only RGB ``uint8`` array ``[H, W, 3]`` (grey replicated, alpha dropped).
 

@@ -33,7 +33,7 @@ import shlex
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +47,6 @@ from arvis.tokenizers.llamagen_vq import LlamaGenVQModel
 from arvis.training.common import (
     EMA,
     atomic_torch_save,
-    atomic_write_text,
     cosine_lr,
     dumps,
     load_checkpoint,
@@ -178,7 +177,7 @@ def train_batch(rng: np.random.Generator, cfg: VQTrainConfig, full_res: bool) ->
     if not full_res and cfg.patch_size < cfg.resolution:
         p = cfg.patch_size
         offs = rng.integers(0, cfg.resolution - p + 1, size=(n, 2))
-        images = np.stack([im[y : y + p, x : x + p] for im, (y, x) in zip(images, offs)])
+        images = np.stack([im[y : y + p, x : x + p] for im, (y, x) in zip(images, offs, strict=True)])
     return to_tensor(images)
 
 
