@@ -156,3 +156,26 @@ def test_bench_command_bad_input_writes_nothing(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "unknown method 'nope'; available methods:" in err and "repeats must be" in err
     assert "has no option(s) ['window']" in err and "samples must be" in err
+
+
+def test_report_joins_bench_and_fid_records(tmp_path):
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("arvis_eval_report",
+                                                  Path(__file__).resolve().parents[1] / "eval" / "report.py")
+    report = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(report)
+    bench_records = [{"spec": "ar", "step_compression": 1.0, "speedup": 1.0, "model": "m", "threads": 1},
+                     {"spec": "sjd:window=16", "step_compression": 2.5, "speedup": 1.8}]
+    (tmp_path / "bench.json").write_text(json.dumps(bench_records))
+    for name, method, options, fid in (("a", "ar", {}, 5.0), ("b", "sjd", {"window": 16}, 5.1)):
+        (tmp_path / f"{name}.json").write_text(json.dumps({
+            "method": method, "options": options, "fid": fid, "num_generated": 1000, "extractor": "domain",
+            "real_vs_real_floor": 1.2}))
+    out = tmp_path / "report"
+    assert report.main(["--bench", str(tmp_path / "bench.json"), "--fid", str(tmp_path / "a.json"),
+                        str(tmp_path / "b.json"), "--output", str(out)]) == 0
+    md = (out / "report.md").read_text()
+    assert "| sjd:window=16 | 2.50x | 1.80x | 5.100 | 1000 | domain |" in md and "floor at the same N: 1.200" in md
+    assert (out / "fid_vs_speed.png").stat().st_size > 0

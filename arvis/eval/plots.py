@@ -86,6 +86,9 @@ def plot_accepted_histogram(records: Sequence[Mapping[str, Any]], path: str | os
         ks = sorted(hist)
         ax.bar([k + (j - (n - 1) / 2) * width for k in ks], [hist[k] / total for k in ks], width=width,
                label=f"{r['spec']} (mean {r['accepted_per_forward']:.2f})")
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("tokens committed by a target forward")
     ax.set_ylabel("fraction of forwards")
     ax.set_title("accepted per forward")
@@ -101,7 +104,7 @@ def plot_decode_order(records: Sequence[Mapping[str, Any]], path: str | os.PathL
     fig, axes = plt.subplots(rows, cols, figsize=(3.4 * cols, 3.2 * rows), squeeze=False)
     for ax in axes.flat[n:]:
         ax.axis("off")
-    for ax, r in zip(axes.flat, records, strict=False):
+    for k, (ax, r) in enumerate(zip(axes.flat, records, strict=False)):
         grid = r.get("grid") or [int(math.isqrt(len(r["commit_forward"])))] * 2
         h, w = int(grid[-2]), int(grid[-1])
         order = list(r["commit_forward"])[: h * w]
@@ -110,7 +113,8 @@ def plot_decode_order(records: Sequence[Mapping[str, Any]], path: str | os.PathL
         ax.set_title(f"{r['spec']}\n{max(order) + 1} forwards", fontsize=9)
         ax.set_xticks([])
         ax.set_yticks([])
-        fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04, label="committing forward")
+        last_in_row = k % cols == cols - 1 or k == n - 1
+        fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04, label="committing forward" if last_in_row else None)
     fig.suptitle("decode order (sample 0): which target forward committed each token", fontsize=10, y=1.04)
     return _save(fig, path)
 
