@@ -122,17 +122,23 @@ class StatsRecorder:
         self.draft_forwards += count
 
     def finish(self, method: str, latency_s: float, peak_mb: float) -> BatchStats:
+        commit = self.commit_forward.cpu()
+        B = commit.shape[0]
+        F = max(self.forward_index, 1)
+        # Tokens committed by each forward, for every sample at once: [B, F].
+        counts = torch.zeros(B, F, dtype=torch.long).scatter_add_(1, commit.clamp_min(0), (commit >= 0).long())
         forwards = self.sample_forwards.tolist()
         drafts = self.sample_draft_forwards.tolist()
-        commit = self.commit_forward.cpu()
-        samples = []
-        for b, cf in enumerate(commit):
-            f = forwards[b]
-            counts = torch.bincount(cf.clamp_min(0), minlength=f)[:f].tolist() if f else []
-            samples.append(DecodeStats(method=method, tokens=int((cf >= 0).sum()), target_forwards=f,
-                                       draft_forwards=drafts[b], accepted_per_forward=counts,
-                                       commit_forward=cf.tolist(), latency_s=latency_s, peak_memory_mb=peak_mb,
-                                       extra={k: (v[b] if isinstance(v, list) and len(v) == len(commit) else v)
-                                              for k, v in self.extra.items()}))
+        tokens = (commit >= 0).sum(1).tolist()
+        counts_l, commit_l = counts.tolist(), commit.tolist()
+        per_sample = {k: v for k, v in self.extra.items() if isinstance(v, list) and len(v) == B}
+        shared = {k: v for k, v in self.extra.items() if k not in per_sample}
+        samples = [
+            DecodeStats(method=method, tokens=tokens[b], target_forwards=forwards[b], draft_forwards=drafts[b],
+                        accepted_per_forward=counts_l[b][: forwards[b]], commit_forward=commit_l[b],
+                        latency_s=latency_s, peak_memory_mb=peak_mb,
+                        extra={**shared, **{k: v[b] for k, v in per_sample.items()}})
+            for b in range(B)
+        ]
         return BatchStats(samples=samples, batch_target_forwards=self.forward_index,
                           batch_draft_forwards=self.draft_forwards, latency_s=latency_s, peak_memory_mb=peak_mb)

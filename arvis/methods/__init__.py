@@ -78,3 +78,8 @@ def decode(backbone: Backbone, condition: Condition, sampling: SamplingConfig,
 
 
 __all__ = ["METHODS", "DecodingMethod", "available_methods", "build_method", "decode", "register_method"]
+
+from arvis.methods.sjd import CoupledJacobi, SpeculativeJacobi  # noqa: E402  (registers after the registry exists)
+
+register_method(SpeculativeJacobi)
+register_method(CoupledJacobi)
