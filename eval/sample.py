@@ -5,7 +5,9 @@ One process:
     python eval/sample.py --model c2i --num-samples 1000 --seed 0 --output samples/c2i-ar
 Two CPU processes (gloo) or GPUs (nccl), with torch's launcher or accelerate's:
     torchrun --nproc_per_node 2 eval/sample.py --model c2i --num-samples 1000 --seed 0 --output samples/c2i-ar
-    accelerate launch --num_processes 2 --cpu eval/sample.py --model c2i --num-samples 1000 --seed 0 --output ...
+    accelerate launch --multi_gpu --num_processes 2 eval/sample.py --model c2i --num-samples 1000 --seed 0 --output ...
+(accelerate's --multi_gpu launcher is torch.distributed.run; on a CPU-only machine the ranks join a gloo group.
+Its --cpu flag instead runs one process.)
 After a crash (any rank, any moment), run the same command with --resume: finished PNGs are kept, the
 missing indices are drawn, and the folder ends with exactly N valid images, byte-identical to an
 uninterrupted run. A method's options: --method sjd -o window=16.

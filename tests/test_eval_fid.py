@@ -89,7 +89,7 @@ def test_generator_source_equals_its_folder(folders, extractor):
         calls.append(list(indices))
         return arr[indices]
 
-    gen = F.compute_fid(source, b, extractor, num=24, batch_size=10, progress=False).fid
+    gen = F.compute_fid(source, b, extractor, num=24, source_batch_size=10, progress=False).fid
     folder = F.compute_fid(a, b, extractor, progress=False).fid
     assert calls == [list(range(0, 10)), list(range(10, 20)), list(range(20, 24))]
     assert abs(gen - folder) / folder <= 1e-6
@@ -199,7 +199,14 @@ def test_fid_command(folders, extractor, tmp_path, capsys):
     assert "FID (domain:" in capsys.readouterr().out
 
     bad = tmp_path / "bad.json"
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    mixed = write_folder(tmp_path / "mixed", images(2, 24, seed=0))
+    Image.fromarray(images(1, 20, seed=0)[0]).save(mixed / "odd.png")
     for args, message in ((["--folder", str(tmp_path / "none")], "no such folder"),
+                          (["--folder", str(empty)], "contains no images"),
+                          (["--folder", str(mixed), "--ref", str(b), "--extractor", str(net_dir)], "mixed sizes"),
+                          (["--model", "tiny-random", "--method", "nope"], "unknown method 'nope'"),
                           (["--folder", str(a), "--ref", str(b), "--floor"], "--floor"),
                           (["--folder", str(a), "--model", "tiny-random"], "exactly one of"),
                           (["--folder", str(a), "--extractor", str(tmp_path)], "not a domain-network folder")):

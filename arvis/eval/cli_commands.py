@@ -167,6 +167,10 @@ def run_fid_command(args: argparse.Namespace) -> int:
     for name in ("num_samples", "ref_num", "batch_size", "sample_batch_size"):
         if getattr(args, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    if args.model is not None:
+        from arvis.methods import build_method
+
+        build_method(args.method, **dict(args.option))  # unknown method / option: fail before any work
     _check_output_paths(json=args.json, save_stats=args.save_stats)
     dtype = _runtime(args)
     extractor = load_extractor(args.extractor, device=args.device)
@@ -186,7 +190,7 @@ def run_fid_command(args: argparse.Namespace) -> int:
     else:
         source = args.folder
     result = compute_fid(source, args.ref, extractor, num=num, reference_num=args.ref_num, floor=args.floor,
-                         batch_size=args.batch_size if args.model is None else args.sample_batch_size,
+                         batch_size=args.batch_size, source_batch_size=args.sample_batch_size,
                          device=args.device, progress=not args.no_progress)
     record.update(result.to_dict())
     record.update(provenance(args.device, dtype))

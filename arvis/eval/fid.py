@@ -390,7 +390,8 @@ class FIDResult:
 def compute_fid(source: str | os.PathLike | np.ndarray | ImageSource,
                 reference: str | os.PathLike | FIDStatistics = "heldout", extractor: Any = None, *,
                 num: int | None = None, reference_num: int = DEFAULT_REFERENCE_COUNT, floor: bool = False,
-                batch_size: int = 64, device: str | torch.device = "cpu", cache_dir: str | os.PathLike | None = None,
+                batch_size: int = 64, source_batch_size: int = 16, device: str | torch.device = "cpu",
+                cache_dir: str | os.PathLike | None = None,
                 images_fn: Callable[[int, int, int], np.ndarray] = heldout_images, progress: bool = True
                 ) -> FIDResult:
     """FID of generated images against a reference.
@@ -405,6 +406,7 @@ def compute_fid(source: str | os.PathLike | np.ndarray | ImageSource,
         reference_num: held-out crops in the reference.
         floor: also compute the real-vs-real floor at the source's size.
         batch_size, device: feature extraction (CPU, no worker processes by default).
+        source_batch_size: indices per call of an image source (images do not depend on it).
         cache_dir: where held-out statistics are cached.
         images_fn: the held-out image maker (tests replace it).
     """
@@ -421,7 +423,8 @@ def compute_fid(source: str | os.PathLike | np.ndarray | ImageSource,
     elif callable(source):
         if num is None:
             raise ValueError("num: required when source is an image generator")
-        gen = source_statistics(source, num, extractor, name=getattr(source, "name", "generator"), **kw)
+        gen = source_statistics(source, num, extractor, name=getattr(source, "name", "generator"),
+                                **{**kw, "batch_size": source_batch_size})
     else:
         raise ValueError(f"source: expected a folder, a uint8 array or an image generator, got {type(source).__name__}")
 
