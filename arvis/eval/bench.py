@@ -24,6 +24,7 @@ continues the options of the spec before it, anything else starts a new spec. So
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import statistics
@@ -177,7 +178,7 @@ def forward_cost_curve(backbone: Any, condition: Condition, sampling: SamplingCo
     larger than the sequence allows are dropped.
 
     Returns:
-        ``[{"positions": T, "ms": median_ms, "ratio": ms / ms(T=1)}, ...]``.
+        ``[{"positions": T, "ms": median_ms, "ratio": ms / ms(T=1)}, ...]`` (ratio ``None`` without T=1).
     """
     sizes = sorted({int(t) for t in sizes if 1 <= int(t) <= backbone.layout.num_tokens - 1})
     if not sizes:
@@ -202,7 +203,7 @@ def forward_cost_curve(backbone: Any, condition: Condition, sampling: SamplingCo
     curve = []
     for t in sizes:
         ms = statistics.median(times[t]) * 1e3
-        curve.append({"positions": t, "ms": ms, "ratio": ms / (base * 1e3) if base else float("nan")})
+        curve.append({"positions": t, "ms": ms, "ratio": ms / (base * 1e3) if base else None})
     return curve
 
 
@@ -241,7 +242,8 @@ def run_bench(backbone: Any, specs: Sequence[MethodSpec], sampling: SamplingConf
         backbone: the target model (backbone protocol).
         specs: methods to compare (:func:`parse_method_specs`); AR is added first if missing.
         sampling: the target distribution (same for all methods).
-        samples: samples per round (>= 1); ``batch_size`` of them per decode call.
+        samples: samples per round (>= 1); ``batch_size`` of them per decode call (ignored when
+            ``conditions`` is given: its batches define the samples).
         seed: sample ``i`` uses ``seed_for(seed, i)``.
         repeats: timed rounds (>= 5; the median is reported). warmup: untimed rounds first (>= 1).
         conditions: batches of ``(sample indices, Condition)`` (default: class ``i % num_classes``).
@@ -253,14 +255,14 @@ def run_bench(backbone: Any, specs: Sequence[MethodSpec], sampling: SamplingConf
     specs = list(specs)
     if not any(s.name == "ar" and not s.options for s in specs):
         specs.insert(0, MethodSpec("ar"))
+    device = next(backbone.parameters()).device
     if conditions is None:
         num_classes = getattr(getattr(backbone, "config", None), "num_classes", None)
         if not num_classes or not getattr(backbone, "is_class_conditional", True):
             raise ValueError("conditions: required for a model that is not class-conditional")
-        device = next(backbone.parameters()).device
         conditions = class_conditions(int(num_classes), samples, batch_size, device)
+    samples = sum(len(idx) for idx, _ in conditions)
     methods = {s.label: build_method(s.name, **s.options_dict) for s in specs}
-    device = next(backbone.parameters()).device
 
     def run_once(spec: MethodSpec) -> tuple[float, list[Any], str]:
         elapsed, stats, digest = 0.0, [], hashlib.sha256()
@@ -313,7 +315,7 @@ def run_bench(backbone: Any, specs: Sequence[MethodSpec], sampling: SamplingConf
             "batch_size": batch_size,
             "repeats": repeats,
             "warmup": warmup,
-            "sampling": _sampling_dict(sampling),
+            "sampling": dataclasses.asdict(sampling),
             "grid": list(backbone.layout.grid),
             **summarize(samples_stats),
             "latency_s": statistics.median(lat),
@@ -324,11 +326,6 @@ def run_bench(backbone: Any, specs: Sequence[MethodSpec], sampling: SamplingConf
         }
         records.append(record)
     return BenchResult(records=records, forward_cost=curve, context=dict(context or {}))
-
-
-def _sampling_dict(s: SamplingConfig) -> dict[str, Any]:
-    return {"temperature": s.temperature, "top_k": s.top_k, "top_p": s.top_p, "guidance_scale": s.guidance_scale,
-            "cfg_interval": s.cfg_interval}
 
 
 def summarize(samples: Sequence[Any]) -> dict[str, Any]:
@@ -372,7 +369,8 @@ def table_rows(records: Sequence[Mapping[str, Any]]) -> list[list[str]]:
 
 
 def cost_rows(curve: Sequence[Mapping[str, float]]) -> list[list[str]]:
-    return [[str(c["positions"]), _fmt(c["ms"], 3), _fmt(c["ratio"]) + "x"] for c in curve]
+    return [[str(c["positions"]), _fmt(c["ms"], 3), "-" if c["ratio"] is None else _fmt(c["ratio"]) + "x"]
+            for c in curve]
 
 
 def _text_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:

@@ -160,7 +160,10 @@ def run_fid_command(args: argparse.Namespace) -> int:
         raise ValueError("pass exactly one of --folder (images on disk) and --model (sample in-process)")
     if args.folder is not None:
         list_images(args.folder, "--folder")  # missing / empty folder: fail before loading anything
-    if args.ref not in ("heldout",) and not str(args.ref).endswith(".npz"):
+    if str(args.ref).endswith(".npz"):
+        if not Path(args.ref).is_file():
+            raise ValueError(f"--ref: no such statistics file {args.ref!r}")
+    elif args.ref != "heldout":
         list_images(args.ref, "--ref")
     if args.floor and args.ref != "heldout":
         raise ValueError("--floor: the real-vs-real floor is defined against --ref heldout")

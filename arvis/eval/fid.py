@@ -197,7 +197,7 @@ class FIDStatistics:
     def from_features(cls, features: np.ndarray, image_size: tuple[int, int], extractor: Any,
                       source: str = "") -> FIDStatistics:
         if features.ndim != 2 or features.shape[0] < 2:
-            raise ValueError(f"FID needs at least 2 images, got {features.shape[0] if features.ndim else 0}")
+            raise ValueError(f"source: FID needs at least 2 images, got {features.shape[0] if features.ndim else 0}")
         return cls(mu=np.mean(features, axis=0), sigma=np.cov(features, rowvar=False), count=int(features.shape[0]),
                    image_size=(int(image_size[0]), int(image_size[1])), extractor=extractor_name(extractor),
                    fingerprint=extractor_fingerprint(extractor), source=source)

@@ -124,7 +124,7 @@ def plot_forward_cost(curve: Sequence[Mapping[str, float]], path: str | os.PathL
     fig, ax = plt.subplots(figsize=(6, 4))
     ts = [c["positions"] for c in curve]
     ax.plot(ts, [c["ms"] for c in curve], "o-")
-    for c in curve:
+    for c in (c for c in curve if c["ratio"] is not None):
         ax.annotate(f"{c['ratio']:.2f}x", (c["positions"], c["ms"]), textcoords="offset points", xytext=(0, 6),
                     ha="center", fontsize=8)
     ax.set_xscale("log", base=2)
