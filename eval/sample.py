@@ -66,12 +66,11 @@ def run(args: argparse.Namespace) -> int:
 
     import torch
 
-    from arvis.cli import load_pipeline
+    from arvis.cli import load_pipeline, setup_runtime
+    from arvis.eval.cli_commands import sampling_settings
     from arvis.eval.jobs import PipelineSampler, SamplingJob, init_distributed, run_sampling_job
 
-    if args.threads < 1:
-        raise ValueError(f"--threads must be >= 1, got {args.threads}")
-    torch.set_num_threads(args.threads)
+    dtype = setup_runtime(args)
     if args.num_samples < 1:
         raise ValueError(f"--num-samples must be >= 1, got {args.num_samples}")
     device = args.device
@@ -79,13 +78,8 @@ def run(args: argparse.Namespace) -> int:
         device = f"cuda:{int(os.environ['LOCAL_RANK'])}"
         torch.cuda.set_device(device)
     rank, world = init_distributed(device)
-    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[args.dtype]
     pipe, defaults, path = load_pipeline(args.model, dtype, device)
-    sampling = {
-        "guidance_scale": args.guidance_scale if args.guidance_scale is not None else defaults.get("guidance_scale", 4.0),
-        "top_k": args.top_k if args.top_k is not None else defaults.get("top_k", 0),
-        "top_p": args.top_p, "temperature": args.temperature,
-    }
+    sampling = sampling_settings(args, defaults)
     labels = None
     if args.class_ids:
         labels = [int(x) if x.strip().lstrip("-").isdigit() else x.strip() for x in args.class_ids.split(",")]

@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from arvis.cli import command, load_pipeline, parse_option
+from arvis.cli import command, load_pipeline, parse_option, setup_runtime
 
 if TYPE_CHECKING:
     import argparse
@@ -30,15 +30,6 @@ def _add_runtime(p: argparse.ArgumentParser) -> None:
                    help="torch CPU threads (default 1: small ops stall under contention; recorded in every record)")
     p.add_argument("--dtype", choices=["fp32", "bf16", "fp16"], default="fp32", help="model dtype")
     p.add_argument("--device", default="cpu", help="torch device (default cpu)")
-
-
-def _runtime(args: argparse.Namespace):
-    import torch
-
-    if args.threads < 1:
-        raise ValueError(f"--threads must be >= 1, got {args.threads}")
-    torch.set_num_threads(args.threads)
-    return {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[args.dtype]
 
 
 def _add_sampling(p: argparse.ArgumentParser, with_method: bool) -> None:
@@ -52,7 +43,7 @@ def _add_sampling(p: argparse.ArgumentParser, with_method: bool) -> None:
                        help="method option, repeatable (e.g. -o window=16)")
 
 
-def _sampling_settings(args: argparse.Namespace, defaults: dict[str, Any]) -> dict[str, Any]:
+def sampling_settings(args: argparse.Namespace, defaults: dict[str, Any]) -> dict[str, Any]:
     """The sampling settings: flags, else the model's sampling_defaults.json, else arvis's defaults."""
     return {"guidance_scale": args.guidance_scale if args.guidance_scale is not None
             else defaults.get("guidance_scale", 4.0),
@@ -104,9 +95,9 @@ def run_bench_command(args: argparse.Namespace) -> int:
     specs = parse_method_specs(args.methods or ["ar"])
     check_settings(samples=args.samples, repeats=args.repeats, warmup=args.warmup, batch_size=args.batch_size)
     _check_output_paths(json=args.json, markdown=args.markdown, plots=args.plots)
-    dtype = _runtime(args)
+    dtype = setup_runtime(args)
     pipe, defaults, path = load_pipeline(args.model, dtype, args.device)
-    sampling = SamplingConfig(**_sampling_settings(args, defaults))
+    sampling = SamplingConfig(**sampling_settings(args, defaults))
     model_name = str(path)
     context = {"model": model_name, **provenance(args.device, dtype)}
     result = run_bench(pipe.transformer, specs, sampling, samples=args.samples, seed=args.seed, repeats=args.repeats,
@@ -175,7 +166,7 @@ def run_fid_command(args: argparse.Namespace) -> int:
 
         build_method(args.method, **dict(args.option))  # unknown method / option: fail before any work
     _check_output_paths(json=args.json, save_stats=args.save_stats)
-    dtype = _runtime(args)
+    dtype = setup_runtime(args)
     extractor = load_extractor(args.extractor, device=args.device)
     record: dict[str, Any] = {}
     source: Any
@@ -184,7 +175,7 @@ def run_fid_command(args: argparse.Namespace) -> int:
         from arvis.eval.jobs import PipelineSampler
 
         pipe, defaults, path = load_pipeline(args.model, dtype, args.device)
-        sampling = _sampling_settings(args, defaults)
+        sampling = sampling_settings(args, defaults)
         source = PipelineSampler(pipe, args.seed, method=args.method, method_options=dict(args.option), **sampling)
         source.name = f"model:{path}"  # type: ignore[attr-defined]
         num = args.num_samples
@@ -232,7 +223,7 @@ def run_clip_command(args: argparse.Namespace) -> int:
     if args.batch_size < 1:
         raise ValueError(f"--batch-size must be >= 1, got {args.batch_size}")
     _check_output_paths(json=args.json)
-    dtype = _runtime(args)
+    dtype = setup_runtime(args)
     scorer = load_clip(args.clip_model, weights=args.weights, device=args.device)
     result = clip_score_folder(args.folder, scorer, args.captions, batch_size=args.batch_size,
                                progress=not args.no_progress)
