@@ -83,3 +83,7 @@ from arvis.methods.sjd import CoupledJacobi, SpeculativeJacobi  # noqa: E402  (r
 
 register_method(SpeculativeJacobi)
 register_method(CoupledJacobi)
+
+from arvis.methods.zipar import ZipAR  # noqa: E402
+
+register_method(ZipAR)

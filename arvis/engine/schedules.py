@@ -1,0 +1,92 @@
+"""Schedules: which sequence positions each forward evaluates (pure index math, no tensors, no model).
+
+ZipAR (He et al., ICML 2025, arXiv:2412.04062): spatially parallel decoding on an ``H × W`` grid
+with window ``w``. Every active row decodes one token per forward; row ``r + 1`` starts once row
+``r`` has ``w`` tokens. Its first token is predicted by the query at the slot of ``(r, W − 1)``,
+which is not decoded yet, so a *proxy* token — the latest decoded token of row ``r − 1`` — is fed
+there (LlamaGen has no end-of-line token); when ``(r, W − 1)`` is decoded, the real token is
+*re-fed* into that slot so later queries read it. Row 1 has no row above its predecessor, so it
+waits for row 0 to finish (as in the reference LlamaGen code). Forwards, prefill included:
+``2W + (H − 2)·w`` for ``w < W`` (16×16, w = 4: 88), and ``H·W`` (plain AR) for ``w >= W``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Query:
+    """One input of a forward.
+
+    Attributes:
+        input_index: sequence index whose slot the input is written to (its rotary position too).
+        source_index: sequence index whose (already decoded) token is fed there — equal to
+            ``input_index`` except for proxies.
+        predicts: the sequence index this query's output decodes, or ``None`` (a re-feed).
+    """
+
+    input_index: int
+    source_index: int
+    predicts: int | None
+
+
+@dataclass(frozen=True)
+class Forward:
+    queries: tuple[Query, ...] = field(default_factory=tuple)
+
+
+def zipar_schedule(height: int, width: int, window: int) -> list[Forward]:
+    """The forwards after the prefill (which decodes index 0), for an ``height × width`` grid."""
+    if height < 1 or width < 1:
+        raise ValueError(f"grid must be positive, got {height}x{width}")
+    if window < 1:
+        raise ValueError(f"window must be >= 1, got {window}")
+    decoded = [0] * height  # tokens decoded per row
+    decoded[0] = 1  # index 0 comes from the prefill
+    active = [0]
+    next_row = 1  # the next row to start
+    pending_refeed: list[int] = []  # rows whose last token must be re-fed over a proxy
+    proxied: set[int] = set()  # rows r whose slot (r, W-1) holds a proxy
+    forwards: list[Forward] = []
+    while any(d < width for d in decoded):
+        queries: list[Query] = []
+        for r in pending_refeed:
+            last = r * width + width - 1
+            queries.append(Query(last, last, None))
+        pending_refeed = []
+        starting: list[int] = []
+        for r in active:
+            c = decoded[r]
+            if c < width:
+                queries.append(Query(r * width + c - 1, r * width + c - 1, r * width + c))
+        # Start the next row: after row r has `window` tokens (proxy), or when row r is complete.
+        nxt = next_row
+        if nxt < height:
+            above = nxt - 1
+            if decoded[above] == width:
+                last = above * width + width - 1
+                queries.append(Query(last, last, nxt * width))
+                starting.append(nxt)
+            elif decoded[above] >= window and above >= 1:
+                proxy = (above - 1) * width + decoded[above - 1] - 1  # latest decoded token two rows up
+                queries.append(Query(above * width + width - 1, proxy, nxt * width))
+                proxied.add(above)
+                starting.append(nxt)
+        forwards.append(Forward(tuple(queries)))
+        for q in queries:
+            if q.predicts is not None:
+                r = q.predicts // width
+                decoded[r] += 1
+                if decoded[r] == width and r in proxied and r + 1 < height:
+                    pending_refeed.append(r)
+        next_row += len(starting)
+        active = sorted({*[r for r in active if decoded[r] < width], *starting})
+    return forwards
+
+
+def zipar_forward_count(height: int, width: int, window: int) -> int:
+    """Target forwards of ZipAR including the prefill: ``2W + (H−2)·w`` (w < W, H ≥ 2), else ``H·W``."""
+    if window >= width or height == 1:
+        return height * width
+    return 2 * width + (height - 2) * window
