@@ -154,7 +154,7 @@ def _load_optional_commands() -> None:
     """Subcommands that live with the layers they drive (bench, demo…) register on import."""
     import importlib
 
-    for module in ("arvis.eval.cli_commands",):
+    for module in ("arvis.eval.cli_commands", "arvis.demo_command"):
         try:
             importlib.import_module(module)
         except ModuleNotFoundError as err:

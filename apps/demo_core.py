@@ -1,0 +1,656 @@
+"""The demo's logic without Gradio: limits, input validation, side-by-side runs, previews, statistics.
+
+:mod:`apps.demo` puts a Gradio page on top of this module; everything here is plain Python so that
+it can be tested (and reused) without a browser or a server.
+
+A request runs plain AR and the chosen method on the same model, condition, sampling settings and
+per-image generators (image ``i`` uses ``torch.Generator().manual_seed(seed + i)``), one after the
+other on the same machine. Both runs stream previews from the pipeline's ``callback_on_step_end``.
+
+Timing, honestly: the latency reported is the pipeline's own ``stats.latency_s`` (wall time of the
+decode, from the engine) minus the time the demo's callback spent on preview work (rendering the
+partial token grid through the VQ decoder, measured inside the callback). With "live preview" off the
+callback only counts committed tokens a few times a second, and nothing is subtracted. Either way it
+is one run on a shared machine, not a benchmark: ``arvis bench`` gives medians over interleaved repeats.
+
+Nothing a user types ever becomes a file path: models are looked up by name in the mapping the
+operator built the demo with, and the plots go to files whose names the demo makes up.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import queue
+import sys
+import tempfile
+import threading
+import time
+import typing
+import unicodedata
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import PIL.Image
+import torch
+
+from arvis.methods import METHODS, available_methods
+
+SIDES = ("ar", "method")
+PREVIEW_GREY = 0.5  # colour of not-yet-committed token cells in the previews
+
+
+class DemoInputError(ValueError):
+    """A request input outside the demo's stated limits (the message names the input and the range)."""
+
+
+class RunCancelled(Exception):
+    """Raised inside the decode callback when the request was abandoned (client gone, server closing)."""
+
+
+# ----------------------------------------------------------------------------- limits
+@dataclass(frozen=True)
+class DemoLimits:
+    """What a request may ask for, and how the server queues requests.
+
+    Attributes:
+        max_images: images per request (per side), ``1..max_images``.
+        window: allowed range of a method's ``window`` option (drafts per forward).
+        int_option: allowed range of any other integer method option.
+        float_option: allowed range of any float method option.
+        text_option_chars: longest free-text method option.
+        guidance_scale: allowed classifier-free guidance range.
+        temperature: allowed temperature range (0 = greedy).
+        top_p_max: ``top_p`` must lie in ``(0, top_p_max]``.
+        top_k_max: largest ``top_k`` (0 = off); also capped by the model's vocabulary.
+        seed_max: seeds are ``0..seed_max`` (image ``i`` uses ``seed + i``, so the cap leaves room).
+        prompt_chars: longest prompt (text-conditional models).
+        concurrency_limit: requests decoded at the same time (1 keeps the timings meaningful on a CPU).
+        max_queue: requests waiting beyond those running; more get Gradio's "queue full" error.
+        preview_interval_s: at most one preview (or progress update) per side this often.
+        display_size: previews and results are scaled up (nearest neighbour) to at least this many pixels.
+    """
+
+    max_images: int = 4
+    window: tuple[int, int] = (1, 64)
+    int_option: tuple[int, int] = (0, 1024)
+    float_option: tuple[float, float] = (0.0, 1000.0)
+    text_option_chars: int = 64
+    guidance_scale: tuple[float, float] = (0.0, 20.0)
+    temperature: tuple[float, float] = (0.0, 5.0)
+    top_p_max: float = 1.0
+    top_k_max: int = 100_000
+    seed_max: int = 2**31 - 1 - 64
+    prompt_chars: int = 200
+    concurrency_limit: int = 1
+    max_queue: int = 16
+    preview_interval_s: float = 0.3
+    display_size: int = 256
+
+    def __post_init__(self) -> None:
+        for name in ("max_images", "text_option_chars", "prompt_chars", "concurrency_limit", "display_size"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"DemoLimits.{name} must be an integer >= 1, got {value!r}")
+        if not isinstance(self.max_queue, int) or self.max_queue < 0:
+            raise ValueError(f"DemoLimits.max_queue must be an integer >= 0, got {self.max_queue!r}")
+        for name in ("window", "int_option", "float_option", "guidance_scale", "temperature"):
+            lo, hi = getattr(self, name)
+            if not lo <= hi:
+                raise ValueError(f"DemoLimits.{name} must be (low, high) with low <= high, got {(lo, hi)}")
+        if self.window[0] < 1:
+            raise ValueError(f"DemoLimits.window must start at >= 1, got {self.window}")
+        if not 0 < self.top_p_max <= 1:
+            raise ValueError(f"DemoLimits.top_p_max must be in (0, 1], got {self.top_p_max}")
+        if not 0 <= self.seed_max <= 2**31 - 1 - self.max_images:
+            raise ValueError(f"DemoLimits.seed_max must be in [0, 2**31 - 1 - max_images], got {self.seed_max}")
+        if self.preview_interval_s <= 0:
+            raise ValueError(f"DemoLimits.preview_interval_s must be > 0, got {self.preview_interval_s}")
+
+
+# ----------------------------------------------------------------------------- models
+@dataclass
+class DemoModel:
+    """One model the demo offers: a pipeline (or a zero-argument loader) plus what to say about it.
+
+    Attributes:
+        pipeline: a loaded :class:`~arvis.pipelines.LlamaGenPipeline` (or ``None`` with ``loader``).
+        loader: builds the pipeline on first use (then cached).
+        defaults: the model's sampling defaults (``guidance_scale``, ``top_k``…).
+        untrained: random weights: the page shows a banner saying its images are noise.
+        description: one line shown under the model choice.
+    """
+
+    pipeline: Any = None
+    loader: Callable[[], Any] | None = None
+    defaults: Mapping[str, Any] = field(default_factory=dict)
+    untrained: bool = False
+    description: str = ""
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+    _quiet: bool = field(default=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.pipeline is None and self.loader is None:
+            raise ValueError("DemoModel needs a pipeline or a loader")
+
+    def get(self) -> Any:
+        """The pipeline, loaded once (thread-safe); its console progress bar is switched off."""
+        with self._lock:
+            if self.pipeline is None:
+                assert self.loader is not None
+                self.pipeline = self.loader()
+            if not self._quiet and hasattr(self.pipeline, "set_progress_bar_config"):
+                self.pipeline.set_progress_bar_config(disable=True)  # the page shows progress instead
+                self._quiet = True
+            return self.pipeline
+
+
+class ModelSet:
+    """The models a demo offers, by name. Names are looked up, never turned into paths."""
+
+    def __init__(self, models: Mapping[str, Any]):
+        if not models:
+            raise ValueError("models: give at least one model")
+        self.models: dict[str, DemoModel] = {}
+        for name, m in models.items():
+            if not isinstance(name, str) or not name:
+                raise ValueError(f"models: names must be non-empty strings, got {name!r}")
+            if isinstance(m, DemoModel):
+                self.models[name] = m
+            elif callable(m) and not isinstance(m, torch.nn.Module) and not hasattr(m, "transformer"):
+                self.models[name] = DemoModel(loader=m)
+            else:
+                self.models[name] = DemoModel(pipeline=m)
+
+    @property
+    def names(self) -> list[str]:
+        return list(self.models)
+
+    def entry(self, name: Any) -> DemoModel:
+        if not isinstance(name, str) or name not in self.models:
+            raise DemoInputError(f"model: {_short(name)} is not one of this demo's models: {', '.join(self.models)}")
+        return self.models[name]
+
+    def pipeline(self, name: Any) -> Any:
+        return self.entry(name).get()
+
+
+def model_info(pipe: Any) -> dict[str, Any]:
+    """What the page needs to know about a pipeline: conditioning, classes, vocabulary, grid."""
+    t = pipe.transformer
+    class_conditional = bool(t.is_class_conditional)
+    names = pipe.class_names if class_conditional else None
+    n = int(t.config.num_classes) if class_conditional else 0
+    return {
+        "class_conditional": class_conditional,
+        "num_classes": n,
+        "class_choices": [(f"{i}: {names[i]}" if names else str(i), i) for i in range(n)],
+        "vocab_size": int(t.layout.vocab_size),
+        "grid": list(t.layout.grid),
+        "has_text_encoder": getattr(pipe, "text_encoder", None) is not None,
+    }
+
+
+def warm_up(pipe: Any, methods: list[str] | None = None) -> None:
+    """One small generation per method (default: all), so a request's first run pays no start-up costs."""
+    info = model_info(pipe)
+    if info["class_conditional"]:
+        condition: dict[str, Any] = {"class_labels": [0]}
+    elif info["has_text_encoder"]:
+        condition = {"prompt": ["warm-up"]}
+    else:
+        return
+    for method in methods or available_methods():
+        try:
+            pipe(**condition, generator=torch.Generator().manual_seed(0), output_type="latent", method=method)
+        except ValueError:  # a method this model cannot run (e.g. no draft model): the page will say so
+            continue
+
+
+# ----------------------------------------------------------------------------- method options
+@dataclass(frozen=True)
+class OptionSpec:
+    """A method option the page offers, derived from the method's dataclass field.
+
+    ``kind`` is ``int``, ``float``, ``bool``, ``choice`` or ``text``; ``choices`` lists the values the
+    method accepts (found by trying them on the method's own validation).
+    """
+
+    name: str
+    kind: str
+    default: Any
+    choices: tuple[str, ...] = ()
+
+
+def _string_choices(cls: type, name: str, default: str) -> tuple[str, ...]:
+    """Candidate values of a string option: module-level tuples of strings (in the method's module)
+    that contain its default, kept where the method's own ``__post_init__`` accepts them."""
+    module = sys.modules.get(cls.__module__)
+    candidates: list[str] = []
+    for value in vars(module).values() if module else ():
+        if (isinstance(value, tuple) and value and all(isinstance(v, str) for v in value) and default in value):
+            candidates += [v for v in value if v not in candidates]
+    accepted = []
+    for v in candidates:
+        try:
+            cls(**{name: v})
+        except (ValueError, TypeError):
+            continue
+        accepted.append(v)
+    return tuple(accepted)
+
+
+def method_option_specs(method: str) -> list[OptionSpec]:
+    """The options of ``method`` the demo can offer (plain ints, floats, bools, strings).
+
+    Options of other types (intervals, draft models…) keep their defaults in the demo.
+    """
+    cls = METHODS[method]
+    if not dataclasses.is_dataclass(cls):
+        return []
+    hints = typing.get_type_hints(cls)
+    specs = []
+    for f in dataclasses.fields(cls):
+        if not f.init or f.default is dataclasses.MISSING:
+            continue
+        hint = hints.get(f.name)
+        if hint is bool:
+            specs.append(OptionSpec(f.name, "bool", f.default))
+        elif hint is int:
+            specs.append(OptionSpec(f.name, "int", f.default))
+        elif hint is float:
+            specs.append(OptionSpec(f.name, "float", f.default))
+        elif hint is str:
+            choices = _string_choices(cls, f.name, f.default)
+            specs.append(OptionSpec(f.name, "choice" if choices else "text", f.default, choices))
+    return specs
+
+
+def all_option_specs(methods: list[str]) -> dict[str, OptionSpec]:
+    """One page widget per option name across ``methods`` (the first method's spec shapes it;
+    choices are the union, narrowed per method when the method changes)."""
+    out: dict[str, OptionSpec] = {}
+    for m in methods:
+        for spec in method_option_specs(m):
+            if spec.name not in out:
+                out[spec.name] = spec
+            elif spec.kind == "choice" == out[spec.name].kind:
+                merged = out[spec.name].choices + tuple(c for c in spec.choices if c not in out[spec.name].choices)
+                out[spec.name] = dataclasses.replace(out[spec.name], choices=merged)
+    return out
+
+
+# ----------------------------------------------------------------------------- validation
+def _short(value: Any, n: int = 40) -> str:
+    text = repr(value)
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+def _number(name: str, value: Any, lo: float, hi: float, *, integer: bool = False, lo_open: bool = False) -> Any:
+    """A finite number in range (``[lo, hi]``, or ``(lo, hi]`` with ``lo_open``); ints stay ints."""
+    span = f"{'(' if lo_open else '['}{lo:g}, {hi:g}]"
+    what = "an integer" if integer else "a number"
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise DemoInputError(f"{name} must be {what} in {span}, got {_short(value)}")
+    if not math.isfinite(value):
+        raise DemoInputError(f"{name} must be {what} in {span}, got {value}")
+    if integer and not float(value).is_integer():
+        raise DemoInputError(f"{name} must be {what} in {span}, got {value}")
+    if value < lo or value > hi or (lo_open and value == lo):
+        raise DemoInputError(f"{name} must be {what} in {span}, got {value:g}")
+    return int(value) if integer else float(value)
+
+
+@dataclass(frozen=True)
+class DemoRequest:
+    """A validated request: every field within :class:`DemoLimits` and the model's own ranges."""
+
+    model: str
+    class_label: int | None
+    prompt: str | None
+    method: str
+    options: tuple[tuple[str, Any], ...]
+    seed: int
+    num_images: int
+    guidance_scale: float
+    top_k: int
+    top_p: float
+    temperature: float
+    live_preview: bool
+
+    def condition_kwargs(self) -> dict[str, Any]:
+        return {"class_labels": [self.class_label]} if self.prompt is None else {"prompt": [self.prompt]}
+
+    def sampling_kwargs(self) -> dict[str, Any]:
+        return {"guidance_scale": self.guidance_scale, "top_k": self.top_k, "top_p": self.top_p,
+                "temperature": self.temperature}
+
+
+def validate_options(method: str, values: Mapping[str, Any], limits: DemoLimits) -> dict[str, Any]:
+    """The options of ``method`` from ``values`` (widget values by option name; missing = default)."""
+    out: dict[str, Any] = {}
+    for spec in method_option_specs(method):
+        value = values.get(spec.name)
+        if value is None or (spec.kind in ("int", "float") and value == ""):
+            continue  # the method's default
+        label = f"{method} option {spec.name}"
+        if spec.kind == "bool":
+            if not isinstance(value, bool):
+                raise DemoInputError(f"{label} must be true or false, got {_short(value)}")
+        elif spec.kind == "int":
+            lo, hi = limits.window if spec.name == "window" else limits.int_option
+            value = _number(label, value, lo, hi, integer=True)
+        elif spec.kind == "float":
+            value = _number(label, value, *limits.float_option)
+        elif spec.kind == "choice":
+            if value not in spec.choices:
+                raise DemoInputError(f"{label} must be one of {', '.join(spec.choices)}; got {_short(value)}")
+        else:
+            if not isinstance(value, str) or len(value) > limits.text_option_chars or not value.isprintable():
+                raise DemoInputError(f"{label} must be printable text of at most {limits.text_option_chars} "
+                                     f"characters, got {_short(value)}")
+        out[spec.name] = value
+    try:
+        METHODS[method](**out)  # the method's own validation (cross-option rules)
+    except (ValueError, TypeError) as err:
+        raise DemoInputError(f"{method} options: {err}") from None
+    return out
+
+
+def validate_request(models: ModelSet, limits: DemoLimits, *, model: Any, class_label: Any, prompt: Any,
+                     method: Any, seed: Any, num_images: Any, guidance_scale: Any, top_k: Any, top_p: Any,
+                     temperature: Any, live_preview: Any, options: Mapping[str, Any]) -> DemoRequest:
+    """Check every input of a request; :class:`DemoInputError` names the input and its allowed range."""
+    entry = models.entry(model)
+    info = model_info(entry.get())
+    label: int | None = None
+    text: str | None = None
+    if info["class_conditional"]:
+        label = _class_label(class_label, entry.get(), info)
+    else:
+        if not info["has_text_encoder"]:
+            raise DemoInputError(f"model {model!r} is text-conditional but ships no text encoder; it cannot take prompts")
+        if not isinstance(prompt, str) or not prompt.strip():
+            raise DemoInputError(f"prompt: model {model!r} is text-conditional; write a prompt "
+                                 f"(1..{limits.prompt_chars} characters)")
+        text = prompt.strip()
+        if len(text) > limits.prompt_chars:
+            raise DemoInputError(f"prompt must be at most {limits.prompt_chars} characters, got {len(text)}")
+        if any(unicodedata.category(c)[0] == "C" for c in text):
+            raise DemoInputError("prompt must not contain control characters")
+    if not isinstance(method, str) or method not in METHODS:
+        raise DemoInputError(f"method: {_short(method)} is not available; choose one of {', '.join(available_methods())}")
+    if not isinstance(options, Mapping):
+        raise DemoInputError("method options must be a mapping of option name to value")
+    opts = validate_options(method, options, limits)
+    if not isinstance(live_preview, bool):
+        raise DemoInputError(f"live_preview must be true or false, got {_short(live_preview)}")
+    return DemoRequest(
+        model=model, class_label=label, prompt=text, method=method, options=tuple(sorted(opts.items())),
+        seed=_number("seed", seed, 0, limits.seed_max, integer=True),
+        num_images=_number("num_images", num_images, 1, limits.max_images, integer=True),
+        guidance_scale=_number("guidance_scale", guidance_scale, *limits.guidance_scale),
+        top_k=_number("top_k (0 = off)", top_k, 0, min(limits.top_k_max, info["vocab_size"]), integer=True),
+        top_p=_number("top_p", top_p, 0.0, limits.top_p_max, lo_open=True),
+        temperature=_number("temperature (0 = greedy)", temperature, *limits.temperature),
+        live_preview=live_preview,
+    )
+
+
+def _class_label(value: Any, pipe: Any, info: Mapping[str, Any]) -> int:
+    n = info["num_classes"]
+    names = pipe.class_names or []
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value.strip())
+    if isinstance(value, str):
+        head = value.split(":", 1)[0].strip()  # "3: dog" as shown in the dropdown
+        if head.isdigit():
+            value = int(head)
+        elif value in names:
+            return names.index(value)
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < n:
+        return value
+    known = f" or a class name ({', '.join(names[:8])}{'…' if len(names) > 8 else ''})" if names else ""
+    raise DemoInputError(f"class_label must be a class id in [0, {n - 1}]{known}; got {_short(value)}")
+
+
+# ----------------------------------------------------------------------------- images
+def tile_images(images: list[PIL.Image.Image], display_size: int) -> PIL.Image.Image:
+    """Images side by side (two columns when more than two), scaled up by an integer factor so the
+    sheet's long side is at least about ``display_size`` pixels (nearest neighbour: token cells stay crisp)."""
+    cols = len(images) if len(images) <= 2 else 2
+    rows = math.ceil(len(images) / cols)
+    w, h = images[0].size
+    factor = max(1, math.ceil(display_size / (max(cols, rows) * max(w, h, 1))))
+    gap = 4
+    sheet = PIL.Image.new("RGB", (cols * w * factor + (cols - 1) * gap, rows * h * factor + (rows - 1) * gap), "white")
+    for k, im in enumerate(images):
+        r, c = divmod(k, cols)
+        sheet.paste(im.convert("RGB").resize((w * factor, h * factor), PIL.Image.NEAREST),
+                    (c * (w * factor + gap), r * (h * factor + gap)))
+    return sheet
+
+
+def render_partial(pipe: Any, tokens: torch.Tensor, known: torch.Tensor) -> list[PIL.Image.Image] | None:
+    """Decode a partially committed token grid ``tokens [B, N]`` / ``known [B, N]`` with the VQ decoder;
+    cells not committed yet are grey. ``None`` when the layout is not a plain ``h × w`` grid."""
+    grid = tuple(pipe.transformer.layout.grid)
+    B, N = tokens.shape
+    if len(grid) != 2 or grid[0] * grid[1] != N:
+        return None
+    h, w = grid
+    filled = torch.where(known, tokens, torch.zeros_like(tokens)).view(B, h, w)
+    images = pipe.decode_tokens(filled, "pt")  # [B, 3, H, W] in [0, 1]
+    mask = torch.nn.functional.interpolate(known.view(B, 1, h, w).float().cpu(), size=images.shape[-2:],
+                                           mode="nearest")
+    images = images * mask + PREVIEW_GREY * (1 - mask)
+    array = (images.permute(0, 2, 3, 1).numpy() * 255).round().astype("uint8")
+    return [PIL.Image.fromarray(a) for a in array]
+
+
+def placeholder(display_size: int, text: str = "") -> PIL.Image.Image:
+    del text
+    return PIL.Image.new("RGB", (display_size, display_size), (236, 236, 236))
+
+
+# ----------------------------------------------------------------------------- runs
+@dataclass
+class Progress:
+    """A streaming update from one side: tokens committed so far, and a preview when rendered."""
+
+    side: str
+    committed: int
+    total: int
+    image: PIL.Image.Image | None = None
+
+
+@dataclass
+class RunResult:
+    """One side's finished run."""
+
+    side: str
+    method: str
+    options: dict[str, Any]
+    images: list[PIL.Image.Image]
+    tokens: torch.Tensor
+    stats: Any  # arvis.engine.BatchStats
+    preview_s: float
+    previews: int
+
+    @property
+    def decode_latency_s(self) -> float:
+        """The pipeline's ``stats.latency_s`` minus the preview rendering measured inside the callback."""
+        return max(self.stats.latency_s - self.preview_s, 1e-9)
+
+
+def stream_run(pipe: Any, request: DemoRequest, side: str, method: str, options: Mapping[str, Any],
+               limits: DemoLimits, cancel: threading.Event) -> Iterator[Progress | RunResult]:
+    """Run one side in a worker thread; yield :class:`Progress` while it decodes, then its :class:`RunResult`.
+
+    Closing the iterator early (client gone) sets ``cancel``: the next decode callback raises
+    :class:`RunCancelled` and the worker ends.
+    """
+    from arvis.utils.random import make_generators
+
+    out: queue.Queue = queue.Queue()
+    total = request.num_images * int(pipe.transformer.layout.num_tokens)
+    spent = {"preview_s": 0.0, "previews": 0, "last": 0.0}
+
+    def callback(_pipe: Any, _forward: int, committed: torch.Tensor, data: Mapping[str, torch.Tensor]) -> None:
+        if cancel.is_set():
+            raise RunCancelled()
+        now = time.perf_counter()
+        if now - spent["last"] < limits.preview_interval_s:
+            return
+        image = None
+        if request.live_preview:
+            parts = render_partial(pipe, data["tokens"], data["known"])
+            image = tile_images(parts, limits.display_size) if parts else None
+            spent["previews"] += 1
+        out.put(Progress(side, int(committed.sum()), total, image))
+        end = time.perf_counter()
+        if request.live_preview:
+            spent["preview_s"] += end - now
+        spent["last"] = end
+
+    def work() -> None:
+        try:
+            generators = make_generators([request.seed + i for i in range(request.num_images)])
+            result = pipe(**request.condition_kwargs(), num_images_per_prompt=request.num_images,
+                          generator=generators, **request.sampling_kwargs(), output_type="pil",
+                          callback_on_step_end=callback, method=method, **dict(options))
+            out.put(RunResult(side, method, dict(options), list(result.images), result.tokens, result.stats,
+                              spent["preview_s"], spent["previews"]))
+        except BaseException as err:  # handed to the consumer, which re-raises it in the request's thread
+            out.put(err)
+
+    worker = threading.Thread(target=work, name=f"arvis-demo-{side}", daemon=True)
+    worker.start()
+    finished = False
+    try:
+        while True:
+            item = out.get()
+            if isinstance(item, BaseException):
+                finished = True
+                raise item
+            if isinstance(item, RunResult):
+                finished = True
+            yield item
+            if finished:
+                return
+    finally:
+        if not finished:  # abandoned mid-run: stop the decode at its next callback
+            cancel.set()
+        worker.join(timeout=60)
+
+
+def side_by_side(models: ModelSet, request: DemoRequest, limits: DemoLimits,
+                 cancel: threading.Event | None = None) -> Iterator[Progress | RunResult]:
+    """Plain AR, then the chosen method, on the same seed: yields both sides' progress and results."""
+    cancel = cancel or threading.Event()
+    pipe = models.pipeline(request.model)
+    yield from stream_run(pipe, request, "ar", "ar", {}, limits, cancel)
+    yield from stream_run(pipe, request, "method", request.method, dict(request.options), limits, cancel)
+
+
+# ----------------------------------------------------------------------------- statistics
+def spec_label(method: str, options: Mapping[str, Any]) -> str:
+    """``sjd window=16`` — the method and the options that differ from its defaults."""
+    defaults = {s.name: s.default for s in method_option_specs(method)}
+    changed = [f"{k}={v}" for k, v in sorted(options.items()) if defaults.get(k, object()) != v]
+    return " ".join([method, *changed])
+
+
+def _side_record(run: RunResult) -> dict[str, Any]:
+    s = run.stats.summary()
+    return {
+        "method": run.method,
+        "options": run.options,
+        "label": spec_label(run.method, run.options),
+        "lossless": bool(getattr(METHODS[run.method], "lossless", False)),
+        "images": s["samples"],
+        "tokens_per_image": s["tokens"],
+        "target_forwards_per_image": s["target_forwards"],
+        "batch_target_forwards": s["batch_target_forwards"],
+        "draft_forwards_per_image": s["draft_forwards"],
+        "step_compression": s["step_compression"],
+        "mean_accepted_per_forward": s["accepted_per_forward"],
+        "pipeline_latency_s": run.stats.latency_s,
+        "preview_s": run.preview_s,
+        "previews": run.previews,
+        "decode_latency_s": run.decode_latency_s,
+        "peak_memory_mb": s["peak_memory_mb"],
+    }
+
+
+def comparison(request: DemoRequest, ar: RunResult, other: RunResult, untrained: bool) -> dict[str, Any]:
+    """The statistics of a side-by-side request as plain JSON-able data."""
+    a, m = _side_record(ar), _side_record(other)
+    return {
+        "model": request.model,
+        "untrained_model": untrained,
+        "condition": {"class_label": request.class_label} if request.prompt is None else {"prompt": request.prompt},
+        "seed": request.seed,
+        "num_images": request.num_images,
+        "sampling": request.sampling_kwargs(),
+        "live_preview": request.live_preview,
+        "ar": a,
+        "method": m,
+        "speedup": a["decode_latency_s"] / m["decode_latency_s"],
+        "forward_reduction": a["batch_target_forwards"] / max(m["batch_target_forwards"], 1),
+        "tokens_identical_to_ar": bool(torch.equal(ar.tokens, other.tokens)),
+        "timing": ("one run each, AR first, on this machine; latency = the pipeline's stats.latency_s minus "
+                   "the preview rendering measured inside the callback"
+                   + ("" if request.live_preview else " (live preview off: nothing to subtract)")),
+    }
+
+
+def stats_markdown(stats: Mapping[str, Any]) -> str:
+    """A two-column Markdown table (plain AR | method) of the headline figures."""
+    a, m = stats["ar"], stats["method"]
+    rows = [
+        ("target forwards / image", f"{a['target_forwards_per_image']:.0f}", f"{m['target_forwards_per_image']:.1f}"),
+        ("batch forwards", f"{a['batch_target_forwards']}", f"{m['batch_target_forwards']}"),
+        ("step compression", f"{a['step_compression']:.2f}×", f"**{m['step_compression']:.2f}×**"),
+        ("mean tokens / forward", f"{a['mean_accepted_per_forward']:.2f}", f"{m['mean_accepted_per_forward']:.2f}"),
+        ("latency (decode)", f"{a['decode_latency_s']:.3f} s", f"{m['decode_latency_s']:.3f} s"),
+        ("speedup (latency)", "1.00×", f"**{stats['speedup']:.2f}×**"),
+    ]
+    if stats["live_preview"]:
+        rows.append(("preview rendering (excluded)", f"{a['preview_s']:.3f} s", f"{m['preview_s']:.3f} s"))
+    lossless = "lossless" if m["lossless"] else "**lossy**"
+    same = "yes" if stats["tokens_identical_to_ar"] else "no"
+    lines = [f"| | plain AR | {m['label']} ({lossless}) |", "|---|---:|---:|"]
+    lines += [f"| {name} | {x} | {y} |" for name, x, y in rows]
+    lines.append(f"| tokens identical to AR | | {same} |")
+    note = ("Lossless methods sample the same distribution as AR; they reproduce AR's exact tokens only with "
+            "Gumbel coupling. " if m["lossless"] else "")
+    lines += ["", f"<small>{note}Timing: {stats['timing']}. For medians over repeats run `arvis bench`.</small>"]
+    if stats["untrained_model"]:
+        lines.insert(0, "**Untrained model (random weights): the images are noise; only the statistics mean anything.**\n")
+    return "\n".join(lines)
+
+
+_PLOT_LOCK = threading.Lock()  # matplotlib's pyplot is not thread-safe
+
+
+def stats_plots(ar: RunResult, other: RunResult, grid: list[int]) -> tuple[PIL.Image.Image, PIL.Image.Image]:
+    """The accepted-per-forward histogram and the decode-order heat map (sample 0), from
+    :mod:`arvis.eval.plots`, rendered into temporary files whose names the demo chooses."""
+    from arvis.eval.bench import summarize
+    from arvis.eval.plots import plot_accepted_histogram, plot_decode_order
+
+    records = []
+    for run, label in ((ar, "plain AR"), (other, spec_label(other.method, other.options))):
+        records.append({"spec": label, "grid": grid, **summarize(run.stats.samples)})
+    with _PLOT_LOCK, tempfile.TemporaryDirectory(prefix="arvis-demo-") as tmp:
+        images = []
+        for fn, name in ((plot_accepted_histogram, "histogram.png"), (plot_decode_order, "decode_order.png")):
+            path = fn(records, Path(tmp) / name)
+            with PIL.Image.open(path) as im:
+                images.append(im.convert("RGB"))
+    return images[0], images[1]
