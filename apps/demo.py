@@ -140,7 +140,8 @@ def build_demo(models: Mapping[str, Any] | ModelSet, limits: DemoLimits | None =
     with gr.Blocks(title=title, analytics_enabled=False, delete_cache=(1800, 3600)) as demo:
         gr.Markdown(f"## {title}\nPlain autoregressive decoding (one token per forward) and a parallel method, "
                     "on the same model and seed. Grey cells: tokens not committed yet.")
-        banner = gr.Markdown(UNTRAINED_BANNER, visible=model_set.entry(first).untrained, elem_classes="arvis-banner")
+        banner = gr.Markdown(UNTRAINED_BANNER, visible=model_set.entry(first).untrained, elem_classes="arvis-banner",
+                             elem_id="arvis-banner")
         with gr.Row():
             with gr.Column(scale=1, min_width=280):
                 model = gr.Dropdown(choices=model_set.names, value=first, label="model", allow_custom_value=True)
@@ -172,20 +173,21 @@ def build_demo(models: Mapping[str, Any] | ModelSet, limits: DemoLimits | None =
                                             precision=None)
                 live_preview = gr.Checkbox(value=True, label="live preview (its rendering time is measured and "
                                                              "excluded from the latency)")
-                run = gr.Button("Generate", variant="primary")
+                run = gr.Button("Generate", variant="primary", elem_id="arvis-generate")
             with gr.Column(scale=2):
-                status = gr.Markdown("Ready.", label="status")
+                status = gr.Markdown("Ready.", label="status", elem_id="arvis-status")
                 with gr.Row():
                     ar_image = gr.Image(label="plain AR", type="pil", format="png", interactive=False, height=300,
-                                        value=placeholder(limits.display_size))
-                    method_image = gr.Image(label="parallel method", type="pil", format="png",
-                                            interactive=False, height=300, value=placeholder(limits.display_size))
-                stats_md = gr.Markdown(label="statistics", elem_classes="arvis-stats")
+                                        elem_id="arvis-ar-image", value=placeholder(limits.display_size))
+                    method_image = gr.Image(label="parallel method", type="pil", format="png", interactive=False,
+                                            height=300, elem_id="arvis-method-image",
+                                            value=placeholder(limits.display_size))
+                stats_md = gr.Markdown(label="statistics", elem_classes="arvis-stats", elem_id="arvis-stats")
                 with gr.Row():
                     histogram = gr.Image(label="accepted per forward", type="pil", format="png", interactive=False,
-                                         height=260)
+                                         height=260, elem_id="arvis-histogram")
                     decode_order = gr.Image(label="decode order (sample 0)", type="pil", format="png",
-                                            interactive=False, height=260)
+                                            interactive=False, height=260, elem_id="arvis-decode-order")
                 with gr.Accordion("raw statistics (JSON)", open=False):
                     stats_json = gr.JSON(label="statistics_json")
 

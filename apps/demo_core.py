@@ -628,7 +628,8 @@ def stats_markdown(stats: Mapping[str, Any]) -> str:
     lines += [f"| {name} | {x} | {y} |" for name, x, y in rows]
     lines.append(f"| tokens identical to AR | | {same} |")
     note = ("Lossless methods sample the same distribution as AR; they reproduce AR's exact tokens only with "
-            "Gumbel coupling. " if m["lossless"] else "")
+            "Gumbel coupling. " if m["lossless"] else
+            "Lossy method: its images follow a different distribution from the model's (FID measures the cost). ")
     lines += ["", f"<small>{note}Timing: {stats['timing']}. For medians over repeats run `arvis bench`.</small>"]
     if stats["untrained_model"]:
         lines.insert(0, "**Untrained model (random weights): the images are noise; only the statistics mean anything.**\n")

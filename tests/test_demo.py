@@ -42,6 +42,7 @@ from apps.demo_core import (  # noqa: E402
     method_option_specs,
     validate_request,
 )
+from arvis.methods import available_methods  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -92,9 +93,28 @@ def _client(url):
     return gradio_client.Client(url, verbose=False, download_files=True)
 
 
+class PromptEncoder:
+    """A stand-in text encoder: caption features from the prompt's characters (deterministic)."""
+
+    def encode(self, prompts, length):
+        feats = torch.zeros(len(prompts), length, 12)
+        for i, p in enumerate(prompts):
+            codes = torch.tensor([ord(c) % 97 for c in p[:length]], dtype=torch.float32) / 97
+            feats[i, length - len(codes):, 0] = codes
+        return feats, torch.ones(len(prompts), length, dtype=torch.bool)
+
+
+def small_t2i_pipeline():
+    from tests.conftest import tiny_llamagen
+
+    pipe = small_pipeline()
+    return type(pipe)(tiny_llamagen("t2i", grid=8, vocab=64), pipe.vqvae, text_encoder=PromptEncoder())
+
+
 @pytest.fixture(scope="module")
 def models():
-    return {"small": DemoModel(pipeline=small_pipeline(), untrained=True, description="test model")}
+    return {"small": DemoModel(pipeline=small_pipeline(), untrained=True, description="test model"),
+            "small-t2i": DemoModel(loader=small_t2i_pipeline, untrained=True)}
 
 
 @pytest.fixture(scope="module")
@@ -103,6 +123,12 @@ def server(models):
     url = _serve(demo)
     yield demo, url
     demo.close()
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    """One client for the tests that make one request at a time (tests of concurrency make their own)."""
+    return _client(server[1])
 
 
 def call(client, **kwargs):
@@ -149,9 +175,9 @@ def test_valid_request_passes(model_set):
     ({"seed": True}, "seed must be an integer"),
     ({"class_label": 4}, "class_label must be a class id in [0, 3] or a class name"),
     ({"class_label": "../etc/passwd"}, "class_label must be a class id in [0, 3]"),
-    ({"model": "../../../etc/passwd"}, "model: '../../../etc/passwd' is not one of this demo's models: small"),
+    ({"model": "../../../etc/passwd"}, "model: '../../../etc/passwd' is not one of this demo's models: small, "),
     ({"model": "/work/main/arvis/weights/llamagen-c2i-photos"}, "is not one of this demo's models"),
-    ({"method": "lookahead"}, "method: 'lookahead' is not available; choose one of ar, mc-sjd, sjd"),
+    ({"method": "lookahead"}, "method: 'lookahead' is not available; choose one of " + ", ".join(available_methods())),
     ({"live_preview": "yes"}, "live_preview must be true or false"),
 ])
 def test_invalid_inputs_are_refused_with_a_clear_message(model_set, kwargs, message):
@@ -161,16 +187,7 @@ def test_invalid_inputs_are_refused_with_a_clear_message(model_set, kwargs, mess
 
 
 def test_prompt_limits_on_a_text_model():
-    class Encoder:
-        def encode(self, prompts, length):
-            return torch.zeros(len(prompts), length, 12), torch.ones(len(prompts), length, dtype=torch.bool)
-
-    from tests.conftest import tiny_llamagen
-
-    pipe = small_pipeline()
-    t2i = tiny_llamagen("t2i", grid=8, vocab=64)
-    t2i_pipe = type(pipe)(t2i, pipe.vqvae, text_encoder=Encoder())
-    models = ModelSet({"t2i": t2i_pipe})
+    models = ModelSet({"t2i": small_t2i_pipeline})  # a loader: built on first use
     base = dict(model="t2i", class_label=None, method="ar", seed=0, num_images=1, guidance_scale=1.0, top_k=0,
                 top_p=1.0, temperature=1.0, live_preview=False, options={})
     assert validate_request(models, DemoLimits(), prompt="  a red house  ", **base).prompt == "a red house"
@@ -225,9 +242,7 @@ def test_nothing_under_arvis_imports_gradio_at_module_level():
 
 
 # ----------------------------------------------------------------------------- end to end
-def test_generation_returns_both_images_and_the_statistics(server):
-    demo, url = server
-    client = _client(url)
+def test_generation_returns_both_images_and_the_statistics(client):
     assert list(client.view_api(print_info=False, return_format="dict")["named_endpoints"]) == ["/generate"]
     ar_path, method_path, status, table, stats, hist_path, order_path = call(
         client, method="mc-sjd", opt_window=8, opt_coupling="gumbel", num_images=2, seed=7)
@@ -253,9 +268,40 @@ def test_generation_returns_both_images_and_the_statistics(server):
     assert stats["tokens_identical_to_ar"] is True
 
 
-def test_previews_stream_while_tokens_commit(server):
-    _, url = server
-    client = _client(url)
+def test_a_text_conditional_model_takes_a_prompt(client):
+    out = call(client, model="small-t2i", class_label=None, prompt="a red house by the sea", method="sjd",
+               guidance_scale=1.0)
+    assert out[4]["condition"] == {"prompt": "a red house by the sea"} and out[4]["model"] == "small-t2i"
+    assert os.path.isfile(out[0]) and os.path.isfile(out[1])
+    with pytest.raises(gradio_client.exceptions.AppError, match="prompt must be at most 200 characters"):
+        call(client, model="small-t2i", prompt="x" * 300)
+
+
+def test_an_abandoned_request_stops_its_decode(models):
+    """Closing the stream (client gone) stops the worker at its next callback; nothing keeps running."""
+    from apps.demo_core import Progress, side_by_side
+
+    class Slow(GatedPipeline):
+        def __call__(self, *args, callback_on_step_end=None, **kwargs):
+            def slow(*a):
+                time.sleep(0.02)
+                return callback_on_step_end(*a)
+
+            return self._pipe(*args, callback_on_step_end=slow, **kwargs)
+
+    model_set = ModelSet({"slow": Slow(small_pipeline())})
+    request = validate_request(model_set, DemoLimits(), model="slow", class_label=0, prompt=None, method="ar", seed=0,
+                               num_images=1, guidance_scale=4.0, top_k=0, top_p=1.0, temperature=1.0,
+                               live_preview=False, options={})
+    stream = side_by_side(model_set, request, DemoLimits(preview_interval_s=0.01))
+    assert isinstance(next(stream), Progress)
+    t0 = time.perf_counter()
+    stream.close()
+    assert time.perf_counter() - t0 < 5
+    assert not [t for t in threading.enumerate() if t.name.startswith("arvis-demo-")]
+
+
+def test_previews_stream_while_tokens_commit(client):
     job = client.submit(model="small", class_label=0, method="sjd", seed=1, num_images=1, live_preview=True,
                         opt_window=4, api_name="/generate")
     final = job.result(timeout=120)
@@ -271,6 +317,23 @@ def test_previews_stream_while_tokens_commit(server):
     assert 0 < final[4]["ar"]["decode_latency_s"] < final[4]["ar"]["pipeline_latency_s"]
 
 
+@pytest.mark.parametrize("method", available_methods())
+def test_every_registered_method_is_offered_and_runs(server, client, method):
+    _, url = server
+    config = httpx.get(url + "config", timeout=30).json()
+    dropdowns = [c["props"] for c in config["components"] if c["props"].get("label") == "method"]
+    assert [v for _, v in dropdowns[0]["choices"]] == available_methods()
+    try:
+        out = call(client, method=method, seed=3)
+    except gradio_client.exceptions.AppError as err:
+        if "draft" in str(err):
+            pytest.skip(f"{method} needs a draft model, which the test pipeline lacks: {err}")
+        raise
+    assert out[4]["method"]["method"] == method and out[4]["ar"]["tokens_per_image"] == 64
+    lossless = out[4]["method"]["lossless"]
+    assert ("(lossless)" if lossless else "(**lossy**)") in out[3]
+
+
 @pytest.mark.parametrize(("kwargs", "message"), [
     ({"opt_window": 65}, "sjd option window must be an integer in [1, 64], got 65"),
     ({"num_images": 9}, "num_images must be an integer in [1, 4], got 9"),
@@ -279,10 +342,9 @@ def test_previews_stream_while_tokens_commit(server):
     ({"model": "../../etc/passwd"}, "is not one of this demo's models"),
     ({"method": "nope"}, "method: 'nope' is not available"),
 ])
-def test_bad_inputs_through_the_api_get_clear_errors(server, kwargs, message):
-    _, url = server
+def test_bad_inputs_through_the_api_get_clear_errors(client, kwargs, message):
     with pytest.raises(gradio_client.exceptions.AppError) as info:
-        call(_client(url), **kwargs)
+        call(client, **kwargs)
     assert message in str(info.value)
 
 
@@ -340,15 +402,16 @@ def test_requests_beyond_the_queue_get_queue_full_not_a_crash():
     demo = build_demo({"small": DemoModel(pipeline=gated)}, DemoLimits(concurrency_limit=1, max_queue=2))
     url = _serve(demo)
     try:
-        jobs = [_client(url).submit(model="small", class_label=0, method="ar", seed=0, api_name="/generate")]
+        client = _client(url)
+        jobs = [client.submit(model="small", class_label=0, method="ar", seed=0, api_name="/generate")]
         assert gated.entered.wait(timeout=60)  # the first request holds the only running slot
-        jobs += [_client(url).submit(model="small", class_label=0, method="ar", seed=s, api_name="/generate")
+        jobs += [client.submit(model="small", class_label=0, method="ar", seed=s, api_name="/generate")
                  for s in (1, 2)]
         deadline = time.monotonic() + 30
         while len(demo._queue) < 2 and time.monotonic() < deadline:  # both are waiting in the queue
             time.sleep(0.05)
         assert len(demo._queue) == 2
-        overflow = [_client(url).submit(model="small", class_label=0, method="ar", seed=s, api_name="/generate")
+        overflow = [client.submit(model="small", class_label=0, method="ar", seed=s, api_name="/generate")
                     for s in (3, 4)]
         for job in overflow:
             with pytest.raises(Exception, match="(?i)queue is full"):
@@ -357,7 +420,7 @@ def test_requests_beyond_the_queue_get_queue_full_not_a_crash():
         results = [job.result(timeout=120) for job in jobs]
         assert [r[4]["seed"] for r in results] == [0, 1, 2]
         # Still serving after the overflow.
-        assert call(_client(url), method="ar", seed=5)[4]["seed"] == 5
+        assert call(client, method="ar", seed=5)[4]["seed"] == 5
     finally:
         gated.gate.set()
         demo.close()
