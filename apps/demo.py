@@ -21,7 +21,8 @@ no extra paths are served.
 The API (``gradio_client``): endpoint ``/generate`` with parameters ``model, class_label, prompt,
 method, seed, num_images, guidance_scale, top_k, top_p, temperature, live_preview`` and one
 ``opt_<name>`` per method option (``opt_window``, ``opt_init``, ``opt_coupling``…; ``None`` = the
-method's default). It returns ``(ar_image, method_image, status, stats_markdown, stats_json,
+chosen method's default; options the chosen method does not have are ignored, since the page sends
+every option widget). It returns ``(ar_image, method_image, status, stats_markdown, stats_json,
 histogram_image, decode_order_image)``.
 """
 

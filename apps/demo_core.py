@@ -65,7 +65,7 @@ class DemoLimits:
         temperature: allowed temperature range (0 = greedy).
         top_p_max: ``top_p`` must lie in ``(0, top_p_max]``.
         top_k_max: largest ``top_k`` (0 = off); also capped by the model's vocabulary.
-        seed_max: seeds are ``0..seed_max`` (image ``i`` uses ``seed + i``, so the cap leaves room).
+        seed_max: seeds are ``0..seed_max`` (image ``i`` of a request uses ``seed + i``).
         prompt_chars: longest prompt (text-conditional models).
         concurrency_limit: requests decoded at the same time (1 keeps the timings meaningful on a CPU).
         max_queue: requests waiting beyond those running; more get Gradio's "queue full" error.
@@ -82,7 +82,7 @@ class DemoLimits:
     temperature: tuple[float, float] = (0.0, 5.0)
     top_p_max: float = 1.0
     top_k_max: int = 100_000
-    seed_max: int = 2**31 - 1 - 64
+    seed_max: int = 2**31 - 1
     prompt_chars: int = 200
     concurrency_limit: int = 1
     max_queue: int = 16
@@ -104,8 +104,8 @@ class DemoLimits:
             raise ValueError(f"DemoLimits.window must start at >= 1, got {self.window}")
         if not 0 < self.top_p_max <= 1:
             raise ValueError(f"DemoLimits.top_p_max must be in (0, 1], got {self.top_p_max}")
-        if not 0 <= self.seed_max <= 2**31 - 1 - self.max_images:
-            raise ValueError(f"DemoLimits.seed_max must be in [0, 2**31 - 1 - max_images], got {self.seed_max}")
+        if not 0 <= self.seed_max < 2**63 - self.max_images:
+            raise ValueError(f"DemoLimits.seed_max must be in [0, 2**63 - max_images), got {self.seed_max}")
         if self.preview_interval_s <= 0:
             raise ValueError(f"DemoLimits.preview_interval_s must be > 0, got {self.preview_interval_s}")
 
@@ -288,9 +288,13 @@ def _short(value: Any, n: int = 40) -> str:
     return text if len(text) <= n else text[: n - 1] + "…"
 
 
+def _fmt(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() and abs(x) < 1e18 else f"{x:g}"
+
+
 def _number(name: str, value: Any, lo: float, hi: float, *, integer: bool = False, lo_open: bool = False) -> Any:
     """A finite number in range (``[lo, hi]``, or ``(lo, hi]`` with ``lo_open``); ints stay ints."""
-    span = f"{'(' if lo_open else '['}{lo:g}, {hi:g}]"
+    span = f"{'(' if lo_open else '['}{_fmt(lo)}, {_fmt(hi)}]"
     what = "an integer" if integer else "a number"
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise DemoInputError(f"{name} must be {what} in {span}, got {_short(value)}")
@@ -299,7 +303,7 @@ def _number(name: str, value: Any, lo: float, hi: float, *, integer: bool = Fals
     if integer and not float(value).is_integer():
         raise DemoInputError(f"{name} must be {what} in {span}, got {value}")
     if value < lo or value > hi or (lo_open and value == lo):
-        raise DemoInputError(f"{name} must be {what} in {span}, got {value:g}")
+        raise DemoInputError(f"{name} must be {what} in {span}, got {_fmt(value)}")
     return int(value) if integer else float(value)
 
 
@@ -402,14 +406,12 @@ def validate_request(models: ModelSet, limits: DemoLimits, *, model: Any, class_
 def _class_label(value: Any, pipe: Any, info: Mapping[str, Any]) -> int:
     n = info["num_classes"]
     names = pipe.class_names or []
-    if isinstance(value, str) and value.strip().isdigit():
-        value = int(value.strip())
     if isinstance(value, str):
-        head = value.split(":", 1)[0].strip()  # "3: dog" as shown in the dropdown
-        if head.isdigit():
-            value = int(head)
-        elif value in names:
+        head = value.split(":", 1)[0].strip()  # "3" or "3: dog" as shown in the dropdown
+        if value in names:
             return names.index(value)
+        if head.isascii() and head.isdecimal() and len(head) <= 12:
+            value = int(head)
     if isinstance(value, float) and value.is_integer():
         value = int(value)
     if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < n:

@@ -142,7 +142,7 @@ def run_demo(args: argparse.Namespace) -> int:
     from apps.demo_core import DemoLimits, warm_up
 
     limits = DemoLimits(max_images=args.max_images, window=(1, args.max_window), concurrency_limit=args.concurrency,
-                        max_queue=args.max_queue, seed_max=2**31 - 1 - args.max_images)
+                        max_queue=args.max_queue)
     torch.set_num_threads(args.threads)
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[args.dtype]
     models = load_models(args.model or default_models(), dtype, args.device)
