@@ -73,7 +73,7 @@ def load_pipeline(model: str | None, dtype, device: str):
         pipe = tiny_random_pipeline().to(device)
         return (pipe if dtype == torch.float32 else pipe.to(dtype=dtype)), {"guidance_scale": 4.0}, TINY_RANDOM
     path = resolve_model(model)
-    pipe = LlamaGenPipeline.from_pretrained(str(path), torch_dtype=dtype).to(device)
+    pipe = LlamaGenPipeline.from_pretrained(str(path), dtype=dtype).to(device)
     defaults_file = path / "sampling_defaults.json"
     defaults = json.loads(defaults_file.read_text()) if defaults_file.is_file() else {}
     return pipe, defaults, path

@@ -135,6 +135,12 @@ CASES += [
     ("mc-sjd", {"window": 2, "batch_mode": "lockstep"}, NO_CFG),
     ("sjd", {"window": 3, "batch_mode": "lockstep", "init": "repeat_vertical"}, CFG_TOPK),
     ("mc-sjd", {"window": 3, "jacobi_interval": (2, 5), "init": "neighbour_distribution"}, CFG),
+    # Staircase windows (the ZipAR staircase as window shape), still verified in raster order.
+    ("mc-sjd", {"window": 1, "window_shape": "staircase", "staircase_rows": 1, "staircase_step": 1}, CFG_TOPK),
+    ("sjd", {"window": 2, "window_shape": "staircase", "staircase_rows": 1, "staircase_step": 2,
+             "init": "neighbour_distribution"}, NO_CFG),
+    ("mc-sjd", {"window": 2, "window_shape": "staircase", "staircase_rows": 1, "staircase_step": 1,
+                "coupling": "gumbel", "init": "repeat_vertical"}, CFG),
 ]
 
 
@@ -155,10 +161,12 @@ def _recover_from_p(p, q, drafts, uniform, noise):
 
 
 def _claim_uniform_q(original):
-    def wrapped(*args, **kwargs):
-        drafts, q = original(*args, **kwargs)
-        V = q.shape[-1]
-        return drafts, torch.where(q.sum(-1, keepdim=True) > 0, torch.full_like(q, 1.0 / V), q)
+    """Planted bug: drafts are drawn from a neighbour's distribution but reported as uniform."""
+
+    def wrapped(strategy, index, need, tokens, q, *args, **kwargs):
+        original(strategy, index, need, tokens, q, *args, **kwargs)
+        rows = torch.arange(index.shape[0])[:, None].expand_as(index)
+        q[rows[need], index[need]] = 1.0 / q.shape[-1]
 
     return wrapped
 
@@ -172,7 +180,7 @@ def test_harness_catches_planted_bugs(table, exact, monkeypatch, bug, sampling):
     elif bug == "keep_old_q":  # store the draft's old distribution after coupling (the reference's bug)
         monkeypatch.setattr(sjd_module._JacobiRun, "_carried_distribution", staticmethod(lambda p, old_q: old_q))
     else:  # drafts drawn from a neighbour's distribution but reported as uniform
-        monkeypatch.setattr(sjd_module, "initial_drafts", _claim_uniform_q(sjd_module.initial_drafts))
+        monkeypatch.setattr(sjd_module, "fill_drafts", _claim_uniform_q(sjd_module.fill_drafts))
         method, options = "sjd", {"window": 2, "init": "neighbour_distribution"}
     observed = run_method(table, sampling, method, N_SAMPLES, seed=12, **options)
     tv, p_value = compare(exact(sampling), observed, N_SAMPLES)
@@ -184,6 +192,7 @@ def test_harness_catches_planted_bugs(table, exact, monkeypatch, bug, sampling):
     ("sjd", {"window": 4}), ("sjd", {"window": 7, "init": "repeat_vertical"}),
     ("mc-sjd", {"window": 5, "init": "neighbour_distribution"}), ("mc-sjd", {"window": 3, "coupling": "gumbel"}),
     ("mc-sjd", {"window": 32, "init": "repeat_horizontal"}),
+    ("mc-sjd", {"window": 3, "window_shape": "staircase", "staircase_rows": 2, "staircase_step": 1}),
 ])
 def test_greedy_equals_plain_ar_token_for_token(method, options):
     model = tiny_llamagen("c2i", grid=4, vocab=32)

@@ -1,30 +1,40 @@
 """Speculative Jacobi Decoding (SJD; Teng et al., ICLR 2025, arXiv:2410.01699) and its coupled
-variants (MC-SJD; So et al., 2025, arXiv:2510.24211). Lossless.
+variants (MC-SJD; So et al., 2025, arXiv:2510.24211), with contiguous or staircase windows. Lossless.
 
-One iteration, per sample with ``n`` committed tokens and a window of ``L`` drafts ``d_n … d_{n+L−1}``:
+One iteration, per sample with ``n`` committed tokens and drafts ``d_n … d_{n+L−1}``:
 
 1. one target forward over ``[x_{n−1}, d_n, …, d_{n+L−1}]`` at sequence indices ``n−1 … n+L−1``
    gives ``p_n … p_{n+L}`` (``p_k`` conditions on the committed prefix and the drafts before ``k``);
 2. verify left to right with exact speculative acceptance; at the first rejection ``k`` draw the
    recovered token from ``normalize(max(0, p_k − q_k))``; if all ``L`` pass, the bonus token comes
    from ``p_{n+L}`` (a position with no draft: its residual is ``p``). Commit 1 … L+1 tokens;
-3. refresh the drafts after the commit point from this forward's ``p``: independent draws (SJD),
-   the maximal coupling of the old draft with ``p`` (MC-SJD), or the Gumbel-max of ``p`` with noise
-   fixed per position (Gumbel coupling); then ``q := p``. New window slots get initial drafts
-   (:mod:`arvis.drafting.jacobi`);
+3. refresh every evaluated draft after the commit point from this forward's ``p``: independent draws
+   (SJD), the maximal coupling of the old draft with ``p`` (MC-SJD), or the Gumbel-max of ``p`` with
+   noise fixed per position (Gumbel coupling); then ``q := p``. Positions drafted for the first time
+   get initial drafts (:mod:`arvis.drafting.jacobi`);
 4. roll back the cache to the committed prefix (a mask update; both CFG halves).
 
-A forward evaluates ``window + 1`` positions. With Gumbel coupling every committed token is the
-Gumbel-max sample of its true conditional with the same noise plain AR would use (one ``[V]`` draw
-per token from each sample's generator), so with per-sample generators it reproduces plain AR's
-tokens exactly — in fewer forwards.
+A forward evaluates ``window + 1`` positions (plus the staircase band, below).
 
-Batches are *ragged*: every sample keeps its own committed length, window and drafts, and commits
-as many tokens per forward as it accepted. The forward evaluates each sample at its own absolute
-positions (the engine's explicit masks make that exact); samples that finish leave the batch
+*Staircase windows* (``window_shape="staircase"``, an arvis composition of ZipAR's spatial schedule
+with exact verification): besides the contiguous window, each forward evaluates a band of
+``window`` positions in each of the next ``staircase_rows`` rows, shifted left by ``staircase_step``
+columns per row (ZipAR's staircase). Band queries attend to the committed prefix and the inputs of
+this forward (holes masked), so their ``p`` is an approximation — used only to refresh the drafts
+there (``q :=`` that ``p``). Nothing is committed from the band: every token is still verified in
+raster order against the exact conditional once the contiguous window reaches it, so the method
+stays lossless while drafts for later rows start from spatial context.
+
+With Gumbel coupling every committed token is the Gumbel-max sample of its true conditional with the
+same noise plain AR would use (one ``[V]`` draw per token from each sample's generator), so with
+per-sample generators it reproduces plain AR's tokens exactly — in fewer forwards.
+
+Batches are *ragged*: every sample keeps its own committed length and drafts and commits as many
+tokens per forward as it accepted; the forward evaluates each sample at its own absolute positions
+(the engine's explicit masks make that exact) and finished samples leave the batch
 (``DecodeEngine.retire``). ``batch_mode="lockstep"`` advances every sample by the batch minimum
-instead (for measuring what ragged decoding buys); accepted drafts past the cut are discarded and
-redrawn fresh, which keeps it lossless.
+instead (to measure what ragged decoding buys); accepted drafts past the cut are redrawn fresh,
+which keeps it lossless.
 """
 
 from __future__ import annotations
@@ -33,26 +43,30 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
+import torch.nn.functional as F
 
 from arvis.acceptance.speculative import leading_accepted, speculative_step
-from arvis.drafting.jacobi import JACOBI_INITS, initial_drafts
+from arvis.drafting.jacobi import JACOBI_INITS, fill_drafts
 from arvis.engine.engine import DecodeEngine
 from arvis.methods.base import DecodingMethod
 from arvis.utils.random import sample_categorical
 
 COUPLINGS = ("none", "maximal", "gumbel")
 BATCH_MODES = ("ragged", "lockstep")
+WINDOW_SHAPES = ("contiguous", "staircase")
 
 
 @dataclass(frozen=True)
 class SpeculativeJacobi(DecodingMethod):
-    """SJD with a window of ``window`` drafts (options validated on construction).
+    """SJD (options validated on construction).
 
     Attributes:
         window: drafts verified per forward (``L`` >= 1).
-        init: initial drafts, one of ``random``, ``repeat_horizontal``, ``repeat_vertical``,
-            ``neighbour_distribution``.
+        init: initial drafts: ``random``, ``repeat_horizontal``, ``repeat_vertical``, ``neighbour_distribution``.
         coupling: draft refresh: ``none`` (SJD), ``maximal`` (MC-SJD), ``gumbel``.
+        window_shape: ``contiguous`` or ``staircase``.
+        staircase_rows: rows below the current one that get a band (staircase only).
+        staircase_step: columns each band is shifted left per row (ZipAR's window; staircase only).
         jacobi_interval: ``(l, r)``: draft only for sequence indices in ``[l, r)`` (plain AR elsewhere).
         batch_mode: ``ragged`` (default) or ``lockstep``.
     """
@@ -63,23 +77,36 @@ class SpeculativeJacobi(DecodingMethod):
     window: int = 16
     init: str = "random"
     coupling: str = "none"
+    window_shape: str = "contiguous"
+    staircase_rows: int = 2
+    staircase_step: int = 4
     jacobi_interval: tuple[int, int] | None = None
     batch_mode: str = "ragged"
 
     def __post_init__(self) -> None:
-        if not isinstance(self.window, int) or isinstance(self.window, bool) or not 1 <= self.window <= 1024:
-            raise ValueError(f"window must be an integer in [1, 1024], got {self.window!r}")
-        if self.init not in JACOBI_INITS:
-            raise ValueError(f"init must be one of {JACOBI_INITS}, got {self.init!r}")
-        if self.coupling not in COUPLINGS:
-            raise ValueError(f"coupling must be one of {COUPLINGS}, got {self.coupling!r}")
-        if self.batch_mode not in BATCH_MODES:
-            raise ValueError(f"batch_mode must be one of {BATCH_MODES}, got {self.batch_mode!r}")
+        def positive_int(name: str, value: Any, hi: int) -> None:
+            if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= hi:
+                raise ValueError(f"{name} must be an integer in [1, {hi}], got {value!r}")
+
+        positive_int("window", self.window, 1024)
+        positive_int("staircase_rows", self.staircase_rows, 64)
+        positive_int("staircase_step", self.staircase_step, 4096)
+        for name, value, allowed in (("init", self.init, JACOBI_INITS), ("coupling", self.coupling, COUPLINGS),
+                                     ("window_shape", self.window_shape, WINDOW_SHAPES),
+                                     ("batch_mode", self.batch_mode, BATCH_MODES)):
+            if value not in allowed:
+                raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
         if self.jacobi_interval is not None:
             interval = tuple(self.jacobi_interval)
             if len(interval) != 2 or not all(isinstance(v, int) for v in interval) or not 0 <= interval[0] <= interval[1]:
                 raise ValueError(f"jacobi_interval must be (l, r) with 0 <= l <= r, got {self.jacobi_interval!r}")
             object.__setattr__(self, "jacobi_interval", interval)
+
+    @property
+    def positions_per_forward(self) -> int:
+        """Positions one forward evaluates (contiguous window + bonus, plus the staircase bands)."""
+        bands = self.staircase_rows * self.window if self.window_shape == "staircase" else 0
+        return self.window + 1 + bands
 
     def run(self, engine: DecodeEngine) -> dict[str, Any]:
         return _JacobiRun(self, engine).run()
@@ -87,7 +114,7 @@ class SpeculativeJacobi(DecodingMethod):
 
 @dataclass(frozen=True)
 class CoupledJacobi(SpeculativeJacobi):
-    """MC-SJD: SJD whose later drafts are refreshed by maximal coupling (or Gumbel coupling)."""
+    """MC-SJD: SJD whose drafts are refreshed by maximal coupling (or Gumbel coupling)."""
 
     name: ClassVar[str] = "mc-sjd"
     coupling: str = "maximal"
@@ -99,50 +126,82 @@ class CoupledJacobi(SpeculativeJacobi):
 
 
 class _JacobiRun:
-    """The per-request state of one SJD decode (window drafts, their q's, committed lengths)."""
+    """Per-request state of one SJD decode.
+
+    ``tokens [A, N]`` holds, per sequence index, the committed token or the current draft (-1: none);
+    ``q [A, N, V]`` the draft's distribution (for committed positions: the ``p`` they were committed
+    with, which neighbour-distribution drafts read); ``n [A]`` the committed lengths.
+    """
 
     def __init__(self, method: SpeculativeJacobi, engine: DecodeEngine):
         self.m, self.e = method, engine
         self.N, self.V = engine.num_tokens, engine.vocab_size
         self.width = engine.layout.grid[-1]
-        self.K = method.window + 1  # outputs per forward: window drafts + the bonus position
         self.gumbel = method.coupling == "gumbel"
-        lo, hi = method.jacobi_interval or (0, self.N)
-        self.interval = (lo, hi)
-        self.offsets = torch.arange(self.K, device=engine.device)
-        self.forced = engine.forced_tokens
-        # Diagnostics: how often the draft at each window offset was inside the accepted prefix.
-        self.drafted_at = torch.zeros(self.K, dtype=torch.long, device=engine.device)
-        self.accepted_at = torch.zeros(self.K, dtype=torch.long, device=engine.device)
+        self.lo, self.hi = method.jacobi_interval or (0, self.N)
+        self.lo = max(self.lo, 1)  # index 0 comes from the prefill
+        self.K = method.window + 1
+        self.T = method.positions_per_forward
+        dev = engine.device
+        self.offsets = torch.arange(self.K, device=dev)
+        bands = []
+        if method.window_shape == "staircase":
+            for i in range(1, method.staircase_rows + 1):
+                bands.append(torch.full((method.window,), i, device=dev))
+        self.band_row = torch.cat(bands) if bands else torch.zeros(0, dtype=torch.long, device=dev)
+        self.band_col = (torch.arange(method.window, device=dev).repeat(len(bands)) if bands
+                         else torch.zeros(0, dtype=torch.long, device=dev))
+        self.drafted_at = torch.zeros(self.K, dtype=torch.long, device=dev)
+        self.accepted_at = torch.zeros(self.K, dtype=torch.long, device=dev)
 
-    # ------------------------------------------------------------------ helpers
-    def _has_draft(self, index: torch.Tensor) -> torch.Tensor:
-        lo, hi = self.interval
-        # The last window offset is the bonus position: never a draft.
-        return (index < self.N) & (index >= max(lo, 1)) & (index < hi) & (self.offsets < self.K - 1)
+    # ------------------------------------------------------------------ positions
+    def _targets(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Sequence indices this forward predicts ``[A, T]``, which are real, and which are contiguous."""
+        n, N, W = self.n, self.N, self.width
+        contiguous = n[:, None] + self.offsets  # [A, K]
+        if self.band_row.numel():
+            r0, c0 = n // W, n % W
+            rows = r0[:, None] + self.band_row
+            cols = (c0[:, None] - self.band_row * self.m.staircase_step).clamp_min(0) + self.band_col
+            band = rows * W + cols
+            # A band position must lie in its row, inside the grid, after the contiguous window.
+            band_ok = (cols < W) & (band < N) & (band > contiguous[:, -1:])
+            band = torch.where(band_ok, band, N - 1)
+            targets = torch.cat([contiguous, band], dim=1)
+            real = torch.cat([contiguous < N, band_ok], dim=1)
+        else:
+            targets, real = contiguous, contiguous < N
+        is_contiguous = torch.zeros_like(real)
+        is_contiguous[:, : self.K] = True
+        return targets.clamp_max(N - 1), real, is_contiguous
 
-    def _init(self, index, need):
+    def _draftable(self, index: torch.Tensor) -> torch.Tensor:
+        return (index >= self.lo) & (index < self.hi) & (index < self.N)
+
+    def _ensure_drafts(self, index: torch.Tensor, want: torch.Tensor) -> None:
+        """Initial drafts at ``index`` where wanted and there is no token yet."""
+        want = want & self._draftable(index) & (self.tokens.gather(1, index) < 0)
         noise = None
         if self.m.init in ("random", "neighbour_distribution"):
-            noise = self.noise_at(index) if self.gumbel else self.e.exponential((self.K, self.V))
-        drafts, q = initial_drafts(self.m.init, index, need, self.guess, self.dists, self.width, self.V, noise,
-                                   self.e.layout.image_token_range)
-        if self.forced is not None:  # structural tokens: the forced id, certain
-            f = self.forced[index.clamp_max(self.N - 1)]
-            is_forced = need & (f >= 0)
-            drafts = torch.where(is_forced, f, drafts)
-            q = torch.where(is_forced[..., None], torch.nn.functional.one_hot(f.clamp_min(0), self.V).float(), q)
-        return drafts, q
+            noise = self._noise_at(index) if self.gumbel else self.e.exponential((index.shape[1], self.V))
+        fill_drafts(self.m.init, index, want, self.tokens, self.q, self.width, noise,
+                    self.e.layout.image_token_range)
+        if self.e.forced_tokens is not None:  # structural tokens: the forced id, certain
+            f = self.e.forced_tokens[index]
+            forced = want & (f >= 0)
+            rows = torch.arange(index.shape[0], device=index.device)[:, None].expand_as(index)
+            self.tokens[rows[forced], index[forced]] = f[forced]
+            self.q[rows[forced], index[forced]] = F.one_hot(f[forced], self.V).to(self.q.dtype)
 
-    def noise_at(self, index: torch.Tensor) -> torch.Tensor:
-        """The fixed Exp(1) noise of sequence ``index [A, K]`` (Gumbel coupling) → ``[A, K, V]``."""
-        return self.E.gather(1, index.clamp_max(self.N - 1)[..., None].expand(-1, -1, self.V))
+    def _noise_at(self, index: torch.Tensor) -> torch.Tensor:
+        """Fixed Exp(1) noise of sequence ``index [A, M]`` (Gumbel coupling) → ``[A, M, V]``."""
+        return self.E.gather(1, index[..., None].expand(-1, -1, self.V))
 
     # ------------------------------------------------------------------ main loop
     @torch.no_grad()
     def run(self) -> dict[str, Any]:
-        e, N, V, K = self.e, self.N, self.V, self.K
-        A = e.batch_size
+        e, N, V = self.e, self.N, self.V
+        A, dev = e.batch_size, e.device
         p0 = e.prefill()  # [A, V]
         if self.gumbel:
             # One [V] draw per token and sample, in sequence order: the same stream plain AR consumes.
@@ -150,114 +209,81 @@ class _JacobiRun:
             first = sample_categorical(p0, self.E[:, 0])
         else:
             first = e.sample(p0[:, None])[:, 0]
-        e.commit(torch.zeros(A, 1, dtype=torch.long, device=e.device), first[:, None])
-        self.n = torch.ones(A, dtype=torch.long, device=e.device)
-        self.guess = torch.full((A, N), -1, dtype=torch.long, device=e.device)
-        self.guess[:, 0] = first
-        self.dists = None
-        if self.m.init == "neighbour_distribution":
-            self.dists = torch.zeros(A, N, V, device=e.device)
-            self.dists[:, 0] = p0
-        index = self.n[:, None] + self.offsets
-        need = self._has_draft(index)
-        self.drafts, self.q = self._init(index, need)
-        if N == 1:
-            return self._extra()
+        e.commit(torch.zeros(A, 1, dtype=torch.long, device=dev), first[:, None])
+        self.n = torch.ones(A, dtype=torch.long, device=dev)
+        self.tokens = torch.full((A, N), -1, dtype=torch.long, device=dev)
+        self.tokens[:, 0] = first
+        self.q = torch.zeros(A, N, V, device=dev)
+        self.q[:, 0] = p0
+        rows_all = torch.arange(A, device=dev)
 
-        while True:
-            index = self.n[:, None] + self.offsets  # [A, K]: sequence indices this forward predicts
-            has = self._has_draft(index)
-            any_draft = bool(has.any())  # host sync: once per iteration
-            width = K if any_draft else 1
-            idx, has_w = index[:, :width], has[:, :width]
-            inputs = torch.cat([self._last_committed(), self.drafts[:, : width - 1]], dim=1)
-            p = e.evaluate(inputs, idx - 1, pad=idx > N - 1)  # [A, width, V]
-            drafts, q = self.drafts[:, :width], self.q[:, :width] * has_w[..., None]
-            has_w = has_w & (q.sum(-1) > 0)  # slots an initialisation could not fill hold no draft
+        while bool((self.n < N).any()):  # host sync: once per iteration
+            targets, real, is_contiguous = self._targets()  # [A, T]
+            inputs_index = (targets - 1).clamp_min(0)
+            # Draft every position this forward reads or predicts (drafted positions keep their drafts).
+            need_index = torch.cat([inputs_index, targets], dim=1)
+            need_mask = torch.cat([real, real & ~(is_contiguous & (targets - self.n[:, None] == self.K - 1))], dim=1)
+            self._ensure_drafts(need_index, need_mask & (need_index >= self.n[:, None]))
+            # The contiguous part stops at the first position without a draft (a window boundary).
+            drafted = (self.tokens.gather(1, targets) >= 0) & self._draftable(targets)
+            lead = leading_accepted(drafted[:, : self.K - 1] & real[:, : self.K - 1])  # drafts usable in order
+            k_offsets = torch.arange(targets.shape[1], device=dev)
+            contiguous_ok = is_contiguous & (k_offsets <= lead[:, None]) & real
+            band_ok = ~is_contiguous & real & (self.tokens.gather(1, inputs_index) >= 0)
+            use = contiguous_ok | band_ok
+            width = self.K if self.band_row.numel() or bool((lead > 0).any()) else 1
+            if width == 1:  # no drafts anywhere: plain AR steps, one position per sample
+                targets, use, is_contiguous = targets[:, :1], use[:, :1], is_contiguous[:, :1]
+                inputs_index = inputs_index[:, :1]
+            inputs = self.tokens.gather(1, inputs_index).clamp_min(0)
+            p = e.evaluate(inputs, inputs_index, pad=~use)  # [A, T, V]
 
+            T = targets.shape[1]
+            draft_tok = self.tokens.gather(1, targets).clamp_min(0)
+            draft_q = self.q.gather(1, targets[..., None].expand(-1, -1, V))
+            has = use & (self.tokens.gather(1, targets) >= 0) & self._draftable(targets) & (targets >= self.n[:, None])
+            has &= ~(is_contiguous & (k_offsets[:T] == self.K - 1))  # the bonus position has no draft
+            draft_q = draft_q * has[..., None]
             if self.gumbel:
-                target = sample_categorical(p, self.noise_at(idx))  # Gumbel-max with the fixed noise
-                accepted = has_w & (drafts == target)
-                new_tokens = target
+                new_tokens = sample_categorical(p, self._noise_at(targets))  # Gumbel-max with the fixed noise
+                accepted = has & (draft_tok == new_tokens)
             else:
-                new_tokens, accepted = speculative_step(p, q, drafts, e.uniform((width,)),
-                                                        e.exponential((width, V)))
-                accepted &= has_w
-            n_acc = leading_accepted(accepted)  # [A] in [0, width - 1]
+                new_tokens, accepted = speculative_step(p, draft_q, draft_tok, e.uniform((T,)), e.exponential((T, V)))
+                accepted &= has
+            contiguous_acc = accepted & is_contiguous[:, :T]
+            n_acc = leading_accepted(contiguous_acc[:, : min(self.K, T)])
             n_commit = torch.minimum(n_acc + 1, N - self.n)
             if self.m.batch_mode == "lockstep":
                 n_commit = n_commit.min().expand_as(n_commit)
-            self.drafted_at[:width] += has_w.sum(0)
-            self.accepted_at[:width] += (has_w & (self.offsets[:width] < n_acc[:, None])).sum(0)
+            cw = min(self.K, T)
+            self.drafted_at[:cw] += has[:, :cw].sum(0)
+            self.accepted_at[:cw] += (has[:, :cw] & (self.offsets[:cw] < n_acc[:, None])).sum(0)
 
-            commit_mask = self.offsets[:width] < n_commit[:, None]
-            e.commit(idx, new_tokens, commit_mask)
-            self._record_commits(idx, new_tokens, p, commit_mask)
+            commit_mask = is_contiguous[:, :T] & (k_offsets[:T] < n_commit[:, None]) & use
+            e.commit(targets, new_tokens, commit_mask)
             n_new = self.n + n_commit
             e.truncate(n_new - 1)  # roll back: slots after the last committed input hold rejected drafts
 
-            # Refresh the drafts after the commit point from this forward's p (q := p).
-            if self.gumbel:
-                refreshed = new_tokens  # Gumbel-max of p with the fixed noise
-            elif self.m.coupling == "maximal":
-                refreshed = new_tokens  # the maximal coupling of each old draft with p
-                if self.m.batch_mode == "lockstep":
+            # New drafts after the commit point, with q := p; committed positions keep q := their p.
+            if self.gumbel or self.m.coupling == "maximal":
+                refreshed = new_tokens  # Gumbel-max / maximal coupling of each old draft with p
+                if self.m.batch_mode == "lockstep" and not self.gumbel:
                     # Accepted or recovered tokens past the batch cut are not draws from p: redraw them.
-                    redraw = (self.offsets[:width] <= n_acc[:, None]) & ~commit_mask
+                    redraw = is_contiguous[:, :T] & (k_offsets[:T] <= n_acc[:, None]) & ~commit_mask
                     refreshed = torch.where(redraw, e.sample(p), refreshed)
             else:
                 refreshed = e.sample(p)  # SJD: independent draws from p
-            self._slide(refreshed, p, n_commit, width)
+            update = use & (commit_mask | (self._draftable(targets) & (targets >= n_new[:, None])))
+            value = torch.where(commit_mask, new_tokens, refreshed)
+            rows = rows_all[: targets.shape[0], None].expand_as(targets)
+            a, i = rows[update], targets[update]
+            self.tokens[a, i] = value[update]
+            self.q[a, i] = self._carried_distribution(p[update], self.q[a, i])
             self.n = n_new
             done = self.n >= N
-            if bool(done.all()):  # host sync: once per iteration
-                break
-            if bool(done.any()):
+            if bool(done.any()) and not bool(done.all()):
                 self._retire(~done)
         return self._extra()
-
-    def _last_committed(self) -> torch.Tensor:
-        """``[A, 1]``: the last committed token of every active sample (the window's first input)."""
-        return self.guess.gather(1, (self.n - 1)[:, None])
-
-    def _record_commits(self, idx, tokens, p, mask) -> None:
-        safe = idx.clamp_max(self.N - 1)
-        self.guess.scatter_(1, safe, torch.where(mask, tokens, self.guess.gather(1, safe)))
-        if self.dists is not None:
-            full = safe[..., None].expand(-1, -1, self.V)
-            self.dists.scatter_(1, full, torch.where(mask[..., None], p, self.dists.gather(1, full)))
-
-    def _slide(self, refreshed: torch.Tensor, p: torch.Tensor, n_commit: torch.Tensor, width: int) -> None:
-        """Shift every sample's window left by its commit count; refreshed drafts carry over with q = p."""
-        N, V = self.N, self.V
-        src = self.offsets[None] + n_commit[:, None]  # [A, K]: old window offset feeding each new offset
-        carried = src < width  # the old forward produced p there
-        src_c = src.clamp_max(width - 1)
-        drafts = refreshed.gather(1, src_c)
-        gather_v = src_c[..., None].expand(-1, -1, V)
-        q = self._carried_distribution(p.gather(1, gather_v), self.q[:, :width].gather(1, gather_v))
-        new_index = (self.n + n_commit)[:, None] + self.offsets
-        has = self._has_draft(new_index)
-        carried &= has
-        # Forget drafted-but-uncommitted guesses beyond the committed prefix, then write the carried ones.
-        committed_len = (self.n + n_commit)[:, None]
-        positions = torch.arange(N, device=refreshed.device)[None]
-        self.guess = torch.where(positions < committed_len, self.guess, -1)
-        safe = new_index.clamp_max(N - 1)
-        self.guess.scatter_(1, safe, torch.where(carried, drafts, self.guess.gather(1, safe)))
-        if self.dists is not None:
-            keep = (positions < committed_len)[..., None]
-            self.dists = torch.where(keep, self.dists, 0.0)
-            full = safe[..., None].expand(-1, -1, V)
-            self.dists.scatter_(1, full, torch.where(carried[..., None], q, self.dists.gather(1, full)))
-        if self.forced is not None:  # structural tokens stay forced and certain
-            f = self.forced[safe]
-            is_forced = carried & (f >= 0)
-            drafts = torch.where(is_forced, f, drafts)
-            q = torch.where(is_forced[..., None], torch.nn.functional.one_hot(f.clamp_min(0), V).float(), q)
-        init_drafts, init_q = self._init(new_index, has & ~carried)
-        self.drafts = torch.where(carried, drafts, init_drafts)
-        self.q = torch.where(carried[..., None], q, init_q)
 
     @staticmethod
     def _carried_distribution(p: torch.Tensor, old_q: torch.Tensor) -> torch.Tensor:
@@ -266,18 +292,15 @@ class _JacobiRun:
 
     def _retire(self, keep: torch.Tensor) -> None:
         kept = self.e.retire(keep)
-        for name in ("n", "guess", "drafts", "q"):
-            setattr(self, name, getattr(self, name).index_select(0, kept))
-        if self.dists is not None:
-            self.dists = self.dists.index_select(0, kept)
+        self.n, self.tokens, self.q = (t.index_select(0, kept) for t in (self.n, self.tokens, self.q))
         if self.gumbel:
             self.E = self.E.index_select(0, kept)
 
     def _extra(self) -> dict[str, Any]:
-        drafted = self.drafted_at.tolist()
-        accepted = self.accepted_at.tolist()
+        drafted, accepted = self.drafted_at.tolist(), self.accepted_at.tolist()
         return {"acceptance_by_offset": [a / d if d else None for a, d in zip(accepted, drafted, strict=True)],
-                "window": self.m.window, "init": self.m.init, "coupling": self.m.coupling}
+                "window": self.m.window, "init": self.m.init, "coupling": self.m.coupling,
+                "window_shape": self.m.window_shape, "positions_per_forward": self.m.positions_per_forward}
 
 
 __all__ = ["CoupledJacobi", "SpeculativeJacobi"]
