@@ -135,6 +135,9 @@ CASES += [
     ("mc-sjd", {"window": 2, "batch_mode": "lockstep"}, NO_CFG),
     ("sjd", {"window": 3, "batch_mode": "lockstep", "init": "repeat_vertical"}, CFG_TOPK),
     ("mc-sjd", {"window": 3, "jacobi_interval": (2, 5), "init": "neighbour_distribution"}, CFG),
+    # Draft-model speculative decoding (a different table model drafts).
+    ("speculative", {"gamma": 2, "draft_model": TableBackbone(seed=5)}, CFG),
+    ("speculative", {"gamma": 4, "draft_model": TableBackbone(seed=6, scale=1.0)}, CFG_TOPK),
     # Staircase windows (the ZipAR staircase as window shape), still verified in raster order.
     ("mc-sjd", {"window": 1, "window_shape": "staircase", "staircase_rows": 1, "staircase_step": 1}, CFG_TOPK),
     ("sjd", {"window": 2, "window_shape": "staircase", "staircase_rows": 1, "staircase_step": 2,
@@ -145,7 +148,7 @@ CASES += [
 
 
 @pytest.mark.parametrize("method, options, sampling", CASES,
-                         ids=[f"{m}-{'-'.join(f'{k}={v}' for k, v in o.items())}-g{s.guidance_scale}k{s.top_k}"
+                         ids=[f"{m}-{'-'.join(f'{k}={v}' for k, v in o.items() if k != 'draft_model')}-g{s.guidance_scale}k{s.top_k}"
                               for m, o, s in CASES])
 def test_method_matches_exact_distribution(table, exact, method, options, sampling):
     observed = run_method(table, sampling, method, N_SAMPLES, seed=11, **options)

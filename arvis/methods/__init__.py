@@ -87,3 +87,7 @@ register_method(CoupledJacobi)
 from arvis.methods.zipar import ZipAR  # noqa: E402
 
 register_method(ZipAR)
+
+from arvis.methods.speculative import SpeculativeDecoding  # noqa: E402
+
+register_method(SpeculativeDecoding)

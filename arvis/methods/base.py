@@ -30,7 +30,10 @@ class DecodingMethod(ABC):
         """Commit every token of every sample in ``engine``; may return method-specific statistics."""
 
     def options(self) -> dict[str, Any]:
-        """The method's options as a plain dict (for reports)."""
-        from dataclasses import asdict, is_dataclass
+        """The method's plain options as a dict (for reports; tensors and modules left out)."""
+        from dataclasses import fields, is_dataclass
 
-        return asdict(self) if is_dataclass(self) else {}
+        if not is_dataclass(self):
+            return {}
+        plain = (int, float, str, bool, tuple, list, type(None))
+        return {f.name: getattr(self, f.name) for f in fields(self) if isinstance(getattr(self, f.name), plain)}

@@ -45,10 +45,12 @@ from typing import Any, ClassVar
 import torch
 import torch.nn.functional as F
 
+from arvis.acceptance.relaxed import relaxed_step
 from arvis.acceptance.speculative import leading_accepted, speculative_step
 from arvis.drafting.jacobi import JACOBI_INITS, fill_drafts
 from arvis.engine.engine import DecodeEngine
 from arvis.methods.base import DecodingMethod
+from arvis.methods.relaxation import acceptance_rule
 from arvis.utils.random import sample_categorical
 
 COUPLINGS = ("none", "maximal", "gumbel")
@@ -69,6 +71,10 @@ class SpeculativeJacobi(DecodingMethod):
         staircase_step: columns each band is shifted left per row (ZipAR's window; staircase only).
         jacobi_interval: ``(l, r)``: draft only for sequence indices in ``[l, r)`` (plain AR elsewhere).
         batch_mode: ``ragged`` (default) or ``lockstep``.
+        acceptance: ``exact`` (lossless) or a relaxed rule (``lantern``, ``lantern++``, ``bounded``;
+            lossy — see :mod:`arvis.acceptance.relaxed`); ``k``, ``delta``, ``lam`` its parameters and
+            ``neighbours`` the codebook neighbourhoods (passed by the pipelines). Relaxation only
+            changes which tokens are committed; refreshed drafts always come from the exact coupling.
     """
 
     name: ClassVar[str] = "sjd"
@@ -82,6 +88,11 @@ class SpeculativeJacobi(DecodingMethod):
     staircase_step: int = 4
     jacobi_interval: tuple[int, int] | None = None
     batch_mode: str = "ragged"
+    acceptance: str = "exact"
+    k: int = 10
+    delta: float = 0.1
+    lam: float = 5.0
+    neighbours: torch.Tensor | None = None
 
     def __post_init__(self) -> None:
         def positive_int(name: str, value: Any, hi: int) -> None:
@@ -101,6 +112,10 @@ class SpeculativeJacobi(DecodingMethod):
             if len(interval) != 2 or not all(isinstance(v, int) for v in interval) or not 0 <= interval[0] <= interval[1]:
                 raise ValueError(f"jacobi_interval must be (l, r) with 0 <= l <= r, got {self.jacobi_interval!r}")
             object.__setattr__(self, "jacobi_interval", interval)
+        acceptance_rule(self.acceptance, self.k, self.delta, self.lam, self.neighbours)
+        if self.acceptance != "exact" and self.coupling == "gumbel":
+            raise ValueError("acceptance: Gumbel coupling verifies by matching argmaxes; relaxed acceptance "
+                             "needs coupling 'none' or 'maximal'")
 
     @property
     def positions_per_forward(self) -> int:
@@ -151,6 +166,11 @@ class _JacobiRun:
         self.band_row = torch.cat(bands) if bands else torch.zeros(0, dtype=torch.long, device=dev)
         self.band_col = (torch.arange(method.window, device=dev).repeat(len(bands)) if bands
                          else torch.zeros(0, dtype=torch.long, device=dev))
+        self.rule = acceptance_rule(method.acceptance, method.k, method.delta, method.lam, method.neighbours)
+        self.neighbours = None if method.neighbours is None else method.neighbours.to(dev)
+        self.tv_sum = torch.zeros((), device=dev)
+        self.tv_count = torch.zeros((), device=dev)
+        self.tv_max = torch.zeros((), device=dev)
         self.drafted_at = torch.zeros(self.K, dtype=torch.long, device=dev)
         self.accepted_at = torch.zeros(self.K, dtype=torch.long, device=dev)
 
@@ -248,7 +268,10 @@ class _JacobiRun:
                 new_tokens = sample_categorical(p, self._noise_at(targets))  # Gumbel-max with the fixed noise
                 accepted = has & (draft_tok == new_tokens)
             else:
-                new_tokens, accepted = speculative_step(p, draft_q, draft_tok, e.uniform((T,)), e.exponential((T, V)))
+                u, noise = e.uniform((T,)), e.exponential((T, V))
+                new_tokens, accepted = speculative_step(p, draft_q, draft_tok, u, noise)
+                if not self.rule.lossless:  # commits follow the relaxed rule; drafts keep the exact coupling
+                    verified, accepted, tv = relaxed_step(self.rule, p, draft_q, draft_tok, u, noise, self.neighbours)
                 accepted &= has
             contiguous_acc = accepted & is_contiguous[:, :T]
             n_acc = leading_accepted(contiguous_acc[:, : min(self.K, T)])
@@ -260,7 +283,14 @@ class _JacobiRun:
             self.accepted_at[:cw] += (has[:, :cw] & (self.offsets[:cw] < n_acc[:, None])).sum(0)
 
             commit_mask = is_contiguous[:, :T] & (k_offsets[:T] < n_commit[:, None]) & use
-            e.commit(targets, new_tokens, commit_mask)
+            if not self.gumbel and not self.rule.lossless:
+                committed_tokens = verified
+                self.tv_sum += (tv * commit_mask).sum()
+                self.tv_count += commit_mask.sum()
+                self.tv_max = torch.maximum(self.tv_max, (tv * commit_mask).max())
+            else:
+                committed_tokens = new_tokens
+            e.commit(targets, committed_tokens, commit_mask)
             n_new = self.n + n_commit
             e.truncate(n_new - 1)  # roll back: slots after the last committed input hold rejected drafts
 
@@ -274,7 +304,7 @@ class _JacobiRun:
             else:
                 refreshed = e.sample(p)  # SJD: independent draws from p
             update = use & (commit_mask | (self._draftable(targets) & (targets >= n_new[:, None])))
-            value = torch.where(commit_mask, new_tokens, refreshed)
+            value = torch.where(commit_mask, committed_tokens, refreshed)
             rows = rows_all[: targets.shape[0], None].expand_as(targets)
             a, i = rows[update], targets[update]
             self.tokens[a, i] = value[update]
@@ -300,7 +330,13 @@ class _JacobiRun:
         drafted, accepted = self.drafted_at.tolist(), self.accepted_at.tolist()
         return {"acceptance_by_offset": [a / d if d else None for a, d in zip(accepted, drafted, strict=True)],
                 "window": self.m.window, "init": self.m.init, "coupling": self.m.coupling,
-                "window_shape": self.m.window_shape, "positions_per_forward": self.m.positions_per_forward}
+                "window_shape": self.m.window_shape, "positions_per_forward": self.m.positions_per_forward,
+                "acceptance": self.m.acceptance,
+                **({} if self.rule.lossless else {
+                    "delta": self.m.delta, "k": self.m.k, "lam": self.m.lam,
+                    "tv_kind": "realised (exact)" if self.rule.kind == "bounded" else "nominal c_m* (exact for one-hot q)",
+                    "mean_tv_per_token": float(self.tv_sum / self.tv_count.clamp_min(1)),
+                    "max_tv_per_token": float(self.tv_max)})}
 
 
 __all__ = ["CoupledJacobi", "SpeculativeJacobi"]

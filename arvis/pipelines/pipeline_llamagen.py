@@ -135,6 +135,12 @@ class LlamaGenPipeline(DiffusionPipeline):
         mask = prompt_embeds_mask.to(device=device, dtype=torch.bool)
         return Condition(embeddings=emb * mask[..., None], mask=mask)
 
+    def codebook_neighbours(self, k: int) -> torch.Tensor:
+        """``[V, k]`` latent neighbourhoods of the tokenizer's codebook (LANTERN), cached on disk."""
+        from arvis.methods.relaxation import codebook_neighbourhoods
+
+        return codebook_neighbourhoods(self.vqvae.codebook_embeddings(), k)
+
     # ------------------------------------------------------------------ outputs
     def decode_tokens(self, tokens: torch.Tensor, output_type: str = "pil"):
         """Token grids ``[B, h, w]`` → images in ``output_type``."""
@@ -203,8 +209,12 @@ class LlamaGenPipeline(DiffusionPipeline):
         B, N = condition.batch_size, self.transformer.layout.num_tokens
         if isinstance(generator, list | tuple) and len(generator) != B:
             raise ValueError(f"generator: got {len(generator)} generators for {B} images; pass one, or one per image")
-        if isinstance(method, str) and method_options.get("draft_model") is None and "draft_model" in _method_fields(method):
+        fields = _method_fields(method) if isinstance(method, str) else set()
+        if "draft_model" in fields and method_options.get("draft_model") is None:
             method_options["draft_model"] = self.draft_transformer
+        if "neighbours" in fields and method_options.get("acceptance", "exact") != "exact" \
+                and method_options.get("neighbours") is None:
+            method_options["neighbours"] = self.codebook_neighbours(int(method_options.get("k", 10)))
 
         progress = self.progress_bar(total=B * N)
         committed = [0]
