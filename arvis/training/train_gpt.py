@@ -1,0 +1,326 @@
+"""Train arvis's shipped LlamaGen-architecture GPTs on VQ codes of the offline data.
+
+Presets (``--preset``):
+
+- ``c2i``: the class-conditional model (the default of ``arvis generate``): photo crops labelled by
+  source photo (:mod:`arvis.data.crops`), 22 classes + the null class for CFG;
+- ``draft``: a much smaller class-conditional GPT on the same data (draft-model speculative decoding);
+- ``t2i``: the caption-conditioned model (LlamaGen's t2i layout: caption features through
+  ``cls_embedding.cap_proj``, an unconditional embedding, left padding + embedding mask) trained jointly
+  with a small word-level text encoder (:class:`arvis.models.text_encoder.WordTextEncoder`) on the
+  captioned scenes of :mod:`arvis.data.scenes`;
+- ``smoke``: a tiny config that runs a few steps in seconds (the CI test).
+
+Images are tokenised once by the shipped VQ tokenizer (cached in the scratch folder). Training is
+teacher-forced cross-entropy with LlamaGen's condition dropout for CFG, AdamW, cosine schedule and an
+EMA of the weights; the EMA is exported in fp16 safetensors. Checkpoints are atomic; a rerun with the
+same ``--scratch`` resumes. Example::
+
+    python -m arvis.training.train_gpt --preset c2i --out arvis/weights/llamagen-c2i-transformer \\
+        --scratch /work/scratch/gpt-c2i --threads 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import shlex
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from tqdm.auto import tqdm
+
+from arvis.models.llamagen import LlamaGenTransformer
+from arvis.models.protocol import Condition
+from arvis.models.text_encoder import WordTextEncoder
+from arvis.tokenizers.llamagen_vq import LlamaGenVQModel
+from arvis.training.common import EMA, atomic_torch_save, cosine_lr, dumps, load_checkpoint, setup_logging
+
+
+@dataclass(frozen=True)
+class GPTTrainConfig:
+    kind: str = "c2i"  # "c2i" or "t2i"
+    dim: int = 256
+    n_layer: int = 6
+    n_head: int = 4
+    multiple_of: int = 64
+    dropout: float = 0.1  # LlamaGen's token / residual / FFN dropout
+    class_dropout: float = 0.1  # condition dropout for classifier-free guidance
+    steps: int = 2000
+    batch_size: int = 32
+    lr: float = 6e-4
+    warmup: int = 100
+    min_lr_ratio: float = 0.1
+    weight_decay: float = 0.05
+    grad_clip: float = 1.0
+    ema_decay: float = 0.999
+    num_train: int = 30000
+    num_val: int = 1000
+    data_seed: int = 0
+    resolution: int = 128
+    text_dim: int = 128
+    text_layers: int = 2
+    caption_length: int = 32
+    log_every: int = 25
+    eval_every: int = 250
+    checkpoint_every: int = 50
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("c2i", "t2i"):
+            raise ValueError(f"kind must be 'c2i' or 't2i', got {self.kind!r}")
+        for name in ("dim", "n_layer", "n_head", "steps", "batch_size", "num_train", "num_val"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+
+
+PRESETS: dict[str, GPTTrainConfig] = {
+    "c2i": GPTTrainConfig(),
+    "draft": GPTTrainConfig(dim=128, n_layer=2, n_head=2, steps=1500),
+    "t2i": GPTTrainConfig(kind="t2i"),
+    "smoke": GPTTrainConfig(dim=32, n_layer=1, n_head=2, steps=3, batch_size=4, num_train=8, num_val=4,
+                            log_every=1, eval_every=3, checkpoint_every=2, text_dim=16, text_layers=1),
+    "smoke-t2i": GPTTrainConfig(kind="t2i", dim=32, n_layer=1, n_head=2, steps=3, batch_size=4, num_train=8,
+                                num_val=4, log_every=1, eval_every=3, checkpoint_every=2, text_dim=16, text_layers=1),
+}
+
+
+# ----------------------------------------------------------------------------- data
+def _encode(vq: LlamaGenVQModel, images: np.ndarray, batch: int = 64) -> np.ndarray:
+    codes = []
+    with torch.no_grad():
+        for i in tqdm(range(0, len(images), batch), desc="tokenising", unit="batch", disable=len(images) < 256):
+            x = torch.from_numpy(images[i:i + batch]).permute(0, 3, 1, 2).float() / 127.5 - 1.0
+            codes.append(vq.encode(x).reshape(len(x), -1).to(torch.int16).numpy())
+    return np.concatenate(codes)
+
+
+def build_dataset(cfg: GPTTrainConfig, vq: LlamaGenVQModel, scratch: Path, split: str, n: int) -> dict[str, np.ndarray]:
+    """Codes ``[n, 256]`` plus labels (c2i) or captions (t2i), cached in ``scratch``."""
+    path = scratch / f"data-{cfg.kind}-{split}-{n}-{cfg.data_seed}-{cfg.resolution}.npz"
+    if path.exists():
+        data = dict(np.load(path, allow_pickle=False))
+        return data
+    seed = cfg.data_seed if split == "train" else cfg.data_seed + 1
+    if cfg.kind == "c2i":
+        from arvis.data.crops import build_crops
+
+        images, labels = build_crops(n, split, cfg.resolution, seed=seed, cache=True)
+        data = {"codes": _encode(vq, images), "labels": labels.astype(np.int64)}
+    else:
+        from arvis.data.scenes import build_scenes
+
+        images, captions, _ = build_scenes(n, split, cfg.resolution, seed=seed)
+        data = {"codes": _encode(vq, images), "captions": np.array(captions)}
+    tmp = path.with_suffix(".tmp.npz")
+    np.savez(tmp, **data)
+    tmp.replace(path)
+    return data
+
+
+# ----------------------------------------------------------------------------- models
+def build_models(cfg: GPTTrainConfig, vocab_size: int, grid: int) -> tuple[LlamaGenTransformer, WordTextEncoder | None]:
+    from arvis.data.photos import PHOTO_CLASSES
+    from arvis.data.scenes import VOCABULARY
+
+    common = dict(dim=cfg.dim, n_layer=cfg.n_layer, n_head=cfg.n_head, multiple_of=cfg.multiple_of,
+                  vocab_size=vocab_size, block_size=grid * grid, token_dropout_p=cfg.dropout,
+                  resid_dropout_p=cfg.dropout, ffn_dropout_p=cfg.dropout, class_dropout_prob=cfg.class_dropout)
+    g = torch.Generator().manual_seed(cfg.data_seed)
+    if cfg.kind == "c2i":
+        model = LlamaGenTransformer(model_type="c2i", num_classes=len(PHOTO_CLASSES), class_names=list(PHOTO_CLASSES),
+                                    **common)
+        text = None
+    else:
+        model = LlamaGenTransformer(model_type="t2i", caption_dim=cfg.text_dim, cls_token_num=cfg.caption_length,
+                                    **common)
+        text = WordTextEncoder(vocabulary=list(VOCABULARY[1:]), dim=cfg.text_dim, num_layers=cfg.text_layers,
+                               num_heads=max(1, cfg.text_dim // 32), max_length=cfg.caption_length)
+    model.init_weights(g)
+    return model, text
+
+
+def condition_for(cfg: GPTTrainConfig, text: WordTextEncoder | None, batch: dict[str, Any]) -> Condition:
+    if cfg.kind == "c2i":
+        return Condition(class_labels=batch["labels"])
+    emb = text(batch["ids"], batch["mask"])
+    return Condition(embeddings=emb, mask=batch["mask"])
+
+
+def make_batch(cfg: GPTTrainConfig, data: dict[str, np.ndarray], index: np.ndarray,
+               text: WordTextEncoder | None) -> dict[str, torch.Tensor]:
+    batch = {"tokens": torch.from_numpy(data["codes"][index].astype(np.int64))}
+    if cfg.kind == "c2i":
+        batch["labels"] = torch.from_numpy(data["labels"][index])
+    else:
+        ids, mask = text.tokenize([str(c) for c in data["captions"][index]], cfg.caption_length)
+        batch["ids"], batch["mask"] = ids, mask
+    return batch
+
+
+def loss_on(cfg, model, text, batch, drop: torch.Tensor | None) -> torch.Tensor:
+    logits = model(batch["tokens"], condition_for(cfg, text, batch), drop_condition=drop)
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), batch["tokens"].reshape(-1))
+
+
+@torch.no_grad()
+def validation_loss(cfg, model, text, data, batch_size: int = 64) -> float:
+    model.eval()
+    if text is not None:
+        text.eval()
+    total, count = 0.0, 0
+    for i in range(0, len(data["codes"]), batch_size):
+        index = np.arange(i, min(i + batch_size, len(data["codes"])))
+        batch = make_batch(cfg, data, index, text)
+        total += float(loss_on(cfg, model, text, batch, None)) * len(index)
+        count += len(index)
+    model.train()
+    if text is not None:
+        text.train()
+    return total / max(count, 1)
+
+
+# ----------------------------------------------------------------------------- training
+def train(cfg: GPTTrainConfig, vq_path: str, scratch: Path, threads: int = 1) -> dict[str, Any]:
+    torch.set_num_threads(threads)
+    scratch.mkdir(parents=True, exist_ok=True)
+    log = setup_logging(scratch / "train.log", f"train_gpt.{cfg.kind}")
+    vq = LlamaGenVQModel.from_pretrained(vq_path, dtype=torch.float32).eval()
+    grid = cfg.resolution // vq.downsample_factor
+    train_data = build_dataset(cfg, vq, scratch, "train", cfg.num_train)
+    val_data = build_dataset(cfg, vq, scratch, "heldout", cfg.num_val)
+    model, text = build_models(cfg, vq.codebook_size, grid)
+    params = list(model.parameters()) + (list(text.parameters()) if text is not None else [])
+    decay = [p for p in params if p.ndim >= 2]
+    no_decay = [p for p in params if p.ndim < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
+                             {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, 0.95))
+    ema_tensors = lambda: [t for m in (model, text) if m is not None for t in m.state_dict().values()  # noqa: E731
+                           if t.is_floating_point()]
+    ema = EMA(ema_tensors(), cfg.ema_decay)
+    state = {"step": 0, "seconds": 0.0, "history": []}
+    ckpt = scratch / "checkpoint.pt"
+    if ckpt.exists():
+        saved = load_checkpoint(ckpt)
+        model.load_state_dict(saved["model"])
+        if text is not None:
+            text.load_state_dict(saved["text"])
+        opt.load_state_dict(saved["opt"])
+        ema.shadow = saved["ema"]
+        state = json.loads(saved["state"])
+        log.info(f"resumed at step {state['step']}")
+    else:
+        n_params = sum(p.numel() for p in model.parameters())
+        log.info(f"new run: {n_params} GPT parameters, config {dumps(dataclasses.asdict(cfg))}")
+    rng = np.random.default_rng([cfg.data_seed, 7, state["step"]])  # resumable stream (differs per resume point)
+    gen = torch.Generator().manual_seed(cfg.data_seed * 1000 + state["step"])
+    model.train()
+    if text is not None:
+        text.train()
+    torch.manual_seed(cfg.data_seed + state["step"])  # nn.Dropout draws from the global RNG (training script)
+    t0 = time.time()
+    losses = []
+    bar = tqdm(total=cfg.steps, initial=state["step"], desc=f"train {cfg.kind}", unit="step")
+    while state["step"] < cfg.steps:
+        step = state["step"]
+        lr = cosine_lr(step, cfg.steps, cfg.lr, cfg.warmup, cfg.min_lr_ratio)
+        for group in opt.param_groups:
+            group["lr"] = lr
+        index = rng.integers(0, len(train_data["codes"]), cfg.batch_size)
+        batch = make_batch(cfg, train_data, index, text)
+        drop = torch.rand(cfg.batch_size, generator=gen) < cfg.class_dropout
+        loss = loss_on(cfg, model, text, batch, drop)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip))
+        opt.step()
+        ema.update(ema_tensors())
+        losses.append(float(loss.detach()))
+        state["step"] += 1
+        bar.update(1)
+        if state["step"] % cfg.log_every == 0 or state["step"] == cfg.steps:
+            entry = {"step": state["step"], "loss": float(np.mean(losses)), "lr": lr, "grad_norm": grad_norm,
+                     "sec": state["seconds"] + time.time() - t0}
+            if state["step"] % cfg.eval_every == 0 or state["step"] == cfg.steps:
+                entry["val_loss"] = validation_loss(cfg, model, text, val_data)
+            state["history"].append(entry)
+            log.info("train " + dumps(entry))
+            losses = []
+        if state["step"] % cfg.checkpoint_every == 0 or state["step"] == cfg.steps:
+            elapsed = state["seconds"] + time.time() - t0
+            atomic_torch_save({"model": model.state_dict(), "text": text.state_dict() if text else {},
+                               "opt": opt.state_dict(), "ema": ema.shadow,
+                               "state": json.dumps({**state, "seconds": elapsed})}, ckpt)
+    bar.close()
+    state["seconds"] += time.time() - t0
+    ema.copy_to(ema_tensors())
+    ema_val = validation_loss(cfg, model, text, val_data)
+    log.info(f"done: {state['step']} steps, {state['seconds'] / 3600:.2f} h, EMA validation loss {ema_val:.4f}")
+    model.eval()
+    return {"model": model, "text": text, "vq": vq, "state": state, "ema_val_loss": ema_val}
+
+
+def export(result: dict[str, Any], cfg: GPTTrainConfig, out: Path, command: str) -> dict[str, Any]:
+    """fp16 safetensors folders: ``out/transformer`` (+ ``out/text_encoder``), metrics and the command."""
+    out.mkdir(parents=True, exist_ok=True)
+    metrics = {
+        "preset_config": dataclasses.asdict(cfg),
+        "params": sum(p.numel() for p in result["model"].parameters()),
+        "text_encoder_params": sum(p.numel() for p in result["text"].parameters()) if result["text"] else 0,
+        "steps": result["state"]["step"],
+        "train_hours": result["state"]["seconds"] / 3600,
+        "final_train_loss": result["state"]["history"][-1]["loss"] if result["state"]["history"] else None,
+        "ema_validation_loss": result["ema_val_loss"],
+        "validation_perplexity": math.exp(result["ema_val_loss"]),
+        "history": result["state"]["history"],
+        "command": command,
+    }
+    with tempfile.TemporaryDirectory(dir=out, prefix=".export.") as tmp:
+        result["model"].half().save_pretrained(Path(tmp) / "transformer", safe_serialization=True)
+        if result["text"] is not None:
+            result["text"].half().save_pretrained(Path(tmp) / "text_encoder", safe_serialization=True)
+        (Path(tmp) / "training_metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+        for name in ("transformer", "text_encoder", "training_metrics.json"):
+            src = Path(tmp) / name
+            if src.exists():
+                dst = out / name
+                if dst.is_dir():
+                    import shutil
+
+                    shutil.rmtree(dst)
+                src.replace(dst)
+    return metrics
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    p = argparse.ArgumentParser(prog="python -m arvis.training.train_gpt", description=__doc__.split("\n\n")[0])
+    p.add_argument("--preset", choices=sorted(PRESETS), default="c2i")
+    p.add_argument("--out", required=True, help="export folder (gets transformer/ and text_encoder/)")
+    p.add_argument("--scratch", required=True, help="checkpoints, logs and the tokenised data cache")
+    p.add_argument("--vq", default="arvis/weights/vq-photos", help="the VQ tokenizer folder")
+    p.add_argument("--steps", type=int, default=None)
+    p.add_argument("--batch-size", type=int, default=None)
+    p.add_argument("--num-train", type=int, default=None)
+    p.add_argument("--threads", type=int, default=1)
+    args = p.parse_args(argv)
+    cfg = PRESETS[args.preset]
+    overrides = {k: v for k, v in (("steps", args.steps), ("batch_size", args.batch_size),
+                                   ("num_train", args.num_train)) if v is not None}
+    cfg = dataclasses.replace(cfg, **overrides)
+    command = "python -m arvis.training.train_gpt " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
+    result = train(cfg, args.vq, Path(args.scratch), args.threads)
+    metrics = export(result, cfg, Path(args.out), command)
+    print(json.dumps({k: v for k, v in metrics.items() if k != "history"}, indent=2))
+    return metrics
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,46 @@
+"""Training smoke tests: a few steps of the GPT trainer on a tiny config (full training is not run in CI)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from arvis.models.llamagen import LlamaGenTransformer
+from arvis.models.text_encoder import WordTextEncoder
+from arvis.tokenizers.llamagen_vq import LlamaGenVQModel
+from arvis.training import train_gpt
+
+
+@pytest.fixture(scope="module")
+def tiny_vq_folder(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("vq")
+    vq = LlamaGenVQModel(codebook_size=64, codebook_embed_dim=4, encoder_ch_mult=(1, 2, 2, 2),
+                         decoder_ch_mult=(1, 2, 2, 2), z_channels=8, base_channels=8, norm_num_groups=4)
+    vq.init_weights(torch.Generator().manual_seed(0)).save_pretrained(folder)
+    return str(folder)
+
+
+@pytest.mark.parametrize("preset", ["smoke", "smoke-t2i"])
+def test_train_gpt_smoke_runs_exports_and_resumes(tmp_path, tiny_vq_folder, preset, monkeypatch):
+    monkeypatch.setenv("ARVIS_CACHE", str(tmp_path / "cache"))
+    out, scratch = tmp_path / "out", tmp_path / "scratch"
+    argv = ["--preset", preset, "--out", str(out), "--scratch", str(scratch), "--vq", tiny_vq_folder]
+    metrics = train_gpt.main(argv)
+    assert metrics["steps"] == 3 and (out / "transformer" / "diffusion_pytorch_model.safetensors").is_file()
+    from safetensors import safe_open
+
+    with safe_open(str(out / "transformer" / "diffusion_pytorch_model.safetensors"), "pt") as f:
+        assert {f.get_tensor(k).dtype for k in f.keys()} == {torch.float16}  # shipped weights are fp16
+    model = LlamaGenTransformer.from_pretrained(out / "transformer")
+    assert model.config.vocab_size == 64 and model.layout.grid == (16, 16)
+    if preset == "smoke-t2i":
+        text = WordTextEncoder.from_pretrained(out / "text_encoder")
+        feats, mask = text.float().encode(["a small red circle on the left over grass"], 32)
+        assert feats.shape == (1, 32, 16) and int(mask.sum()) == 9
+    # A second run with more steps resumes from the checkpoint instead of starting over.
+    metrics = train_gpt.main(argv + ["--steps", "4"])
+    log = (scratch / "train.log").read_text()
+    assert "resumed at step 3" in log and metrics["steps"] == 4
+    assert json.loads((out / "training_metrics.json").read_text())["steps"] == 4
