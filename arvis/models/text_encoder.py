@@ -59,7 +59,6 @@ class WordTextEncoder(ModelMixin, ConfigMixin):
 
     def forward(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """``ids, mask: [B, L]`` (left-padded) → features ``[B, L, dim]`` (zero at padding)."""
-        L = ids.shape[1]
         # Positions count from the first real word, so left padding does not shift them.
         pos = (mask.long().cumsum(1) - 1).clamp(0, self.config.max_length - 1)
         h = self.embed(ids) + self.position(pos)
