@@ -39,7 +39,7 @@ from tqdm.auto import tqdm
 
 from arvis.engine import DecodeEngine, SamplingConfig
 from arvis.eval.jobs import image_generator
-from arvis.methods import METHODS, available_methods, build_method, decode
+from arvis.methods import METHODS, available_methods, build_method, decode, with_resources
 from arvis.models.protocol import Condition
 
 FORWARD_COST_SIZES: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
@@ -235,6 +235,7 @@ def run_bench(backbone: Any, specs: Sequence[MethodSpec], sampling: SamplingConf
               seed: int = 0, repeats: int = MIN_REPEATS, warmup: int = 1, batch_size: int = 1,
               conditions: Sequence[tuple[list[int], Condition]] | None = None,
               forward_cost_sizes: Sequence[int] = FORWARD_COST_SIZES, context: Mapping[str, Any] | None = None,
+              draft_model: Any = None, neighbours: Callable[[int], torch.Tensor] | None = None,
               progress: bool = True, clock: Callable[[], float] = time.perf_counter) -> BenchResult:
     """Time ``specs`` (plus the AR baseline) on ``backbone`` and collect their figures.
 
@@ -249,6 +250,8 @@ def run_bench(backbone: Any, specs: Sequence[MethodSpec], sampling: SamplingConf
         conditions: batches of ``(sample indices, Condition)`` (default: class ``i % num_classes``).
         forward_cost_sizes: ``T`` values of the forward-cost curve (empty: skip it).
         context: fields copied into every record (model name, dtype, provenance…).
+        draft_model, neighbours: resources methods may need (the pipeline's draft transformer and
+            codebook neighbourhoods; see :func:`arvis.methods.with_resources`).
         clock: the timer (tests replace it).
     """
     check_settings(samples=samples, repeats=repeats, warmup=warmup, batch_size=batch_size)
@@ -262,7 +265,8 @@ def run_bench(backbone: Any, specs: Sequence[MethodSpec], sampling: SamplingConf
             raise ValueError("conditions: required for a model that is not class-conditional")
         conditions = class_conditions(int(num_classes), samples, batch_size, device)
     samples = sum(len(idx) for idx, _ in conditions)
-    methods = {s.label: build_method(s.name, **s.options_dict) for s in specs}
+    methods = {s.label: build_method(s.name, **with_resources(s.name, s.options_dict, draft_model, neighbours))
+               for s in specs}
 
     def run_once(spec: MethodSpec) -> tuple[float, list[Any], str]:
         elapsed, stats, digest = 0.0, [], hashlib.sha256()

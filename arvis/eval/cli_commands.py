@@ -103,7 +103,9 @@ def run_bench_command(args: argparse.Namespace) -> int:
     result = run_bench(pipe.transformer, specs, sampling, samples=args.samples, seed=args.seed, repeats=args.repeats,
                        warmup=args.warmup, batch_size=args.batch_size,
                        forward_cost_sizes=() if args.no_forward_cost else (1, 2, 4, 8, 16, 32, 64),
-                       context=context, progress=not args.no_progress)
+                       context=context, progress=not args.no_progress,
+                       draft_model=getattr(pipe, "draft_transformer", None),
+                       neighbours=getattr(pipe, "codebook_neighbours", None))
     print(format_text(result))
     if args.json:
         write_json_atomic(args.json, result.records)

@@ -52,6 +52,25 @@ def build_method(name: str | DecodingMethod, **options: Any) -> DecodingMethod:
     return cls(**options)
 
 
+def with_resources(method: str | DecodingMethod, options: dict[str, Any], draft_model: Any = None,
+                   neighbours: Callable[[int], torch.Tensor] | None = None) -> dict[str, Any]:
+    """``options`` completed with what a method needs from its pipeline, when not given explicitly.
+
+    A method with a ``draft_model`` field gets ``draft_model``; one with a relaxed ``acceptance`` gets
+    ``neighbours(k)``, the tokenizer's codebook neighbourhoods. Returns a new dict.
+    """
+    options = dict(options)
+    if not isinstance(method, str) or method not in METHODS or not dataclasses.is_dataclass(METHODS[method]):
+        return options
+    fields = {f.name for f in dataclasses.fields(METHODS[method])}
+    if "draft_model" in fields and options.get("draft_model") is None and draft_model is not None:
+        options["draft_model"] = draft_model
+    if ("neighbours" in fields and options.get("acceptance", "exact") != "exact"
+            and options.get("neighbours") is None and neighbours is not None):
+        options["neighbours"] = neighbours(int(options.get("k", 10)))
+    return options
+
+
 def decode(backbone: Backbone, condition: Condition, sampling: SamplingConfig,
            method: str | DecodingMethod = "ar", generator: GeneratorArg = None,
            on_commit: Callable[[DecodeEngine], None] | None = None, **options: Any
@@ -77,7 +96,8 @@ def decode(backbone: Backbone, condition: Condition, sampling: SamplingConfig,
     return engine.tokens, stats
 
 
-__all__ = ["METHODS", "DecodingMethod", "available_methods", "build_method", "decode", "register_method"]
+__all__ = ["METHODS", "DecodingMethod", "available_methods", "build_method", "decode", "register_method",
+           "with_resources"]
 
 from arvis.methods.sjd import CoupledJacobi, SpeculativeJacobi  # noqa: E402  (registers after the registry exists)
 

@@ -27,7 +27,7 @@ from diffusers.utils import BaseOutput
 from arvis.engine.engine import DecodeEngine
 from arvis.engine.sampling import SamplingConfig
 from arvis.engine.stats import BatchStats
-from arvis.methods import decode
+from arvis.methods import decode, with_resources
 from arvis.models.llamagen import LlamaGenTransformer
 from arvis.models.protocol import Condition
 from arvis.tokenizers.llamagen_vq import LlamaGenVQModel
@@ -209,12 +209,7 @@ class LlamaGenPipeline(DiffusionPipeline):
         B, N = condition.batch_size, self.transformer.layout.num_tokens
         if isinstance(generator, list | tuple) and len(generator) != B:
             raise ValueError(f"generator: got {len(generator)} generators for {B} images; pass one, or one per image")
-        fields = _method_fields(method) if isinstance(method, str) else set()
-        if "draft_model" in fields and method_options.get("draft_model") is None:
-            method_options["draft_model"] = self.draft_transformer
-        if "neighbours" in fields and method_options.get("acceptance", "exact") != "exact" \
-                and method_options.get("neighbours") is None:
-            method_options["neighbours"] = self.codebook_neighbours(int(method_options.get("k", 10)))
+        method_options = with_resources(method, method_options, self.draft_transformer, self.codebook_neighbours)
 
         progress = self.progress_bar(total=B * N)
         committed = [0]
@@ -238,12 +233,3 @@ class LlamaGenPipeline(DiffusionPipeline):
         if not return_dict:
             return images, tokens, stats
         return LlamaGenPipelineOutput(images=images, tokens=tokens, stats=stats)
-
-
-def _method_fields(method: Any) -> set[str]:
-    import dataclasses
-
-    from arvis.methods import METHODS
-
-    cls = METHODS.get(method) if isinstance(method, str) else type(method)
-    return {f.name for f in dataclasses.fields(cls)} if cls is not None and dataclasses.is_dataclass(cls) else set()
