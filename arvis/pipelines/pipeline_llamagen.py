@@ -14,6 +14,7 @@ Example:
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -213,17 +214,21 @@ class LlamaGenPipeline(DiffusionPipeline):
 
         progress = self.progress_bar(total=B * N)
         committed = [0]
+        last_update = [0.0]
 
         def on_commit(engine: DecodeEngine) -> None:
-            done = int(engine.known.sum())  # host sync, once per commit: progress display only
-            progress.update(done - committed[0])
-            committed[0] = done
+            now = time.monotonic()
+            if now - last_update[0] > 0.1:  # a host sync for the display at most 10 times a second
+                done = int(engine.known.sum())
+                progress.update(done - committed[0])
+                committed[0], last_update[0] = done, now
             if callback_on_step_end is not None:
                 callback_on_step_end(self, engine.stats.forward_index - 1, engine.known.sum(-1),
                                      {"tokens": engine.tokens, "known": engine.known})
 
         try:
             tokens, stats = decode(self.transformer, condition, sampling, method, generator, on_commit, **method_options)
+            progress.update(B * N - committed[0])
         finally:
             progress.close()
         grid = self.transformer.layout.grid
