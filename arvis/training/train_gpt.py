@@ -261,11 +261,24 @@ def train(cfg: GPTTrainConfig, vq_path: str, scratch: Path, threads: int = 1) ->
                                "state": json.dumps({**state, "seconds": elapsed})}, ckpt)
     bar.close()
     state["seconds"] += time.time() - t0
+    return finish(cfg, model, text, ema, ema_tensors, val_data, vq, state, log)
+
+
+def finish(cfg, model, text, ema, ema_tensors, val_data, vq, state, log) -> dict[str, Any]:
+    """Keep the better of the raw and the EMA weights by held-out loss (a short run's EMA can lag)."""
+    raw_val = validation_loss(cfg, model, text, val_data)
+    raw = [t.clone() for t in ema_tensors()]
     ema.copy_to(ema_tensors())
     ema_val = validation_loss(cfg, model, text, val_data)
-    log.info(f"done: {state['step']} steps, {state['seconds'] / 3600:.2f} h, EMA validation loss {ema_val:.4f}")
+    use_ema = ema_val <= raw_val
+    if not use_ema:
+        for dst, src in zip(ema_tensors(), raw, strict=True):
+            dst.copy_(src)
+    log.info(f"done: {state['step']} steps, {state['seconds'] / 3600:.2f} h, validation loss raw {raw_val:.4f}, "
+             f"EMA {ema_val:.4f}; exporting the {'EMA' if use_ema else 'raw'} weights")
     model.eval()
-    return {"model": model, "text": text, "vq": vq, "state": state, "ema_val_loss": ema_val}
+    return {"model": model, "text": text, "vq": vq, "state": state, "ema_val_loss": min(raw_val, ema_val),
+            "raw_val_loss": raw_val, "ema_only_val_loss": ema_val, "exported_weights": "ema" if use_ema else "raw"}
 
 
 def export(result: dict[str, Any], cfg: GPTTrainConfig, out: Path, command: str) -> dict[str, Any]:
@@ -278,7 +291,10 @@ def export(result: dict[str, Any], cfg: GPTTrainConfig, out: Path, command: str)
         "steps": result["state"]["step"],
         "train_hours": result["state"]["seconds"] / 3600,
         "final_train_loss": result["state"]["history"][-1]["loss"] if result["state"]["history"] else None,
-        "ema_validation_loss": result["ema_val_loss"],
+        "validation_loss": result["ema_val_loss"],
+        "validation_loss_raw": result["raw_val_loss"],
+        "validation_loss_ema": result["ema_only_val_loss"],
+        "exported_weights": result["exported_weights"],
         "validation_perplexity": math.exp(result["ema_val_loss"]),
         "history": result["state"]["history"],
         "command": command,
