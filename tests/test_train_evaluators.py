@@ -48,6 +48,10 @@ def test_train_domain_smoke_exports_loads_and_resumes(tmp_path):
     # A rerun with more steps resumes from the checkpoint.
     metrics = train_domain.main(argv + ["--steps", "5"])
     assert "resumed from" in (scratch / "train.log").read_text() and metrics["steps"] == 5
+    # --export-only re-evaluates the checkpoint and keeps the command that trained it in the model card.
+    metrics = train_domain.main(argv + ["--export-only"])
+    assert metrics["steps"] == 5 and metrics["command"].endswith("--steps 5")
+    assert "Exported and evaluated by" in (out / "README.md").read_text()
 
 
 def test_degradations_keep_shape_and_change_pixels():

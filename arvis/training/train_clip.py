@@ -322,7 +322,8 @@ def _scorer_of(model: torch.nn.Module, cfg: ClipTrainConfig) -> ClipScorer:
 
 
 # ---------------------------------------------------------------------------------------------- training
-def train(cfg: ClipTrainConfig, scratch: str | os.PathLike, threads: int = 1) -> tuple[torch.nn.Module, dict[str, Any]]:
+def train(cfg: ClipTrainConfig, scratch: str | os.PathLike, threads: int = 1, command: str = ""
+          ) -> tuple[torch.nn.Module, dict[str, Any]]:
     """Train (resuming from ``scratch/checkpoint.pt`` if present); return the EMA model and a summary."""
     from open_clip.tokenizer import SimpleTokenizer
 
@@ -343,7 +344,7 @@ def train(cfg: ClipTrainConfig, scratch: str | os.PathLike, threads: int = 1) ->
                              {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, 0.98), eps=1e-6)
     ema = EMA(params, cfg.ema_decay)
     rng = np.random.default_rng([cfg.data_seed, 777])
-    step, elapsed, history, t_prep = 0, 0.0, [], time.time()
+    step, elapsed, history, t_prep, train_command = 0, 0.0, [], time.time(), command
     if ckpt_path.exists():
         ck = load_checkpoint(ckpt_path)
         saved = json.loads(ck["config"])
@@ -358,6 +359,7 @@ def train(cfg: ClipTrainConfig, scratch: str | os.PathLike, threads: int = 1) ->
         step, elapsed = int(ck["step"]), float(ck["elapsed"])
         rng.bit_generator.state = json.loads(ck["rng_state"])
         history = json.loads(ck["history"])
+        train_command = command or str(ck.get("command", ""))  # --export-only passes no command
         log.info("resumed from %s at step %d (%.0f s elapsed)", ckpt_path, step, elapsed)
     else:
         log.info("new run: %d parameters, config %s", sum(p.numel() for p in params), dumps(dataclasses.asdict(cfg)))
@@ -370,8 +372,8 @@ def train(cfg: ClipTrainConfig, scratch: str | os.PathLike, threads: int = 1) ->
     def save_checkpoint() -> None:
         atomic_torch_save({"config": json.dumps(dataclasses.asdict(cfg)), "model": model.state_dict(),
                            "optimizer": opt.state_dict(), "ema": ema.shadow, "step": step, "elapsed": elapsed,
-                           "rng_state": json.dumps(rng.bit_generator.state), "history": json.dumps(history)},
-                          ckpt_path)
+                           "rng_state": json.dumps(rng.bit_generator.state), "history": json.dumps(history),
+                           "command": train_command}, ckpt_path)
 
     ema_model = build_model(cfg, scratch).eval()
 
@@ -437,7 +439,7 @@ def train(cfg: ClipTrainConfig, scratch: str | os.PathLike, threads: int = 1) ->
             t_last = time.time()
     bar.close()
     train_entries = [h for h in history if "eval" not in h]
-    summary = {"steps": step, "train_seconds": elapsed, "history": history,
+    summary = {"steps": step, "train_seconds": elapsed, "history": history, "command": train_command,
                "final_train": train_entries[-1] if train_entries else {}}
     return ema_copy(), summary
 
@@ -479,7 +481,8 @@ def export(model: torch.nn.Module, cfg: ClipTrainConfig, out: str | os.PathLike,
             "torch_threads": torch.get_num_threads(),
             "final_train": summary["final_train"],
             "config": dataclasses.asdict(cfg),
-            "command": command,
+            "command": summary.get("command") or command,
+            "export_command": command,
         }
         (staged / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
         (staged / "README.md").write_text(model_card(cfg, metrics))
@@ -535,7 +538,7 @@ stream, backgrounds from the photos' held-out strips): {cfg.num_val} (seed {cfg.
 ```
 {m['command']}
 ```
-Symmetric CLIP (InfoNCE) loss with a learned temperature (capped at 100), batch {cfg.batch_size}, plus
+{_export_note(m)}Symmetric CLIP (InfoNCE) loss with a learned temperature (capped at 100), batch {cfg.batch_size}, plus
 NegCLIP-style hard negatives (arXiv:2210.01936){'' if cfg.hard_negatives else ' (disabled in this run)'}: each
 caption also gives a copy with one attribute changed (colour, shape, size, place, background, or two
 objects' colours exchanged), an extra negative for the image-to-text direction. AdamW (betas 0.9/0.98, lr
@@ -568,6 +571,12 @@ training negatives, on held-out scenes):
 {rows}
 """
 
+
+
+def _export_note(m: dict[str, Any]) -> str:
+    if m.get("export_command") and m["export_command"] != m["command"]:
+        return f"Exported and evaluated by `{m['export_command']}`.\n"
+    return ""
 
 # ---------------------------------------------------------------------------------------------- CLI
 def _parse(argv: list[str] | None) -> argparse.Namespace:
@@ -608,7 +617,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         cfg = dataclasses.replace(cfg, steps=int(load_checkpoint(ckpt)["step"]))
     command = "python -m arvis.training.train_clip " + " ".join(shlex.quote(a) for a in (
         argv if argv is not None else sys.argv[1:]))
-    model, summary = train(cfg, scratch, threads=args.threads)
+    model, summary = train(cfg, scratch, threads=args.threads, command="" if args.export_only else command)
+    previous = out / "metrics.json"
+    if not summary["command"] and previous.is_file():  # a checkpoint that predates stored commands
+        summary["command"] = json.loads(previous.read_text()).get("command", "")
     metrics = export(model, cfg, out, summary, command, scratch)
     print(json.dumps({k: v for k, v in metrics.items() if k not in ("eval_history", "config")}, indent=2))
     return metrics

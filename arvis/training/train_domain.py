@@ -153,7 +153,7 @@ def _new_model(cfg: DomainTrainConfig) -> DomainClassifier:
     return DomainClassifier(**cfg.model_kwargs())
 
 
-def train(cfg: DomainTrainConfig, scratch: str | os.PathLike, threads: int = 1
+def train(cfg: DomainTrainConfig, scratch: str | os.PathLike, threads: int = 1, command: str = ""
           ) -> tuple[DomainClassifier, dict[str, Any]]:
     """Train (resuming from ``scratch/checkpoint.pt`` if present); return the EMA network and a summary.
 
@@ -174,7 +174,7 @@ def train(cfg: DomainTrainConfig, scratch: str | os.PathLike, threads: int = 1
                              {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, 0.99))
     ema = EMA(params, cfg.ema_decay)
     rng = np.random.default_rng([cfg.data_seed, 4242])
-    step, elapsed, history = 0, 0.0, []
+    step, elapsed, history, train_command = 0, 0.0, [], command
     if ckpt_path.exists():
         ck = load_checkpoint(ckpt_path)
         saved = json.loads(ck["config"])
@@ -189,6 +189,7 @@ def train(cfg: DomainTrainConfig, scratch: str | os.PathLike, threads: int = 1
         step, elapsed = int(ck["step"]), float(ck["elapsed"])
         rng.bit_generator.state = json.loads(ck["rng_state"])
         history = json.loads(ck["history"])
+        train_command = command or str(ck.get("command", ""))  # --export-only passes no command
         log.info("resumed from %s at step %d (%.0f s elapsed)", ckpt_path, step, elapsed)
     else:
         log.info("new run: %d parameters, config %s", sum(p.numel() for p in params),
@@ -197,8 +198,8 @@ def train(cfg: DomainTrainConfig, scratch: str | os.PathLike, threads: int = 1
     def save_checkpoint() -> None:
         atomic_torch_save({"config": json.dumps(dataclasses.asdict(cfg)), "model": model.state_dict(),
                            "optimizer": opt.state_dict(), "ema": ema.shadow, "step": step, "elapsed": elapsed,
-                           "rng_state": json.dumps(rng.bit_generator.state), "history": json.dumps(history)},
-                          ckpt_path)
+                           "rng_state": json.dumps(rng.bit_generator.state), "history": json.dumps(history),
+                           "command": train_command}, ckpt_path)
 
     ema_model = DomainClassifier(**cfg.model_kwargs()).eval()
 
@@ -253,7 +254,7 @@ def train(cfg: DomainTrainConfig, scratch: str | os.PathLike, threads: int = 1
             t_last = time.time()
     bar.close()
     train_entries = [h for h in history if "eval" not in h]
-    summary = {"steps": step, "train_seconds": elapsed, "history": history,
+    summary = {"steps": step, "train_seconds": elapsed, "history": history, "command": train_command,
                "final_train": train_entries[-1] if train_entries else {}}
     return ema_copy(), summary
 
@@ -404,7 +405,8 @@ def export(model: DomainClassifier, cfg: DomainTrainConfig, out: str | os.PathLi
             "torch_threads": torch.get_num_threads(),
             "final_train": summary["final_train"],
             "config": dataclasses.asdict(cfg),
-            "command": command,
+            "command": summary.get("command") or command,
+            "export_command": command,
         }
         (staged / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
         (staged / "README.md").write_text(model_card(cfg, metrics))
@@ -461,7 +463,7 @@ crops only, except the train-vs-held-out row.
 ```
 {m['command']}
 ```
-Cross-entropy (no label smoothing), AdamW (betas 0.9/0.99, lr {cfg.lr}, weight decay {cfg.weight_decay},
+{_export_note(m)}Cross-entropy (no label smoothing), AdamW (betas 0.9/0.99, lr {cfg.lr}, weight decay {cfg.weight_decay},
 {cfg.warmup} warm-up steps, cosine to {cfg.min_lr_ratio}x), grad-norm clip {cfg.grad_clip}, EMA {cfg.ema_decay}
 (the EMA weights are shipped). {m['steps']} steps, {m['train_minutes']:.1f} min of training wall time on one
 CPU thread (2-core machine shared with other trainings). Final training loss (mean of the last
@@ -500,6 +502,12 @@ Fingerprint (sha256 over config and weights; names the feature space in cached s
 """
 
 
+
+def _export_note(m: dict[str, Any]) -> str:
+    if m.get("export_command") and m["export_command"] != m["command"]:
+        return f"Exported and evaluated by `{m['export_command']}`.\n"
+    return ""
+
 # ---------------------------------------------------------------------------------------------- CLI
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m arvis.training.train_domain", description=__doc__.split("\n\n")[0])
@@ -536,7 +544,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         cfg = dataclasses.replace(cfg, steps=int(load_checkpoint(ckpt)["step"]))
     command = "python -m arvis.training.train_domain " + " ".join(shlex.quote(a) for a in (
         argv if argv is not None else sys.argv[1:]))
-    model, summary = train(cfg, scratch, threads=args.threads)
+    model, summary = train(cfg, scratch, threads=args.threads, command="" if args.export_only else command)
+    previous = out / "metrics.json"
+    if not summary["command"] and previous.is_file():  # a checkpoint that predates stored commands
+        summary["command"] = json.loads(previous.read_text()).get("command", "")
     metrics = export(model, cfg, out, summary, command, vq=args.vq, progress=not args.preset == "smoke")
     print(json.dumps({k: v for k, v in metrics.items() if k not in ("eval_history", "config")}, indent=2))
     return metrics
