@@ -179,3 +179,17 @@ def test_report_joins_bench_and_fid_records(tmp_path):
     md = (out / "report.md").read_text()
     assert "| sjd:window=16 | 2.50x | 1.80x | 5.100 | 1000 | domain |" in md and "floor at the same N: 1.200" in md
     assert (out / "fid_vs_speed.png").stat().st_size > 0
+
+
+def test_method_extras_are_aggregated_over_samples():
+    from arvis.engine.stats import DecodeStats
+
+    def stats(tv: float, max_tv: float) -> DecodeStats:
+        return DecodeStats(method="speculative", tokens=4, target_forwards=2, draft_forwards=8,
+                           accepted_per_forward=[2, 2], commit_forward=[0, 0, 1, 1],
+                           extra={"mean_tv_per_token": tv, "max_tv_per_token": max_tv, "tv_kind": "realised (exact)"})
+
+    extra = bench.summarize([stats(0.02, 0.05), stats(0.04, 0.09)])["extra"]
+    assert extra["mean_tv_per_token"] == pytest.approx(0.03)
+    assert extra["max_tv_per_token"] == pytest.approx(0.09)
+    assert extra["tv_kind"] == "realised (exact)"

@@ -349,7 +349,21 @@ def summarize(samples: Sequence[Any]) -> dict[str, Any]:
         "commit_forward": samples[0].commit_forward,
         "per_sample": [{k: getattr(s, k) if k != "accepted_per_forward" else s.mean_accepted_per_forward
                         for k in FIGURES} for s in samples],
+        "extra": summarize_extra(samples),
     }
+    return out
+
+
+def summarize_extra(samples: Sequence[Any]) -> dict[str, Any]:
+    """Method-specific figures (``DecodeStats.extra``) over samples: ``max_*`` keys by max, other numbers by mean,
+    anything else kept when all samples agree (e.g. ``tv_kind``)."""
+    out: dict[str, Any] = {}
+    for key in samples[0].extra:
+        values = [s.extra.get(key) for s in samples]
+        if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+            out[key] = max(values) if key.startswith("max_") else sum(values) / len(values)
+        elif all(v == values[0] for v in values):
+            out[key] = values[0]
     return out
 
 
