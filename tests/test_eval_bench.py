@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -193,3 +194,43 @@ def test_method_extras_are_aggregated_over_samples():
     assert extra["mean_tv_per_token"] == pytest.approx(0.03)
     assert extra["max_tv_per_token"] == pytest.approx(0.09)
     assert extra["tv_kind"] == "realised (exact)"
+
+
+def _load_script(name: str):
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location(f"arvis_eval_{name}",
+                                                  Path(__file__).resolve().parents[1] / "eval" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_figures_jobs_are_real_commands_and_tables_come_from_records(tmp_path, capsys):
+    figures = _load_script("figures")
+    jobs = figures.zipar_jobs(tmp_path, "tiny-random", fid_num=16, samples=2)
+    bench_job = jobs[0]
+    # Every bench job's method list parses with the real spec parser and names real methods.
+    specs = parse_method_specs(bench_job.args[bench_job.args.index("--methods") + 1])
+    assert [s.name for s in specs][:4] == ["ar", "zipar", "zipar", "zipar"] and all(s.name in METHODS for s in specs)
+    assert figures.main(["--suite", "zipar", "--model", "tiny-random", "--out", str(tmp_path), "--list"]) == 0
+    assert capsys.readouterr().out.count("[todo]") == len(jobs)
+
+    record = {"spec": "zipar:window=4", "lossless": False, "target_forwards": 88.0, "draft_forwards": 0.0,
+              "step_compression": 256 / 88, "accepted_per_forward": 256 / 88, "latency_s": 0.5, "speedup": 2.5,
+              "samples": 2, "batch_size": 1, "repeats": 5, "warmup": 1, "sampling": {"guidance_scale": 3.0},
+              "forward_cost": [{"positions": 1, "ms": 2.0, "ratio": None}, {"positions": 2, "ms": 3.0, "ratio": 1.5}]}
+    bench_job.output.parent.mkdir(parents=True)
+    bench_job.output.write_text(json.dumps([record]))
+    (tmp_path / "fid").mkdir()
+    for seed, value in ((0, 10.0), (1, 10.6)):
+        (tmp_path / "fid" / f"ar-seed{seed}.json").write_text(json.dumps(
+            {"method": "ar", "options": {}, "seed": seed, "fid": value, "num_generated": 16}))
+    jobs[2].output.write_text(json.dumps({"method": "zipar", "options": {"window": 4}, "seed": 0, "fid": 11.25,
+                                          "num_generated": 16, "real_vs_real_floor": 1.5}))
+    md = figures.write_report("zipar", jobs, tmp_path).read_text()
+    assert "| `zipar:window=4` | no | 88.0 | 0.0 | 2.91x | 2.91 | 0.500 | 2.50x | 11.25 (16) |" in md
+    assert "| `zipar:window=4` | 0 | 16 | 11.25 | 1.50 |" in md and "|ΔFID| = 0.60" in md
+    assert "| ms / forward | 2.00 | 3.00 |" in md

@@ -1,0 +1,292 @@
+#!/usr/bin/env python
+"""Every published figure of arvis's methods, reproducible: benchmark and FID jobs, then the tables.
+
+    python eval/figures.py --suite all                   # run missing jobs, then write docs/figures/*.md
+    python eval/figures.py --suite sjd --shard 0/2 &     # two processes on a two-core machine
+    python eval/figures.py --suite sjd --shard 1/2
+    python eval/figures.py --suite all --report-only     # rebuild the tables from the JSON records
+    python eval/figures.py --suite all --list            # print the jobs and their commands
+
+Suites: ``sjd`` (SJD / MC-SJD: windows, initialisations, couplings, batch 1 and 8, fp32 and bf16, ragged vs
+lockstep), ``zipar`` (ZipAR windows, staircase vs contiguous MC-SJD windows, decode-order heat maps),
+``relaxed`` (draft-model speculative decoding, LANTERN, LANTERN++, the bounded rule, MC-SJD + bounded).
+Every job is one ``arvis bench`` or ``arvis fid`` command (printed with ``--list``) writing a JSON record
+under ``--out``; a job whose record exists is skipped, so an interrupted run resumes. FID records are
+shared between suites (``<out>/fid/``). Nothing here is typed in by hand: the Markdown tables are built
+from the records.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# Published figures placed beside ours (the models and hardware differ; they are anchors, not targets met).
+ANCHORS = {
+    "sjd": [
+        "SJD (Teng et al., ICLR 2025): 2.22x step compression (≈2x latency) on Lumina-mGPT, Table 1.",
+        "MC-SJD (So et al., 2025): 4.21x step compression at L = 64 on Lumina-mGPT, lossless.",
+    ],
+    "zipar": [
+        "ZipAR (He et al., 2024): up to 91% fewer forwards on Emu3-Gen; on LlamaGen-XL 256 tokens, "
+        "w = 4 → 88 forwards (the schedule formula 2W + (H − 2)w for a 16x16 grid).",
+    ],
+    "relaxed": [
+        "LANTERN (Jang et al., ICLR 2025): 1.69x latency over AR when sampling on LlamaGen-XL "
+        "(EAGLE-2 drafter; EAGLE-2 alone 0.93x), FID 15.22 → 16.13 on MS-COCO prompts (δ = 0.1, k = 1000).",
+        "LANTERN++ (Park et al., 2025): static-tree drafting with relaxed acceptance, up to 2.56x "
+        "speedup over AR (λ = 2, k = 10 …).",
+    ],
+}
+
+
+@dataclass
+class Job:
+    """One command and the record it writes."""
+
+    name: str
+    kind: str  # "bench" | "fid"
+    args: list[str]
+    output: Path
+    extra_outputs: list[Path] = field(default_factory=list)
+
+    def command(self) -> list[str]:
+        return [sys.executable, "-m", "arvis", self.kind, *self.args]
+
+
+def bench_job(out: Path, suite: str, name: str, methods: list[str], *, model: str, samples: int,
+              batch_size: int = 1, dtype: str = "fp32", repeats: int = 5, plots: bool = False) -> Job:
+    base = out / suite / name
+    args = ["--model", model, "--methods", ";".join(methods), "--samples", str(samples),
+            "--batch-size", str(batch_size), "--dtype", dtype, "--repeats", str(repeats), "--seed", "0",
+            "--json", str(base.with_suffix(".json")), "--markdown", str(base.with_suffix(".md")),
+            "--no-progress"]
+    if plots:
+        args += ["--plots", str(out / suite / f"{name}-plots")]
+    return Job(f"{suite}/{name}", "bench", args, base.with_suffix(".json"))
+
+
+def fid_job(out: Path, spec: str, *, model: str, num: int, seed: int = 0, floor: bool = False,
+            batch_size: int = 8) -> Job:
+    method, _, opts = spec.partition(":")
+    slug = spec.replace(":", "_").replace(",", "_").replace("=", "-").replace('"', "")
+    path = out / "fid" / f"{slug}-seed{seed}-n{num}.json"
+    args = ["--model", model, "--num-samples", str(num), "--seed", str(seed), "--sample-batch-size",
+            str(batch_size), "--json", str(path), "--no-progress", "--method", method]
+    for opt in filter(None, opts.split(",")):
+        args += ["-o", opt]
+    if floor:
+        args.append("--floor")
+    return Job(f"fid/{slug}-seed{seed}", "fid", args, path)
+
+
+WINDOWS = (8, 16, 32, 64)
+INITS = ("repeat_horizontal", "repeat_vertical", "neighbour_distribution")
+
+
+def sjd_jobs(out: Path, model: str, fid_num: int, samples: int) -> list[Job]:
+    b1 = ["ar"]
+    b1 += [f"sjd:window={w}" for w in WINDOWS]
+    b1 += [f"mc-sjd:window={w}" for w in WINDOWS]
+    b1 += [f"mc-sjd:window={w},coupling=gumbel" for w in (16, 64)]
+    b1 += [f"sjd:window=32,init={i}" for i in INITS]
+    b1 += [f"mc-sjd:window=64,init={i}" for i in INITS]
+    b8 = ["ar", "sjd:window=32", "sjd:window=32,batch_mode=lockstep", "mc-sjd:window=64",
+          "mc-sjd:window=64,batch_mode=lockstep"]
+    bf16 = ["ar", "sjd:window=32", "mc-sjd:window=64"]
+    return [
+        bench_job(out, "sjd", "batch1-fp32", b1, model=model, samples=samples, plots=True),
+        bench_job(out, "sjd", "batch8-fp32", b8, model=model, samples=8, batch_size=8),
+        bench_job(out, "sjd", "batch1-bf16", bf16, model=model, samples=samples, dtype="bf16"),
+        bench_job(out, "sjd", "batch8-bf16", bf16, model=model, samples=8, batch_size=8, dtype="bf16"),
+        fid_job(out, "ar", model=model, num=fid_num, floor=True),
+        fid_job(out, "ar", model=model, num=fid_num, seed=1),
+        fid_job(out, "sjd:window=32", model=model, num=fid_num),
+        fid_job(out, "mc-sjd:window=64", model=model, num=fid_num),
+    ]
+
+
+def zipar_jobs(out: Path, model: str, fid_num: int, samples: int) -> list[Job]:
+    # Staircase (window L, R band rows) evaluates L + 1 + R*L positions; its contiguous twin evaluates the same.
+    stairs = ["mc-sjd:window=16,window_shape=staircase,staircase_rows=2", "mc-sjd:window=48",
+              "mc-sjd:window=32,window_shape=staircase,staircase_rows=1", "mc-sjd:window=64",
+              "sjd:window=16,window_shape=staircase,staircase_rows=2", "sjd:window=48"]
+    methods = ["ar", "zipar:window=2", "zipar:window=4", "zipar:window=8", *stairs]
+    return [
+        bench_job(out, "zipar", "batch1-fp32", methods, model=model, samples=samples, plots=True),
+        *(fid_job(out, f"zipar:window={w}", model=model, num=fid_num) for w in (2, 4, 8)),
+    ]
+
+
+RELAXED = ["speculative:gamma=4", "speculative:gamma=8",
+           "speculative:gamma=4,acceptance=lantern,k=10,delta=0.1",
+           *(f"speculative:gamma=4,acceptance=bounded,k=10,delta={d}" for d in (0.05, 0.1, 0.2)),
+           "speculative:gamma=4,acceptance=lantern++,k=10,lam=5",
+           "speculative:gamma=4,acceptance=lantern++,k=5,lam=20",
+           "mc-sjd:window=64,acceptance=bounded,k=10,delta=0.1"]
+
+
+def relaxed_jobs(out: Path, model: str, fid_num: int, samples: int) -> list[Job]:
+    return [
+        bench_job(out, "relaxed", "batch1-fp32", ["ar", *RELAXED], model=model, samples=samples),
+        *(fid_job(out, spec, model=model, num=fid_num) for spec in RELAXED if spec != "speculative:gamma=8"),
+    ]
+
+
+SUITES = {"sjd": sjd_jobs, "zipar": zipar_jobs, "relaxed": relaxed_jobs}
+
+
+# ----------------------------------------------------------------------------- report
+def _load(path: Path) -> object | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _fid_records(out: Path) -> dict[tuple[str, int], dict]:
+    found = {}
+    for path in sorted((out / "fid").glob("*.json")):
+        rec = _load(path)
+        if isinstance(rec, dict):
+            found[(_label(rec), rec["seed"])] = rec
+    return found
+
+
+def _label(rec: dict) -> str:
+    from arvis.eval.bench import MethodSpec
+
+    return MethodSpec(rec["method"], tuple(rec.get("options", {}).items())).label
+
+
+def _bench_table(records: list[dict], fids: dict[tuple[str, int], dict], extra_cols: bool = False) -> list[str]:
+    head = ["method", "lossless", "target fwd", "draft fwd", "step compr.", "tokens/fwd", "latency s", "speedup",
+            "FID (N)"]
+    if extra_cols:
+        head += ["mean TV/token", "max TV/token"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in records:
+        fid = fids.get((r["spec"], 0))
+        fid_s = f"{fid['fid']:.2f} ({fid['num_generated']})" if fid else "–"
+        row = [f"`{r['spec']}`", "yes" if r["lossless"] else "no", f"{r['target_forwards']:.1f}",
+               f"{r['draft_forwards']:.1f}", f"{r['step_compression']:.2f}x", f"{r['accepted_per_forward']:.2f}",
+               f"{r['latency_s']:.3f}", f"{r['speedup']:.2f}x", fid_s]
+        if extra_cols:
+            ex = r.get("extra", {})
+            row += [f"{ex['mean_tv_per_token']:.4f}" if "mean_tv_per_token" in ex else "–",
+                    f"{ex['max_tv_per_token']:.4f}" if "max_tv_per_token" in ex else "–"]
+        lines.append("| " + " | ".join(row) + " |")
+    return lines
+
+
+def _cost_table(curve: list[dict]) -> list[str]:
+    if not curve:
+        return []
+    return ["| positions T | " + " | ".join(str(c["positions"]) for c in curve) + " |",
+            "|---|" + "---|" * len(curve),
+            "| ms / forward | " + " | ".join(f"{c['ms']:.2f}" for c in curve) + " |",
+            "| vs T = 1 | " + " | ".join("–" if c["ratio"] is None else f"{c['ratio']:.2f}" for c in curve) + " |"]
+
+
+def _setting(records: list[dict]) -> str:
+    r = records[0]
+    s = r["sampling"]
+    return (f"model `{r.get('model')}`, {r['samples']} samples (class i mod classes), batch {r['batch_size']}, "
+            f"dtype {r.get('dtype')}, {r.get('threads')} thread(s), CFG {s.get('guidance_scale')}, "
+            f"top-k {s.get('top_k')}, temperature {s.get('temperature')}; median of {r['repeats']} interleaved "
+            f"rounds after {r['warmup']} warm-up; commit `{str(r.get('git_commit'))[:12]}`"
+            f"{' (dirty tree)' if r.get('git_dirty') else ''}, {r.get('timestamp', '')[:16]}")
+
+
+def write_report(suite: str, jobs: list[Job], out: Path) -> Path:
+    fids = _fid_records(out)
+    lines = [f"# Figures: {suite}", "",
+             f"Generated by `python eval/figures.py --suite {suite}` from the JSON records in this folder "
+             "(re-run it to reproduce; `--list` prints every command). FID: the shipped domain network, "
+             "held-out real crops as reference (see docs/evaluation.md).", ""]
+    for job in jobs:
+        if job.kind != "bench":
+            continue
+        records = _load(job.output)
+        lines += [f"## {job.name}", ""]
+        if not isinstance(records, list):
+            lines += ["(not run yet)", ""]
+            continue
+        lines += [_setting(records), ""]
+        lines += _bench_table(records, fids, extra_cols=suite == "relaxed")
+        lines += ["", "Forward cost on this machine (same model, batch and guidance):", ""]
+        lines += _cost_table(records[0].get("forward_cost", [])) + [""]
+        plots = out / suite / f"{Path(job.output).stem}-plots"
+        if plots.is_dir():
+            lines += ["Plots: " + ", ".join(f"[{p.name}]({suite}/{plots.name}/{p.name})"
+                                            for p in sorted(plots.glob("*.png"))), ""]
+    fid_rows = [rec for (label, _), rec in sorted(fids.items()) if label == "ar"]  # the baseline in every suite
+    fid_rows += [rec for j in jobs if j.kind == "fid" and isinstance(rec := _load(j.output), dict) and _label(rec) != "ar"]
+    if fid_rows:
+        lines += ["## FID", "", "| method | seed | N | FID | real-vs-real floor (same N) |", "|---|---|---|---|---|"]
+        for rec in fid_rows:
+            label, seed = _label(rec), rec["seed"]
+            floor = rec.get("real_vs_real_floor")
+            lines.append(f"| `{label}` | {seed} | {rec['num_generated']} | {rec['fid']:.2f} | "
+                         f"{'–' if floor is None else f'{floor:.2f}'} |")
+        ar = [rec["fid"] for (label, _), rec in fids.items() if label == "ar"]
+        if len(ar) >= 2:
+            lines += ["", f"Seed-to-seed noise of AR (same model, N, method; seeds differ): "
+                          f"|ΔFID| = {max(ar) - min(ar):.2f}."]
+        lines.append("")
+    lines += ["## Published anchors", "", *(f"- {a}" for a in ANCHORS[suite]), ""]
+    path = out / f"{suite}.md"
+    path.write_text("\n".join(lines))
+    return path
+
+
+# ----------------------------------------------------------------------------- main
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--suite", choices=[*SUITES, "all"], default="all")
+    p.add_argument("--model", default="c2i")
+    p.add_argument("--out", default="docs/figures", type=Path)
+    p.add_argument("--fid-num", type=int, default=1000, help="images per FID (BENCHMARKS.md: 1,000)")
+    p.add_argument("--samples", type=int, default=4, help="samples per timed round (batch-1 benches)")
+    p.add_argument("--shard", default="0/1", help="K/N: run jobs K, K+N, K+2N … (two processes: 0/2 and 1/2)")
+    p.add_argument("--only", choices=["bench", "fid"], default=None)
+    p.add_argument("--list", action="store_true", help="print the jobs and their commands, run nothing")
+    p.add_argument("--report-only", action="store_true")
+    args = p.parse_args(argv)
+    k, n = (int(x) for x in args.shard.split("/"))
+    suites = list(SUITES) if args.suite == "all" else [args.suite]
+    jobs: dict[str, Job] = {}
+    per_suite = {}
+    for suite in suites:
+        per_suite[suite] = SUITES[suite](args.out, args.model, args.fid_num, args.samples)
+        for job in per_suite[suite]:
+            jobs.setdefault(str(job.output), job)  # FID jobs shared between suites run once
+    todo = [j for j in jobs.values() if args.only in (None, j.kind)]
+    if args.list:
+        for job in todo:
+            state = "done" if job.output.exists() else "todo"
+            print(f"[{state}] {job.name}: {shlex.join(['arvis', job.kind, *job.args])}")
+        return 0
+    if not args.report_only:
+        mine = [j for i, j in enumerate(todo) if i % n == k and not j.output.exists()]
+        for i, job in enumerate(mine, 1):
+            job.output.parent.mkdir(parents=True, exist_ok=True)
+            print(f"[{i}/{len(mine)}] {job.name}: {shlex.join(['arvis', job.kind, *job.args])}", flush=True)
+            t0 = time.time()
+            rc = subprocess.run(job.command()).returncode
+            print(f"[{i}/{len(mine)}] {job.name}: exit {rc} after {time.time() - t0:.0f} s", flush=True)
+            if rc != 0:
+                return rc
+    for suite in suites:
+        print(f"wrote {write_report(suite, per_suite[suite], args.out)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,160 @@
+#!/usr/bin/env python
+"""Evaluation figures of a shipped AR pipeline, for its model card.
+
+    python eval/model_card.py --model c2i --samples-dir samples/c2i-ar --json docs/figures/model_card_c2i.json \
+        --grid docs/llamagen-c2i-photos-samples.png
+    python eval/model_card.py --model t2i --samples-dir samples/t2i-ar --json docs/figures/model_card_t2i.json \
+        --grid docs/llamagen-t2i-scenes-samples.png
+
+Draws N plain-AR samples with ``eval/sample.py`` (resumable; class i mod classes, or the held-out scene
+captions for text-conditional models), then reports: FID (domain network) against held-out real crops
+with the real-vs-real floor at the same N; class consistency (the domain classifier's accuracy on the
+samples, beside its accuracy on held-out real crops) or CLIP score against the shuffled-caption
+baseline; the latency of one 16x16 image with CFG by plain AR (fp32, median of 5); the next-token
+statistics (class-conditional: :mod:`arvis.eval.token_stats`); and a sample grid PNG.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from PIL import Image
+
+
+def draw_samples(model: str, folder: Path, num: int, seed: int, prompts: Path | None) -> None:
+    cmd = [sys.executable, str(Path(__file__).with_name("sample.py")), "--model", model, "--num-samples", str(num),
+           "--seed", str(seed), "--output", str(folder), "--no-progress"]
+    if prompts is not None:
+        cmd += ["--prompts", str(prompts)]
+    if (folder / "manifest.json").exists():
+        cmd.append("--resume")
+    subprocess.run(cmd, check=True)
+
+
+def class_consistency(folder: Path) -> dict[str, float]:
+    """Top-1 accuracy of the shipped domain classifier on generated images against their class labels."""
+    from arvis.eval.domain import load_domain_network
+
+    net = load_domain_network().eval()
+    records = json.loads((folder / "manifest.json").read_text())["images"]
+    correct = []
+    with torch.no_grad():
+        for start in range(0, len(records), 64):
+            chunk = records[start:start + 64]
+            x = torch.from_numpy(np.stack([np.asarray(Image.open(folder / r["file"]).convert("RGB"))
+                                           for r in chunk])).permute(0, 3, 1, 2).float()
+            pred = net(x).argmax(-1)
+            correct += (pred == torch.tensor([r["label"] for r in chunk])).tolist()
+    return {"class_consistency": sum(correct) / len(correct), "images": len(correct)}
+
+
+def sample_grid(folder: Path, path: Path, count: int, columns: int) -> Path:
+    files = sorted(folder.glob("[0-9]*.png"))[:count]
+    tiles = [Image.open(f).convert("RGB") for f in files]
+    w, h = tiles[0].size
+    rows = -(-len(tiles) // columns)
+    grid = Image.new("RGB", (columns * w, rows * h), "white")
+    for i, tile in enumerate(tiles):
+        grid.paste(tile, ((i % columns) * w, (i // columns) * h))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    grid.save(path)
+    return path
+
+
+def one_image_latency(model: str, repeats: int = 5) -> dict[str, float]:
+    """Wall time of ``pipe(...)`` for one image with CFG by plain AR (tokens + VQ decode), fp32."""
+    from arvis.cli import load_pipeline
+
+    pipe, defaults, _ = load_pipeline(model, torch.float32, "cpu")
+    pipe.set_progress_bar_config(disable=True)
+    call = ({"class_labels": [0]} if pipe.transformer.is_class_conditional else {"prompt": ["a red circle"]})
+    times = []
+    for i in range(repeats + 1):
+        t0 = time.perf_counter()
+        pipe(**call, generator=torch.Generator().manual_seed(i), method="ar", **defaults)
+        times.append(time.perf_counter() - t0)
+    return {"one_image_ar_cfg_s": statistics.median(times[1:]), "one_image_ar_cfg_repeats_s": times[1:],
+            "sampling_defaults": defaults}
+
+
+def build_scenes_images(num: int) -> list[np.ndarray]:
+    """The real held-out scenes whose captions the text-conditional samples used (the ceiling)."""
+    from arvis.data.scenes import render_scene, sample_scene
+
+    return [render_scene(sample_scene(3, i, split="heldout"), 128) for i in range(num)]
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", default="c2i")
+    p.add_argument("--samples-dir", required=True, type=Path)
+    p.add_argument("--num", type=int, default=1000)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", required=True, type=Path)
+    p.add_argument("--grid", type=Path, default=None)
+    p.add_argument("--threads", type=int, default=1)
+    args = p.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    from arvis.cli import load_pipeline
+    from arvis.eval.fid import compute_fid
+    from arvis.eval.provenance import provenance
+
+    pipe, defaults, _ = load_pipeline(args.model, torch.float32, "cpu")
+    class_conditional = pipe.transformer.is_class_conditional
+    prompts = None
+    if not class_conditional:  # held-out captions (never seen in training) cycled over indices
+        from arvis.data.scenes import sample_scene
+
+        prompts = args.samples_dir.with_suffix(".prompts.txt")
+        prompts.parent.mkdir(parents=True, exist_ok=True)
+        prompts.write_text("\n".join(sample_scene(3, i, split="heldout").caption for i in range(args.num)) + "\n")
+    draw_samples(args.model, args.samples_dir, args.num, args.seed, prompts)
+
+    result: dict = {"model": args.model, "samples_dir": str(args.samples_dir), "num": args.num, "seed": args.seed}
+    fid = compute_fid(args.samples_dir, floor=True, progress=False)
+    result.update(fid=fid.fid, real_vs_real_floor=fid.floor, extractor=fid.generated.extractor)
+    if class_conditional:
+        result.update(class_consistency(args.samples_dir))
+        from arvis.eval.domain import resolve_domain_path
+
+        metrics = json.loads((resolve_domain_path(None) / "metrics.json").read_text())
+        result["classifier_heldout_real_accuracy"] = metrics["heldout_accuracy"]
+        from arvis.engine.sampling import SamplingConfig
+        from arvis.eval.token_stats import token_statistics
+
+        sampling = SamplingConfig(**{k: v for k, v in defaults.items() if k in ("guidance_scale", "top_k",
+                                                                                  "top_p", "temperature")})
+        n_cls = int(pipe.transformer.config.num_classes)
+        result["token_stats"] = token_statistics(pipe.transformer, [i % n_cls for i in range(64)], sampling)
+    else:
+        from arvis.eval.clip_score import folder_captions, load_clip
+
+        scorer = load_clip()
+        files, texts = folder_captions(args.samples_dir)
+        images = [Image.open(f).convert("RGB") for f in files]
+        shuffled = [texts[i] for i in np.random.default_rng(0).permutation(len(texts))]
+        result["clip_score"] = scorer.score(images, texts).score
+        result["clip_score_shuffled_captions"] = scorer.score(images, shuffled).score
+        real = [Image.fromarray(x) for x in build_scenes_images(len(texts))]
+        result["clip_score_real_heldout_scenes"] = scorer.score(real, texts).score
+    result.update(one_image_latency(args.model))
+    if args.grid:
+        result["grid"] = str(sample_grid(args.samples_dir, args.grid, 44 if class_conditional else 32, 11
+                                         if class_conditional else 8))
+    result.update(provenance())
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps({k: v for k, v in result.items() if k not in ("token_stats", "versions", "machine")}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
