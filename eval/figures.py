@@ -73,7 +73,7 @@ def bench_job(out: Path, suite: str, name: str, methods: list[str], *, model: st
 
 
 def fid_job(out: Path, spec: str, *, model: str, num: int, seed: int = 0, floor: bool = False,
-            batch_size: int = 8) -> Job:
+            batch_size: int = 16) -> Job:
     method, _, opts = spec.partition(":")
     slug = spec.replace(":", "_").replace(",", "_").replace("=", "-").replace('"', "")
     path = out / "fid" / f"{slug}-seed{seed}-n{num}.json"

@@ -2,7 +2,7 @@
 """Evaluation figures of a shipped AR pipeline, for its model card.
 
     python eval/model_card.py --model c2i --samples-dir samples/c2i-ar --json docs/figures/model_card_c2i.json \
-        --grid docs/llamagen-c2i-photos-samples.png
+        --grid docs/llamagen-c2i-photos-samples.png [--num 440 --fid-record docs/figures/fid/ar-seed0-n1000.json]
     python eval/model_card.py --model t2i --samples-dir samples/t2i-ar --json docs/figures/model_card_t2i.json \
         --grid docs/llamagen-t2i-scenes-samples.png
 
@@ -100,6 +100,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", required=True, type=Path)
     p.add_argument("--grid", type=Path, default=None)
+    p.add_argument("--fid-record", type=Path, default=None,
+                   help="take FID from this `arvis fid --model ... --floor --json` record (e.g. the plain-AR record "
+                        "of eval/figures.py) instead of computing it on the --num samples")
     p.add_argument("--threads", type=int, default=1)
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -119,8 +122,13 @@ def main(argv: list[str] | None = None) -> int:
     draw_samples(args.model, args.samples_dir, args.num, args.seed, prompts)
 
     result: dict = {"model": args.model, "samples_dir": str(args.samples_dir), "num": args.num, "seed": args.seed}
-    fid = compute_fid(args.samples_dir, floor=True, progress=False)
-    result.update(fid=fid.fid, real_vs_real_floor=fid.floor, extractor=fid.generated.extractor)
+    if args.fid_record:
+        rec = json.loads(args.fid_record.read_text())
+        result.update(fid=rec["fid"], real_vs_real_floor=rec["real_vs_real_floor"], fid_num=rec["num_generated"],
+                      extractor=rec["extractor"], fid_record=str(args.fid_record))
+    else:
+        fid = compute_fid(args.samples_dir, floor=True, progress=False)
+        result.update(fid=fid.fid, real_vs_real_floor=fid.floor, fid_num=args.num, extractor=fid.generated.extractor)
     if class_conditional:
         result.update(class_consistency(args.samples_dir))
         from arvis.eval.domain import resolve_domain_path
