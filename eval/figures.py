@@ -194,6 +194,21 @@ def _cost_table(curve: list[dict]) -> list[str]:
             "| vs T = 1 | " + " | ".join("–" if c["ratio"] is None else f"{c['ratio']:.2f}" for c in curve) + " |"]
 
 
+def _survival_table(records: list[dict], points: tuple[int, ...] = (2, 3, 5, 9, 17, 33, 65)) -> list[str]:
+    """P(a forward commits >= j tokens) per method, from the accepted-per-forward histograms of all samples:
+    how far into the window acceptance survives (with the forward's own token, j - 1 drafts accepted)."""
+    head = ["method", *(f">= {j}" for j in points)]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in records:
+        hist = {int(k): v for k, v in r.get("accepted_per_forward_histogram", {}).items()}
+        total = sum(hist.values())
+        if not total or r["method"] == "ar":
+            continue
+        cells = [f"{sum(v for k, v in hist.items() if k >= j) / total:.3f}" for j in points]
+        lines.append(f"| `{r['spec']}` | " + " | ".join(cells) + " |")
+    return lines
+
+
 def _setting(records: list[dict]) -> str:
     r = records[0]
     s = r["sampling"]
@@ -220,6 +235,10 @@ def write_report(suite: str, jobs: list[Job], out: Path) -> Path:
             continue
         lines += [_setting(records), ""]
         lines += _bench_table(records, fids, extra_cols=suite == "relaxed")
+        if suite == "sjd":
+            lines += ["", "Acceptance by window position — share of target forwards that commit at least j tokens "
+                          "(all samples):", ""]
+            lines += _survival_table(records)
         lines += ["", "Forward cost on this machine (same model, batch and guidance):", ""]
         lines += _cost_table(records[0].get("forward_cost", [])) + [""]
         plots = out / suite / f"{Path(job.output).stem}-plots"

@@ -8,7 +8,7 @@
 
 Draws N plain-AR samples with ``eval/sample.py`` (resumable; class i mod classes, or the held-out scene
 captions for text-conditional models), then reports: FID (domain network) against held-out real crops
-with the real-vs-real floor at the same N; class consistency (the domain classifier's accuracy on the
+with the real-vs-real floor at the same N (class-conditional models); class consistency (the domain classifier's accuracy on the
 samples, beside its accuracy on held-out real crops) or CLIP score against the shuffled-caption
 baseline; the latency of one 16x16 image with CFG by plain AR (fp32, median of 5); the next-token
 statistics (class-conditional: :mod:`arvis.eval.token_stats`); and a sample grid PNG.
@@ -122,7 +122,9 @@ def main(argv: list[str] | None = None) -> int:
     draw_samples(args.model, args.samples_dir, args.num, args.seed, prompts)
 
     result: dict = {"model": args.model, "samples_dir": str(args.samples_dir), "num": args.num, "seed": args.seed}
-    if args.fid_record:
+    if not class_conditional:
+        pass  # FID against held-out photo crops says nothing about scene images; CLIP score below instead
+    elif args.fid_record:
         rec = json.loads(args.fid_record.read_text())
         result.update(fid=rec["fid"], real_vs_real_floor=rec["real_vs_real_floor"], fid_num=rec["num_generated"],
                       extractor=rec["extractor"], fid_record=str(args.fid_record))

@@ -13,7 +13,8 @@ Presets (``--preset``):
 
 Images are tokenised once by the shipped VQ tokenizer (cached in the scratch folder). Training is
 teacher-forced cross-entropy with LlamaGen's condition dropout for CFG, AdamW, cosine schedule and an
-EMA of the weights; the EMA is exported in fp16 safetensors. Checkpoints are atomic; a rerun with the
+EMA of the weights; the better of the raw and EMA weights on held-out validation loss is exported
+in fp16 safetensors. Checkpoints are atomic; a rerun with the
 same ``--scratch`` resumes. Example::
 
     python -m arvis.training.train_gpt --preset c2i --out arvis/weights/llamagen-c2i-transformer \\
