@@ -76,3 +76,17 @@ def test_domain_network_and_clip_load_through_the_evaluator_loaders():
     assert emb.shape[0] == 1 and torch.allclose(emb.norm(dim=-1), torch.ones(1), atol=1e-4)
     metrics = json.loads((WEIGHTS_DIR / "domain-classifier" / "metrics.json").read_text())
     assert metrics["heldout_accuracy"] > 0.5  # trained (chance is 1/22)
+
+
+@pytest.mark.skipif("t2i" not in PIPELINES, reason="text-conditional model not shipped")
+def test_text_conditional_pipeline_loads_in_a_fresh_process():
+    """from_pretrained must resolve the text encoder's library by itself (nothing imported beforehand)."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from arvis.pipelines import LlamaGenPipeline; "
+            f"pipe = LlamaGenPipeline.from_pretrained({str(PIPELINES['t2i'])!r}); "
+            "assert type(pipe.text_encoder).__name__ == 'WordTextEncoder', type(pipe.text_encoder); "
+            "assert not pipe.transformer.is_class_conditional")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]

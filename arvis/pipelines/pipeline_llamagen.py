@@ -31,6 +31,7 @@ from arvis.engine.stats import BatchStats
 from arvis.methods import decode, with_resources
 from arvis.models.llamagen import LlamaGenTransformer
 from arvis.models.protocol import Condition
+from arvis.models.text_encoder import WordTextEncoder
 from arvis.tokenizers.llamagen_vq import LlamaGenVQModel
 from arvis.utils.random import GeneratorArg
 
@@ -66,7 +67,10 @@ class LlamaGenPipeline(DiffusionPipeline):
     model_cpu_offload_seq = "text_encoder->transformer->vqvae"
     _optional_components = ["text_encoder", "draft_transformer"]
 
-    def __init__(self, transformer: LlamaGenTransformer, vqvae: LlamaGenVQModel, text_encoder: Any = None,
+    # text_encoder: arvis's WordTextEncoder (imported above so that from_pretrained can resolve the library
+    # a saved model_index.json names) or a transformers T5 encoder for official LlamaGen t2i checkpoints.
+    def __init__(self, transformer: LlamaGenTransformer, vqvae: LlamaGenVQModel,
+                 text_encoder: WordTextEncoder | Any = None,
                  draft_transformer: LlamaGenTransformer | None = None):
         super().__init__()
         if transformer.config.vocab_size != vqvae.config.codebook_size:
