@@ -151,8 +151,11 @@ def main(argv: list[str] | None = None) -> int:
         files, texts = folder_captions(args.samples_dir)
         images = [Image.open(f).convert("RGB") for f in files]
         shuffled = [texts[i] for i in np.random.default_rng(0).permutation(len(texts))]
-        result["clip_score"] = scorer.score(images, texts).score
-        result["clip_score_shuffled_captions"] = scorer.score(images, shuffled).score
+        matched, mismatched = scorer.score(images, texts), scorer.score(images, shuffled)
+        result["clip_score"] = matched.score
+        result["clip_score_shuffled_captions"] = mismatched.score  # clamped at 0, as CLIP score is defined
+        result["clip_cosine_x100_shuffled_mean"] = float(np.mean(mismatched.per_pair))  # before clamping
+        result["matched_beats_shuffled"] = float(np.mean(np.array(matched.per_pair) > np.array(mismatched.per_pair)))
         real = [Image.fromarray(x) for x in build_scenes_images(len(texts))]
         result["clip_score_real_heldout_scenes"] = scorer.score(real, texts).score
     result.update(one_image_latency(args.model))
