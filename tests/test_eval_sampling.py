@@ -146,6 +146,15 @@ def test_images_do_not_depend_on_batch_size_or_order():
     assert not np.array_equal(one[0], one[1])
 
 
+def test_sampler_accepts_methods_that_need_pipeline_resources():
+    """Relaxed acceptance needs the tokenizer's neighbourhoods, which only the pipeline has: the sampler
+    (and so `arvis fid --model` / eval/sample.py) must validate with them, not refuse the method."""
+    sampler = PipelineSampler(small_pipeline(), seed=0, method="sjd", guidance_scale=2.0,
+                              method_options={"window": 4, "acceptance": "bounded", "k": 3, "delta": 0.1})
+    images = sampler([0, 1])
+    assert images.shape[0] == 2 and sampler.last_stats.samples[0].extra["tv_kind"] == "realised (exact)"
+
+
 # ----------------------------------------------------------------------------- the script
 def test_single_process_writes_n_pngs_and_manifest(model_dir, reference, tmp_path):
     assert len(reference) == N and list(reference) == [f"{i:06d}.png" for i in range(N)]

@@ -94,10 +94,13 @@ class PipelineSampler:
 
     def __init__(self, pipe: Any, seed: int, method: str = "ar", method_options: dict[str, Any] | None = None,
                  labels: Sequence[int | str] | None = None, prompts: Sequence[str] | None = None, **sampling: Any):
-        from arvis.methods import build_method
+        from arvis.methods import build_method, with_resources
 
         seed_for(seed, 0)  # validates the seed
-        build_method(method, **(method_options or {}))  # validates the method and its options
+        # Validates the method and its options, with the resources the pipeline will pass (draft model,
+        # codebook neighbourhoods).
+        build_method(method, **with_resources(method, method_options or {}, getattr(pipe, "draft_transformer", None),
+                                              getattr(pipe, "codebook_neighbours", None)))
         self.pipe = pipe
         self.seed = int(seed)
         self.method = method

@@ -42,6 +42,12 @@ def build_method(name: str | DecodingMethod, **options: Any) -> DecodingMethod:
             raise ValueError(f"method options {sorted(options)} given together with a method object; "
                              f"set them on the object instead")
         return name
+    return check_method_options(name, options)(**options)
+
+
+def check_method_options(name: str, options: dict[str, Any]) -> type:
+    """The method class of ``name`` after checking that it exists and has every option named in ``options``
+    (values and pipeline resources are checked when the method is built)."""
     if name not in METHODS:
         raise ValueError(f"method: unknown method {name!r}; available methods: {', '.join(available_methods())}")
     cls = METHODS[name]
@@ -49,7 +55,7 @@ def build_method(name: str | DecodingMethod, **options: Any) -> DecodingMethod:
     unknown = sorted(set(options) - fields)
     if unknown:
         raise ValueError(f"method {name!r} has no option(s) {unknown}; its options are {sorted(fields) or 'none'}")
-    return cls(**options)
+    return cls
 
 
 def with_resources(method: str | DecodingMethod, options: dict[str, Any], draft_model: Any = None,
