@@ -234,3 +234,11 @@ def test_figures_jobs_are_real_commands_and_tables_come_from_records(tmp_path, c
     assert "| `zipar:window=4` | no | 88.0 | 0.0 | 2.91x | 2.91 | 0.500 | 2.50x | 11.25 (16) |" in md
     assert "| `zipar:window=4` | 0 | 16 | 11.25 | 1.50 |" in md and "|ΔFID| = 0.60" in md
     assert "| ms / forward | 2.00 | 3.00 |" in md
+
+
+def test_specs_needing_pipeline_resources_parse_without_a_pipeline():
+    """A draft model / codebook neighbourhoods come from the pipeline at run time, not at parse time."""
+    specs = parse_method_specs("speculative:gamma=4;sjd:window=8,acceptance=lantern;mc-sjd:acceptance=bounded")
+    assert [s.name for s in specs] == ["speculative", "sjd", "mc-sjd"]
+    with pytest.raises(ValueError, match="gamma must be"):
+        parse_method_specs("speculative:gamma=0")

@@ -13,6 +13,11 @@ from typing import Any, ClassVar
 from arvis.engine.engine import DecodeEngine
 
 
+class MissingResourceError(ValueError):
+    """A method needs something only a pipeline has (a draft model, codebook neighbourhoods) and was built
+    without it. Spec checks made before a pipeline exists may tolerate exactly this error."""
+
+
 class DecodingMethod(ABC):
     """Base class of every decoding method.
 

@@ -10,6 +10,7 @@ import torch
 
 from arvis.acceptance.neighbours import nearest_neighbours
 from arvis.acceptance.relaxed import AcceptanceRule
+from arvis.methods.base import MissingResourceError
 
 _MEMORY: dict[tuple[str, int], torch.Tensor] = {}
 
@@ -49,7 +50,7 @@ def acceptance_rule(kind: str, k: int, delta: float, lam: float, neighbours: tor
     rule = AcceptanceRule(kind=kind, k=k, delta=delta, lam=lam)
     if not rule.lossless:
         if neighbours is None:
-            raise ValueError(f"acceptance={kind!r} needs the tokenizer's codebook neighbourhoods (neighbours=…); "
+            raise MissingResourceError(f"acceptance={kind!r} needs the tokenizer's codebook neighbourhoods (neighbours=…); "
                              f"the pipelines pass them automatically")
         if neighbours.shape[1] < k:
             raise ValueError(f"k={k} but the neighbourhoods have only {neighbours.shape[1]} columns")

@@ -21,7 +21,7 @@ from arvis.acceptance.relaxed import RULES, relaxed_step
 from arvis.acceptance.speculative import leading_accepted
 from arvis.drafting.draft_model import DraftModelDrafter
 from arvis.engine.engine import DecodeEngine
-from arvis.methods.base import DecodingMethod
+from arvis.methods.base import DecodingMethod, MissingResourceError
 from arvis.methods.relaxation import acceptance_rule
 
 
@@ -55,7 +55,7 @@ class SpeculativeDecoding(DecodingMethod):
             raise ValueError(f"acceptance must be one of {RULES}, got {self.acceptance!r}")
         acceptance_rule(self.acceptance, self.k, self.delta, self.lam, self.neighbours)
         if self.draft_model is None:
-            raise ValueError("draft_model: speculative decoding needs a draft model (the pipeline's "
+            raise MissingResourceError("draft_model: speculative decoding needs a draft model (the pipeline's "
                              "draft_transformer, or pass draft_model=…)")
 
     @torch.no_grad()
