@@ -36,7 +36,7 @@ from typing import Any
 import PIL.Image
 import torch
 
-from arvis.methods import METHODS, available_methods
+from arvis.methods import METHODS, available_methods, is_lossless
 
 SIDES = ("ar", "method")
 PREVIEW_GREY = 0.5  # colour of not-yet-committed token cells in the previews
@@ -573,7 +573,7 @@ def _side_record(run: RunResult) -> dict[str, Any]:
         "method": run.method,
         "options": run.options,
         "label": spec_label(run.method, run.options),
-        "lossless": bool(getattr(METHODS[run.method], "lossless", False)),
+        "lossless": is_lossless(run.method, run.options),
         "images": s["samples"],
         "tokens_per_image": s["tokens"],
         "target_forwards_per_image": s["target_forwards"],

@@ -242,3 +242,11 @@ def test_specs_needing_pipeline_resources_parse_without_a_pipeline():
     assert [s.name for s in specs] == ["speculative", "sjd", "mc-sjd"]
     with pytest.raises(ValueError, match="gamma must be"):
         parse_method_specs("speculative:gamma=0")
+
+
+def test_relaxed_acceptance_makes_any_method_lossy():
+    from arvis.methods import is_lossless
+
+    assert is_lossless("sjd", {"window": 8}) and is_lossless("speculative", {"acceptance": "exact"})
+    assert not is_lossless("sjd", {"acceptance": "bounded"}) and not is_lossless("speculative", {"acceptance": "lantern"})
+    assert not is_lossless("zipar", {})

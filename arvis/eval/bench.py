@@ -39,7 +39,7 @@ from tqdm.auto import tqdm
 
 from arvis.engine import DecodeEngine, SamplingConfig
 from arvis.eval.jobs import image_generator
-from arvis.methods import METHODS, available_methods, build_method, decode, with_resources
+from arvis.methods import METHODS, available_methods, build_method, decode, is_lossless, with_resources
 from arvis.methods.base import MissingResourceError
 from arvis.models.protocol import Condition
 
@@ -316,7 +316,7 @@ def run_bench(backbone: Any, specs: Sequence[MethodSpec], sampling: SamplingConf
             "method": spec.name,
             "spec": spec.label,
             "options": spec.options_dict,
-            "lossless": bool(getattr(METHODS[spec.name], "lossless", False)),
+            "lossless": is_lossless(spec.name, spec.options_dict),
             **dict(context or {}),
             "seed": seed,
             "samples": samples,

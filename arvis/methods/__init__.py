@@ -45,6 +45,12 @@ def build_method(name: str | DecodingMethod, **options: Any) -> DecodingMethod:
     return check_method_options(name, options)(**options)
 
 
+def is_lossless(name: str, options: dict[str, Any] | None = None) -> bool:
+    """Whether method ``name`` with ``options`` samples exactly the target distribution: the method is
+    lossless and its acceptance rule (if it has one) is ``"exact"`` — a relaxed rule makes any method lossy."""
+    return bool(getattr(METHODS[name], "lossless", False)) and (options or {}).get("acceptance", "exact") == "exact"
+
+
 def check_method_options(name: str, options: dict[str, Any]) -> type:
     """The method class of ``name`` after checking that it exists and has every option named in ``options``
     (values and pipeline resources are checked when the method is built)."""
