@@ -20,6 +20,7 @@ __all__ = [
     "atomic_write_text",
     "cosine_lr",
     "load_checkpoint",
+    "restore_training_state",
     "setup_logging",
 ]
 
@@ -52,6 +53,31 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
 def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
     """Load a training checkpoint written by :func:`atomic_torch_save` (tensors, numbers, strings, dicts only)."""
     return torch.load(path, map_location="cpu", weights_only=True)
+
+
+def restore_training_state(ckpt_path: Path, cfg: Any, resumable: Iterable[str], model: torch.nn.Module,
+                           opt: torch.optim.Optimizer, ema: EMA, rng: Any, log: logging.Logger
+                           ) -> dict[str, Any] | None:
+    """Resume a run from ``ckpt_path`` if it exists: the config must match except the ``resumable`` fields
+    (else ``ValueError``); model, optimizer, EMA and the numpy ``rng`` are restored in place. Returns the
+    checkpoint (for ``step``, ``elapsed``, ``history`` and script-specific entries) or ``None`` for a new run."""
+    if not ckpt_path.exists():
+        return None
+    import dataclasses
+
+    ck = load_checkpoint(ckpt_path)
+    saved = json.loads(ck["config"])
+    now = json.loads(json.dumps(dataclasses.asdict(cfg)))
+    mismatched = sorted(k for k in now if k not in set(resumable) and saved.get(k) != now[k])
+    if mismatched:
+        raise ValueError(f"checkpoint {ckpt_path} was made with a different config ({mismatched}); "
+                         f"use another --scratch directory")
+    model.load_state_dict(ck["model"])
+    opt.load_state_dict(ck["optimizer"])
+    ema.shadow = [t.clone() for t in ck["ema"]]
+    rng.bit_generator.state = json.loads(ck["rng_state"])
+    log.info("resumed from %s at step %d (%.0f s elapsed)", ckpt_path, int(ck["step"]), float(ck["elapsed"]))
+    return ck
 
 
 def cosine_lr(step: int, total: int, peak: float, warmup: int, min_ratio: float) -> float:

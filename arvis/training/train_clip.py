@@ -47,7 +47,15 @@ from tqdm.auto import tqdm
 
 from arvis.data.scenes import BACKGROUNDS, COLOURS, PLACES, SHAPES, SIZES, build_scenes, parse_caption
 from arvis.eval.clip_score import SIMPLE_TOKENIZER_VOCAB, ClipScorer, load_clip, save_clip_folder
-from arvis.training.common import EMA, atomic_torch_save, cosine_lr, dumps, load_checkpoint, setup_logging
+from arvis.training.common import (
+    EMA,
+    atomic_torch_save,
+    cosine_lr,
+    dumps,
+    load_checkpoint,
+    restore_training_state,
+    setup_logging,
+)
 
 __all__ = ["ATTRIBUTES", "ClipTrainConfig", "PRESETS", "evaluate", "export", "main", "swap_attribute", "train"]
 
@@ -345,22 +353,11 @@ def train(cfg: ClipTrainConfig, scratch: str | os.PathLike, threads: int = 1, co
     ema = EMA(params, cfg.ema_decay)
     rng = np.random.default_rng([cfg.data_seed, 777])
     step, elapsed, history, t_prep, train_command = 0, 0.0, [], time.time(), command
-    if ckpt_path.exists():
-        ck = load_checkpoint(ckpt_path)
-        saved = json.loads(ck["config"])
-        now = json.loads(json.dumps(dataclasses.asdict(cfg)))
-        mismatched = sorted(k for k in now if k not in _RESUMABLE and saved.get(k) != now[k])
-        if mismatched:
-            raise ValueError(f"checkpoint {ckpt_path} was made with a different config ({mismatched}); "
-                             f"use another --scratch directory")
-        model.load_state_dict(ck["model"])
-        opt.load_state_dict(ck["optimizer"])
-        ema.shadow = [t.clone() for t in ck["ema"]]
+    ck = restore_training_state(ckpt_path, cfg, _RESUMABLE, model, opt, ema, rng, log)
+    if ck is not None:
         step, elapsed = int(ck["step"]), float(ck["elapsed"])
-        rng.bit_generator.state = json.loads(ck["rng_state"])
         history = json.loads(ck["history"])
         train_command = command or str(ck.get("command", ""))  # --export-only passes no command
-        log.info("resumed from %s at step %d (%.0f s elapsed)", ckpt_path, step, elapsed)
     else:
         log.info("new run: %d parameters, config %s", sum(p.numel() for p in params), dumps(dataclasses.asdict(cfg)))
 

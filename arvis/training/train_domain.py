@@ -49,7 +49,15 @@ from tqdm.auto import tqdm
 from arvis.data.crops import build_crops, render_crops, sample_crop_specs
 from arvis.data.photos import PHOTO_CLASSES
 from arvis.eval.domain import DomainClassifier, DomainFeatures, load_domain_network, save_domain_network
-from arvis.training.common import EMA, atomic_torch_save, cosine_lr, dumps, load_checkpoint, setup_logging
+from arvis.training.common import (
+    EMA,
+    atomic_torch_save,
+    cosine_lr,
+    dumps,
+    load_checkpoint,
+    restore_training_state,
+    setup_logging,
+)
 
 __all__ = ["DomainTrainConfig", "PRESETS", "degrade", "evaluate_accuracy", "export", "main", "train"]
 
@@ -175,22 +183,11 @@ def train(cfg: DomainTrainConfig, scratch: str | os.PathLike, threads: int = 1, 
     ema = EMA(params, cfg.ema_decay)
     rng = np.random.default_rng([cfg.data_seed, 4242])
     step, elapsed, history, train_command = 0, 0.0, [], command
-    if ckpt_path.exists():
-        ck = load_checkpoint(ckpt_path)
-        saved = json.loads(ck["config"])
-        now = json.loads(json.dumps(dataclasses.asdict(cfg)))
-        mismatched = sorted(k for k in now if k not in _RESUMABLE and saved.get(k) != now[k])
-        if mismatched:
-            raise ValueError(f"checkpoint {ckpt_path} was made with a different config ({mismatched}); "
-                             f"use another --scratch directory")
-        model.load_state_dict(ck["model"])
-        opt.load_state_dict(ck["optimizer"])
-        ema.shadow = [t.clone() for t in ck["ema"]]
+    ck = restore_training_state(ckpt_path, cfg, _RESUMABLE, model, opt, ema, rng, log)
+    if ck is not None:
         step, elapsed = int(ck["step"]), float(ck["elapsed"])
-        rng.bit_generator.state = json.loads(ck["rng_state"])
         history = json.loads(ck["history"])
         train_command = command or str(ck.get("command", ""))  # --export-only passes no command
-        log.info("resumed from %s at step %d (%.0f s elapsed)", ckpt_path, step, elapsed)
     else:
         log.info("new run: %d parameters, config %s", sum(p.numel() for p in params),
                  dumps(dataclasses.asdict(cfg)))

@@ -50,6 +50,7 @@ from arvis.training.common import (
     cosine_lr,
     dumps,
     load_checkpoint,
+    restore_training_state,
     setup_logging,
 )
 
@@ -287,22 +288,12 @@ def train(
     step, rng, history, elapsed = 0, state["rng"], state["history"], 0.0
     counts = torch.zeros(cfg.codebook_size)
 
-    if ckpt_path.exists():
-        ck = load_checkpoint(ckpt_path)
-        saved_cfg = json.loads(ck["config"])
-        mismatched = {k for k, v in saved_cfg.items() if k not in ("steps", "eval_every", "ckpt_every", "log_every")
-                      and json.loads(json.dumps(dataclasses.asdict(cfg)))[k] != v}
-        if mismatched:
-            raise ValueError(f"checkpoint {ckpt_path} was made with a different config ({sorted(mismatched)}); "
-                             f"use another --scratch directory")
-        model.load_state_dict(ck["model"])
-        opt.load_state_dict(ck["optimizer"])
-        ema.shadow = [t.clone() for t in ck["ema"]]
+    ck = restore_training_state(ckpt_path, cfg, ("steps", "eval_every", "ckpt_every", "log_every"), model, opt, ema,
+                                rng, log)
+    if ck is not None:
         step, elapsed = int(ck["step"]), float(ck["elapsed"])
-        rng.bit_generator.state = json.loads(ck["rng_state"])
         history = json.loads(ck["history"])
         counts = ck["counts"]
-        log.info("resumed from %s at step %d (%.0f s elapsed)", ckpt_path, step, elapsed)
     else:
         n_params = sum(p.numel() for p in params)
         log.info("new run: %d parameters, config %s", n_params, dumps(dataclasses.asdict(cfg)))
