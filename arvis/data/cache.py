@@ -9,11 +9,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from arvis.utils.serialization import atomic_path
 
 __all__ = ["cache_dir", "cache_path", "load_npz", "save_npz_atomic"]
 
@@ -39,16 +40,8 @@ def cache_path(kind: str, params: dict[str, Any], directory: str | os.PathLike |
 def save_npz_atomic(path: str | os.PathLike, **arrays: np.ndarray) -> Path:
     """Write ``arrays`` to ``path`` (.npz, uncompressed) through a temp file and ``os.replace``."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.savez(f, **arrays)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        np.savez(f, **arrays)
     return path
 
 

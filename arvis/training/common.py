@@ -7,12 +7,13 @@ import logging
 import math
 import os
 import sys
-import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from arvis.utils.serialization import atomic_path
 
 __all__ = [
     "EMA",
@@ -26,18 +27,9 @@ __all__ = [
 
 
 def _atomic(path: str | os.PathLike, write) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return path
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        write(f)
+    return Path(path)
 
 
 def atomic_torch_save(obj: Any, path: str | os.PathLike) -> Path:
