@@ -39,8 +39,15 @@ from tqdm.auto import tqdm
 
 from arvis.engine import DecodeEngine, SamplingConfig
 from arvis.eval.jobs import image_generator
-from arvis.methods import METHODS, available_methods, build_method, decode, is_lossless, with_resources
-from arvis.methods.base import MissingResourceError
+from arvis.methods import (
+    METHODS,
+    available_methods,
+    build_method,
+    decode,
+    is_lossless,
+    validate_method,
+    with_resources,
+)
 from arvis.models.protocol import Condition
 
 FORWARD_COST_SIZES: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
@@ -152,10 +159,7 @@ def parse_method_specs(texts: str | Sequence[str]) -> list[MethodSpec]:
 def _make_spec(name: str, options: dict[str, Any]) -> MethodSpec:
     if name not in METHODS:
         raise ValueError(f"methods: unknown method {name!r}; available methods: {', '.join(available_methods())}")
-    try:
-        build_method(name, **options)  # raises ValueError naming unknown or invalid options
-    except MissingResourceError:
-        pass  # the draft model / neighbourhoods come from the pipeline when the bench runs
+    validate_method(name, options)  # raises ValueError naming unknown or invalid options
     return MethodSpec(name, tuple(options.items()))
 
 

@@ -164,10 +164,9 @@ def run_fid_command(args: argparse.Namespace) -> int:
         if getattr(args, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     if args.model is not None:
-        from arvis.methods import check_method_options
+        from arvis.methods import validate_method
 
-        # Unknown method / option: fail before any work (values and resources: when the sampler is built).
-        check_method_options(args.method, dict(args.option))
+        validate_method(args.method, dict(args.option))  # unknown method / bad option: fail before any work
     _check_output_paths(json=args.json, save_stats=args.save_stats)
     dtype = setup_runtime(args)
     extractor = load_extractor(args.extractor, device=args.device)

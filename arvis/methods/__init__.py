@@ -16,7 +16,7 @@ from arvis.engine.engine import DecodeEngine
 from arvis.engine.sampling import SamplingConfig
 from arvis.engine.stats import BatchStats
 from arvis.methods.ar import Autoregressive
-from arvis.methods.base import DecodingMethod
+from arvis.methods.base import DecodingMethod, MissingResourceError
 from arvis.models.protocol import Backbone, Condition
 from arvis.utils.random import GeneratorArg
 
@@ -42,7 +42,16 @@ def build_method(name: str | DecodingMethod, **options: Any) -> DecodingMethod:
             raise ValueError(f"method options {sorted(options)} given together with a method object; "
                              f"set them on the object instead")
         return name
-    return check_method_options(name, options)(**options)
+    return _method_class(name, options)(**options)
+
+
+def validate_method(name: str, options: dict[str, Any]) -> None:
+    """Check a method and its option values before a pipeline exists: everything :func:`build_method`
+    checks except the resources only a pipeline provides (draft model, codebook neighbourhoods)."""
+    try:
+        build_method(name, **options)
+    except MissingResourceError:
+        pass
 
 
 def is_lossless(name: str, options: dict[str, Any] | None = None) -> bool:
@@ -51,9 +60,8 @@ def is_lossless(name: str, options: dict[str, Any] | None = None) -> bool:
     return bool(getattr(METHODS[name], "lossless", False)) and (options or {}).get("acceptance", "exact") == "exact"
 
 
-def check_method_options(name: str, options: dict[str, Any]) -> type:
-    """The method class of ``name`` after checking that it exists and has every option named in ``options``
-    (values and pipeline resources are checked when the method is built)."""
+def _method_class(name: str, options: dict[str, Any]) -> type:
+    """The method class of ``name`` after checking that it exists and has every option named in ``options``."""
     if name not in METHODS:
         raise ValueError(f"method: unknown method {name!r}; available methods: {', '.join(available_methods())}")
     cls = METHODS[name]
@@ -108,8 +116,8 @@ def decode(backbone: Backbone, condition: Condition, sampling: SamplingConfig,
     return engine.tokens, stats
 
 
-__all__ = ["METHODS", "DecodingMethod", "available_methods", "build_method", "decode", "register_method",
-           "with_resources"]
+__all__ = ["METHODS", "DecodingMethod", "MissingResourceError", "available_methods", "build_method", "decode",
+           "is_lossless", "register_method", "validate_method", "with_resources"]
 
 from arvis.methods.sjd import CoupledJacobi, SpeculativeJacobi  # noqa: E402  (registers after the registry exists)
 
