@@ -21,6 +21,8 @@ __all__ = [
     "atomic_write_text",
     "cosine_lr",
     "load_checkpoint",
+    "export_note",
+    "recorded_command",
     "restore_training_state",
     "setup_logging",
 ]
@@ -70,6 +72,22 @@ def restore_training_state(ckpt_path: Path, cfg: Any, resumable: Iterable[str], 
     rng.bit_generator.state = json.loads(ck["rng_state"])
     log.info("resumed from %s at step %d (%.0f s elapsed)", ckpt_path, int(ck["step"]), float(ck["elapsed"]))
     return ck
+
+
+def recorded_command(summary_command: str, out: Path) -> str:
+    """The command that trained a run: the one stored with its checkpoint, else (a checkpoint that predates
+    stored commands) the one in the previous export's ``metrics.json``."""
+    previous = out / "metrics.json"
+    if not summary_command and previous.is_file():
+        return str(json.loads(previous.read_text()).get("command", ""))
+    return summary_command
+
+
+def export_note(metrics: dict[str, Any]) -> str:
+    """A model-card line naming the export command when it differs from the training command."""
+    if metrics.get("export_command") and metrics["export_command"] != metrics["command"]:
+        return f"Exported and evaluated by `{metrics['export_command']}`.\n"
+    return ""
 
 
 def cosine_lr(step: int, total: int, peak: float, warmup: int, min_ratio: float) -> float:

@@ -52,7 +52,9 @@ from arvis.training.common import (
     atomic_torch_save,
     cosine_lr,
     dumps,
+    export_note,
     load_checkpoint,
+    recorded_command,
     restore_training_state,
     setup_logging,
 )
@@ -535,7 +537,7 @@ stream, backgrounds from the photos' held-out strips): {cfg.num_val} (seed {cfg.
 ```
 {m['command']}
 ```
-{_export_note(m)}Symmetric CLIP (InfoNCE) loss with a learned temperature (capped at 100), batch {cfg.batch_size}, plus
+{export_note(m)}Symmetric CLIP (InfoNCE) loss with a learned temperature (capped at 100), batch {cfg.batch_size}, plus
 NegCLIP-style hard negatives (arXiv:2210.01936){'' if cfg.hard_negatives else ' (disabled in this run)'}: each
 caption also gives a copy with one attribute changed (colour, shape, size, place, background, or two
 objects' colours exchanged), an extra negative for the image-to-text direction. AdamW (betas 0.9/0.98, lr
@@ -568,12 +570,6 @@ training negatives, on held-out scenes):
 {rows}
 """
 
-
-
-def _export_note(m: dict[str, Any]) -> str:
-    if m.get("export_command") and m["export_command"] != m["command"]:
-        return f"Exported and evaluated by `{m['export_command']}`.\n"
-    return ""
 
 # ---------------------------------------------------------------------------------------------- CLI
 def _parse(argv: list[str] | None) -> argparse.Namespace:
@@ -615,9 +611,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     command = "python -m arvis.training.train_clip " + " ".join(shlex.quote(a) for a in (
         argv if argv is not None else sys.argv[1:]))
     model, summary = train(cfg, scratch, threads=args.threads, command="" if args.export_only else command)
-    previous = out / "metrics.json"
-    if not summary["command"] and previous.is_file():  # a checkpoint that predates stored commands
-        summary["command"] = json.loads(previous.read_text()).get("command", "")
+    summary["command"] = recorded_command(summary["command"], out)
     metrics = export(model, cfg, out, summary, command, scratch)
     print(json.dumps({k: v for k, v in metrics.items() if k not in ("eval_history", "config")}, indent=2))
     return metrics

@@ -54,7 +54,9 @@ from arvis.training.common import (
     atomic_torch_save,
     cosine_lr,
     dumps,
+    export_note,
     load_checkpoint,
+    recorded_command,
     restore_training_state,
     setup_logging,
 )
@@ -460,7 +462,7 @@ crops only, except the train-vs-held-out row.
 ```
 {m['command']}
 ```
-{_export_note(m)}Cross-entropy (no label smoothing), AdamW (betas 0.9/0.99, lr {cfg.lr}, weight decay {cfg.weight_decay},
+{export_note(m)}Cross-entropy (no label smoothing), AdamW (betas 0.9/0.99, lr {cfg.lr}, weight decay {cfg.weight_decay},
 {cfg.warmup} warm-up steps, cosine to {cfg.min_lr_ratio}x), grad-norm clip {cfg.grad_clip}, EMA {cfg.ema_decay}
 (the EMA weights are shipped). {m['steps']} steps, {m['train_minutes']:.1f} min of training wall time on one
 CPU thread (2-core machine shared with other trainings). Final training loss (mean of the last
@@ -499,12 +501,6 @@ Fingerprint (sha256 over config and weights; names the feature space in cached s
 """
 
 
-
-def _export_note(m: dict[str, Any]) -> str:
-    if m.get("export_command") and m["export_command"] != m["command"]:
-        return f"Exported and evaluated by `{m['export_command']}`.\n"
-    return ""
-
 # ---------------------------------------------------------------------------------------------- CLI
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m arvis.training.train_domain", description=__doc__.split("\n\n")[0])
@@ -542,9 +538,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     command = "python -m arvis.training.train_domain " + " ".join(shlex.quote(a) for a in (
         argv if argv is not None else sys.argv[1:]))
     model, summary = train(cfg, scratch, threads=args.threads, command="" if args.export_only else command)
-    previous = out / "metrics.json"
-    if not summary["command"] and previous.is_file():  # a checkpoint that predates stored commands
-        summary["command"] = json.loads(previous.read_text()).get("command", "")
+    summary["command"] = recorded_command(summary["command"], out)
     metrics = export(model, cfg, out, summary, command, vq=args.vq, progress=not args.preset == "smoke")
     print(json.dumps({k: v for k, v in metrics.items() if k not in ("eval_history", "config")}, indent=2))
     return metrics

@@ -26,11 +26,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import logging
 import math
 import shlex
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -265,7 +267,9 @@ def train(cfg: GPTTrainConfig, vq_path: str, scratch: Path, threads: int = 1) ->
     return finish(cfg, model, text, ema, ema_tensors, val_data, vq, state, log)
 
 
-def finish(cfg, model, text, ema, ema_tensors, val_data, vq, state, log) -> dict[str, Any]:
+def finish(cfg: GPTTrainConfig, model: LlamaGenTransformer, text: WordTextEncoder | None, ema: EMA,
+           ema_tensors: Callable[[], list[torch.Tensor]], val_data: dict[str, np.ndarray], vq: LlamaGenVQModel,
+           state: dict[str, Any], log: logging.Logger) -> dict[str, Any]:
     """Keep the better of the raw and the EMA weights by held-out loss (a short run's EMA can lag)."""
     raw_val = validation_loss(cfg, model, text, val_data)
     raw = [t.clone() for t in ema_tensors()]
@@ -278,7 +282,7 @@ def finish(cfg, model, text, ema, ema_tensors, val_data, vq, state, log) -> dict
     log.info(f"done: {state['step']} steps, {state['seconds'] / 3600:.2f} h, validation loss raw {raw_val:.4f}, "
              f"EMA {ema_val:.4f}; exporting the {'EMA' if use_ema else 'raw'} weights")
     model.eval()
-    return {"model": model, "text": text, "vq": vq, "state": state, "ema_val_loss": min(raw_val, ema_val),
+    return {"model": model, "text": text, "vq": vq, "state": state, "val_loss": min(raw_val, ema_val),
             "raw_val_loss": raw_val, "ema_only_val_loss": ema_val, "exported_weights": "ema" if use_ema else "raw"}
 
 
@@ -292,11 +296,11 @@ def export(result: dict[str, Any], cfg: GPTTrainConfig, out: Path, command: str)
         "steps": result["state"]["step"],
         "train_hours": result["state"]["seconds"] / 3600,
         "final_train_loss": result["state"]["history"][-1]["loss"] if result["state"]["history"] else None,
-        "validation_loss": result["ema_val_loss"],
+        "validation_loss": result["val_loss"],
         "validation_loss_raw": result["raw_val_loss"],
         "validation_loss_ema": result["ema_only_val_loss"],
         "exported_weights": result["exported_weights"],
-        "validation_perplexity": math.exp(result["ema_val_loss"]),
+        "validation_perplexity": math.exp(result["val_loss"]),
         "history": result["state"]["history"],
         "command": command,
     }
