@@ -31,7 +31,7 @@ import shlex
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 # Published figures placed beside ours (the models and hardware differ; they are anchors, not targets met).
@@ -61,7 +61,6 @@ class Job:
     kind: str  # "bench" | "fid"
     args: list[str]
     output: Path
-    extra_outputs: list[Path] = field(default_factory=list)
 
     def command(self) -> list[str]:
         return [sys.executable, "-m", "arvis", self.kind, *self.args]

@@ -23,6 +23,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -69,11 +70,8 @@ def sample_grid(folder: Path, path: Path, count: int, columns: int) -> Path:
     return path
 
 
-def one_image_latency(model: str, repeats: int = 5) -> dict[str, float]:
+def one_image_latency(pipe: Any, defaults: dict[str, Any], repeats: int = 5) -> dict[str, Any]:
     """Wall time of ``pipe(...)`` for one image with CFG by plain AR (tokens + VQ decode), fp32."""
-    from arvis.cli import load_pipeline
-
-    pipe, defaults, _ = load_pipeline(model, torch.float32, "cpu")
     pipe.set_progress_bar_config(disable=True)
     call = ({"class_labels": [0]} if pipe.transformer.is_class_conditional else {"prompt": ["a red circle"]})
     times = []
@@ -122,16 +120,16 @@ def main(argv: list[str] | None = None) -> int:
     draw_samples(args.model, args.samples_dir, args.num, args.seed, prompts)
 
     result: dict = {"model": args.model, "samples_dir": str(args.samples_dir), "num": args.num, "seed": args.seed}
-    if not class_conditional:
-        pass  # FID against held-out photo crops says nothing about scene images; CLIP score below instead
-    elif args.fid_record:
-        rec = json.loads(args.fid_record.read_text())
-        result.update(fid=rec["fid"], real_vs_real_floor=rec["real_vs_real_floor"], fid_num=rec["num_generated"],
-                      extractor=rec["extractor"], fid_record=str(args.fid_record))
-    else:
-        fid = compute_fid(args.samples_dir, floor=True, progress=False)
-        result.update(fid=fid.fid, real_vs_real_floor=fid.floor, fid_num=args.num, extractor=fid.generated.extractor)
+    # FID against held-out photo crops says nothing about scene images: text-conditional models get CLIP score.
     if class_conditional:
+        if args.fid_record:
+            rec = json.loads(args.fid_record.read_text())
+            result.update(fid=rec["fid"], real_vs_real_floor=rec["real_vs_real_floor"], fid_num=rec["num_generated"],
+                          extractor=rec["extractor"], fid_record=str(args.fid_record))
+        else:
+            fid = compute_fid(args.samples_dir, floor=True, progress=False)
+            result.update(fid=fid.fid, real_vs_real_floor=fid.floor, fid_num=args.num,
+                          extractor=fid.generated.extractor)
         result.update(class_consistency(args.samples_dir))
         from arvis.eval.domain import resolve_domain_path
 
@@ -158,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         result["matched_beats_shuffled"] = float(np.mean(np.array(matched.per_pair) > np.array(mismatched.per_pair)))
         real = [Image.fromarray(x) for x in build_scenes_images(len(texts))]
         result["clip_score_real_heldout_scenes"] = scorer.score(real, texts).score
-    result.update(one_image_latency(args.model))
+    result.update(one_image_latency(pipe, defaults))
     if args.grid:
         result["grid"] = str(sample_grid(args.samples_dir, args.grid, 44 if class_conditional else 32, 11
                                          if class_conditional else 8))
