@@ -49,9 +49,9 @@ class AcceptanceRule:
 
     Attributes:
         kind: ``exact`` (lossless), ``lantern``, ``lantern++`` (published, lossy) or ``bounded``
-            (lossy, ``TV <= delta`` for any drafter).
+            (lossy, ``TV <= delta`` per token given the prefix, for any drafter).
         k: neighbours per token used by the relaxation (<= the stored neighbourhood size).
-        delta: LANTERN's / the bounded rule's total-variation budget, in [0, 1].
+        delta: LANTERN's / the bounded rule's total-variation budget per token, in [0, 1].
         lam: LANTERN++'s λ >= 1.
     """
 
@@ -247,9 +247,10 @@ def bounded_relaxed_target(p: torch.Tensor, q: torch.Tensor, neighbours: torch.T
 def bounded_step(p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor, uniform: torch.Tensor,
                  exponential_noise: torch.Tensor, neighbours: torch.Tensor, rule: AcceptanceRule
                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Exact acceptance toward the bounded relaxation: output ~ ``π``, ``TV(π, p) <= δ`` for any ``q``.
+    """Exact acceptance toward the bounded relaxation: output ~ ``π``, ``TV(π, p) <= δ`` for any ``q``
+    (per token given the prefix).
 
-    Returns ``(tokens, accepted, moved)``; ``moved`` is the realised per-step TV to ``p`` (exact).
+    Returns ``(tokens, accepted, moved)``; ``moved`` is the realised per-token TV to ``p`` (exact).
     """
     pi, moved = bounded_relaxed_target(p, q, neighbours, rule)
     tokens, accepted = speculative_step(pi, q, drafts, uniform, exponential_noise)
