@@ -153,7 +153,8 @@ def lantern_output_distribution(p: torch.Tensor, q: torch.Tensor, neighbours: to
     neighbours, so with ``R = max(0, p − q)`` every ``max(0, p̃_x − q)`` is ``R`` plus at most
     ``k + 1`` corrections and ``Z_x`` follows in ``O(k)``:
 
-        out = min(q, p + c) + W·R + Σ_x w_x·(max(0, p(x) + c_x − q(x)) − R(x))·1{x} − Σ_x w_x Σ_{j taken by x} R(j)·1{j}
+        out = min(q, p + c) + W·R + Σ_x w_x·(max(0, p(x) + c_x − q(x)) − R(x))·1{x}
+                                    − Σ_x w_x Σ_{j taken by x} R(j)·1{j}
 
     with ``c_x`` the mass lent to ``x``, ``w_x = (q(x) − min(q(x), p(x) + c_x)) / Z_x`` and ``W = Σ w_x``.
     Cost ``O(V·k)`` per position, vectorised over leading dimensions and chunked over ``x`` so that
