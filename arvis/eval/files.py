@@ -14,7 +14,6 @@ import hashlib
 import json
 import os
 import shutil
-import tempfile
 from collections.abc import Iterator
 from glob import glob
 from pathlib import Path
@@ -23,7 +22,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from arvis.utils.serialization import atomic_path
+from arvis.utils.serialization import atomic_path, create_temporary
 
 # The extensions clean-fid's folder reader globs (cleanfid.utils.EXTENSIONS), so that arvis and
 # clean-fid always count the same files.
@@ -143,11 +142,11 @@ def atomic_directory(path: str | os.PathLike) -> Iterator[Path]:
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=TEMP_SUFFIX, dir=path.parent))
+    tmp = create_temporary(path, directory=True)  # umask-respecting, unlike tempfile.mkdtemp's 0700
     try:
         yield tmp
         if path.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{path.name}.old.", suffix=TEMP_SUFFIX, dir=path.parent))
+            old = create_temporary(path.with_name(f"{path.name}.old"), directory=True)
             old.rmdir()
             os.replace(path, old)
             os.replace(tmp, path)
