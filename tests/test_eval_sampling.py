@@ -94,6 +94,11 @@ def fork_run(args: list[str], env: dict[str, str] | None = None) -> int:
         code = 1
         try:
             os.environ.update(env or {})
+            # A forked child inherits accelerate's process-state singleton from the test process (a
+            # single-process state once any in-process run made one); a torchrun rank starts fresh.
+            from accelerate import PartialState
+
+            PartialState._reset_state()
             code = sample_script.main(args)
         except BaseException:
             import traceback

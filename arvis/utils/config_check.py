@@ -19,7 +19,9 @@ and the configuration is checked against it, in this order, before a tensor is a
 
 :class:`CheckedFolderMixin` runs all three when a diffusers-style folder (``config.json`` +
 ``diffusion_pytorch_model.safetensors``) is loaded, so every component of a pipeline folder is
-checked before diffusers reads it. Single-file loaders (``arvis.models.checkpoint``) call
+checked before diffusers reads it; :class:`CheckedPipelineMixin` first checks the pipeline folder's
+``model_index.json`` against the pipeline's ``__init__`` (a diffusers ``UNet2DModel`` named as the
+transformer is refused before diffusers imports or loads anything). Single-file loaders (``arvis.models.checkpoint``) call
 :func:`check_config` on pickled args and safetensors metadata. A new model family joins by declaring
 ``config_bounds``, calling ``check_config`` in its constructor and mixing in ``CheckedFolderMixin``.
 
@@ -43,7 +45,8 @@ import torch
 from arvis.errors import CheckpointError, ConfigError
 from arvis.utils.serialization import SafetensorsHeader, compare_shapes, read_safetensors_header
 
-__all__ = ["Bound", "CheckedFolderMixin", "check_component", "check_config", "check_model_folder", "expected_shapes"]
+__all__ = ["Bound", "CheckedFolderMixin", "CheckedPipelineMixin", "check_config", "check_model_folder",
+           "check_pipeline_folder", "expected_shapes"]
 
 
 @dataclass(frozen=True)
@@ -314,20 +317,6 @@ def check_model_folder(cls: Any, folder: str | os.PathLike, variant: str | None 
     return config
 
 
-def check_component(name: str, value: Any, expected: type | tuple[type, ...], optional: bool = False) -> None:
-    """Refuse a pipeline component of the wrong class (e.g. a diffusers UNet2DModel as ``transformer``).
-
-    Raises:
-        CheckpointError: ``"{name}: expected a …, got …"``.
-    """
-    if value is None and optional:
-        return
-    if not isinstance(value, expected):
-        names = " or ".join(t.__name__ for t in (expected if isinstance(expected, tuple) else (expected,)))
-        raise CheckpointError(f"{name}: expected a {names}, got {type(value).__name__} (model_index.json names the "
-                              f"class of each component)")
-
-
 class CheckedFolderMixin:
     """Check a folder (:func:`check_model_folder`) before diffusers' ``from_pretrained`` loads it.
 
@@ -349,3 +338,90 @@ class CheckedFolderMixin:
             return super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)  # type: ignore[misc]
         except OSError as err:
             raise CheckpointError(f"model folder {str(folder)!r} could not be loaded ({err})") from None
+
+
+# Libraries a pipeline component typed ``Any`` may come from (e.g. a transformers T5 text encoder).
+COMPONENT_LIBRARIES = ("arvis", "diffusers", "transformers")
+
+
+def check_pipeline_folder(pipeline_cls: Any, folder: str | os.PathLike, passed: Mapping[str, Any] = {}) -> None:
+    """Check a pipeline folder's ``model_index.json`` against ``pipeline_cls.__init__`` before loading.
+
+    Every listed component must be an ``__init__`` argument, be of a class its type hint allows
+    (by name and library; a hint of ``Any`` allows classes of :data:`COMPONENT_LIBRARIES`), and have
+    its sub-folder; every required component must be listed (or passed to ``from_pretrained``).
+
+    Args:
+        pipeline_cls: a ``DiffusionPipeline`` subclass.
+        folder: the pipeline folder.
+        passed: components given to ``from_pretrained`` as objects (not loaded from the folder).
+
+    Raises:
+        CheckpointError: naming ``model_index.json`` and the component.
+    """
+    folder = Path(folder).expanduser()
+    if not folder.is_dir():
+        raise CheckpointError(f"pipeline folder {str(folder)!r} does not exist or is not a folder (arvis loads "
+                              f"local folders; nothing is downloaded)")
+    index_path = folder / "model_index.json"
+    if not index_path.is_file():
+        raise CheckpointError(f"pipeline folder {str(folder)!r} has no model_index.json (written by save_pretrained)")
+    try:
+        index = _read_json_object(index_path)
+    except ConfigError as err:
+        raise CheckpointError(str(err)) from None
+    declared = index.get("_class_name")
+    if declared is not None and declared != pipeline_cls.__name__:
+        raise CheckpointError(f"{str(index_path)!r} describes a {declared}, not a {pipeline_cls.__name__}")
+    hints = pipeline_cls._get_signature_types()
+    required, _ = pipeline_cls._get_signature_keys(pipeline_cls)
+    optional = set(getattr(pipeline_cls, "_optional_components", []))
+    for name, entry in index.items():
+        if name.startswith("_") or name in passed:
+            continue
+        if name not in hints:
+            raise CheckpointError(f"{str(index_path)!r}: unknown component {name!r}; {pipeline_cls.__name__} takes "
+                                  f"{', '.join(sorted(hints))}")
+        if not (isinstance(entry, list | tuple) and len(entry) == 2):
+            raise CheckpointError(f"{str(index_path)!r}: {name} must be [library, class], got {_show(entry)}")
+        library, class_name = entry
+        if library is None and class_name is None:
+            if name in optional:
+                continue
+            raise CheckpointError(f"{str(index_path)!r}: the required component {name!r} is null")
+        allowed = hints[name]
+        ok_names = {t.__name__: t.__module__.split(".")[0] for t in allowed if isinstance(t, type)}
+        open_hint = Any in allowed
+        if not (isinstance(library, str) and isinstance(class_name, str)):
+            raise CheckpointError(f"{str(index_path)!r}: {name} must be [library, class], got {_show(entry)}")
+        root = library.split(".")[0]
+        fits = (class_name in ok_names and root == ok_names[class_name]) or (open_hint and root in COMPONENT_LIBRARIES)
+        if not fits:
+            raise CheckpointError(
+                f"{str(index_path)!r}: {name} is a {library}.{class_name}, but {pipeline_cls.__name__} takes a "
+                f"{' or '.join(sorted(ok_names)) or 'model'} there")
+        if not (folder / name).is_dir():
+            raise CheckpointError(f"{str(index_path)!r} lists {name!r} but {str(folder)!r} has no {name}/ folder")
+    listed = {k for k in index if not k.startswith("_")} | set(passed)
+    missing = sorted(set(required) - listed - optional)
+    if missing:
+        raise CheckpointError(f"{str(index_path)!r} lists no {', '.join(missing)}; {pipeline_cls.__name__} needs them")
+
+
+class CheckedPipelineMixin:
+    """Check a pipeline folder (:func:`check_pipeline_folder`) before diffusers' ``from_pretrained``.
+
+    Mix in before ``DiffusionPipeline``. Each component is then checked by its own class
+    (:class:`CheckedFolderMixin`) as diffusers loads it. File-system errors become
+    :class:`CheckpointError`.
+    """
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path: str | os.PathLike, **kwargs: Any) -> Any:
+        names = cls._get_signature_types()  # type: ignore[attr-defined]
+        check_pipeline_folder(cls, pretrained_model_name_or_path, {k: v for k, v in kwargs.items() if k in names})
+        try:
+            return super().from_pretrained(pretrained_model_name_or_path, **kwargs)  # type: ignore[misc]
+        except OSError as err:
+            raise CheckpointError(f"pipeline folder {str(pretrained_model_name_or_path)!r} could not be loaded "
+                                  f"({err})") from None
