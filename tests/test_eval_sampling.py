@@ -273,5 +273,7 @@ def test_torchrun_two_processes(model_dir, reference, tmp_path):
     torchrun = Path(sys.executable).with_name("torchrun")
     cmd = [str(torchrun), "--nproc_per_node", "2", "--master_port", str(free_port()), str(ROOT / "eval" / "sample.py"),
            *argv(model_dir, out, "--batch-size", "3")]
-    subprocess.run(cmd, check=True, capture_output=True, timeout=600)
+    # The ranks import the arvis of this checkout (not whichever one is installed in the environment).
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    subprocess.run(cmd, check=True, capture_output=True, timeout=600, env=env)
     assert digests(out) == reference
