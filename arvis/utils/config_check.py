@@ -205,7 +205,7 @@ def check_config(config: Mapping[str, Any], bounds: Mapping[str, Bound], source:
         if bound is None:
             near = difflib.get_close_matches(key, list(bounds), n=1)
             hint = f" (did you mean {near[0]!r}?)" if near else ""
-            raise ConfigError(f"{source}: unknown config key {prefix}{key!r}{hint}; known keys: "
+            raise ConfigError(f"{source}: unknown config key {prefix + key!r}{hint}; known keys: "
                               f"{', '.join(sorted(bounds))}")
         if not bound.accepts(value):
             note = f" ({bound.note})" if bound.note else ""
@@ -350,6 +350,8 @@ def check_pipeline_folder(pipeline_cls: Any, folder: str | os.PathLike, passed: 
     Every listed component must be an ``__init__`` argument, be of a class its type hint allows
     (by name and library; a hint of ``Any`` allows classes of :data:`COMPONENT_LIBRARIES`), and have
     its sub-folder; every required component must be listed (or passed to ``from_pretrained``).
+    Components whose class checks its folders (:class:`CheckedFolderMixin`) are checked too, all of
+    them before diffusers loads the first one.
 
     Args:
         pipeline_cls: a ``DiffusionPipeline`` subclass.
@@ -402,6 +404,9 @@ def check_pipeline_folder(pipeline_cls: Any, folder: str | os.PathLike, passed: 
                 f"{' or '.join(sorted(ok_names)) or 'model'} there")
         if not (folder / name).is_dir():
             raise CheckpointError(f"{str(index_path)!r} lists {name!r} but {str(folder)!r} has no {name}/ folder")
+        component_cls = next((t for t in allowed if isinstance(t, type) and t.__name__ == class_name), None)
+        if component_cls is not None and issubclass(component_cls, CheckedFolderMixin):
+            check_model_folder(component_cls, folder / name)
     listed = {k for k in index if not k.startswith("_")} | set(passed)
     missing = sorted(set(required) - listed - optional)
     if missing:
