@@ -35,7 +35,6 @@ from tests.conftest import tiny_llamagen
 
 ROOT = Path(__file__).resolve().parents[1]
 HUGE = {"block_size": 8192**2, "cls_token_num": 10**9, "dim": 2**20, "n_layer": 10**6}
-reliability = pytest.mark.reliability
 
 
 def run_capped(fn: Callable[[], object], headroom: int = 1 << 30) -> tuple[str, str]:
@@ -90,11 +89,11 @@ def edit_json(path: Path, **changes) -> None:
 
 
 # ----------------------------------------------------------------------------- configurations
-@reliability(area="loading: configurations",
-             probe="a model folder's config.json with block_size = 8192², cls_token_num = 10⁹, dim = 2²⁰ or "
-                   "n_layer = 10⁶ (GPT, pipeline)",
-             outcome="ConfigError naming config.json, the field and its bounds, before anything is allocated "
-                     "(checked under a +1 GiB address-space cap)")
+@pytest.mark.reliability(area="loading: configurations",
+                         probe="a model folder's config.json with block_size = 8192², cls_token_num = 10⁹, dim = 2²⁰ or "
+                               "n_layer = 10⁶ (GPT, pipeline)",
+                         outcome="ConfigError naming config.json, the field and its bounds, before anything is allocated "
+                                 "(checked under a +1 GiB address-space cap)")
 @pytest.mark.parametrize("field", list(HUGE))
 def test_folder_config_values_are_bounded_before_allocation(pipeline_dir, tmp_path, field):
     folder = variant(pipeline_dir, tmp_path)
@@ -104,11 +103,11 @@ def test_folder_config_values_are_bounded_before_allocation(pipeline_dir, tmp_pa
     assert f"transformer/config.json: {field} = {HUGE[field]}" in message and "is not an integer in" in message
 
 
-@reliability(area="loading: configurations",
-             probe="an official-layout .pt whose pickled args (arvis_config, or image_size / downsample_size) "
-                   "say block_size = 8192², cls_token_num = 10⁹, dim = 2²⁰ or n_layer = 10⁶",
-             outcome="ConfigError naming the file and the args field, before anything is allocated "
-                     "(+1 GiB cap)")
+@pytest.mark.reliability(area="loading: configurations",
+                         probe="an official-layout .pt whose pickled args (arvis_config, or image_size / downsample_size) "
+                               "say block_size = 8192², cls_token_num = 10⁹, dim = 2²⁰ or n_layer = 10⁶",
+                         outcome="ConfigError naming the file and the args field, before anything is allocated "
+                                 "(+1 GiB cap)")
 @pytest.mark.parametrize("field", [*HUGE, "image_size"])
 def test_pickled_args_are_bounded_before_allocation(tmp_path, field):
     model = tiny_llamagen("c2i")
@@ -124,9 +123,9 @@ def test_pickled_args_are_bounded_before_allocation(tmp_path, field):
     assert str(path) in message and (field in message or "block_size" in message)
 
 
-@reliability(area="loading: configurations",
-             probe="a .safetensors file whose metadata arvis_config says block_size = 8192² (or dim = 2²⁰…)",
-             outcome="ConfigError naming the file and the field, before anything is allocated (+1 GiB cap)")
+@pytest.mark.reliability(area="loading: configurations",
+                         probe="a .safetensors file whose metadata arvis_config says block_size = 8192² (or dim = 2²⁰…)",
+                         outcome="ConfigError naming the file and the field, before anything is allocated (+1 GiB cap)")
 @pytest.mark.parametrize("field", list(HUGE))
 def test_safetensors_metadata_is_bounded_before_allocation(tmp_path, field):
     model = tiny_llamagen("c2i")
@@ -146,10 +145,10 @@ def load_file_metadata(path: Path) -> dict[str, str]:
         return f.metadata()
 
 
-@reliability(area="loading: configurations",
-             probe="config.json with an unknown or misspelt key (n_layers for n_layer, bogus)",
-             outcome="ConfigError naming the file and the key, with the nearest known key (diffusers "
-                     "would ignore it with a warning and build the default 32-layer model)")
+@pytest.mark.reliability(area="loading: configurations",
+                         probe="config.json with an unknown or misspelt key (n_layers for n_layer, bogus)",
+                         outcome="ConfigError naming the file and the key, with the nearest known key (diffusers "
+                                 "would ignore it with a warning and build the default 32-layer model)")
 @pytest.mark.parametrize("key, hint", [("n_layers", "did you mean 'n_layer'"), ("bogus", "known keys")])
 def test_unknown_config_keys_are_refused(pipeline_dir, tmp_path, key, hint):
     folder = variant(pipeline_dir, tmp_path)
@@ -158,10 +157,10 @@ def test_unknown_config_keys_are_refused(pipeline_dir, tmp_path, key, hint):
         LlamaGenPipeline.from_pretrained(str(folder))
 
 
-@reliability(area="loading: configurations",
-             probe="config.json values of the wrong type or not finite (dim = \"32\", n_layer = 2.5, "
-                   "norm_eps = NaN, model_type = \"x\", class_names = 5)",
-             outcome="ConfigError naming the file, the field and what it may hold")
+@pytest.mark.reliability(area="loading: configurations",
+                         probe="config.json values of the wrong type or not finite (dim = \"32\", n_layer = 2.5, "
+                               "norm_eps = NaN, model_type = \"x\", class_names = 5)",
+                         outcome="ConfigError naming the file, the field and what it may hold")
 @pytest.mark.parametrize("field, value", [("dim", "32"), ("n_layer", 2.5), ("norm_eps", float("nan")),
                                           ("model_type", "x"), ("class_names", 5), ("n_kv_head", True)])
 def test_mistyped_config_values_are_refused(pipeline_dir, tmp_path, field, value):
@@ -171,11 +170,11 @@ def test_mistyped_config_values_are_refused(pipeline_dir, tmp_path, field, value
         LlamaGenPipeline.from_pretrained(str(folder))
 
 
-@reliability(area="loading: configurations",
-             probe="config.json that contradicts its weights (dim 16 for width-32 tensors; n_layer 3 for 2 "
-                   "layers; vocab_size 64 for 32 codes)",
-             outcome="CheckpointError naming the safetensors file and the first mis-shaped, missing or "
-                     "unexpected tensors, from the header alone (no tensor read)")
+@pytest.mark.reliability(area="loading: configurations",
+                         probe="config.json that contradicts its weights (dim 16 for width-32 tensors; n_layer 3 for 2 "
+                               "layers; vocab_size 64 for 32 codes)",
+                         outcome="CheckpointError naming the safetensors file and the first mis-shaped, missing or "
+                                 "unexpected tensors, from the header alone (no tensor read)")
 @pytest.mark.parametrize("field, value, words", [("dim", 16, "shape mismatches"), ("n_layer", 3, "missing keys"),
                                                  ("vocab_size", 64, "tok_embeddings.weight")])
 def test_config_is_checked_against_the_weights_header(pipeline_dir, tmp_path, field, value, words):
@@ -185,11 +184,11 @@ def test_config_is_checked_against_the_weights_header(pipeline_dir, tmp_path, fi
         LlamaGenPipeline.from_pretrained(str(folder))
 
 
-@reliability(area="loading: configurations",
-             probe="constructing a GPT with block_size at its bound (128×128 tokens) on the meta device, "
-                   "as shape checks and diffusers' empty-weight loading do",
-             outcome="no rotary table is built until the first forward (it was built eagerly, on the CPU, "
-                     "even on the meta device)")
+@pytest.mark.reliability(area="loading: configurations",
+                         probe="constructing a GPT with block_size at its bound (128×128 tokens) on the meta device, "
+                               "as shape checks and diffusers' empty-weight loading do",
+                         outcome="no rotary table is built until the first forward (it was built eagerly, on the CPU, "
+                                 "even on the meta device)")
 def test_rope_table_is_built_lazily():
     with torch.device("meta"):
         big = LlamaGenTransformer.from_preset("GPT-XL", block_size=LLAMAGEN_CONFIG_BOUNDS["block_size"].high)
@@ -219,9 +218,9 @@ def _official(model: LlamaGenTransformer, **sd_changes) -> dict:
     return {"model": sd, "args": argparse.Namespace(image_size=64, downsample_size=16, n_head=4)}
 
 
-@reliability(area="loading: weights",
-             probe="a checkpoint whose state dict holds a non-tensor value (a list where norm.weight should be)",
-             outcome="CheckpointError naming the file and the key")
+@pytest.mark.reliability(area="loading: weights",
+                         probe="a checkpoint whose state dict holds a non-tensor value (a list where norm.weight should be)",
+                         outcome="CheckpointError naming the file and the key")
 def test_non_tensor_values_are_refused(tmp_path):
     path = tmp_path / "m.pt"
     torch.save(_official(tiny_llamagen("c2i"), **{"norm.weight": [1.0] * 32}), path)
@@ -229,10 +228,10 @@ def test_non_tensor_values_are_refused(tmp_path):
         load_llamagen_checkpoint(path)
 
 
-@reliability(area="loading: weights",
-             probe="weights of integer, bool or complex dtype (a .pt state dict, a folder's safetensors)",
-             outcome="CheckpointError naming the file, the tensor and its dtype (it loaded before, giving a "
-                     "wrong model or an error deep in the first forward)")
+@pytest.mark.reliability(area="loading: weights",
+                         probe="weights of integer, bool or complex dtype (a .pt state dict, a folder's safetensors)",
+                         outcome="CheckpointError naming the file, the tensor and its dtype (it loaded before, giving a "
+                                 "wrong model or an error deep in the first forward)")
 @pytest.mark.parametrize("dtype", [torch.int64, torch.bool, torch.complex64, torch.uint8])
 def test_non_floating_weights_are_refused(tmp_path, pipeline_dir, dtype):
     path = tmp_path / "m.pt"
@@ -250,9 +249,9 @@ def test_non_floating_weights_are_refused(tmp_path, pipeline_dir, dtype):
         LlamaGenPipeline.from_pretrained(str(folder))
 
 
-@reliability(area="loading: weights",
-             probe="a checkpoint mixing fp16 and fp32 tensors (.pt and a folder's safetensors)",
-             outcome="loads with one dtype (float32) and gives the logits of the same weights in float32")
+@pytest.mark.reliability(area="loading: weights",
+                         probe="a checkpoint mixing fp16 and fp32 tensors (.pt and a folder's safetensors)",
+                         outcome="loads with one dtype (float32) and gives the logits of the same weights in float32")
 def test_mixed_dtypes_load_as_one_dtype(tmp_path, pipeline_dir):
     model = tiny_llamagen("c2i")
     mixed = {k: (v.half() if i % 2 else v) for i, (k, v) in enumerate(model.state_dict().items())}
@@ -273,10 +272,10 @@ def test_mixed_dtypes_load_as_one_dtype(tmp_path, pipeline_dir):
     assert {p.dtype for p in LlamaGenPipeline.from_pretrained(str(folder)).transformer.parameters()} == {torch.float32}
 
 
-@reliability(area="loading: weights",
-             probe="a pickled weights file (.bin) in a model folder, with no safetensors",
-             outcome="CheckpointError: folders load from safetensors only, with the conversion command; the "
-                     "pickle is never opened (its payload does not run)")
+@pytest.mark.reliability(area="loading: weights",
+                         probe="a pickled weights file (.bin) in a model folder, with no safetensors",
+                         outcome="CheckpointError: folders load from safetensors only, with the conversion command; the "
+                                 "pickle is never opened (its payload does not run)")
 def test_pickle_in_a_folder_is_refused_unopened(pipeline_dir, tmp_path):
     folder = variant(pipeline_dir, tmp_path)
     weights = folder / "transformer" / "diffusion_pytorch_model.safetensors"
@@ -289,10 +288,10 @@ def test_pickle_in_a_folder_is_refused_unopened(pipeline_dir, tmp_path):
     assert not sentinel.exists()
 
 
-@reliability(area="loading: weights",
-             probe="unreadable paths: a config.json, model_index.json or checkpoint that cannot be read "
-                   "(EACCES), a folder where a file should be, a missing folder or file",
-             outcome="CheckpointError naming the path and the reason")
+@pytest.mark.reliability(area="loading: weights",
+                         probe="unreadable paths: a config.json, model_index.json or checkpoint that cannot be read "
+                               "(EACCES), a folder where a file should be, a missing folder or file",
+                         outcome="CheckpointError naming the path and the reason")
 def test_unreadable_paths_are_named(pipeline_dir, tmp_path, monkeypatch):
     folder = variant(pipeline_dir, tmp_path)
     checkpoint = tmp_path / "m.pt"
@@ -335,11 +334,11 @@ def _unet(path: Path) -> None:
                 ).save_pretrained(path)
 
 
-@reliability(area="loading: pipeline folders",
-             probe="a component of the wrong class: model_index.json naming a diffusers UNet2DModel as the "
-                   "transformer, or a UNet's folder where the LlamaGen transformer should be",
-             outcome="CheckpointError naming model_index.json (or the component's config.json), the component "
-                     "and the class expected, before the component is loaded")
+@pytest.mark.reliability(area="loading: pipeline folders",
+                         probe="a component of the wrong class: model_index.json naming a diffusers UNet2DModel as the "
+                               "transformer, or a UNet's folder where the LlamaGen transformer should be",
+                         outcome="CheckpointError naming model_index.json (or the component's config.json), the component "
+                                 "and the class expected, before the component is loaded")
 def test_component_of_the_wrong_class_is_refused(pipeline_dir, tmp_path):
     folder = variant(pipeline_dir, tmp_path)
     shutil.rmtree(folder / "transformer")
@@ -353,11 +352,11 @@ def test_component_of_the_wrong_class_is_refused(pipeline_dir, tmp_path):
         LlamaGenPipeline.from_pretrained(str(folder))
 
 
-@reliability(area="loading: pipeline folders",
-             probe="a damaged model_index.json: not JSON, a list, an unknown component, a component naming "
-                   "os.system, a listed component without its folder, a required component set to null",
-             outcome="CheckpointError naming model_index.json and the entry, before diffusers imports or "
-                     "loads anything")
+@pytest.mark.reliability(area="loading: pipeline folders",
+                         probe="a damaged model_index.json: not JSON, a list, an unknown component, a component naming "
+                               "os.system, a listed component without its folder, a required component set to null",
+                         outcome="CheckpointError naming model_index.json and the entry, before diffusers imports or "
+                                 "loads anything")
 @pytest.mark.parametrize("damage, words", [
     ("{not json", "is not valid JSON"),
     ("[1, 2]", "expected a JSON object"),
@@ -378,11 +377,11 @@ def test_damaged_model_index_is_refused(pipeline_dir, tmp_path, damage, words):
 
 
 # ----------------------------------------------------------------------------- official checkpoints
-@reliability(area="loading: official checkpoints",
-             probe="a valid official-layout .pt of a size no preset has (4 layers, width 256) whose pickled "
-                   "args say n_head = 8",
-             outcome="loads with the args' head count and gives the original model's logits exactly (it was "
-                     "refused: \"cannot infer the head count … no official preset matches\")")
+@pytest.mark.reliability(area="loading: official checkpoints",
+                         probe="a valid official-layout .pt of a size no preset has (4 layers, width 256) whose pickled "
+                               "args say n_head = 8",
+                         outcome="loads with the args' head count and gives the original model's logits exactly (it was "
+                                 "refused: \"cannot infer the head count … no official preset matches\")")
 def test_custom_size_checkpoint_reads_its_head_count_from_args(tmp_path):
     model = LlamaGenTransformer(dim=256, n_layer=4, n_head=8, vocab_size=64, block_size=16, num_classes=5)
     model.init_weights(torch.Generator().manual_seed(0))
@@ -404,11 +403,11 @@ def test_custom_size_checkpoint_reads_its_head_count_from_args(tmp_path):
     assert load_llamagen_checkpoint(tmp_path / "bare.pt", block_size=16, n_head=8).config.n_head == 8
 
 
-@reliability(area="loading: official checkpoints",
-             probe="pickled args whose gpt_model preset contradicts the weights' shape (GPT-L args on a "
-                   "2-layer, width-32 model)",
-             outcome="ConfigError naming the args field and both shapes (the preset's head count was used "
-                     "as is, which can silently give a wrong model when the width divides)")
+@pytest.mark.reliability(area="loading: official checkpoints",
+                         probe="pickled args whose gpt_model preset contradicts the weights' shape (GPT-L args on a "
+                               "2-layer, width-32 model)",
+                         outcome="ConfigError naming the args field and both shapes (the preset's head count was used "
+                                 "as is, which can silently give a wrong model when the width divides)")
 def test_args_preset_contradicting_the_shapes_is_refused(tmp_path):
     path = tmp_path / "m.pt"
     torch.save({"model": tiny_llamagen("c2i").state_dict(),
@@ -419,10 +418,10 @@ def test_args_preset_contradicting_the_shapes_is_refused(tmp_path):
 
 
 # ----------------------------------------------------------------------------- evaluator networks
-@reliability(area="loading: configurations",
-             probe="hostile configs of the VQ tokenizer, text encoder, domain network and CLIP folders "
-                   "(base_channels = 10⁶, dim = 2²⁰, channels = [2²⁰], vision width = 2²⁰, an unknown key)",
-             outcome="ConfigError naming the file and the field before anything is allocated (+1 GiB cap)")
+@pytest.mark.reliability(area="loading: configurations",
+                         probe="hostile configs of the VQ tokenizer, text encoder, domain network and CLIP folders "
+                               "(base_channels = 10⁶, dim = 2²⁰, channels = [2²⁰], vision width = 2²⁰, an unknown key)",
+                         outcome="ConfigError naming the file and the field before anything is allocated (+1 GiB cap)")
 @pytest.mark.parametrize("component", ["vq", "text_encoder", "domain", "clip", "clip_unknown_key"])
 def test_tokenizer_and_evaluator_configs_are_bounded(tmp_path, component):
     from arvis.eval.clip_score import load_clip
@@ -458,11 +457,11 @@ def test_tokenizer_and_evaluator_configs_are_bounded(tmp_path, component):
     assert outcome == "ConfigError" and field in message, message
 
 
-@reliability(area="loading: configurations",
-             probe="an open_clip model_cfg whose shapes differ from its safetensors weights (text width 32 "
-                   "for a width-64 tower)",
-             outcome="CheckpointError naming the weights file and the mis-shaped tensors, before open_clip "
-                     "builds the model")
+@pytest.mark.reliability(area="loading: configurations",
+                         probe="an open_clip model_cfg whose shapes differ from its safetensors weights (text width 32 "
+                               "for a width-64 tower)",
+                         outcome="CheckpointError naming the weights file and the mis-shaped tensors, before open_clip "
+                                 "builds the model")
 def test_clip_config_is_checked_against_the_weights_header(tmp_path):
     from arvis.eval.clip_score import load_clip
 
@@ -476,11 +475,11 @@ def test_clip_config_is_checked_against_the_weights_header(tmp_path):
 
 
 # ----------------------------------------------------------------------------- command lines
-@reliability(area="loading: command lines",
-             probe="`arvis generate --model` and `eval/sample.py --model` given a hostile folder "
-                   "(config.json with block_size = 8192²)",
-             outcome="one line on stderr (\"…: error: …config.json: block_size = 67108864 is not an integer "
-                     "in [1, 16384]…\"), exit code 2, no traceback, nothing written")
+@pytest.mark.reliability(area="loading: command lines",
+                         probe="`arvis generate --model` and `eval/sample.py --model` given a hostile folder "
+                               "(config.json with block_size = 8192²)",
+                         outcome="one line on stderr (\"…: error: …config.json: block_size = 67108864 is not an integer "
+                                 "in [1, 16384]…\"), exit code 2, no traceback, nothing written")
 def test_command_lines_print_one_line_and_exit_2(pipeline_dir, tmp_path, capsys):
     from arvis.cli import main as arvis_main
 

@@ -138,13 +138,21 @@ def check_same_size(files: list[Path], argument: str = "folder") -> tuple[int, i
 def atomic_directory(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary folder next to ``path``; on success it replaces ``path`` (old content removed).
 
-    A reader sees either the old folder or the complete new one, never a half-written mix.
+    A reader sees either the old folder or the complete new one, never a half-written mix. Files and
+    folders get the permissions the umask gives (tempfile.mkdtemp would make the folder 0700, and
+    safetensors writes its files 0600 whatever the umask).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = create_temporary(path, directory=True)  # umask-respecting, unlike tempfile.mkdtemp's 0700
+    tmp = create_temporary(path, directory=True)
     try:
         yield tmp
+        folder_mode = os.stat(tmp).st_mode & 0o777  # 0777 less the umask
+        for root, dirs, files in os.walk(tmp):
+            for name in dirs:
+                os.chmod(os.path.join(root, name), folder_mode)
+            for name in files:
+                os.chmod(os.path.join(root, name), folder_mode & 0o666)
         if path.exists():
             old = create_temporary(path.with_name(f"{path.name}.old"), directory=True)
             old.rmdir()

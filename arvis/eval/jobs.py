@@ -47,7 +47,13 @@ from PIL import Image
 from tqdm.auto import tqdm
 
 from arvis.errors import ArvisError, JobError, StorageError
-from arvis.eval.files import png_bytes, remove_stale_temporaries, sha256_file, write_bytes_atomic, write_json_atomic
+from arvis.eval.files import (
+    png_bytes,
+    remove_stale_temporaries,
+    sha256_file,
+    write_bytes_atomic,
+    write_json_atomic,
+)
 
 MANIFEST = "manifest.json"
 LOCK_FILE = ".arvis-job.lock"

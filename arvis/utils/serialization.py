@@ -119,8 +119,11 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp_path = create_temporary(path)
+    mode = os.stat(tmp_path).st_mode & 0o777
     try:
         yield tmp_path
+        if os.stat(tmp_path).st_mode & 0o777 != mode:  # a writer replaced the file (safetensors writes 0600)
+            os.chmod(tmp_path, mode)
         os.replace(tmp_path, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
