@@ -91,7 +91,11 @@ def run(args: argparse.Namespace) -> int:
         prompt_file = Path(args.prompts)
         if not prompt_file.is_file():
             raise ValueError(f"--prompts: no such file {args.prompts!r}")
-        prompts = [line.strip() for line in prompt_file.read_text().splitlines() if line.strip()]
+        try:
+            text = prompt_file.read_text()
+        except (OSError, UnicodeDecodeError) as err:
+            raise ValueError(f"--prompts: {args.prompts!r} could not be read as text ({err})") from None
+        prompts = [line.strip() for line in text.splitlines() if line.strip()]
     options = dict(args.option)
     sampler = PipelineSampler(pipe, args.seed, method=args.method, method_options=options, labels=labels,
                               prompts=prompts, **sampling)

@@ -186,12 +186,6 @@ def distributed_state(device: str | torch.device | None = None) -> Any:
     return PartialState(cpu=torch.device(device).type == "cpu")
 
 
-def init_distributed(device: str | torch.device = "cpu") -> tuple[int, int]:
-    """``(rank, world_size)`` of this process (see :func:`distributed_state`); a plain launch is ``(0, 1)``."""
-    state = distributed_state(device)
-    return state.process_index, state.num_processes
-
-
 def _share_from_rank0(value: Any) -> Any:
     """Rank 0's ``value`` on every rank (identity without a process group)."""
     from accelerate.utils import broadcast_object_list
