@@ -31,6 +31,7 @@ Every refusal is a :class:`~arvis.errors.ConfigError` (the configuration) or
 
 from __future__ import annotations
 
+import contextvars
 import difflib
 import json
 import math
@@ -231,6 +232,11 @@ def expected_shapes(cls: Callable[..., torch.nn.Module], config: Mapping[str, An
     return {k: tuple(v.shape) for k, v in model.state_dict().items()}
 
 
+# Component folders a pipeline's from_pretrained has just checked (so that diffusers' per-component
+# from_pretrained calls do not check them a second time).
+_CHECKED_FOLDERS: contextvars.ContextVar[frozenset[Path]] = contextvars.ContextVar("checked_folders",
+                                                                                    default=frozenset())
+
 # diffusers' names for a model folder's weights (diffusers.utils.constants).
 WEIGHTS_NAME = "diffusion_pytorch_model"
 PICKLED_WEIGHTS = ("diffusion_pytorch_model.bin", "pytorch_model.bin", "model.pt", "model.pth", "model.ckpt")
@@ -332,7 +338,8 @@ class CheckedFolderMixin:
         folder = Path(pretrained_model_name_or_path).expanduser()
         if kwargs.get("subfolder"):
             folder = folder / kwargs["subfolder"]
-        check_model_folder(cls, folder, kwargs.get("variant"))
+        if folder.resolve() not in _CHECKED_FOLDERS.get() or kwargs.get("variant"):
+            check_model_folder(cls, folder, kwargs.get("variant"))
         kwargs["use_safetensors"] = True
         try:
             return super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)  # type: ignore[misc]
@@ -344,7 +351,8 @@ class CheckedFolderMixin:
 COMPONENT_LIBRARIES = ("arvis", "diffusers", "transformers")
 
 
-def check_pipeline_folder(pipeline_cls: Any, folder: str | os.PathLike, passed: Mapping[str, Any] = {}) -> None:
+def check_pipeline_folder(pipeline_cls: Any, folder: str | os.PathLike, passed: Mapping[str, Any] = {}
+                          ) -> frozenset[Path]:
     """Check a pipeline folder's ``model_index.json`` against ``pipeline_cls.__init__`` before loading.
 
     Every listed component must be an ``__init__`` argument, be of a class its type hint allows
@@ -358,10 +366,14 @@ def check_pipeline_folder(pipeline_cls: Any, folder: str | os.PathLike, passed: 
         folder: the pipeline folder.
         passed: components given to ``from_pretrained`` as objects (not loaded from the folder).
 
+    Returns:
+        The component folders checked (resolved paths).
+
     Raises:
         CheckpointError: naming ``model_index.json`` and the component.
     """
     folder = Path(folder).expanduser()
+    checked: set[Path] = set()
     if not folder.is_dir():
         raise CheckpointError(f"pipeline folder {str(folder)!r} does not exist or is not a folder (arvis loads "
                               f"local folders; nothing is downloaded)")
@@ -407,10 +419,12 @@ def check_pipeline_folder(pipeline_cls: Any, folder: str | os.PathLike, passed: 
         component_cls = next((t for t in allowed if isinstance(t, type) and t.__name__ == class_name), None)
         if component_cls is not None and issubclass(component_cls, CheckedFolderMixin):
             check_model_folder(component_cls, folder / name)
+            checked.add((folder / name).resolve())
     listed = {k for k in index if not k.startswith("_")} | set(passed)
     missing = sorted(set(required) - listed - optional)
     if missing:
         raise CheckpointError(f"{str(index_path)!r} lists no {', '.join(missing)}; {pipeline_cls.__name__} needs them")
+    return frozenset(checked)
 
 
 class CheckedPipelineMixin:
@@ -424,9 +438,13 @@ class CheckedPipelineMixin:
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path: str | os.PathLike, **kwargs: Any) -> Any:
         names = cls._get_signature_types()  # type: ignore[attr-defined]
-        check_pipeline_folder(cls, pretrained_model_name_or_path, {k: v for k, v in kwargs.items() if k in names})
+        checked = check_pipeline_folder(cls, pretrained_model_name_or_path,
+                                        {k: v for k, v in kwargs.items() if k in names})
+        token = _CHECKED_FOLDERS.set(checked)
         try:
             return super().from_pretrained(pretrained_model_name_or_path, **kwargs)  # type: ignore[misc]
         except OSError as err:
             raise CheckpointError(f"pipeline folder {str(pretrained_model_name_or_path)!r} could not be loaded "
                                   f"({err})") from None
+        finally:
+            _CHECKED_FOLDERS.reset(token)
