@@ -303,7 +303,7 @@ def test_unreadable_paths_are_named(pipeline_dir, tmp_path, monkeypatch):
     with pytest.raises(CheckpointError, match="is not a file"):
         load_llamagen_checkpoint(tmp_path)
 
-    denied = {folder / "transformer" / "config.json", checkpoint}
+    denied = {folder / "model_index.json", checkpoint}
     real_open = io.open
 
     def deny(file, *args, **kwargs):  # chmod 000 does not stop root; refuse the way the kernel would
@@ -313,10 +313,14 @@ def test_unreadable_paths_are_named(pipeline_dir, tmp_path, monkeypatch):
 
     monkeypatch.setattr(io, "open", deny)
     monkeypatch.setattr(builtins, "open", deny)
-    with pytest.raises(CheckpointError, match=r"config.json' could not be read \(PermissionError"):
+    with pytest.raises(CheckpointError, match=r"model_index.json' could not be read \(PermissionError"):
         LlamaGenPipeline.from_pretrained(str(folder))
     with pytest.raises(CheckpointError, match=r"m.pt' could not be read \(PermissionError"):
         load_llamagen_checkpoint(checkpoint)
+    denied.clear()
+    denied.add(folder / "transformer" / "config.json")
+    with pytest.raises(CheckpointError, match=r"transformer/config.json' could not be read \(PermissionError"):
+        LlamaGenPipeline.from_pretrained(str(folder))
     monkeypatch.undo()
 
     (folder / "transformer" / "config.json").unlink()
