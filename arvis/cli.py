@@ -73,7 +73,13 @@ def load_pipeline(model: str | None, dtype, device: str):
         pipe = tiny_random_pipeline().to(device)
         return (pipe if dtype == torch.float32 else pipe.to(dtype=dtype)), {"guidance_scale": 4.0}, TINY_RANDOM
     path = resolve_model(model)
-    pipe = LlamaGenPipeline.from_pretrained(str(path), dtype=dtype).to(device)
+    index = json.loads((path / "model_index.json").read_text())
+    if index.get("_class_name") == "VideoPipeline":
+        from arvis.pipelines import VideoPipeline
+
+        pipe = VideoPipeline.from_pretrained(str(path), dtype=dtype).to(device)
+    else:
+        pipe = LlamaGenPipeline.from_pretrained(str(path), dtype=dtype).to(device)
     defaults_file = path / "sampling_defaults.json"
     defaults = json.loads(defaults_file.read_text()) if defaults_file.is_file() else {}
     return pipe, defaults, path
@@ -87,6 +93,9 @@ def _generate_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--num-images", type=int, default=1, help="images per class id / prompt")
     p.add_argument("--seed", type=int, default=0, help="seed; image i uses seed + i (one generator per image)")
     p.add_argument("--output", default="outputs", help="folder for the PNGs and stats.json")
+    p.add_argument("--video-format", choices=["gif", "mp4"], default="gif", help="video models: file format")
+    p.add_argument("--fps", type=float, default=4.0, help="video models: frames per second")
+    p.add_argument("--image", default=None, help="video models: first frame (an image file), image-to-video")
     add_sampling_arguments(p)
     add_runtime_arguments(p)
 
@@ -116,14 +125,29 @@ def run_generate(args: argparse.Namespace) -> int:
     generators = make_generators([args.seed + i for i in range(total)], device=args.device)
     guidance = args.guidance_scale if args.guidance_scale is not None else defaults.get("guidance_scale", 4.0)
     top_k = args.top_k if args.top_k is not None else defaults.get("top_k", 0)
-    out = pipe(**call, num_images_per_prompt=args.num_images, generator=generators, guidance_scale=guidance,
-               top_k=top_k, top_p=args.top_p, temperature=args.temperature, method=args.method,
-               **dict(args.option))
+    settings = dict(generator=generators, guidance_scale=guidance, top_k=top_k, top_p=args.top_p,
+                    temperature=args.temperature, method=args.method, **dict(args.option))
     folder = Path(args.output)
     folder.mkdir(parents=True, exist_ok=True)
-    for i, image in enumerate(out.images):
-        with atomic_path(folder / f"{i:04d}.png") as tmp:
-            image.save(tmp, format="PNG")
+    if hasattr(pipe, "num_frames"):  # a video pipeline: one GIF / MP4 per clip
+        from PIL import Image
+
+        from arvis.pipelines.pipeline_video import export_frames
+
+        image = None
+        if args.image is not None:
+            with Image.open(args.image) as im:
+                image = [im.convert("RGB")] * n_cond
+        out = pipe(**call, image=image, num_videos_per_prompt=args.num_images, **settings)
+        outputs = out.frames
+        for i, frames in enumerate(out.frames):
+            export_frames(frames, folder / f"{i:04d}.{args.video_format}", fps=args.fps)
+    else:
+        out = pipe(**call, num_images_per_prompt=args.num_images, **settings)
+        outputs = out.images
+        for i, image in enumerate(out.images):
+            with atomic_path(folder / f"{i:04d}.png") as tmp:
+                image.save(tmp, format="PNG")
     record = {"model": str(path), "method": args.method, "options": dict(args.option), "seed": args.seed,
               "guidance_scale": guidance, "top_k": top_k, "top_p": args.top_p, "temperature": args.temperature,
               "dtype": args.dtype, "threads": torch.get_num_threads(), **out.stats.summary(),
@@ -131,7 +155,7 @@ def run_generate(args: argparse.Namespace) -> int:
     with atomic_path(folder / "stats.json") as tmp:
         tmp.write_text(json.dumps(record, indent=2))
     print(f"model: {path}")
-    print(f"wrote {len(out.images)} images to {folder}/")
+    print(f"wrote {len(outputs)} {'videos' if hasattr(pipe, 'num_frames') else 'images'} to {folder}/")
     print(out.stats.format())
     return 0
 

@@ -215,6 +215,7 @@ def _digits(split: str) -> tuple[np.ndarray, np.ndarray]:
     return (bunch.images[keep] / 16.0).astype(np.float32), bunch.target[keep].astype(np.int64)
 
 
+@functools.cache
 def _emoji_of_split(split: str) -> tuple:
     from arvis.data import emoji as E
 
