@@ -49,8 +49,8 @@ class VideoFeatureNet(CheckedFolderMixin, ModelMixin, ConfigMixin):
         class_names: optional names, one per class.
         image_size: the frame side it is trained and evaluated at.
         num_frames: frames per clip it is trained at (features are defined for any ``T``).
-        channels: stage widths; the stem keeps the resolution, every later stage halves space (and, from
-            the third stage on, time).
+        channels: stage widths; the stem and every later stage halve space, stages from the second on
+            also halve time.
         norm_groups: GroupNorm groups (capped at the width).
         dropout: before the classification head.
     """
@@ -69,7 +69,7 @@ class VideoFeatureNet(CheckedFolderMixin, ModelMixin, ConfigMixin):
             raise ValueError(f"channels must list at least 2 stage widths, got {channels}")
         if class_names is not None and len(class_names) != num_classes:
             raise ValueError(f"class_names has {len(class_names)} names for num_classes={num_classes}")
-        self.stem = nn.Sequential(nn.Conv3d(3, channels[0], (3, 3, 3), padding=1, bias=False),
+        self.stem = nn.Sequential(nn.Conv3d(3, channels[0], (3, 3, 3), stride=(1, 2, 2), padding=1, bias=False),
                                   nn.GroupNorm(min(norm_groups, channels[0]), channels[0]), nn.SiLU())
         self.stages = nn.ModuleList(
             _block(c_in, c_out, (2 if i >= 1 else 1, 2, 2), norm_groups)

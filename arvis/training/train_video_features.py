@@ -43,7 +43,7 @@ class VideoFeatureConfig:
     resolution: int = 64
     num_frames: int = 8
     data_seed: int = 0
-    steps: int = 800
+    steps: int = 600
     batch_size: int = 16
     lr: float = 2e-3
     warmup: int = 50
