@@ -15,7 +15,8 @@ the Fréchet distance, cached reference statistics):
   that StyleGAN-V's FVD uses (``i3d_torchscript.pt``, 400-d pre-softmax features, called with
   ``rescale=True, resize=True, return_features=True`` on ``[B, 3, T, H, W]`` values in ``[0, 255]``).
   Nothing is downloaded: pass the local path. Clips shorter than ``min_frames`` are looped up to it
-  (I3D's temporal pooling needs enough frames) and the record says so.
+  (I3D's temporal pooling needs enough frames). TorchScript runs in its own interpreter (no arbitrary
+  Python unpickling), but load only files you trust.
 - :func:`temporal_consistency` — how much consecutive frames differ: the mean absolute pixel change
   (in ``[0, 1]`` units) and the mean cosine similarity of consecutive frames' domain features. Read
   beside the same figures of real clips: too low a change is a frozen clip, too high a flickering one.
@@ -26,6 +27,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -162,14 +164,16 @@ class I3DFeatures(torch.nn.Module):
                              f"downloads it)")
         if isinstance(min_frames, bool) or not isinstance(min_frames, int) or min_frames < 1:
             raise ValueError(f"min_frames must be an integer >= 1, got {min_frames!r}")
-        self.detector = torch.jit.load(str(path), map_location=device).eval()
+        try:
+            with warnings.catch_warnings():  # torch >= 2.10 flags TorchScript as deprecated; the FVD detector is one
+                warnings.simplefilter("ignore", FutureWarning)
+                self.detector = torch.jit.load(str(path), map_location=device).eval()
+        except (RuntimeError, ValueError) as err:
+            raise ValueError(f"i3d: {str(path)!r} is not a TorchScript file ({err})") from None
         self.min_frames = min_frames
+        self.path = path
         self.name = f"i3d:{path.name}"
-        digest = hashlib.sha256()
-        with open(path, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                digest.update(block)
-        self._fingerprint = digest.hexdigest()
+        self._fingerprint: str | None = None
 
     @torch.no_grad()
     def forward(self, clips: torch.Tensor) -> torch.Tensor:
@@ -182,6 +186,11 @@ class I3DFeatures(torch.nn.Module):
         return out.flatten(1).float()
 
     def fingerprint(self) -> str:
+        """sha256 of the TorchScript file."""
+        if self._fingerprint is None:
+            from arvis.eval.files import sha256_file
+
+            self._fingerprint = sha256_file(self.path)
         return self._fingerprint
 
 
