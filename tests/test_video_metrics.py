@@ -115,3 +115,25 @@ def test_clip_errors() -> None:
         vm.check_clips(np.zeros((1, 4, 8, 8, 3), np.uint8))
     with pytest.raises(ValueError, match="video feature network"):
         vm.load_video_features("/nonexistent/folder")
+
+
+def test_tokenizer_comparison_temporal_path_with_a_tiny_emu3_vq(tmp_path) -> None:
+    """eval/video_tokenizer.py's temporal candidate: a tiny random Emu3VQVAE with 4x temporal compression."""
+    import importlib.util
+    from pathlib import Path
+
+    from transformers import Emu3VQVAE, Emu3VQVAEConfig
+
+    spec = importlib.util.spec_from_file_location("video_tokenizer", Path(__file__).parents[1] / "eval" / "video_tokenizer.py")
+    vt = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(vt)
+    config = Emu3VQVAEConfig(codebook_size=16, embed_dim=4, latent_channels=4, base_channels=32, channel_multiplier=[1, 2],
+                             num_res_blocks=1, attn_resolutions=[], hidden_size=64, temporal_downsample_factor=4)
+    torch.manual_seed(0)
+    Emu3VQVAE(config).save_pretrained(tmp_path / "emu3-vq")
+    clips = moving_clips(2, frames=8, size=16)
+    recon, grid = vt.temporal_reconstruct(str(tmp_path / "emu3-vq"), clips)
+    assert recon.shape == clips.shape and recon.dtype == np.uint8 and grid == (2, 8, 8)
+    psnr = vt.psnr_by_kind(clips, clips, np.array([0, 14]))
+    assert set(psnr) == {"camera", "digits", "all"} and psnr["all"] > 90  # identical clips
+    assert vt.downsample(clips, 8).shape == (2, 8, 8, 8, 3)
