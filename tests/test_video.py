@@ -273,3 +273,31 @@ def test_cli_generate_writes_videos(tmp_path, capsys) -> None:
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["0000.gif", "0001.gif", "stats.json"]
     record = json.loads((tmp_path / "out" / "stats.json").read_text())
     assert record["method"] == "mc-sjd" and record["tokens"] == 12  # per clip
+
+
+# ---------------------------------------------------------------------------------------------- training
+def test_train_video_smoke_assemble_and_card(tmp_path) -> None:
+    """train_video (train_gpt's loop with the video data and model), assemble, model card: end to end, tiny."""
+    from arvis.training import train_video
+
+    metrics = train_video.main(["--preset", "smoke", "--out", str(tmp_path / "out"), "--scratch", str(tmp_path / "s")])
+    assert metrics["steps"] == 3 and np.isfinite(metrics["validation_loss"])
+    train_video.main(["assemble", "--transformer", str(tmp_path / "out" / "transformer"), "--out", str(tmp_path / "pipe")])
+    assert (tmp_path / "pipe" / "vqvae").is_symlink()
+    pipe = VideoPipeline.from_pretrained(tmp_path / "pipe")
+    assert pipe.transformer.layout.grid == (train_video.NUM_FRAMES, 2, 2)
+    train_video.main(["card", "--folder", str(tmp_path / "pipe"), "--records", str(tmp_path / "none")])
+    card = (tmp_path / "pipe" / "README.md").read_text()
+    assert "CC BY-SA 4.0" in card and "| steps | 3 |" in card
+
+
+def test_train_video_features_smoke(tmp_path) -> None:
+    from arvis.eval.video_metrics import load_video_features
+    from arvis.training import train_video_features
+
+    metrics = train_video_features.main(["--preset", "smoke", "--out", str(tmp_path / "out"), "--scratch",
+                                         str(tmp_path / "s"), "--eval-clips", "4", "--vq", ""])
+    assert metrics["steps"] == 3 and set(metrics["fvd_controls"]) >= {"independent held-out clips (floor)"}
+    extractor = load_video_features(tmp_path / "out")
+    assert extractor.input_size == 16
+    assert "domain FVD" in (tmp_path / "out" / "README.md").read_text()

@@ -40,8 +40,8 @@ NUM_FRAMES = 8
 PRESETS: dict[str, GPTTrainConfig] = {
     # Sized for this shared CPU (one niced thread): 1.6M parameters, ~6 s per step of 8 clips unloaded; the
     # per-frame tokenisation of the clips (~0.15 s a frame) costs as much as several hundred steps.
-    "video": GPTTrainConfig(dim=160, n_layer=4, n_head=2, resolution=64, num_train=1500, num_val=120, batch_size=8,
-                            steps=1000, warmup=50, eval_every=200, log_every=25),
+    "video": GPTTrainConfig(dim=160, n_layer=4, n_head=2, resolution=64, num_train=800, num_val=64, batch_size=8,
+                            steps=600, warmup=40, eval_every=150, log_every=25),
     "smoke": GPTTrainConfig(dim=32, n_layer=1, n_head=2, resolution=16, steps=3, batch_size=4, num_train=8,
                             num_val=4, log_every=1, eval_every=3, checkpoint_every=2),
 }
@@ -113,12 +113,89 @@ def assemble(transformer: str, vq: str, out: str, sampling_defaults: dict[str, A
     return out_path
 
 
+def model_card(folder: Path, records: Path) -> str:
+    """The model card of an assembled video pipeline folder, from its ``training_metrics.json`` and the figure
+    records (``eval/video_figures.py``) when present."""
+    m = json.loads((folder / "training_metrics.json").read_text())
+    c = m["preset_config"]
+    config = json.loads((folder / "transformer" / "config.json").read_text())
+    weights = folder / "transformer" / "diffusion_pytorch_model.safetensors"
+    T, side = config["num_frames"], config["frame_size"]
+    history = m["history"]
+    vals = [(h["step"], h["val_loss"]) for h in history if "val_loss" in h]
+    lines = [f"# {folder.name}: arvis's class-conditional video model", "",
+             "A `VideoPipeline` folder: a LlamaGen-style GPT with 3-D rotary positions over a "
+             f"{T} x {side} x {side} token layout (`transformer`, `arvis.models.video.VideoTransformer`) and the "
+             "shipped per-frame VQ tokenizer (`vqvae`, a relative link to `../vq-photos`, stored once). It is the "
+             "model of `arvis generate --model video`, of the video figures (docs/figures/video.md) and of the "
+             "demo's video tab.", "",
+             "```python",
+             "from arvis import VideoPipeline",
+             "from arvis.pipelines.pipeline_video import export_frames",
+             f'pipe = VideoPipeline.from_pretrained("arvis/weights/{folder.name}")',
+             'out = pipe(class_labels=["emoji orbit"], method="mc-sjd", coupling="gumbel", window=128,',
+             '           init="previous_frame_distribution")',
+             'export_frames(out.frames[0], "orbit.gif", fps=4)',
+             "```", "",
+             "## Architecture",
+             f"{config['n_layer']} layers, {config['n_head']} heads, width {config['dim']}, SwiGLU (multiple of "
+             f"{config['multiple_of']}), RMSNorm, no biases, untied head; 3-D RoPE (a quarter of each head's rotary "
+             "pairs rotate with the frame index, the rest with row and column); one class slot (24 video classes + "
+             f"the null class for CFG); vocabulary {config['vocab_size']} (the VQ's codebook). {m['params']:,} "
+             f"parameters, {weights.stat().st_size / 1e6:.1f} MB as fp16 safetensors.", "",
+             "## Data",
+             f"`arvis.data.video.build_video_clips`: {c['num_train']:,} training clips (seed {c['data_seed']}) of "
+             f"{T} frames at {c['resolution']} px, a third each of camera motion over the 22 offline photos (pans "
+             "and zooms), OpenMoji emoji (slides, growth, shrinking, orbits, cross-dissolves into another emoji; "
+             "**all emojis designed by OpenMoji - the open-source emoji and icon project, License: CC BY-SA 4.0**) "
+             "and bouncing scikit-learn digits; every frame tokenised by `vq-photos` (8 x 8 codes). Validation: "
+             f"{c['num_val']} held-out clips (held-out photo strips, held-out emoji, held-out digit samples).", "",
+             "## Training", "```", m["command"], "python -m arvis.training.train_video assemble --transformer "
+             f"runs/video/export/transformer --out arvis/weights/{folder.name}", "```",
+             "`arvis.training.train_gpt`'s loop: teacher-forced cross-entropy, 10% class dropout (CFG), token / "
+             f"residual / FFN dropout {c['dropout']}, AdamW (lr {c['lr']}, weight decay {c['weight_decay']}), "
+             f"{c['warmup']} warm-up steps, cosine to {c['min_lr_ratio']}x, batch {c['batch_size']} clips, EMA "
+             f"{c['ema_decay']}; the better of raw and EMA weights on validation loss is exported "
+             f"({m['exported_weights']}).", "",
+             "| | |", "|---|---|",
+             f"| steps | {m['steps']} |",
+             f"| wall time | {m['train_hours']:.2f} h (one niced thread on a shared 2-core machine) |",
+             f"| final training loss | {m['final_train_loss']:.3f} |",
+             f"| validation loss (raw / EMA) | {m['validation_loss_raw']:.3f} / {m['validation_loss_ema']:.3f} |",
+             f"| validation perplexity | {m['validation_perplexity']:.1f} |",
+             f"| validation loss by step | {', '.join(f'{s}: {v:.3f}' for s, v in vals)} |", ""]
+    quality = records / "quality.json"
+    if quality.is_file():
+        q = json.loads(quality.read_text())
+        ar = next(r for r in q["rows"] if r["method"] == "ar")
+        f, v = ar["per_frame_fid"], ar["domain_fvd"]
+        lines += ["## Evaluation", f"{q['num_clips']} AR clips (CFG {q['sampling']['guidance_scale']}): per-frame "
+                  f"FID {f['fid']:.2f} (real-vs-real floor {f['real_vs_real_floor']:.2f}), domain FVD {v['fvd']:.2f} "
+                  f"(floor {v['real_vs_real_floor']:.2f}). Decoding speed and the other methods: "
+                  "docs/figures/video.md.", ""]
+    lines += ["## Limits", "A small model trained briefly on a shared CPU: clips are 64 px and blurry (the per-frame "
+              "VQ reconstructs emoji and digits at 64 px poorly: see the tokenizer table in docs/figures/video.md), "
+              "and motion is learned only as far as the figures show. It exists to make the video path and its "
+              "speed figures real, not to be a good video generator.", ""]
+    return "\n".join(lines)
+
+
 def _command(argv: list[str] | None) -> str:
     return "python -m arvis.training.train_video " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args_list = list(sys.argv[1:] if argv is None else argv)
+    if args_list[:1] == ["card"]:
+        p = argparse.ArgumentParser(prog="python -m arvis.training.train_video card")
+        p.add_argument("--folder", default="arvis/weights/video-clips")
+        p.add_argument("--records", default="docs/figures/video")
+        a = p.parse_args(args_list[1:])
+        from arvis.training.common import atomic_write_text
+
+        atomic_write_text(Path(a.folder) / "README.md", model_card(Path(a.folder), Path(a.records)))
+        print(f"wrote {Path(a.folder) / 'README.md'}")
+        return {}
     if args_list[:1] == ["assemble"]:
         p = argparse.ArgumentParser(prog="python -m arvis.training.train_video assemble")
         p.add_argument("--transformer", required=True, help="an exported transformer folder")
@@ -128,6 +205,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         p.add_argument("--top-k", type=int, default=0)
         a = p.parse_args(args_list[1:])
         path = assemble(a.transformer, a.vq, a.out, {"guidance_scale": a.guidance_scale, "top_k": a.top_k})
+        metrics = Path(a.transformer).parent / "training_metrics.json"
+        if metrics.is_file():
+            shutil.copy2(metrics, path / "training_metrics.json")
         print(f"assembled {path}")
         return {"out": str(path)}
     p = argparse.ArgumentParser(prog="python -m arvis.training.train_video", description=__doc__.split("\n\n")[0])

@@ -1,0 +1,136 @@
+"""Temporal drafting on a video layout is lossless: exact enumeration of a tiny T x H x W model, the
+project's calibrated decision rule (tests/lossless_harness.py), and a planted bug that must fail it.
+
+The table model is the harness's, re-declared with a video layout: 2 frames of 2 x 2 tokens, vocabulary 3
+(3^8 = 6,561 sequences, exact by the chain rule). Its conditionals depend on the whole prefix, so a draft
+from the previous frame is just a draft; what the test proves is that the temporal initialisations
+(``previous_frame`` with a one-hot q, ``previous_frame_distribution`` with the stored q), windows that
+span a frame, maximal and Gumbel coupling and the staircase leave the output distribution exactly the
+model's. The planted bug reports the previous frame's draft as drawn from a uniform q.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from arvis.engine.sampling import SamplingConfig
+from arvis.models.protocol import TokenLayout
+from tests.lossless_harness import TableBackbone, check, run_method
+
+VIDEO_GRID = (2, 2, 2)  # frames, rows, columns
+N_SAMPLES = 50_000
+NO_CFG = SamplingConfig()
+CFG = SamplingConfig(guidance_scale=3.0)
+CFG_TOPK = SamplingConfig(guidance_scale=3.0, top_k=2)
+
+
+class VideoTableBackbone(TableBackbone):
+    """The harness's table model over 8 tokens, laid out as 2 frames of 2 x 2."""
+
+    def __init__(self, seed: int = 0, vocab: int = 3):
+        super().__init__(seed=seed, grid=(2, 4), vocab=vocab)
+        self._layout = TokenLayout(grid=VIDEO_GRID, vocab_size=vocab, condition_length=1)
+
+
+@pytest.fixture(scope="module")
+def table() -> VideoTableBackbone:
+    return VideoTableBackbone(seed=3)
+
+
+@pytest.fixture(scope="module")
+def exact(table):
+    cache: dict[SamplingConfig, np.ndarray] = {}
+
+    def get(sampling: SamplingConfig) -> np.ndarray:
+        if sampling not in cache:
+            cache[sampling] = table.sequence_probabilities(1, sampling)
+        return cache[sampling]
+
+    return get
+
+
+CASES = [
+    ("sjd", {"window": 3, "init": "previous_frame"}, CFG_TOPK),
+    ("sjd", {"window": 4, "init": "previous_frame_distribution"}, NO_CFG),  # a window spanning a frame
+    ("mc-sjd", {"window": 5, "init": "previous_frame"}, CFG),
+    ("mc-sjd", {"window": 2, "init": "previous_frame_distribution"}, CFG_TOPK),
+    ("mc-sjd", {"window": 4, "init": "previous_frame", "coupling": "gumbel"}, NO_CFG),
+    ("mc-sjd", {"window": 3, "init": "previous_frame_distribution", "coupling": "gumbel"}, CFG),
+    ("mc-sjd", {"window": 8, "init": "previous_frame_distribution"}, NO_CFG),  # the whole clip in one window
+    ("mc-sjd", {"window": 2, "init": "previous_frame", "window_shape": "staircase", "staircase_rows": 1,
+                "staircase_step": 1}, CFG_TOPK),
+]
+
+
+def _case_id(method, options, sampling) -> str:
+    return f"{method}-" + "-".join(f"{k}={v}" for k, v in options.items()) + f"-g{sampling.guidance_scale}k{sampling.top_k}"
+
+
+def test_video_table_layout(table, exact) -> None:
+    assert table.layout.grid == VIDEO_GRID and table.layout.num_tokens == 8
+    p = exact(NO_CFG)
+    assert p.shape == (3 ** 8,) and p.sum() == pytest.approx(1.0, abs=1e-12)
+
+
+@pytest.mark.parametrize("method, options, sampling", CASES, ids=[_case_id(*c) for c in CASES])
+def test_temporal_drafting_matches_the_exact_distribution(table, exact, method, options, sampling) -> None:
+    observed = run_method(table, sampling, method, N_SAMPLES, seed=21, **options)
+    verdict = check(exact(sampling), observed, N_SAMPLES)
+    assert verdict.passed, str(verdict)
+
+
+def test_planted_bug_previous_frame_draft_with_a_wrong_q_fails(table, exact, monkeypatch) -> None:
+    """Previous-frame drafts recorded with a uniform q instead of their one-hot q: the acceptance ratio
+    p(d)/q(d) is then wrong and the output leaves the model's distribution. The harness must see it."""
+    import arvis.drafting.jacobi as jacobi
+
+    original = jacobi.JacobiSession.initialise
+
+    def initialise(self, index, want, committed):
+        fresh = want & (self.tokens.gather(1, index) == jacobi.NO_TOKEN)
+        original(self, index, want, committed)
+        drafted = fresh & (self.tokens.gather(1, index) != jacobi.NO_TOKEN)
+        self.store(index, drafted, self.tokens.gather(1, index), torch.full((self.V,), 1.0 / self.V))
+
+    monkeypatch.setattr(jacobi.JacobiSession, "initialise", initialise)
+    observed = run_method(table, NO_CFG, "sjd", N_SAMPLES, seed=22, window=3, init="previous_frame")
+    verdict = check(exact(NO_CFG), observed, N_SAMPLES)
+    assert not verdict.passed, f"planted bug went unnoticed: {verdict}"
+
+
+
+@pytest.mark.parametrize("init", ["previous_frame", "previous_frame_distribution"])
+def test_previous_frame_drafts_come_from_the_same_cell_one_frame_back(init: str, monkeypatch) -> None:
+    """Every initial draft of a cell whose previous-frame cell holds a token is sourced there (j - H·W); in
+    the first frame, from the row above (j - W) when it holds a token."""
+    import arvis.drafting.jacobi as jacobi
+    from arvis.methods import decode
+    from arvis.models.protocol import Condition
+    from tests.test_video import tiny_video
+
+    seen = []
+    original = jacobi.JacobiSession._sources
+
+    def spy(self, index):
+        source = original(self, index)
+        seen.append((index.clone(), source.clone(), (self.tokens[:, : self.N] != jacobi.NO_TOKEN).clone(),
+                     self.frame, self.stride))
+        return source
+
+    monkeypatch.setattr(jacobi.JacobiSession, "_sources", spy)
+    model = tiny_video(frames=3, side=3)
+    decode(model, Condition(class_labels=torch.tensor([0, 2])), SamplingConfig(guidance_scale=2.0), "mc-sjd",
+           [torch.Generator().manual_seed(s) for s in (0, 1)], window=12, init=init)
+    checked = 0
+    for index, source, known, frame, stride in seen:
+        assert (frame, stride) == (9, 3)
+        back = (index - frame).clamp_min(0)
+        temporal = (index >= frame) & known.gather(1, back)
+        assert torch.equal(source[temporal], index[temporal] - frame)
+        up = (index - stride).clamp_min(0)
+        vertical = (index < frame) & (index >= stride) & known.gather(1, up)
+        assert torch.equal(source[vertical], index[vertical] - stride)
+        checked += int(temporal.sum())
+    assert checked > 0
