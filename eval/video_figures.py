@@ -305,7 +305,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--doc", type=Path, default=Path("docs/figures/video.md"))
     p.add_argument("--bench-samples", type=int, default=len(BENCH_CLASSES))
     p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--num", type=int, default=160, help="clips per method (quality)")
+    p.add_argument("--num", type=int, default=96, help="clips per method (quality; 4 per class)")
     p.add_argument("--batch", type=int, default=16, help="clips per pipeline call (quality)")
     p.add_argument("--reference-frames", type=int, default=4000)
     p.add_argument("--reference-clips", type=int, default=1000)
