@@ -14,7 +14,7 @@ import arvis.eval.bench as bench
 from arvis.cli import main
 from arvis.engine import SamplingConfig
 from arvis.eval.bench import MethodSpec, format_markdown, format_text, parse_method_specs, run_bench
-from arvis.methods import METHODS
+from arvis.methods import METHODS, Option
 from arvis.methods.ar import Autoregressive
 from tests.conftest import tiny_llamagen
 
@@ -27,6 +27,8 @@ class WindowedAR(Autoregressive):
     """AR under another name with a (unused) ``window`` option: a stand-in for windowed methods."""
 
     name: ClassVar[str] = "test-windowed"
+    options: ClassVar[tuple[Option, ...]] = (Option("window", "int", 4, "unused", low=1, high=1024),
+                                             Option("init", "text", "random", "unused"))
     window: int = 4
     init: str = "random"
 
@@ -218,7 +220,7 @@ def test_figures_jobs_are_real_commands_and_tables_come_from_records(tmp_path, c
     assert figures.main(["--suite", "zipar", "--model", "tiny-random", "--out", str(tmp_path), "--list"]) == 0
     assert capsys.readouterr().out.count("[todo]") == len(jobs)
 
-    record = {"spec": "zipar:window=4", "lossless": False, "target_forwards": 88.0, "draft_forwards": 0.0,
+    record = {"spec": "zipar:row_lag=4", "lossless": False, "target_forwards": 88.0, "draft_forwards": 0.0,
               "step_compression": 256 / 88, "accepted_per_forward": 256 / 88, "latency_s": 0.5, "speedup": 2.5,
               "samples": 2, "batch_size": 1, "repeats": 5, "warmup": 1, "sampling": {"guidance_scale": 3.0},
               "forward_cost": [{"positions": 1, "ms": 2.0, "ratio": None}, {"positions": 2, "ms": 3.0, "ratio": 1.5}]}
@@ -228,11 +230,11 @@ def test_figures_jobs_are_real_commands_and_tables_come_from_records(tmp_path, c
     for seed, value in ((0, 10.0), (1, 10.6)):
         (tmp_path / "fid" / f"ar-seed{seed}.json").write_text(json.dumps(
             {"method": "ar", "options": {}, "seed": seed, "fid": value, "num_generated": 16}))
-    jobs[2].output.write_text(json.dumps({"method": "zipar", "options": {"window": 4}, "seed": 0, "fid": 11.25,
+    jobs[2].output.write_text(json.dumps({"method": "zipar", "options": {"row_lag": 4}, "seed": 0, "fid": 11.25,
                                           "num_generated": 16, "real_vs_real_floor": 1.5}))
     md = figures.write_report("zipar", jobs, tmp_path).read_text()
-    assert "| `zipar:window=4` | no | 88.0 | 0.0 | 2.91x | 2.91 | 0.500 | 2.50x | 11.25 (16) |" in md
-    assert "| `zipar:window=4` | 0 | 16 | 11.25 | 1.50 |" in md and "|ΔFID| = 0.60" in md
+    assert "| `zipar:row_lag=4` | no | 88.0 | 0.0 | 2.91x | 2.91 | 0.500 | 2.50x | 11.25 (16) |" in md
+    assert "| `zipar:row_lag=4` | 0 | 16 | 11.25 | 1.50 |" in md and "|ΔFID| = 0.60" in md
     assert "| ms / forward | 2.00 | 3.00 |" in md
 
 

@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 import torch
 
-import arvis.methods.sjd as sjd_module
+import arvis.acceptance.coupling as coupling_module
 from arvis.acceptance import speculative as spec
+from arvis.drafting.jacobi import JacobiSession
 from arvis.acceptance.speculative import acceptance_probability, residual
 from arvis.engine.sampling import SamplingConfig
 from arvis.methods import decode
@@ -166,12 +167,24 @@ def _recover_from_p(p, q, drafts, uniform, noise):
 def _claim_uniform_q(original):
     """Planted bug: drafts are drawn from a neighbour's distribution but reported as uniform."""
 
-    def wrapped(strategy, index, need, tokens, q, *args, **kwargs):
-        original(strategy, index, need, tokens, q, *args, **kwargs)
-        rows = torch.arange(index.shape[0])[:, None].expand_as(index)
-        q[rows[need], index[need]] = 1.0 / q.shape[-1]
+    def initialise(self, index, want, committed):
+        store = self.store
+        self.store = lambda index, mask, tokens, dist: store(index, mask, tokens, torch.full((self.V,), 1.0 / self.V))
+        try:
+            original(self, index, want, committed)
+        finally:
+            del self.store
 
-    return wrapped
+    return initialise
+
+
+def _keep_old_q(original):
+    """Planted bug: after the coupling, store the draft's old distribution instead of this forward's p."""
+
+    def update(self, committed, plan, p, verification, proposal):
+        original(self, committed, plan, proposal.q, verification, proposal)
+
+    return update
 
 
 @pytest.mark.parametrize("bug", ["recover_from_p", "keep_old_q", "wrong_q"])
@@ -179,11 +192,11 @@ def _claim_uniform_q(original):
 def test_harness_catches_planted_bugs(table, exact, monkeypatch, bug, sampling):
     method, options = "mc-sjd", {"window": 2, "init": "random"}
     if bug == "recover_from_p":
-        monkeypatch.setattr(sjd_module, "speculative_step", _recover_from_p)
+        monkeypatch.setattr(coupling_module, "speculative_step", _recover_from_p)
     elif bug == "keep_old_q":  # store the draft's old distribution after coupling (the reference's bug)
-        monkeypatch.setattr(sjd_module._JacobiRun, "_carried_distribution", staticmethod(lambda p, old_q: old_q))
+        monkeypatch.setattr(JacobiSession, "update", _keep_old_q(JacobiSession.update))
     else:  # drafts drawn from a neighbour's distribution but reported as uniform
-        monkeypatch.setattr(sjd_module, "fill_drafts", _claim_uniform_q(sjd_module.fill_drafts))
+        monkeypatch.setattr(JacobiSession, "initialise", _claim_uniform_q(JacobiSession.initialise))
         method, options = "sjd", {"window": 2, "init": "neighbour_distribution"}
     observed = run_method(table, sampling, method, N_SAMPLES, seed=12, **options)
     tv, p_value = compare(exact(sampling), observed, N_SAMPLES)
