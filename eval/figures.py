@@ -130,10 +130,10 @@ def zipar_jobs(out: Path, model: str, fid_num: int, samples: int) -> list[Job]:
     stairs = ["mc-sjd:window=16,window_shape=staircase,staircase_rows=2", "mc-sjd:window=48",
               "mc-sjd:window=32,window_shape=staircase,staircase_rows=1", "mc-sjd:window=64",
               "sjd:window=16,window_shape=staircase,staircase_rows=2", "sjd:window=48"]
-    methods = ["ar", "zipar:window=2", "zipar:window=4", "zipar:window=8", *stairs]
+    methods = ["ar", "zipar:row_lag=2", "zipar:row_lag=4", "zipar:row_lag=8", *stairs]
     return [
         bench_job(out, "zipar", "batch1-fp32", methods, model=model, samples=samples, plots=True),
-        *(fid_job(out, f"zipar:window={w}", model=model, num=fid_num) for w in (4, 2, 8)),
+        *(fid_job(out, f"zipar:row_lag={w}", model=model, num=fid_num) for w in (4, 2, 8)),
     ]
 
 
