@@ -76,7 +76,8 @@ def test_protocol_interleaves_warms_up_and_times_every_sample(windowed, monkeypa
     result = run_bench(model, specs, SamplingConfig(guidance_scale=2.0), samples=3, batch_size=2, seed=4, repeats=5,
                        forward_cost_sizes=(1, 4, 64), progress=False, context={"model": "tiny"})
     names = [c[0] for c in calls]
-    assert names == (["ar", "ar", "test-windowed", "test-windowed"] * 6)  # warm-up, then 5 interleaved rounds
+    # Warm-up, then 5 interleaved rounds, then one untimed decode per method (first batch) counting host syncs.
+    assert names == (["ar", "ar", "test-windowed", "test-windowed"] * 6) + ["ar", "test-windowed"]
     assert {tuple(c[1]) for c in calls} == {(0, 1), (2,)}  # class i % num_classes, batches of 2
     assert calls[0][2] == calls[2][2] == calls[4][2]  # same per-sample seeds for every method and round
     ar, win = result.records
@@ -87,6 +88,14 @@ def test_protocol_interleaves_warms_up_and_times_every_sample(windowed, monkeypa
         assert r["accepted_per_forward_histogram"] == {"1": 48} and len(r["latency_repeats_s"]) == 5
         assert r["deterministic"] and r["model"] == "tiny" and r["grid"] == [4, 4]
         assert r["commit_forward"] == list(range(16))
+        # The time split adds up, AR's loop syncs the host only at the end, and the ideal is AR's own.
+        assert r["target_forward_s"] > 0 and r["draft_forward_s"] == 0 and 0 <= r["outside_share"] < 1
+        # Inside + outside is the decode calls' own time, within the bench's clock around them (3 samples).
+        assert 0 < r["target_forward_s"] + r["outside_s"] <= 3 * r["latency_s"] * 1.05
+        assert r["target_ms_per_forward"] * r["batch_target_forwards"] == pytest.approx(1e3 * r["target_forward_s"])
+        # AR syncs only when the decode ends (3 reads, over 15 iterations of its first 2-sample batch).
+        assert r["host_syncs_per_iteration"] == pytest.approx(3 / 15) and r["aten_ops_per_forward"] > 0
+        assert r["positions_per_forward"] == 1 and r["ideal_speedup"] == pytest.approx(1.0)
     assert ar["speedup"] == 1.0
     assert [c["positions"] for c in result.forward_cost] == [1, 4]  # 64 > sequence: dropped
     assert result.forward_cost[0]["ratio"] == 1.0 and result.forward_cost[1]["ms"] > 0
@@ -185,14 +194,16 @@ def test_report_joins_bench_and_fid_records(tmp_path):
 
 
 def test_method_extras_are_aggregated_over_samples():
-    from arvis.engine.stats import DecodeStats
+    from arvis.engine.stats import BatchStats, DecodeStats, summarize
 
     def stats(tv: float, max_tv: float) -> DecodeStats:
         return DecodeStats(method="speculative", tokens=4, target_forwards=2, draft_forwards=8,
                            accepted_per_forward=[2, 2], commit_forward=[0, 0, 1, 1],
                            extra={"mean_tv_per_token": tv, "max_tv_per_token": max_tv, "tv_kind": "realised (exact)"})
 
-    extra = bench.summarize([stats(0.02, 0.05), stats(0.04, 0.09)])["extra"]
+    batch = BatchStats(samples=[stats(0.02, 0.05), stats(0.04, 0.09)], batch_target_forwards=2,
+                       batch_draft_forwards=8, latency_s=1.0, peak_memory_mb=0.0)
+    extra = summarize([batch], details=True)["extra"]
     assert extra["mean_tv_per_token"] == pytest.approx(0.03)
     assert extra["max_tv_per_token"] == pytest.approx(0.09)
     assert extra["tv_kind"] == "realised (exact)"
@@ -252,3 +263,12 @@ def test_relaxed_acceptance_makes_any_method_lossy():
     assert is_lossless("sjd", {"window": 8}) and is_lossless("speculative", {"acceptance": "exact"})
     assert not is_lossless("sjd", {"acceptance": "bounded"}) and not is_lossless("speculative", {"acceptance": "lantern"})
     assert not is_lossless("zipar", {})
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_bench_runs_on_cuda():
+    model = tiny_llamagen(grid=4, vocab=32).to("cuda")
+    result = run_bench(model, parse_method_specs("ar;mc-sjd:window=4"), SamplingConfig(guidance_scale=2.0),
+                       samples=2, repeats=5, forward_cost_sizes=(1, 4), progress=False)
+    for r in result.records:
+        assert r["target_forward_s"] > 0 and r["deterministic"] and r["host_syncs_per_iteration"] <= 1.5

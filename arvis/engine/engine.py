@@ -57,6 +57,9 @@ class NonFiniteError(ValueError):
 class DecodeEngine:
     """Per-request decode state and the primitives every method is built from.
 
+    Class attribute ``host_syncs_total`` counts the deliberate host reads of device values made by every
+    engine in the process (the bench reports them per iteration).
+
     Args:
         backbone: a model implementing :class:`arvis.models.protocol.Backbone`.
         condition: the batch's condition (``B`` samples).
@@ -68,6 +71,8 @@ class DecodeEngine:
             own cache and masks): it shares that engine's random streams, and its forwards are counted
             and timed as that engine's draft forwards.
     """
+
+    host_syncs_total = 0
 
     def __init__(self, backbone: Backbone, condition: Condition, sampling: SamplingConfig,
                  generator: GeneratorArg = None, method: str = "ar",
@@ -257,6 +262,7 @@ class DecodeEngine:
 
         Returns one list of ``A`` ints per tensor given.
         """
+        DecodeEngine.host_syncs_total += 1
         flags = self._nonfinite.index_select(0, self.active).T  # [2, A]
         stacked = torch.cat([torch.stack([v.long() for v in values]), flags]).tolist() if values else flags.tolist()
         self._raise_nonfinite(stacked[-2], stacked[-1], self.active_list)
@@ -298,6 +304,7 @@ class DecodeEngine:
         """Stop the clock and return the statistics (raises if a token was never committed, or
         :class:`NonFiniteError` if a sample's distribution was non-finite)."""
         latency = time.perf_counter() - self._t0
+        DecodeEngine.host_syncs_total += 2  # the flags and the statistics (the completeness check is an item())
         bad_logits, bad_probs = self._nonfinite.T.tolist()
         self._raise_nonfinite(bad_logits, bad_probs, range(self.batch_size))
         missing = int((~self.known).sum())

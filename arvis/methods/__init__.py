@@ -45,6 +45,19 @@ def method_options(name: str) -> tuple[Option, ...]:
     return _method_class(name).options
 
 
+def describe_methods() -> str:
+    """Every method, whether it is lossless with its defaults, and its declared options (``arvis methods``)."""
+    lines = []
+    for name in available_methods():
+        default = METHODS[name]()
+        kind = "lossless" if default.lossless else "lossy"
+        if any(o.name == "acceptance" for o in default.options):
+            kind += " (lossy with a relaxed acceptance rule)"
+        lines.append(f"{name}: {kind}")
+        lines += [f"    {o.describe()}" for o in default.options]
+    return "\n".join(lines)
+
+
 def build_method(name: str | DecodingMethod, **options: Any) -> DecodingMethod:
     """A method object from its registry name and options (or a method object, returned as is)."""
     if isinstance(name, DecodingMethod):
@@ -125,4 +138,4 @@ def decode(backbone: Backbone, condition: Condition, sampling: SamplingConfig,
 
 
 __all__ = ["METHODS", "DecodingMethod", "MissingResourceError", "Option", "available_methods", "build_method",
-           "decode", "is_lossless", "method_options", "register_method", "validate_method", "with_resources"]
+           "decode", "describe_methods", "is_lossless", "method_options", "register_method", "validate_method", "with_resources"]

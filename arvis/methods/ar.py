@@ -16,6 +16,7 @@ class Autoregressive(DecodingMethod):
     """Raster-order decoding, one token per forward, on the static cache (LlamaGen's ``generate``)."""
 
     name: ClassVar[str] = "ar"
+    positions_per_forward: ClassVar[int] = 1
 
     @property
     def lossless(self) -> bool:

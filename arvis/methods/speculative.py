@@ -56,6 +56,11 @@ class SpeculativeDecoding(DecodingMethod):
     def lossless(self) -> bool:
         return self.acceptance.lossless
 
+    @property
+    def positions_per_forward(self) -> int:
+        """Positions one target forward evaluates (γ drafts after the last committed token, plus the bonus)."""
+        return self.gamma + 1
+
     def run(self, engine: DecodeEngine) -> dict[str, Any]:
         draft_model = require(self.draft_model, "draft_model: speculative decoding needs a draft model (the "
                                                 "pipeline's draft_transformer, or pass draft_model=…)")
