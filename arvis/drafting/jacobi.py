@@ -39,7 +39,7 @@ from arvis.acceptance.verify import Verification
 from arvis.drafting.base import Proposal
 from arvis.engine.engine import NO_TOKEN, DecodeEngine
 from arvis.engine.schedules import RasterWindow, WindowPlan
-from arvis.utils.random import PositionNoise, sample_inverse_cdf
+from arvis.utils.random import PositionNoise, one_hot, sample_inverse_cdf
 
 JACOBI_INITS = ("random", "repeat_horizontal", "repeat_vertical", "neighbour_distribution")
 
@@ -149,7 +149,7 @@ class JacobiSession:
             source = self._sources(index)
             if init in ("repeat_horizontal", "repeat_vertical"):
                 drafts = self.tokens.gather(1, source.clamp_min(0))
-                self.store(index, want & (source >= 0), drafts, F.one_hot(drafts, self.V).float())
+                self.store(index, want & (source >= 0), drafts, one_hot(drafts, self.V))
             else:  # neighbour_distribution: the source's distribution must still be in the ring
                 in_ring = source >= committed[:, None] - (self.capacity - self.schedule.reach - 1)
                 dist = self.distribution_at(source.clamp_min(0))
@@ -161,7 +161,7 @@ class JacobiSession:
         forced_tokens = self.engine.forced_tokens
         if forced_tokens is not None:  # structural tokens: the forced id, certain
             forced = forced_tokens[index]
-            self.store(index, want & (forced >= 0), forced.clamp_min(0), F.one_hot(forced.clamp_min(0), self.V).float())
+            self.store(index, want & (forced >= 0), forced.clamp_min(0), one_hot(forced.clamp_min(0), self.V))
 
     # ------------------------------------------------------------------ the protocol
     def window_needed(self, committed: Sequence[int]) -> bool:

@@ -262,11 +262,16 @@ class DecodeEngine:
 
         Returns one list of ``A`` ints per tensor given.
         """
-        DecodeEngine.host_syncs_total += 1
         flags = self._nonfinite.index_select(0, self.active).T  # [2, A]
-        stacked = torch.cat([torch.stack([v.long() for v in values]), flags]).tolist() if values else flags.tolist()
+        stacked = self.to_host(torch.cat([torch.stack([v.long() for v in values]), flags]) if values else flags)
         self._raise_nonfinite(stacked[-2], stacked[-1], self.active_list)
         return stacked[:-2]
+
+    @staticmethod
+    def to_host(tensor: torch.Tensor) -> Any:
+        """``tensor.tolist()``: a deliberate host synchronisation, counted in :attr:`host_syncs_total`."""
+        DecodeEngine.host_syncs_total += 1
+        return tensor.tolist()
 
     def _raise_nonfinite(self, bad_logits: Sequence[int], bad_probs: Sequence[int], samples: Sequence[int]) -> None:
         ids = [s for s, a, b in zip(samples, bad_logits, bad_probs, strict=True) if a or b]
@@ -304,8 +309,8 @@ class DecodeEngine:
         """Stop the clock and return the statistics (raises if a token was never committed, or
         :class:`NonFiniteError` if a sample's distribution was non-finite)."""
         latency = time.perf_counter() - self._t0
-        DecodeEngine.host_syncs_total += 2  # the flags and the statistics (the completeness check is an item())
-        bad_logits, bad_probs = self._nonfinite.T.tolist()
+        DecodeEngine.host_syncs_total += 1  # the statistics' own read (StatsRecorder.finish)
+        bad_logits, bad_probs = self.to_host(self._nonfinite.T)
         self._raise_nonfinite(bad_logits, bad_probs, range(self.batch_size))
         missing = int((~self.known).sum())
         if missing:

@@ -285,7 +285,8 @@ def count_host_syncs(run: Callable[[], BatchStats]) -> dict[str, float]:
     deliberate = engine_module.DecodeEngine.host_syncs_total - deliberate_before
     iterations = max(stats.batch_target_forwards - 1, 1)
     forwards = max(stats.batch_target_forwards + stats.batch_draft_forwards, 1)
-    return {"host_syncs_per_iteration": (counter.syncs + deliberate) / iterations,
+    return {"host_syncs": counter.syncs + deliberate, "iterations": iterations,
+            "host_syncs_per_iteration": (counter.syncs + deliberate) / iterations,
             "aten_ops_per_iteration_outside_forwards": counter.ops["outside"] / iterations,
             "aten_ops_per_forward": counter.ops["inside"] / forwards}
 

@@ -142,7 +142,10 @@ class DraftVerifyLoop:
             self.tv_max = torch.maximum(self.tv_max, tv.max())
 
     def report(self) -> dict[str, Any]:
-        drafted, accepted = self.drafted_at.tolist(), self.accepted_at.tolist()
+        K = self.drafted_at.shape[0]
+        tv = torch.stack([self.tv_sum / self.tv_count.clamp_min(1), self.tv_max])
+        values = self.engine.to_host(torch.cat([self.drafted_at.double(), self.accepted_at.double(), tv.double()]))
+        drafted, accepted, (mean_tv, max_tv) = values[:K], values[K:2 * K], values[2 * K:]
         out: dict[str, Any] = {
             "acceptance_by_offset": [a / d if d else None for a, d in zip(accepted, drafted, strict=True)],
             "iterations": self.iterations,
@@ -150,7 +153,7 @@ class DraftVerifyLoop:
         }
         if not self.rule.lossless:
             out.update(tv_kind="realised (exact)" if self.rule.kind == "bounded" else "nominal c_m* (exact for one-hot q)",
-                       mean_tv_per_token=float(self.tv_sum / self.tv_count.clamp_min(1)), max_tv_per_token=float(self.tv_max))
+                       mean_tv_per_token=mean_tv, max_tv_per_token=max_tv)
         return out
 
 

@@ -111,6 +111,12 @@ def sample_categorical(probs: torch.Tensor, exponential_noise: torch.Tensor) -> 
     return torch.argmax(probs / exponential_noise.clamp_min(1e-30), dim=-1)
 
 
+def one_hot(index: torch.Tensor, num_classes: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """``F.one_hot(index, num_classes)`` as ``dtype`` without its range check (which reads the indices on the
+    host): ``index`` must already lie in ``[0, num_classes)``."""
+    return torch.zeros(*index.shape, num_classes, dtype=dtype, device=index.device).scatter_(-1, index[..., None], 1.0)
+
+
 def sample_inverse_cdf(probs: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
     """Sample from categorical ``probs [..., V]`` with one ``U(0, 1)`` draw per row (``uniform [...]``).
 
