@@ -123,7 +123,7 @@ def test_nan_logits_fail_the_request_naming_the_samples(method, options):
     model = tiny_llamagen("c2i")
     _poison_class(model, 3)
     cond = Condition(class_labels=torch.tensor([0, 3, 1, 3]))
-    with pytest.raises(NonFiniteError, match=r"sample\(s\) \[1, 3\].*model's logits were NaN or infinite"):
+    with pytest.raises(NonFiniteError, match=r"sample\(s\) \[1, 3\].*model's logits were NaN"):
         decode(model, cond, SamplingConfig(guidance_scale=2.0), method, torch.Generator().manual_seed(0), **options)
 
 
@@ -179,3 +179,15 @@ def test_static_cache_select_rows_keeps_the_chosen_rows():
     cache.select_rows(torch.tensor([3, 1]))
     assert cache.rows == 2 and cache.keys[1][:, 0, 0, 0].tolist() == [13.0, 11.0]
     assert cache.values[0][:, 0, 0, 0].tolist() == [-3.0, -1.0]
+
+
+def test_inverse_cdf_samples_the_distribution_and_never_a_zero():
+    from arvis.utils.random import draw
+
+    probs = torch.tensor([0.5, 0.0, 0.25, 0.125, 0.125, 0.0])
+    u = torch.rand(200_000, generator=torch.Generator().manual_seed(0))
+    u[:3] = torch.tensor([0.0, 0.5, 1.0 - 2**-24])  # the edges of [0, 1)
+    counts = torch.bincount(draw(probs.expand(200_000, 6) * 3.0, u), minlength=6)  # unnormalised weights
+    assert counts[1] == 0 and counts[5] == 0
+    chi2 = sps.chisquare(counts[[0, 2, 3, 4]].numpy(), (probs[[0, 2, 3, 4]] * 200_000).numpy())
+    assert chi2.pvalue > 1e-4

@@ -141,20 +141,37 @@ def test_bench_command_writes_json_markdown_and_plots(windowed, tmp_path, capsys
     paths = {"json": tmp_path / "b.json", "markdown": tmp_path / "b.md", "plots": tmp_path / "plots"}
     rc = main(["bench", "--model", "tiny-random", "--methods", "ar", "--methods", "test-windowed:window=2",
                "--samples", "1", "--guidance-scale", "1.0", "--json", str(paths["json"]), "--markdown",
-               str(paths["markdown"]), "--plots", str(paths["plots"]), "--no-progress"])
+               str(paths["markdown"]), "--plots", str(paths["plots"]), "--no-progress", "--threads", "1"])
+    cores = 1
     assert rc == 0
     out = capsys.readouterr().out
-    assert "forward cost on this machine" in out and "threads=1" in out
+    assert "forward cost on this machine" in out and f"threads={cores}" in out
     records = json.loads(paths["json"].read_text())
     assert [r["spec"] for r in records] == ["ar", "test-windowed:window=2"]
     for r in records:
         assert all(k in r for k in FIGURES)
-        assert r["threads"] == torch.get_num_threads() == 1 and r["dtype"] == "float32" and r["seed"] == 0
+        assert r["threads"] == cores and r["dtype"] == "float32" and r["seed"] == 0
         assert r["versions"]["torch"] == torch.__version__ and r["git_commit"] and r["model"] == "tiny-random"
         assert r["tokens"] == 256 and len(r["forward_cost"]) == 7
     assert "| ar | yes | 256.0 |" in paths["markdown"].read_text()
     assert sorted(p.name for p in paths["plots"].iterdir()) == [
         "accepted_per_forward.png", "decode_order.png", "forward_cost.png", "speedup_vs_window.png"]
+
+
+def test_bench_uses_every_core_by_default(monkeypatch):
+    seen = {}
+
+    def fake_run_bench(*args, **kwargs):  # stop before timing anything: only the thread setting is checked
+        seen["threads"] = torch.get_num_threads()
+        raise SystemExit(0)
+
+    monkeypatch.setattr(bench, "run_bench", fake_run_bench)
+    try:
+        with pytest.raises(SystemExit):
+            main(["bench", "--model", "tiny-random", "--methods", "ar", "--no-progress"])
+    finally:
+        torch.set_num_threads(1)  # the suite's setting (conftest)
+    assert seen["threads"] == bench.available_cores()
 
 
 def test_bench_command_bad_input_writes_nothing(tmp_path, capsys):

@@ -161,7 +161,7 @@ def test_method_matches_exact_distribution(table, exact, method, options, sampli
 def _recover_from_p(p, q, drafts, uniform, noise):
     """Planted bug: on rejection sample from p instead of the residual."""
     accepted = spec.accept_drafts(p, q, drafts, uniform)
-    return torch.where(accepted, drafts, spec.sample_categorical(p, noise)), accepted
+    return torch.where(accepted, drafts, spec.draw(p, noise)), accepted
 
 
 def _claim_uniform_q(original):
@@ -181,8 +181,8 @@ def _claim_uniform_q(original):
 def _keep_old_q(original):
     """Planted bug: after the coupling, store the draft's old distribution instead of this forward's p."""
 
-    def update(self, committed, plan, p, verification, proposal):
-        original(self, committed, plan, proposal.q, verification, proposal)
+    def update(self, committed, plan, p, verification, proposal, commit_mask):
+        original(self, committed, plan, proposal.q, verification, proposal, commit_mask)
 
     return update
 

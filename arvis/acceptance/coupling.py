@@ -24,18 +24,19 @@ from __future__ import annotations
 import torch
 
 from arvis.acceptance.speculative import speculative_step
-from arvis.utils.random import sample_categorical
+from arvis.utils.random import draw, sample_categorical
 
 COUPLINGS = ("none", "maximal", "gumbel")
 
 
 def maximal_coupling(p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor, uniform: torch.Tensor,
-                     exponential_noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+                     noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Refresh ``drafts [..., L]`` (drawn from ``q [..., L, V]``) into draws from ``p [..., L, V]``.
 
-    Returns ``(new_drafts [..., L], kept [..., L])``; the new drafts' distribution is ``p``.
+    ``uniform [..., L]`` decides the keeps; ``noise`` draws the replacements (``Exp(1) [..., L, V]`` or
+    ``U(0, 1) [..., L]``). Returns ``(new_drafts [..., L], kept [..., L])``; the new drafts' distribution is ``p``.
     """
-    return speculative_step(p, q, drafts, uniform, exponential_noise)
+    return speculative_step(p, q, drafts, uniform, noise)
 
 
 def gumbel_argmax(p: torch.Tensor, exponential_noise: torch.Tensor) -> torch.Tensor:
@@ -48,14 +49,14 @@ def refresh_drafts(coupling: str, p: torch.Tensor, coupled: torch.Tensor, fresh_
     """New drafts ``[..., L]``, each distributed as ``p [..., L, V]`` (their ``q`` becomes ``p``).
 
     Args:
-        coupling: ``none`` (an independent draw with ``fresh_noise``, ``Exp(1) [..., L, V]``),
+        coupling: ``none`` (an independent draw with ``fresh_noise``: ``Exp(1) [..., L, V]`` or ``U(0, 1) [..., L]``),
             ``maximal`` or ``gumbel`` (``coupled``: the coupling of the old draft with ``p`` that the
             verification already computed — :attr:`arvis.acceptance.verify.Verification.coupled`).
     """
     if coupling == "none":
         if fresh_noise is None:
             raise ValueError("coupling 'none' draws fresh drafts: pass fresh_noise")
-        return sample_categorical(p, fresh_noise)
+        return draw(p, fresh_noise)
     if coupling not in COUPLINGS:
         raise ValueError(f"coupling must be one of {COUPLINGS}, got {coupling!r}")
     return coupled

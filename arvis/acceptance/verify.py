@@ -51,7 +51,7 @@ class Verification:
 
 def verify(p: torch.Tensor, drafts: torch.Tensor, q: torch.Tensor, has_draft: torch.Tensor, *,
            verified: int, limit: torch.Tensor, rule: AcceptanceRule = EXACT,
-           uniform: torch.Tensor | None = None, exponential_noise: torch.Tensor | None = None,
+           uniform: torch.Tensor | None = None, noise: torch.Tensor | None = None,
            gumbel_noise: torch.Tensor | None = None, neighbours: torch.Tensor | None = None) -> Verification:
     """Verify a window of drafts against one forward's target distributions.
 
@@ -65,7 +65,8 @@ def verify(p: torch.Tensor, drafts: torch.Tensor, q: torch.Tensor, has_draft: to
         limit: ``[A]`` the most tokens a sample may commit (what is left of its sequence).
         rule: exact (lossless) or a relaxed rule; relaxed rules change which tokens are committed,
             never :attr:`Verification.coupled`.
-        uniform, exponential_noise: ``[A, T]`` U(0,1) and ``[A, T, V]`` Exp(1) draws (exact and relaxed).
+        uniform: ``[A, T]`` U(0, 1), the accept tests (exact and relaxed rules).
+        noise: the recovered tokens' noise, ``U(0, 1) [A, T]`` (inverse CDF) or ``Exp(1) [A, T, V]``.
         gumbel_noise: ``[A, T, V]`` the fixed Exp(1) noise of each position (Gumbel coupling; exact only).
         neighbours: ``[V, k]`` codebook neighbourhoods (relaxed rules).
     """
@@ -79,12 +80,12 @@ def verify(p: torch.Tensor, drafts: torch.Tensor, q: torch.Tensor, has_draft: to
         accepted = has_draft & (drafts == coupled)
         tokens = coupled
     else:
-        if uniform is None or exponential_noise is None:
-            raise ValueError("verify: exact and relaxed acceptance need uniform and exponential_noise")
-        coupled, accepted = maximal_coupling(p, q, drafts, uniform, exponential_noise)
+        if uniform is None or noise is None:
+            raise ValueError("verify: exact and relaxed acceptance need uniform and noise")
+        coupled, accepted = maximal_coupling(p, q, drafts, uniform, noise)
         tokens = coupled
         if not rule.lossless:
-            tokens, accepted, tv = relaxed_step(rule, p, q, drafts, uniform, exponential_noise, neighbours)
+            tokens, accepted, tv = relaxed_step(rule, p, q, drafts, uniform, noise, neighbours)
         accepted = accepted & has_draft
     accepted_count = leading_accepted(accepted[:, :verified])
     commit_count = torch.minimum(accepted_count + 1, limit)

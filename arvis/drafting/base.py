@@ -54,8 +54,9 @@ class DraftSession(Protocol):
         ...
 
     def update(self, committed: torch.Tensor, plan: WindowPlan, p: torch.Tensor, verification: Verification,
-               proposal: Proposal) -> None:
-        """The target evaluated ``p [A, T, V]`` and committed up to ``committed [A]`` (already advanced)."""
+               proposal: Proposal, commit_mask: torch.Tensor) -> None:
+        """The target evaluated ``p [A, T, V]`` and committed the positions ``commit_mask [A, T]``; every
+        sample now has ``committed [A]`` tokens."""
         ...
 
     def retire(self, kept: Sequence[int], kept_index: torch.Tensor) -> None:

@@ -83,7 +83,7 @@ class DraftModelSession:
                         has_draft=real & (torch.arange(gamma + 1, device=dev) < gamma), use=real)
 
     def update(self, committed: torch.Tensor, plan: WindowPlan, p: torch.Tensor, verification: Verification,
-               proposal: Proposal) -> None:
+               proposal: Proposal, commit_mask: torch.Tensor) -> None:
         # Fed drafts that the target committed are final; everything after them is stale. The last
         # committed token (recovered or bonus) has not been read by the draft model yet.
         agreed = torch.minimum(committed - 1, self.drafted_upto)

@@ -86,6 +86,7 @@ class JacobiSession:
         self.stride = N // layout.grid[0] if len(layout.grid) >= 2 and N % layout.grid[0] == 0 else layout.grid[-1]
         lo, hi = drafter.interval or (0, N)
         self.lo, self.hi = max(lo, 1), min(hi, N)  # index 0 comes from the prefill
+        self.limited = (self.lo, self.hi) != (1, N)  # else every real position after the prefix is draftable
         back = self.stride if drafter.init == "neighbour_distribution" else 1
         self.capacity = schedule.reach + back + 1
         self.image_range = layout.image_token_range or (0, V)
@@ -100,17 +101,28 @@ class JacobiSession:
         lo, hi = self.image_range
         self._uniform_q = torch.zeros(V, device=dev)
         self._uniform_q[lo:hi] = 1.0 / (hi - lo)
+        self._columns: dict[tuple[int, int], tuple[torch.Tensor, ...]] = {}
 
     # ------------------------------------------------------------------ buffers
-    def _draftable(self, index: torch.Tensor) -> torch.Tensor:
-        return (index >= self.lo) & (index < self.hi)
+    def _draftable(self, mask: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+        """``mask`` restricted to the Jacobi interval (a no-op without one: positions after the committed
+        prefix and inside the sequence are all draftable)."""
+        return mask & (index >= self.lo) & (index < self.hi) if self.limited else mask
+
+    def _window_columns(self, T: int, K: int) -> tuple[torch.Tensor, ...]:
+        """Constants of a plan shape: column ids ``[T]``, raster columns, not-bonus columns, first band columns."""
+        if (T, K) not in self._columns:
+            column = torch.arange(T, device=self.dist.device)
+            first_of_band = (column >= K) & ((column - K) % self.schedule.window == 0)
+            self._columns[T, K] = (column, column < K, column != K - 1, first_of_band)
+        return self._columns[T, K]
 
     def store(self, index: torch.Tensor, mask: torch.Tensor, tokens: torch.Tensor, dist: torch.Tensor) -> None:
         """Set the token and distribution of sequence ``index [A, M]`` where ``mask``: ``tokens [A, M]``,
         ``dist [A, M, V]`` (or ``[V]``, broadcast). No host synchronisation (masked entries go to scratch)."""
         rows = self._rows.expand_as(index)
-        self.tokens.index_put_((rows, index.masked_fill(~mask, self.N)), tokens)
-        slot = (index % self.capacity).masked_fill(~mask, self.capacity)
+        self.tokens.index_put_((rows, torch.where(mask, index, self.N)), tokens)
+        slot = torch.where(mask, index % self.capacity, self.capacity)
         self.dist.index_put_((rows, slot), dist.expand(*index.shape, self.V))
 
     def distribution_at(self, index: torch.Tensor) -> torch.Tensor:
@@ -136,7 +148,7 @@ class JacobiSession:
     def initialise(self, index: torch.Tensor, want: torch.Tensor, committed: torch.Tensor) -> None:
         """Initial drafts at ``index [A, M]`` where ``want`` and there is no token yet."""
         init = self.drafter.init
-        want = want & self._draftable(index) & (self.tokens.gather(1, index) == NO_TOKEN)
+        want = self._draftable(want, index) & (self.tokens.gather(1, index) == NO_TOKEN)
         if init == "random":
             lo, hi = self.image_range
             uniform_q = self._uniform_q
@@ -171,43 +183,41 @@ class JacobiSession:
 
     def propose(self, committed: torch.Tensor, plan: WindowPlan) -> Proposal:
         targets, real, K = plan.targets, plan.real, plan.verified
-        inputs_index = plan.inputs_index
         T = targets.shape[1]
-        column = torch.arange(T, device=targets.device)
-        bonus = column == K - 1
+        column, raster, not_bonus, first_of_band = self._window_columns(T, K)
         after = targets >= committed[:, None]
+        want = real & after & not_bonus
         # Draft every position this forward reads or predicts (drafted positions keep their drafts). Each
         # call writes distinct positions (deterministic): the raster inputs are its targets shifted by one,
         # a band's inputs are its targets shifted by one except the input of its first column.
-        self.initialise(targets, real & after & ~bonus, committed)
+        self.initialise(targets, want, committed)
+        inputs_index = plan.inputs_index
         if T > K:
-            first_of_band = (column >= K) & ((column - K) % self.schedule.window == 0)
             self.initialise(inputs_index, real & first_of_band & (inputs_index >= committed[:, None]), committed)
         drafts = self.tokens.gather(1, targets)
-        has_draft = (drafts != NO_TOKEN) & self._draftable(targets) & real & after & ~bonus
+        has_draft = self._draftable((drafts != NO_TOKEN) & want, targets)
         # The raster window stops at the first position without a draft (nothing after it could commit);
         # band queries need their input drafted.
         lead = leading_accepted(has_draft[:, : K - 1])
         inputs = self.tokens.gather(1, inputs_index)
-        use = real & torch.where(column < K, column <= lead[:, None], inputs != NO_TOKEN)
+        in_window = column <= lead[:, None]
+        use = real & (torch.where(raster, in_window, inputs != NO_TOKEN) if T > K else in_window)
         return Proposal(inputs=inputs.clamp_min(0), drafts=drafts.clamp_min(0), q=self.distribution_at(targets),
                         has_draft=has_draft & use, use=use)
 
     def update(self, committed: torch.Tensor, plan: WindowPlan, p: torch.Tensor, verification: Verification,
-               proposal: Proposal) -> None:
+               proposal: Proposal, commit_mask: torch.Tensor) -> None:
         targets, K = plan.targets, plan.verified
-        column = torch.arange(targets.shape[1], device=targets.device)
-        raster = column < K
-        commit_mask = raster & (column < verification.commit_count[:, None]) & proposal.use
-        fresh = self.engine.exponential(tuple(p.shape[1:])) if self.drafter.coupling == "none" else None
+        fresh = self.engine.uniform((p.shape[1],)) if self.drafter.coupling == "none" else None
         refreshed = refresh_drafts(self.drafter.coupling, p, verification.coupled, fresh)
         if self.drafter.lockstep and self.drafter.coupling == "maximal":
             # Accepted or recovered tokens past the batch cut are conditioned on the verification: redraw them.
+            column, raster = self._window_columns(targets.shape[1], K)[:2]
             redraw = raster & (column <= verification.accepted_count[:, None]) & ~commit_mask
-            refreshed = torch.where(redraw, self.engine.sample(p), refreshed)
+            refreshed = torch.where(redraw, sample_inverse_cdf(p, self.engine.uniform((p.shape[1],))), refreshed)
         # Committed positions keep their token and the p they were committed with; evaluated positions
         # after the commit point get the refreshed draft, with q := this forward's p.
-        update = proposal.use & (commit_mask | (self._draftable(targets) & (targets >= committed[:, None])))
+        update = proposal.use & (commit_mask | self._draftable(targets >= committed[:, None], targets))
         self.store(targets, update, torch.where(commit_mask, verification.tokens, refreshed), p)
 
     def retire(self, kept: Sequence[int], kept_index: torch.Tensor) -> None:

@@ -106,9 +106,7 @@ class DecodeEngine:
         # Token buffers carry one scratch column (index N) that masked-out commits write to, so that a
         # selective commit needs no boolean indexing (no host synchronisation).
         self._tokens = torch.full((B, N + 1), NO_TOKEN, dtype=torch.long, device=self.device)
-        self._known = torch.zeros(B, N + 1, dtype=torch.bool, device=self.device)
         self.tokens = self._tokens[:, :N]  # [B, N] committed token per sequence index (NO_TOKEN: not yet)
-        self.known = self._known[:, :N]  # [B, N]
         self.active = torch.arange(B, device=self.device)  # sample ids of the active rows
         self.active_list: list[int] = list(range(B))
         forced = torch.full((N,), NO_TOKEN, dtype=torch.long, device=self.device)
@@ -116,13 +114,24 @@ class DecodeEngine:
             forced[index] = token
         self.forced_tokens = forced if self.layout.structural_tokens else None
         self.stats = StatsRecorder(B, N, self.device)
-        # Per sample: forwards whose model logits / whose target distribution held NaN or inf.
-        self._nonfinite = (drafter_of._nonfinite if drafter_of
-                           else torch.zeros(B, 2, dtype=torch.long, device=self.device))
+        # Per sample, summed over forwards: its logits (entries [0, B)) and its target distributions
+        # (entries [B, 2B)). A sum is NaN / non-finite iff some entry was (see _probs).
+        self._health = drafter_of._health if drafter_of else torch.zeros(2 * B, device=self.device)
+        self._health_index = self._health_slots()
         self._t0 = time.perf_counter()
         self._prefilled = False
 
     # ------------------------------------------------------------------ forwards
+    @property
+    def known(self) -> torch.Tensor:
+        """``[B, N]`` bool: the sequence indices committed so far."""
+        return self.tokens != NO_TOKEN
+
+    def _health_slots(self) -> torch.Tensor:
+        """Where each forward's per-row sums accumulate: logit rows (CFG pair included), then p rows."""
+        rows = self._rows(self.active)
+        return torch.cat([rows, self.active + self.batch_size])
+
     @property
     def pad_index(self) -> int:
         """Sequence index whose slot serves as scratch for padded queries."""
@@ -150,14 +159,10 @@ class DecodeEngine:
         A = target_index.shape[0]
         cond, uncond = (logits[:A], logits[A:]) if self.cfg else (logits, None)
         probs = logits_to_probs(cond, uncond, self.sampling, target_index, self.forced_tokens)
-        # Non-finite check, vectorised and on the device; the flags are read at the method's next
-        # status() or at finish(). A sum over the vocabulary is finite iff every entry is (the CFG
-        # halves are added: NaN or ±inf in either survives).
-        logit_sums = logits.sum(-1)  # [R, T]
-        if self.cfg:
-            logit_sums = logit_sums.view(2, A, -1).sum(0)
-        bad = (~torch.isfinite(torch.stack([logit_sums, probs.sum(-1)], dim=-1))).any(1)  # [A, 2]
-        self._nonfinite.index_add_(0, self.active, bad.long())
+        # Non-finite check, vectorised and on the device (4 ops, no sync): per row, the sum of its logits
+        # and of its target distributions accumulates over forwards; NaN anywhere keeps the logit sum NaN,
+        # NaN or ±inf anywhere keeps the p sum non-finite. Read at the next status() or at finish().
+        self._health.index_add_(0, self._health_index, torch.cat([logits.sum((1, 2)), probs.sum((1, 2))]))
         return probs
 
     def _mask_width(self, extent: int | None) -> int:
@@ -240,10 +245,9 @@ class DecodeEngine:
         synchronisation: masked-out entries are written to a scratch column.
         """
         if mask is not None:
-            index = index.masked_fill(~mask, self.num_tokens)
+            index = torch.where(mask, index, self.num_tokens)
         where = (self.active[:, None].expand_as(index), index)
         self._tokens.index_put_(where, values)
-        self._known.index_put_(where, torch.ones((), dtype=torch.bool, device=self.device))
         self.stats.commit_forward.index_put_(where, torch.full((), self.stats.forward_index - 1,
                                                                dtype=torch.long, device=self.device))
         if self.on_commit is not None:
@@ -262,7 +266,9 @@ class DecodeEngine:
 
         Returns one list of ``A`` ints per tensor given.
         """
-        flags = self._nonfinite.index_select(0, self.active).T  # [2, A]
+        B = self.batch_size
+        health = self._health.view(2, B).index_select(1, self.active)  # [2, A]
+        flags = torch.stack([torch.isnan(health[0]), ~torch.isfinite(health[1])]).long()
         stacked = self.to_host(torch.cat([torch.stack([v.long() for v in values]), flags]) if values else flags)
         self._raise_nonfinite(stacked[-2], stacked[-1], self.active_list)
         return stacked[:-2]
@@ -278,11 +284,12 @@ class DecodeEngine:
         if not ids:
             return
         if any(bad_logits):
-            cause = ("the model's logits were NaN or infinite: check the weights (a NaN checkpoint or output head) "
+            cause = ("the model's logits were NaN: check the weights (a NaN checkpoint or output head) "
                      "and the inputs (e.g. NaN prompt_embeds)")
         else:
-            cause = (f"the model's logits were finite but the target distribution was not: guidance_scale="
-                     f"{self.sampling.guidance_scale!r} or temperature={self.sampling.temperature!r} overflows fp32")
+            cause = (f"the target distribution was not finite although the logits had no NaN: guidance_scale="
+                     f"{self.sampling.guidance_scale!r} or temperature={self.sampling.temperature!r} overflows fp32, "
+                     f"or the model produced infinite logits")
         raise NonFiniteError(f"sample(s) {ids} of the batch: {cause}. The whole request fails; the other samples "
                              f"were unaffected and reproduce alone with their own generators.")
 
@@ -302,6 +309,7 @@ class DecodeEngine:
         self.slot_valid = self.slot_valid.index_select(0, rows)
         self.active = self.active.index_select(0, kept_t)
         self.active_list = [self.active_list[p] for p in kept]
+        self._health_index = self._health_slots()
         return kept_t
 
     # ------------------------------------------------------------------ results
@@ -310,7 +318,8 @@ class DecodeEngine:
         :class:`NonFiniteError` if a sample's distribution was non-finite)."""
         latency = time.perf_counter() - self._t0
         DecodeEngine.host_syncs_total += 1  # the statistics' own read (StatsRecorder.finish)
-        bad_logits, bad_probs = self.to_host(self._nonfinite.T)
+        health = self._health.view(2, self.batch_size)
+        bad_logits, bad_probs = self.to_host(torch.stack([torch.isnan(health[0]), ~torch.isfinite(health[1])]))
         self._raise_nonfinite(bad_logits, bad_probs, range(self.batch_size))
         missing = int((~self.known).sum())
         if missing:

@@ -126,7 +126,9 @@ def logits_to_probs(cond_logits: torch.Tensor, uncond_logits: torch.Tensor | Non
     if config.greedy:
         probs = one_hot(logits.argmax(-1), logits.shape[-1])
     else:
-        logits = filter_logits(logits / config.temperature, config.top_k, config.top_p)
+        if config.temperature != 1.0:
+            logits = logits / config.temperature
+        logits = filter_logits(logits, config.top_k, config.top_p)
         probs = logits.softmax(-1)
     if forced_tokens is not None:
         forced = forced_tokens[target_index.clamp_max(forced_tokens.shape[0] - 1)]  # [B, T]

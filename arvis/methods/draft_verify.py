@@ -55,8 +55,10 @@ class DraftVerifyLoop:
         K, dev = schedule.verified, engine.device
         self.noise = (PositionNoise(engine.random, engine.active_list, engine.vocab_size, schedule.reach + 1)
                       if gumbel else None)
-        self.drafted_at = torch.zeros(K, dtype=torch.long, device=dev)
-        self.accepted_at = torch.zeros(K, dtype=torch.long, device=dev)
+        # How many drafts each forward accepted, per sample (a histogram over 0 … K).
+        self.accepted_hist = torch.zeros(K + 1, dtype=torch.long, device=dev)
+        self._ones = torch.ones(engine.batch_size, dtype=torch.long, device=dev)
+        self._columns: dict[int, torch.Tensor] = {}
         self.tv_sum = torch.zeros((), device=dev)
         self.tv_count = torch.zeros((), device=dev)
         self.tv_max = torch.zeros((), device=dev)
@@ -74,8 +76,8 @@ class DraftVerifyLoop:
             proposal = self.session.propose(self.committed, plan)
             p = self.engine.evaluate(proposal.inputs, plan.inputs_index, pad=~proposal.use, extent=plan.extent)
             verification = self.verify(plan, proposal, p)
-            self.commit(plan, proposal, verification)
-            self.session.update(self.committed, plan, p, verification, proposal)
+            commit_mask = self.commit(plan, proposal, verification)
+            self.session.update(self.committed, plan, p, verification, proposal, commit_mask)
             self.iterations += 1
         return self.report()
 
@@ -117,37 +119,43 @@ class DraftVerifyLoop:
         if self.noise is not None:
             return verify(p, proposal.drafts, proposal.q, proposal.has_draft, verified=plan.verified, limit=limit,
                           rule=self.rule, gumbel_noise=self.noise.at(plan.targets))
+        # One U(0, 1) per position for the accept test and one for the recovered token (inverse CDF):
+        # noise drawn where it is used, not V numbers per position.
+        uniform = e.uniform((2, T))
         return verify(p, proposal.drafts, proposal.q, proposal.has_draft, verified=plan.verified, limit=limit,
-                      rule=self.rule, uniform=e.uniform((T,)), exponential_noise=e.exponential((T, e.vocab_size)),
-                      neighbours=self.neighbours)
+                      rule=self.rule, uniform=uniform[:, 0], noise=uniform[:, 1], neighbours=self.neighbours)
 
-    def commit(self, plan: WindowPlan, proposal: Proposal, verification: Verification) -> None:
-        """Commit the leading accepted drafts plus one; roll the cache back to the committed prefix."""
-        K = plan.verified
+    def commit(self, plan: WindowPlan, proposal: Proposal, verification: Verification) -> torch.Tensor:
+        """Commit the leading accepted drafts plus one; roll the cache back to the committed prefix.
+        Returns the committed positions ``[A, T]``."""
+        T, K = plan.targets.shape[1], plan.verified
+        if T not in self._columns:
+            self._columns[T] = torch.arange(T, device=plan.targets.device).masked_fill(
+                torch.arange(T, device=plan.targets.device) >= K, T)  # band columns never commit
         if self.lockstep:
             verification = _replace_commit(verification, verification.commit_count.min().expand_as(self.committed))
-        column = torch.arange(plan.targets.shape[1], device=plan.targets.device)
-        commit_mask = (column < verification.commit_count[:, None]) & (column < K) & proposal.use
+        commit_mask = (self._columns[T] < verification.commit_count[:, None]) & proposal.use
         self.engine.commit(plan.targets, verification.tokens, commit_mask)
         self.committed = self.committed + verification.commit_count
         self.engine.truncate(self.committed - 1)  # slots after the last committed input hold rejected drafts
-        # Acceptance by window offset, and the realised TV of relaxed rules (device counters).
-        drafted = proposal.has_draft[:, :K]
-        self.drafted_at[: drafted.shape[1]] += drafted.sum(0)
-        self.accepted_at[: drafted.shape[1]] += (drafted & (column[:K] < verification.accepted_count[:, None])).sum(0)
-        if verification.tv is not None:
+        self.accepted_hist.index_add_(0, verification.accepted_count, self._ones[: self.committed.shape[0]])
+        if verification.tv is not None:  # the realised TV of relaxed rules
             tv = verification.tv * commit_mask
             self.tv_sum += tv.sum()
             self.tv_count += commit_mask.sum()
             self.tv_max = torch.maximum(self.tv_max, tv.max())
+        return commit_mask
 
     def report(self) -> dict[str, Any]:
-        K = self.drafted_at.shape[0]
+        K = self.accepted_hist.shape[0]
         tv = torch.stack([self.tv_sum / self.tv_count.clamp_min(1), self.tv_max])
-        values = self.engine.to_host(torch.cat([self.drafted_at.double(), self.accepted_at.double(), tv.double()]))
-        drafted, accepted, (mean_tv, max_tv) = values[:K], values[K:2 * K], values[2 * K:]
+        values = self.engine.to_host(torch.cat([self.accepted_hist.double(), tv.double()]))
+        hist, (mean_tv, max_tv) = values[:K], values[K:]
+        # P(the draft at window offset k is accepted | the drafts before it were): from the histogram of
+        # accepted drafts per forward (forwards near the end of a sequence have shorter windows).
+        reached = [sum(hist[k:]) for k in range(K)]
         out: dict[str, Any] = {
-            "acceptance_by_offset": [a / d if d else None for a, d in zip(accepted, drafted, strict=True)],
+            "acceptance_by_offset": [(reached[k + 1] / reached[k]) if reached[k] else None for k in range(K - 1)],
             "iterations": self.iterations,
             "draft_state_mb": self.state_bytes / 2**20,
         }

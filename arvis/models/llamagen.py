@@ -25,6 +25,7 @@ What differs from the official module (none of it changes weights or logits):
 from __future__ import annotations
 
 import math
+import weakref
 from dataclasses import dataclass
 
 import torch
@@ -95,6 +96,34 @@ def apply_rope(x: torch.Tensor, rotation: torch.Tensor) -> torch.Tensor:
 def rope_rotation(table: torch.Tensor) -> torch.Tensor:
     """``[slots, D // 2, 2]`` (cos, sin) table → ``[slots, D // 2]`` complex64 rotations."""
     return torch.view_as_complex(table.contiguous())
+
+
+# ----------------------------------------------------------------------------- inference matmuls
+# On the CPU, ``x @ Wᵀ`` runs faster with ``Wᵀ`` stored contiguously than with ``F.linear``'s transposed
+# view (measured on the shipped model: -10 % per single-token forward, -20 % at 17 positions). Inference
+# forwards therefore keep a transposed copy of each Linear weight, rebuilt when the weight changes
+# (``_version`` / storage), up to ``TRANSPOSED_BUDGET_BYTES`` per process (larger models fall back to
+# ``F.linear``). Never used while training or under autograd, never on accelerators.
+TRANSPOSED_BUDGET_BYTES = 1 << 30
+_TRANSPOSED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # nn.Linear -> (key, Wᵀ)
+_transposed_bytes = [0]
+
+
+def linear(layer: nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    """``layer(x)`` (no bias), through the transposed-weight copy for CPU inference (see above)."""
+    w = layer.weight
+    if w.device.type != "cpu" or layer.training or torch.is_grad_enabled():
+        return layer(x)
+    key = (w.data_ptr(), w._version, w.dtype)
+    entry = _TRANSPOSED.get(layer)
+    if entry is None or entry[0] != key:
+        size = w.numel() * w.element_size()
+        if entry is None and _transposed_bytes[0] + size > TRANSPOSED_BUDGET_BYTES:
+            return layer(x)
+        _transposed_bytes[0] += 0 if entry is not None else size
+        entry = (key, w.detach().t().contiguous())
+        _TRANSPOSED[layer] = entry
+    return x @ entry[1]
 
 
 # ----------------------------------------------------------------------------- building blocks
@@ -174,7 +203,7 @@ class FeedForward(nn.Module):
         self.ffn_dropout = nn.Dropout(dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = self.w2(F.silu(self.w1(x)) * self.w3(x))
+        out = linear(self.w2, F.silu(linear(self.w1, x)) * linear(self.w3, x))
         return self.ffn_dropout(out) if self.training else out
 
 
@@ -199,7 +228,7 @@ class Attention(nn.Module):
         ``None`` (causal over ``x`` itself)."""
         R, T, _ = x.shape
         H, Hkv, D = self.n_head, self.n_kv_head, self.head_dim
-        qkv = self.wqkv(x)
+        qkv = linear(self.wqkv, x)
         # Queries and keys rotate together (one kernel), then split; values stay a view of qkv.
         qk = apply_rope(qkv[..., : (H + Hkv) * D].view(R, T, H + Hkv, D), rotation)
         q = qk[:, :, :H].transpose(1, 2)
@@ -216,7 +245,7 @@ class Attention(nn.Module):
             q, k, v, attn_mask=mask, is_causal=mask is None,
             dropout_p=self.attn_dropout_p if self.training else 0.0,
         )
-        out = self.wo(out.transpose(1, 2).reshape(R, T, self.dim))
+        out = linear(self.wo, out.transpose(1, 2).reshape(R, T, self.dim))
         return self.resid_dropout(out) if self.training else out
 
 
@@ -453,7 +482,7 @@ class LlamaGenTransformer(ModelMixin, ConfigMixin):
             mask = torch.where(mask, 0.0, float("-inf")).to(h.dtype).unsqueeze(1)  # [R, 1, T, W]
         for i, layer in enumerate(self.layers):
             h = layer(h, rotation, mask, cache, i, slots)
-        return self.output(self.norm(h)).float()
+        return linear(self.output, self.norm(h)).float()
 
     # ------------------------------------------------------------------ training
     def forward(self, tokens: torch.Tensor, condition: Condition,

@@ -111,6 +111,16 @@ def sample_categorical(probs: torch.Tensor, exponential_noise: torch.Tensor) -> 
     return torch.argmax(probs / exponential_noise.clamp_min(1e-30), dim=-1)
 
 
+def draw(probs: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+    """A draw from categorical ``probs [..., V]`` (non-negative weights, need not be normalised) with the
+    caller's noise: ``Exp(1)`` noise ``[..., V]`` → the exponential race (:func:`sample_categorical`, the
+    sampler plain AR uses, needed wherever noise is shared, e.g. Gumbel coupling); ``U(0, 1)`` noise
+    ``[...]`` → inverse CDF (:func:`sample_inverse_cdf`: one random number per draw instead of ``V``)."""
+    if noise.dim() == probs.dim():
+        return sample_categorical(probs, noise)
+    return sample_inverse_cdf(probs, noise)
+
+
 def one_hot(index: torch.Tensor, num_classes: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """``F.one_hot(index, num_classes)`` as ``dtype`` without its range check (which reads the indices on the
     host): ``index`` must already lie in ``[0, num_classes)``."""
@@ -124,8 +134,8 @@ def sample_inverse_cdf(probs: torch.Tensor, uniform: torch.Tensor) -> torch.Tens
     e.g. initial drafts). Zero-probability entries are never chosen: the search returns the first index
     whose cumulative mass exceeds ``u · total``.
     """
-    cdf = probs.float().cumsum(-1)
-    point = uniform.unsqueeze(-1) * cdf[..., -1:]
+    cdf = probs.to(torch.float64 if probs.dtype == torch.float64 else torch.float32).cumsum(-1)
+    point = uniform.to(cdf.dtype).unsqueeze(-1) * cdf[..., -1:]
     return torch.searchsorted(cdf, point, right=True).squeeze(-1).clamp_max(probs.shape[-1] - 1)
 
 
