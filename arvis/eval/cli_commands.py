@@ -109,7 +109,10 @@ def run_bench_command(args: argparse.Namespace) -> int:
     dtype = setup_runtime(args)
     pipe, defaults, path = load_pipeline(args.model, dtype, args.device)
     sampling = SamplingConfig(**sampling_settings(args, defaults))
-    model_name = str(path)
+    # The name the user gave (an alias such as c2i), not this machine's absolute path of the folder.
+    from arvis.hub import DEFAULT_MODEL
+
+    model_name = args.model or DEFAULT_MODEL
     context = {"model": model_name, **provenance(args.device, dtype)}
     result = run_bench(pipe.transformer, specs, sampling, samples=args.samples, seed=args.seed, repeats=args.repeats,
                        warmup=args.warmup, batch_size=args.batch_size,
