@@ -152,6 +152,11 @@ class ClipTrainConfig:
 
 PRESETS: dict[str, ClipTrainConfig] = {
     "default": ClipTrainConfig(),
+    # Emoji: a smaller CLIP (the data is ~1.7k emoji), no hard negatives (they follow the scene grammar); the
+    # training pairs are the cached pool of 8192 augmented views (arvis.data.sources.EMOJI_POOL).
+    "emoji": ClipTrainConfig(data="emoji", hard_negatives=False, num_train=8192, vision_width=128, vision_layers=3,
+                             text_width=64, text_layers=2, context_length=32, steps=400, batch_size=64, warmup=40,
+                             ema_decay=0.98, eval_every=100, final_eval_size=500),
     "smoke": ClipTrainConfig(embed_dim=16, image_size=32, patch_size=8, vision_width=32, vision_layers=1,
                              vision_head_width=16, text_width=16, text_heads=2, text_layers=1, num_train=16,
                              num_val=8, steps=4, batch_size=4, warmup=1, final_eval_size=8, retrieval_batch=4,
