@@ -506,8 +506,8 @@ def build_emoji(n: int | None = None, split: str = "train", resolution: int = 12
 
 def heldout_images(num: int, resolution: int, seed: int) -> np.ndarray:
     """``uint8 [num, resolution, resolution, 3]`` augmented views of held-out emoji (never seen in training):
-    the FID reference maker for emoji models (``images_fn`` of :func:`arvis.eval.fid.heldout_statistics`)."""
-    return build_emoji(num, "heldout", resolution, seed=seed, progress=num > 2000).images
+    the FID reference maker for emoji models (``images_fn`` of :func:`arvis.eval.fid.heldout_statistics`), cached."""
+    return build_emoji(num, "heldout", resolution, seed=seed, cache=True, progress=num > 2000).images
 
 
 # ---------------------------------------------------------------------------------------------- checks
