@@ -351,7 +351,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                                    ("eval_every", args.eval_every)) if v is not None}
     overrides["data"] = args.data
     if args.data == "emoji" and args.num_train is None:
-        overrides["num_train"] = EMOJI_POOL  # the cached pool of augmented training views
+        from arvis.data import sources
+
+        overrides["num_train"] = sources.EMOJI_POOL  # the cached pool of augmented training views
     cfg = dataclasses.replace(cfg, **overrides)
     command = "python -m arvis.training.train_gpt " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
     result = train(cfg, args.vq, Path(args.scratch), args.threads)
