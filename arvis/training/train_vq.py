@@ -554,8 +554,8 @@ L2 {tl.get('l2', float('nan')):.5f}, vq {tl.get('vq', float('nan')):.5f}, commit
 | codebook usage (entries used / {cfg.codebook_size}) | {100 * m['usage']:.1f}% |
 | code perplexity | {m['perplexity']:.0f} |
 
-rFID (in the domain feature network's space; Inception is not available offline) is reported by the
-domain network's export (`train_domain --vq`). Reconstructions of held-out images (originals above
+rFID (in the domain feature network's space; Inception is not available offline):
+`python eval/vq_rfid.py --data {cfg.data} --vq <this folder>`. Reconstructions of held-out images (originals above
 reconstructions): {grid}.
 """
 
