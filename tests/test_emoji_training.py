@@ -134,3 +134,20 @@ def test_assemble_records_the_data_set(tmp_path):
     vq.init_weights(g).save_pretrained(tmp_path / "vq")
     path = assemble(str(tmp_path / "transformer"), str(tmp_path / "vq"), str(tmp_path / "pipe"), data="emoji")
     assert sources.model_data(path) == "emoji" and (path / "vqvae").is_symlink()
+
+
+def test_arvis_fid_cli_judges_emoji_against_heldout_emoji(tmp_path):
+    """`arvis fid --data emoji` uses the emoji domain network and held-out emoji (the floor too)."""
+    from arvis.cli import main
+    from arvis.models.domain_net import resolve_domain_path
+
+    try:
+        resolve_domain_path("domain-emoji")
+    except ValueError:
+        pytest.skip("the shipped emoji domain network is not present")
+    record = tmp_path / "fid.json"
+    rc = main(["fid", "--model", "tiny-random", "--data", "emoji", "--num-samples", "4", "--sample-batch-size", "4",
+               "--ref-num", "8", "--floor", "--json", str(record), "--no-progress"])
+    rec = json.loads(record.read_text())
+    assert rc == 0 and rec["data"] == "emoji" and rec["extractor"] == "domain-emoji"
+    assert "heldout" in rec["reference"] and rec["real_vs_real_floor"] is not None
