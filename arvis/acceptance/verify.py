@@ -38,7 +38,7 @@ class Verification:
         coupled: ``[A, T]`` each old draft coupled with ``p`` (maximal or Gumbel): a draw from ``p``
             equal to the draft as often as possible — the refreshed draft of MC-SJD.
         tv: ``[A, T]`` per-position TV between the committed token's distribution and ``p`` (relaxed
-            rules: the bounded rule's realised TV, LANTERN's nominal ``c_{m*}``), or ``None`` (exact).
+            rules: the realised TV of the committed token given the prefix), or ``None`` (exact).
     """
 
     tokens: torch.Tensor

@@ -160,7 +160,7 @@ class DraftVerifyLoop:
             "draft_state_mb": self.state_bytes / 2**20,
         }
         if not self.rule.lossless:
-            out.update(tv_kind="realised (exact)" if self.rule.kind == "bounded" else "nominal c_m* (exact for one-hot q)",
+            out.update(tv_kind="realised per token given the prefix",
                        mean_tv_per_token=mean_tv, max_tv_per_token=max_tv)
         return out
 

@@ -7,8 +7,8 @@ forward over ``[x_{n−1}, d_n … d_{n+γ−1}]`` gives ``p_n … p_{n+γ}``; d
 the first rejection is replaced by a recovered token, or the bonus token is drawn from ``p_{n+γ}`` when
 all pass; the target cache rolls back to the committed prefix and the drafter is told how far the
 target committed (:class:`arvis.methods.draft_verify.DraftVerifyLoop`, the loop SJD uses too).
-``acceptance="exact"`` is lossless; the relaxed rules are lossy and report their realised per-token TV
-where it is exact (the bounded rule) or LANTERN's nominal ``c_{m*}`` (exact only for one-hot drafts).
+``acceptance="exact"`` is lossless; the relaxed rules are lossy and report the realised TV per token
+given the prefix (exact for every rule; over an image it adds up to at most ``n`` times the per-token figure).
 """
 
 from __future__ import annotations
