@@ -30,7 +30,7 @@ from diffusers import ConfigMixin, ModelMixin
 from diffusers.configuration_utils import register_to_config
 from torch import nn
 
-from arvis.models.llamagen import LabelEmbedder, RMSNorm, TransformerBlock, find_multiple
+from arvis.models.llamagen import LabelEmbedder, RMSNorm, TransformerBlock, find_multiple, linear, rope_rotation
 from arvis.models.protocol import Condition, StaticKVCache, TokenLayout
 from arvis.utils.config_check import Bound, CheckedFolderMixin, check_config
 
@@ -149,6 +149,7 @@ class VideoTransformer(CheckedFolderMixin, ModelMixin, ConfigMixin):
                                    condition_length=1)
         # A constant, not a buffer (not in the state dict), built on first use (never on the meta device).
         self._rope_table: torch.Tensor | None = None
+        self._rotation_on: dict[torch.device, torch.Tensor] = {}  # complex rotation constant, per device
         self.init_weights()
 
     def init_weights(self, generator: torch.Generator | None = None) -> None:
@@ -222,11 +223,17 @@ class VideoTransformer(CheckedFolderMixin, ModelMixin, ConfigMixin):
 
     def _run(self, h: torch.Tensor, slots: torch.Tensor, cache: StaticKVCache | None,
              mask: torch.Tensor | None) -> torch.Tensor:
-        h = self.tok_dropout(h)
-        rope = self._rope.to(h.device)[slots]  # [R, T, hd/2, 2]
+        if self.training:
+            h = self.tok_dropout(h)
+        rotation = self._rotation_on.get(h.device)
+        if rotation is None:  # [slots, head_dim / 2] complex64, built on first use
+            rotation = self._rotation_on[h.device] = rope_rotation(self._rope).to(h.device)
+        rotation = rotation[slots].unsqueeze(2)  # [R, T, 1, hd/2]
+        if mask is not None:  # the blocks take an additive [R, 1, T, S] mask (built once for all layers)
+            mask = torch.where(mask, 0.0, float("-inf")).to(h.dtype).unsqueeze(1)
         for i, layer in enumerate(self.layers):
-            h = layer(h, rope, mask, cache, i, slots)
-        return self.output(self.norm(h)).float()
+            h = layer(h, rotation, mask, cache, i, slots)
+        return linear(self.output, self.norm(h)).float()
 
     # ------------------------------------------------------------------ training
     def forward(self, tokens: torch.Tensor, condition: Condition,
