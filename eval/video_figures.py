@@ -49,12 +49,12 @@ from arvis.eval.files import write_bytes_atomic, write_json_atomic  # noqa: E402
 BENCH_CLASSES = (4, 8, 12, 17)
 PF = "init=previous_frame_distribution"
 GROUPS: dict[str, list[str]] = {
-    "sjd": ["ar", "sjd:window=16,init=random", "sjd:window=16,init=previous_frame",
+    "sjd": ["ar", "sjd:window=16,init=random", "sjd:window=16,init=repeat_temporal",
             f"sjd:window=64,{PF}"],
     "mc": ["ar", "mc-sjd:window=64,init=random", f"mc-sjd:window=64,{PF}", f"mc-sjd:window=128,{PF}",
-           "mc-sjd:window=128,init=previous_frame"],
+           "mc-sjd:window=128,init=repeat_temporal"],
     "gumbel": ["ar", *(f"mc-sjd:coupling=gumbel,window={w},{PF}" for w in (16, 64, 128, 256, 512)),
-               "mc-sjd:coupling=gumbel,window=128,init=random", "mc-sjd:coupling=gumbel,window=128,init=previous_frame"],
+               "mc-sjd:coupling=gumbel,window=128,init=random", "mc-sjd:coupling=gumbel,window=128,init=repeat_temporal"],
     "zipar": ["ar", "zipar:row_lag=1", "zipar:row_lag=2", "zipar:row_lag=4",
               f"mc-sjd:coupling=gumbel,window=64,window_shape=staircase,staircase_rows=2,staircase_step=2,{PF}"],
 }
@@ -202,7 +202,7 @@ def stage_lossless(args: argparse.Namespace) -> Path:
 
         monkey.setattr(jacobi.JacobiSession, "initialise", initialise)
         exact = table.sequence_probabilities(1, t.NO_CFG)
-        verdict = check(exact, run_method(table, t.NO_CFG, "sjd", t.N_SAMPLES, seed=22, window=3, init="previous_frame"),
+        verdict = check(exact, run_method(table, t.NO_CFG, "sjd", t.N_SAMPLES, seed=22, window=3, init="repeat_temporal"),
                         t.N_SAMPLES)
     finally:
         monkey.undo()

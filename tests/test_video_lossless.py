@@ -4,9 +4,10 @@ project's calibrated decision rule (tests/lossless_harness.py), and a planted bu
 The table model is the harness's, re-declared with a video layout: 2 frames of 2 x 2 tokens, vocabulary 3
 (3^8 = 6,561 sequences, exact by the chain rule). Its conditionals depend on the whole prefix, so a draft
 from the previous frame is just a draft; what the test proves is that the temporal initialisations
-(``previous_frame`` with a one-hot q, ``previous_frame_distribution`` with the stored q), windows that
+(``repeat_temporal`` with a one-hot q, ``previous_frame_distribution`` with the stored q), windows that
 span a frame, maximal and Gumbel coupling and the staircase leave the output distribution exactly the
-model's. The planted bug reports the previous frame's draft as drawn from a uniform q.
+model's. The planted bugs (source mutations, as in tests/test_lossless.py) misreport the q of a temporal
+draft — a uniform q for a copy, the row above's distribution for a draw one frame back — and must fail.
 """
 
 from __future__ import annotations
@@ -15,9 +16,11 @@ import numpy as np
 import pytest
 import torch
 
+from arvis.drafting.jacobi import TEMPORAL_INITS, JacobiSession, row_and_frame_period
 from arvis.engine.sampling import SamplingConfig
 from arvis.models.protocol import TokenLayout
 from tests.lossless_harness import TableBackbone, check, run_method
+from tests.test_lossless import plant
 
 VIDEO_GRID = (2, 2, 2)  # frames, rows, columns
 N_SAMPLES = 50_000
@@ -52,14 +55,14 @@ def exact(table):
 
 
 CASES = [
-    ("sjd", {"window": 3, "init": "previous_frame"}, CFG_TOPK),
+    ("sjd", {"window": 3, "init": "repeat_temporal"}, CFG_TOPK),
     ("sjd", {"window": 4, "init": "previous_frame_distribution"}, NO_CFG),  # a window spanning a frame
-    ("mc-sjd", {"window": 5, "init": "previous_frame"}, CFG),
+    ("mc-sjd", {"window": 5, "init": "repeat_temporal"}, CFG),
     ("mc-sjd", {"window": 2, "init": "previous_frame_distribution"}, CFG_TOPK),
-    ("mc-sjd", {"window": 4, "init": "previous_frame", "coupling": "gumbel"}, NO_CFG),
+    ("mc-sjd", {"window": 4, "init": "repeat_temporal", "coupling": "gumbel"}, NO_CFG),
     ("mc-sjd", {"window": 3, "init": "previous_frame_distribution", "coupling": "gumbel"}, CFG),
     ("mc-sjd", {"window": 8, "init": "previous_frame_distribution"}, NO_CFG),  # the whole clip in one window
-    ("mc-sjd", {"window": 2, "init": "previous_frame", "window_shape": "staircase", "staircase_rows": 1,
+    ("mc-sjd", {"window": 2, "init": "repeat_temporal", "window_shape": "staircase", "staircase_rows": 1,
                 "staircase_step": 1}, CFG_TOPK),
 ]
 
@@ -81,27 +84,60 @@ def test_temporal_drafting_matches_the_exact_distribution(table, exact, method, 
     assert verdict.passed, str(verdict)
 
 
-def test_planted_bug_previous_frame_draft_with_a_wrong_q_fails(table, exact, monkeypatch) -> None:
-    """Previous-frame drafts recorded with a uniform q instead of their one-hot q: the acceptance ratio
-    p(d)/q(d) is then wrong and the output leaves the model's distribution. The harness must see it."""
-    import arvis.drafting.jacobi as jacobi
-
-    original = jacobi.JacobiSession.initialise
-
-    def initialise(self, index, want, committed):
-        fresh = want & (self.tokens.gather(1, index) == jacobi.NO_TOKEN)
-        original(self, index, want, committed)
-        drafted = fresh & (self.tokens.gather(1, index) != jacobi.NO_TOKEN)
-        self.store(index, drafted, self.tokens.gather(1, index), torch.full((self.V,), 1.0 / self.V))
-
-    monkeypatch.setattr(jacobi.JacobiSession, "initialise", initialise)
-    observed = run_method(table, NO_CFG, "sjd", N_SAMPLES, seed=22, window=3, init="previous_frame")
-    verdict = check(exact(NO_CFG), observed, N_SAMPLES)
-    assert not verdict.passed, f"planted bug went unnoticed: {verdict}"
+def _copy_claims_uniform_q(monkeypatch) -> None:
+    """Previous-frame copies recorded with a uniform q instead of their one-hot q (acceptance ratio wrong)."""
+    plant(monkeypatch, JacobiSession, "initialise",
+          "self.store(index, want & (source >= 0), drafts, one_hot(drafts, self.V))",
+          "self.store(index, want & (source >= 0), drafts, self._uniform_q)")
 
 
+def _draws_one_frame_back_reports_the_row_above(monkeypatch) -> None:
+    """Drafts drawn from the previous frame's distribution but recorded with the distribution stored one row
+    above (a frame / row period mix-up in the q bookkeeping)."""
+    plant(monkeypatch, JacobiSession, "initialise",
+          "self.store(index, want & (source >= 0) & in_ring, drafts, dist)",
+          "self.store(index, want & (source >= 0) & in_ring, drafts, "
+          "self.distribution_at((index - self.stride).clamp_min(0)))")
 
-@pytest.mark.parametrize("init", ["previous_frame", "previous_frame_distribution"])
+
+# (planter, method, options, sampling): each bug on the temporal path it breaks.
+PLANTED_BUGS = {
+    "repeat-temporal-uniform-q": (_copy_claims_uniform_q, "sjd", {"window": 3, "init": "repeat_temporal"}, NO_CFG),
+    "previous-frame-distribution-wrong-q": (_draws_one_frame_back_reports_the_row_above, "mc-sjd",
+                                            {"window": 4, "init": "previous_frame_distribution"}, NO_CFG),
+}
+
+
+@pytest.mark.parametrize("bug", list(PLANTED_BUGS))
+def test_harness_catches_planted_temporal_bugs(table, exact, monkeypatch, bug) -> None:
+    planter, method, options, sampling = PLANTED_BUGS[bug]
+    planter(monkeypatch)
+    observed = run_method(table, sampling, method, N_SAMPLES, seed=22, **options)
+    verdict = check(exact(sampling), observed, N_SAMPLES)
+    assert not verdict.passed, f"planted bug {bug} went unnoticed: {verdict}"
+
+
+def test_temporal_inits_refuse_an_image_layout() -> None:
+    """No frames, no previous frame: the method says so before the prefill."""
+    from arvis.methods import decode
+    from arvis.models.protocol import Condition
+
+    for init in TEMPORAL_INITS:
+        with pytest.raises(ValueError, match=f"init='{init}'.*video layout"):
+            decode(TableBackbone(seed=0), Condition(class_labels=torch.tensor([1])), NO_CFG, "sjd", None, init=init)
+
+
+@pytest.mark.parametrize("grid, structural, expected", [
+    ((4, 6), {}, (6, None)), ((2, 3, 5), {}, (5, 15)), ((1, 2, 2), {}, (2, 4)),
+    ((3, 4), {4: 0, 9: 0, 14: 0}, (5, None)),  # an end-of-line token per row
+    ((2, 2, 3), {3: 0, 7: 0, 11: 0, 15: 0}, (4, 8)),
+])
+def test_row_and_frame_periods(grid, structural, expected) -> None:
+    layout = TokenLayout(grid=grid, vocab_size=8, condition_length=1, structural_tokens=structural)
+    assert row_and_frame_period(layout) == expected
+
+
+@pytest.mark.parametrize("init", ["repeat_temporal", "previous_frame_distribution"])
 def test_previous_frame_drafts_come_from_the_same_cell_one_frame_back(init: str, monkeypatch) -> None:
     """Every initial draft of a cell whose previous-frame cell holds a token is sourced there (j - H·W); in
     the first frame, from the row above (j - W) when it holds a token."""

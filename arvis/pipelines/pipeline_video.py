@@ -14,7 +14,7 @@ clip starts with the given frame as the tokenizer reconstructs it.
 Example:
     >>> from arvis.pipelines.pipeline_video import VideoPipeline, export_frames
     >>> pipe = VideoPipeline.from_pretrained("arvis/weights/video-clips")  # doctest: +SKIP
-    >>> out = pipe(class_labels=["emoji orbit"], method="mc-sjd", window=64, coupling="gumbel", init="previous_frame",
+    >>> out = pipe(class_labels=["emoji orbit"], method="mc-sjd", window=64, coupling="gumbel", init="repeat_temporal",
     ...            generator=torch.Generator().manual_seed(0))
     >>> export_frames(out.frames[0], "orbit.gif", fps=4); print(out.stats.format())
 """
@@ -189,7 +189,7 @@ class VideoPipeline(CheckedPipelineMixin, DiffusionPipeline):
             callback_on_step_end: ``f(pipe, forward_index, committed_per_clip, {"tokens", "known"})`` after
                 every target forward that committed tokens (frames filling live).
             method: decoding method (``arvis.methods.available_methods()``), e.g. ``"mc-sjd"``.
-            **method_options: the method's options (``window=64, coupling="gumbel", init="previous_frame"``…).
+            **method_options: the method's options (``window=64, coupling="gumbel", init="repeat_temporal"``…).
 
         Returns:
             :class:`VideoPipelineOutput`.
