@@ -170,3 +170,58 @@ def test_previous_frame_drafts_come_from_the_same_cell_one_frame_back(init: str,
         assert torch.equal(source[vertical], index[vertical] - stride)
         checked += int(temporal.sum())
     assert checked > 0
+
+
+def _temporal_drafting_script():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).parents[1] / "eval" / "video_temporal_drafting.py"
+    spec = importlib.util.spec_from_file_location("video_temporal_drafting", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_temporal_drafting_record_measures_what_it_says() -> None:
+    """eval/video_temporal_drafting.py: repeat rates count equal tokens per source; the teacher-forced
+    acceptance of a copy is p_j of the copied token (a model certain of a constant clip accepts every copy
+    and every draw from a neighbour's p; a uniform random draft with probability 1 / V)."""
+    from tests.test_video import tiny_video
+
+    script = _temporal_drafting_script()
+    T, S = 3, 2
+    codes = np.array([[1, 2, 3, 4] * T, [5, 5, 5, 5, 6, 6, 6, 6, 7, 7, 7, 7]])
+    rates = script.repeat_rates(codes, np.array([0, 12]), T, S)  # a camera clip and an emoji clip
+    assert rates["camera"]["previous_frame"] == 1.0 and rates["camera"]["row_above"] == 0.0
+    assert rates["emoji"]["previous_frame"] == 0.0 and rates["emoji"]["row_above"] == 1.0
+    assert rates["all"]["clips"] == 2 and rates["all"]["left"] == 0.5
+
+    class CertainOfNine:  # teacher-forced logits of a model certain of token 9 everywhere
+        config = tiny_video(frames=T, side=S, vocab=16).config
+
+        def __call__(self, tokens, condition, drop_condition=None):
+            logits = torch.full((*tokens.shape, 16), -30.0)
+            logits[..., 9] = 30.0
+            return logits
+
+    model = CertainOfNine()
+    constant = np.full((2, T * S * S), 9)
+    tf = script.teacher_forced(model, constant, np.array([0, 1]), guidance=1.0)
+    for init in ("repeat_horizontal", "repeat_vertical", "repeat_temporal", "neighbour_distribution",
+                 "previous_frame_distribution", "p_of_the_clips_own_token"):
+        assert tf[init] == pytest.approx(1.0, abs=1e-6), init
+    assert tf["random"] == pytest.approx(1 / 16, abs=1e-6)
+    F = S * S
+
+    class CopiesThePreviousFrame:  # certain that each token repeats the same cell one frame back
+        config = CertainOfNine.config
+
+        def __call__(self, tokens, condition, drop_condition=None):
+            logits = torch.zeros((*tokens.shape, 16))
+            logits[:, F:] = torch.nn.functional.one_hot(tokens[:, :-F], 16) * 60.0 - 30.0
+            return logits
+
+    tf = script.teacher_forced(CopiesThePreviousFrame(), codes[:1], np.array([0]), guidance=1.0)
+    assert tf["repeat_temporal"] == pytest.approx(1.0) and tf["p_of_the_clips_own_token"] == pytest.approx(1.0)
+    assert tf["repeat_vertical"] == pytest.approx(0.0, abs=1e-6) and tf["repeat_horizontal"] == pytest.approx(0.0, abs=1e-6)
