@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -292,12 +293,21 @@ def test_train_video_smoke_assemble_and_card(tmp_path) -> None:
 
 
 def test_train_video_features_smoke(tmp_path) -> None:
+    import importlib.util
+
     from arvis.eval.video_metrics import load_video_features
     from arvis.training import train_video_features
 
-    metrics = train_video_features.main(["--preset", "smoke", "--out", str(tmp_path / "out"), "--scratch",
-                                         str(tmp_path / "s"), "--eval-clips", "4", "--vq", ""])
+    trained = train_video_features.main(["--preset", "smoke", "--out", str(tmp_path / "out"), "--scratch",
+                                         str(tmp_path / "s")])
+    assert trained["steps"] == 3 and "fvd_controls" not in trained  # evaluation is the eval layer's
+    spec = importlib.util.spec_from_file_location("video_features_card",
+                                                  Path(__file__).parents[1] / "eval" / "video_features_card.py")
+    card = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(card)
+    metrics = card.main(["--folder", str(tmp_path / "out"), "--eval-clips", "4", "--vq", ""])
     assert metrics["steps"] == 3 and set(metrics["fvd_controls"]) >= {"independent held-out clips (floor)"}
+    assert json.loads((tmp_path / "out" / "metrics.json").read_text())["eval_clips"] == 4
     extractor = load_video_features(tmp_path / "out")
     assert extractor.input_size == 16
     assert "domain FVD" in (tmp_path / "out" / "README.md").read_text()

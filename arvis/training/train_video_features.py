@@ -7,12 +7,14 @@ evaluated and shipped). Classes differ by motion (``camera pan left`` / ``pan ri
 ``shrink``...) as much as by content, so the features must encode motion. No augmentation that could
 change a class (no flips, no time reversal). Checkpoints are atomic and a rerun resumes.
 
-Export: fp16 safetensors, reloaded and evaluated on held-out clips (never trained on): accuracy, and the
-domain FVD of controls against held-out clips — an independent held-out draw (the floor), the same
-clips with their frames shuffled in time, frozen on their first frame, and reconstructed by the
-per-frame VQ tokenizer. Usage::
+Export: fp16 safetensors and the training metrics. ``eval/video_features_card.py`` then reloads the
+shipped weights and evaluates them on held-out clips (never trained on): accuracy, and the domain FVD of
+controls against held-out clips — an independent held-out draw (the floor), the same clips with their
+frames shuffled in time, frozen on their first frame, and reconstructed by the per-frame VQ tokenizer —
+and writes ``metrics.json`` and the model card. Usage::
 
     python -m arvis.training.train_video_features --out arvis/weights/video-features --scratch runs/video/features
+    python eval/video_features_card.py --folder arvis/weights/video-features
 """
 
 from __future__ import annotations
@@ -21,7 +23,9 @@ import argparse
 import dataclasses
 import json
 import shlex
+import shutil
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,7 +36,7 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from arvis.training.common import EMA, atomic_torch_save, atomic_write_text, cosine_lr, dumps, load_checkpoint, setup_logging
+from arvis.training.common import EMA, atomic_torch_save, cosine_lr, dumps, load_checkpoint, setup_logging
 
 
 @dataclass(frozen=True)
@@ -145,92 +149,25 @@ def train(cfg: VideoFeatureConfig, scratch: Path, threads: int = 1) -> tuple[Any
     return net, state
 
 
-def evaluate(net: Any, cfg: VideoFeatureConfig, vq: str | None, num: int) -> dict[str, Any]:
-    """Held-out accuracy and the domain FVD of controls (module docstring) for ``num`` held-out clips."""
-    from arvis.eval import video_metrics as vm
+def export(net: Any, cfg: VideoFeatureConfig, state: dict[str, Any], out: Path, command: str) -> dict[str, Any]:
+    """fp16 safetensors folder + ``training_metrics.json``, written atomically (staged, then one rename).
 
-    extractor = vm.VideoFeatures(net)
-    held, labels = _clips(cfg, "heldout", num, cfg.data_seed + 11)
-    out: dict[str, Any] = {"heldout_accuracy": accuracy(net, held, labels), "eval_clips": num}
-    reference = vm.clip_statistics(vm.heldout_clips(num, cfg.num_frames, cfg.resolution, vm.REFERENCE_SEED),
-                                   extractor, source="reference")
-    rng = np.random.default_rng(0)
-    controls = {
-        "independent held-out clips (floor)": held,
-        "frames shuffled in time": np.stack([c[rng.permutation(len(c))] for c in held]),
-        "frozen on the first frame": np.repeat(held[:, :1], cfg.num_frames, axis=1),
-    }
-    if vq is not None:
-        from arvis.tokenizers.llamagen_vq import LlamaGenVQModel
-
-        model = LlamaGenVQModel.from_pretrained(vq, torch_dtype=torch.float32).eval()
-        frames = torch.from_numpy(held.reshape(-1, *held.shape[2:])).permute(0, 3, 1, 2).float() / 127.5 - 1
-        with torch.no_grad():
-            rec = torch.cat([model.decode_codes(model.encode(frames[i:i + 64])) for i in range(0, len(frames), 64)])
-        rec = ((rec + 1) * 127.5).round().clamp(0, 255).to(torch.uint8).permute(0, 2, 3, 1).numpy()
-        controls[f"reconstructed by {Path(vq).name}"] = rec.reshape(held.shape)
-    out["fvd_controls"] = {name: vm.frechet_distance(vm.clip_statistics(c, extractor), reference)
-                           for name, c in controls.items()}
-    return out
-
-
-def export(net: Any, cfg: VideoFeatureConfig, state: dict[str, Any], out: Path, command: str,
-           vq: str | None, eval_clips: int) -> dict[str, Any]:
-    """fp16 safetensors folder + ``metrics.json`` + model card, written atomically; evaluated after reload."""
-    from arvis.eval.files import atomic_directory
-    from arvis.models.video_features import VideoFeatureNet
-
-    with atomic_directory(out) as tmp:
-        net.half().save_pretrained(str(tmp), safe_serialization=True)
-    net = VideoFeatureNet.from_pretrained(str(out), torch_dtype=torch.float32).eval()
+    Evaluation (held-out accuracy, domain FVD controls) and the model card are the eval layer's:
+    ``python eval/video_features_card.py --folder OUT``.
+    """
     metrics = {"config": dataclasses.asdict(cfg), "params": sum(p.numel() for p in net.parameters()),
                "steps": state["step"], "train_hours": state["seconds"] / 3600,
                "final_train_loss": state["history"][-1]["loss"] if state["history"] else None,
-               "history": state["history"], "command": command, **evaluate(net, cfg, vq, eval_clips)}
-    atomic_write_text(out / "metrics.json", json.dumps(metrics, indent=2) + "\n")
-    atomic_write_text(out / "README.md", model_card(metrics))
+               "history": state["history"], "command": command}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}.") as tmp:
+        staged = Path(tmp) / "folder"
+        net.half().save_pretrained(str(staged), safe_serialization=True)
+        (staged / "training_metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+        if out.exists():
+            shutil.rmtree(out)
+        staged.replace(out)
     return metrics
-
-
-def model_card(m: dict[str, Any]) -> str:
-    c = m["config"]
-    rows = "\n".join(f"| {name} | {value:.2f} |" for name, value in m["fvd_controls"].items())
-    return f"""# video-features: the feature network of arvis's domain FVD
-
-A `VideoFeatureNet` (`arvis.models.video_features`): a 3-D CNN (stage widths {c['channels']}, GroupNorm,
-SiLU; {m['params']:,} parameters, fp16 safetensors) trained to tell the 24 video classes of `arvis.data.video`
-apart from {c['num_frames']}-frame {c['resolution']}-px clips. Its pooled last-stage features are the feature space
-of `arvis.eval.video_metrics.frechet_video_distance`: a **domain FVD**, comparable between models measured
-with these weights, **not** with published FVDs (those use a Kinetics-400 I3D; `I3DFeatures` computes that one
-when you have its TorchScript file).
-
-## Data
-The video GPT's {c['num_train']:,} training clips (`build_video_clips(n, "train", seed={c['data_seed']})`: camera
-motion over the scikit-image / scikit-learn photos, OpenMoji emoji — CC BY-SA 4.0, all emojis designed by
-OpenMoji — moving, growing, orbiting and morphing, bouncing scikit-learn digits); validation and evaluation
-on held-out clips (held-out photo strips, held-out emoji, held-out digit samples).
-
-## Training
-```
-{m['command']}
-```
-Cross-entropy, AdamW (lr {c['lr']}, weight decay {c['weight_decay']}), {c['warmup']} warm-up steps, cosine to
-{c['min_lr_ratio']}x, batch {c['batch_size']}, EMA {c['ema_decay']} (shipped). {m['steps']} steps,
-{m['train_hours']:.2f} h on one CPU thread of a shared 2-core machine. Final training loss
-{m['final_train_loss']:.3f}.
-
-## Evaluation (the shipped fp16 weights, {m['eval_clips']} held-out clips)
-Held-out accuracy: **{100 * m['heldout_accuracy']:.1f}%** (24 classes; chance 4.2%).
-
-Domain FVD against {m['eval_clips']} other held-out clips (lower is closer):
-
-| clips | domain FVD |
-|---|---|
-{rows}
-
-The floor is what a perfect generator would score at this size; shuffling frames in time or freezing the
-clip must (and does) move the distance far above it — the network sees motion, not only content.
-"""
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -239,8 +176,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--out", required=True)
     p.add_argument("--scratch", required=True)
     p.add_argument("--steps", type=int, default=None)
-    p.add_argument("--vq", default="arvis/weights/vq-photos", help="tokenizer for the reconstruction control ('' = skip)")
-    p.add_argument("--eval-clips", type=int, default=400)
     p.add_argument("--threads", type=int, default=1)
     args = p.parse_args(argv)
     cfg = PRESETS[args.preset]
@@ -249,7 +184,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     command = "python -m arvis.training.train_video_features " + " ".join(
         shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))
     net, state = train(cfg, Path(args.scratch), args.threads)
-    metrics = export(net, cfg, state, Path(args.out), command, args.vq or None, args.eval_clips)
+    metrics = export(net, cfg, state, Path(args.out), command)
     print(json.dumps({k: v for k, v in metrics.items() if k != "history"}, indent=2))
     return metrics
 
