@@ -30,7 +30,14 @@ from diffusers import ConfigMixin, ModelMixin
 from diffusers.configuration_utils import register_to_config
 from torch import nn
 
-from arvis.models.llamagen import LabelEmbedder, RMSNorm, TransformerBlock, find_multiple, linear, rope_rotation
+from arvis.models.llamagen import (
+    LabelEmbedder,
+    RMSNorm,
+    TransformerBlock,
+    find_multiple,
+    linear,
+    rope_rotation,
+)
 from arvis.models.protocol import Condition, StaticKVCache, TokenLayout
 from arvis.utils.config_check import Bound, CheckedFolderMixin, check_config
 
