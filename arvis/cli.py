@@ -127,8 +127,7 @@ def run_generate(args: argparse.Namespace) -> int:
     top_k = args.top_k if args.top_k is not None else defaults.get("top_k", 0)
     settings = dict(generator=generators, guidance_scale=guidance, top_k=top_k, top_p=args.top_p,
                     temperature=args.temperature, method=args.method, **dict(args.option))
-    folder = Path(args.output)
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = Path(args.output)  # created only once generation succeeded (bad input writes nothing)
     if hasattr(pipe, "num_frames"):  # a video pipeline: one GIF / MP4 per clip
         from PIL import Image
 
@@ -140,11 +139,13 @@ def run_generate(args: argparse.Namespace) -> int:
                 image = [im.convert("RGB")] * n_cond
         out = pipe(**call, image=image, num_videos_per_prompt=args.num_images, **settings)
         outputs = out.frames
+        folder.mkdir(parents=True, exist_ok=True)
         for i, frames in enumerate(out.frames):
             export_frames(frames, folder / f"{i:04d}.{args.video_format}", fps=args.fps)
     else:
         out = pipe(**call, num_images_per_prompt=args.num_images, **settings)
         outputs = out.images
+        folder.mkdir(parents=True, exist_ok=True)
         for i, image in enumerate(out.images):
             with atomic_path(folder / f"{i:04d}.png") as tmp:
                 image.save(tmp, format="PNG")
