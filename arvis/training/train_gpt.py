@@ -5,6 +5,8 @@ Presets (``--preset``):
 - ``c2i``: the class-conditional model (the default of ``arvis generate``): photo crops labelled by
   source photo (:mod:`arvis.data.crops`), 22 classes + the null class for CFG;
 - ``draft``: a much smaller class-conditional GPT on the same data (draft-model speculative decoding);
+- ``lowres``: a small class-conditional GPT on the same crops at 64 px, an 8x8 grid of the same VQ codes
+  (the low-resolution drafter of multi-scale local drafting, :mod:`arvis.drafting.multiscale`);
 - ``t2i``: the caption-conditioned model (LlamaGen's t2i layout: caption features through
   ``cls_embedding.cap_proj``, an unconditional embedding, left padding + embedding mask) trained jointly
   with a small word-level text encoder (:class:`arvis.models.text_encoder.WordTextEncoder`) on the
@@ -88,6 +90,7 @@ class GPTTrainConfig:
 PRESETS: dict[str, GPTTrainConfig] = {
     "c2i": GPTTrainConfig(),
     "draft": GPTTrainConfig(dim=128, n_layer=2, n_head=2, steps=1500),
+    "lowres": GPTTrainConfig(dim=192, n_layer=3, n_head=3, resolution=64, steps=2000),
     "t2i": GPTTrainConfig(kind="t2i"),
     "smoke": GPTTrainConfig(dim=32, n_layer=1, n_head=2, steps=3, batch_size=4, num_train=8, num_val=4,
                             log_every=1, eval_every=3, checkpoint_every=2, text_dim=16, text_layers=1),
