@@ -100,7 +100,8 @@ PRESETS: dict[str, GPTTrainConfig] = {
 
 
 # ----------------------------------------------------------------------------- data
-def _encode(vq: LlamaGenVQModel, images: np.ndarray, batch: int = 64) -> np.ndarray:
+def encode_codes(vq: LlamaGenVQModel, images: np.ndarray, batch: int = 64) -> np.ndarray:
+    """VQ codes ``[n, h*w]`` int16 of ``uint8 [n, R, R, 3]`` images (batched, no gradients)."""
     codes = []
     with torch.no_grad():
         for i in tqdm(range(0, len(images), batch), desc="tokenising", unit="batch", disable=len(images) < 256):
@@ -120,12 +121,12 @@ def build_dataset(cfg: GPTTrainConfig, vq: LlamaGenVQModel, scratch: Path, split
         from arvis.data.crops import build_crops
 
         images, labels = build_crops(n, split, cfg.resolution, seed=seed, cache=True)
-        data = {"codes": _encode(vq, images), "labels": labels.astype(np.int64)}
+        data = {"codes": encode_codes(vq, images), "labels": labels.astype(np.int64)}
     else:
         from arvis.data.scenes import build_scenes
 
         images, captions, _ = build_scenes(n, split, cfg.resolution, seed=seed)
-        data = {"codes": _encode(vq, images), "captions": np.array(captions)}
+        data = {"codes": encode_codes(vq, images), "captions": np.array(captions)}
     tmp = path.with_suffix(".tmp.npz")
     np.savez(tmp, **data)
     tmp.replace(path)

@@ -50,7 +50,8 @@ from arvis.training.common import (
     restore_training_state,
     setup_logging,
 )
-from arvis.training.train_gpt import GPTTrainConfig, build_dataset
+from arvis.training.train_gpt import GPTTrainConfig, build_dataset, encode_codes
+from arvis.utils.serialization import atomic_path
 
 
 @dataclass(frozen=True)
@@ -69,8 +70,10 @@ class UpsamplerTrainConfig:
     weight_decay: float = 0.05
     grad_clip: float = 1.0
     ema_decay: float = 0.998
-    num_train: int = 16000
+    num_train: int = 4000  # paired crops: the first num_train of the low-resolution GPT's pool_train crops
     num_val: int = 1000
+    pool_train: int = 16000
+    pool_val: int = 1000
     data_seed: int = 0
     low_resolution: int = 64
     high_resolution: int = 128
@@ -92,22 +95,45 @@ class UpsamplerTrainConfig:
 PRESETS: dict[str, UpsamplerTrainConfig] = {
     "default": UpsamplerTrainConfig(),
     "smoke": UpsamplerTrainConfig(dim=16, low_blocks=1, high_blocks=1, groups=4, steps=3, batch_size=4, num_train=8,
-                                  num_val=4, log_every=1, eval_every=3, checkpoint_every=2),
+                                  num_val=4, pool_train=10, pool_val=4, log_every=1, eval_every=3, checkpoint_every=2),
 }
 # Fields that may differ when a run is resumed (the rest must match the checkpoint).
 _RESUMABLE = ("steps", "log_every", "eval_every", "checkpoint_every")
 
 
 # ----------------------------------------------------------------------------- data
-def paired_codes(cfg: UpsamplerTrainConfig, vq: LlamaGenVQModel, cache: Path, split: str, n: int
+def paired_codes(cfg: UpsamplerTrainConfig, vq: LlamaGenVQModel, cache: Path, split: str, pool: int, n: int
                  ) -> dict[str, np.ndarray]:
-    """``low [n, h*w]``, ``high [n, H*W]`` codes of the same ``n`` crops at both resolutions, ``labels [n]``."""
-    data = {}
-    for key, resolution in (("low", cfg.low_resolution), ("high", cfg.high_resolution)):
-        gpt_cfg = GPTTrainConfig(kind="c2i", resolution=resolution, data_seed=cfg.data_seed)
-        part = build_dataset(gpt_cfg, vq, cache, split, n)
-        data[key], data["labels"] = part["codes"].astype(np.int64), part["labels"]
-    return data
+    """Codes of the first ``n`` of the ``pool`` crops the low-resolution GPT trains on, at both resolutions.
+
+    The low-resolution codes are :func:`arvis.training.train_gpt.build_dataset`'s (the same file in a shared
+    ``cache``: the ``pool`` crops at ``low_resolution``, tokenised once); the same boxes are rendered at
+    ``high_resolution`` and tokenised here. Returns ``low [n, h*w]``, ``high [n, H*W]`` int64 and ``labels [n]``.
+    """
+    high = high_codes(cfg, vq, cache, split, pool, n)
+    low = build_dataset(GPTTrainConfig(kind="c2i", resolution=cfg.low_resolution, data_seed=cfg.data_seed),
+                        vq, cache, split, pool)
+    return {"low": low["codes"][:n].astype(np.int64), "high": high.astype(np.int64), "labels": low["labels"][:n]}
+
+
+def high_codes(cfg: UpsamplerTrainConfig, vq: LlamaGenVQModel, cache: Path, split: str, pool: int, n: int
+               ) -> np.ndarray:
+    """``[n, H*W]`` codes of the first ``n`` of ``build_dataset``'s ``pool`` crops rendered at ``high_resolution``
+    (cached in ``cache``)."""
+    from arvis.data.crops import CropSpecs, render_crops, sample_crop_specs
+
+    if not 0 < n <= pool:
+        raise ValueError(f"the paired crops must be a part of the pool: got {n} of {pool}")
+    seed = cfg.data_seed if split == "train" else cfg.data_seed + 1  # build_dataset's seeds
+    path = cache / f"upsampler-high-{split}-{pool}-{n}-{seed}-{cfg.high_resolution}.npz"
+    if path.exists():
+        return np.load(path, allow_pickle=False)["codes"]
+    specs = sample_crop_specs(pool, split, seed)
+    first = CropSpecs(split, *(getattr(specs, f)[:n] for f in ("labels", "top", "left", "side", "flip")))
+    codes = encode_codes(vq, render_crops(first, cfg.high_resolution))
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        np.savez(f, codes=codes)
+    return codes
 
 
 def noisy_low(low: torch.Tensor, rate: float, vocab_size: int, generator: torch.Generator) -> torch.Tensor:
@@ -182,8 +208,12 @@ def train(cfg: UpsamplerTrainConfig, vq_path: str, scratch: Path, data_cache: Pa
     vq = LlamaGenVQModel.from_pretrained(vq_path, dtype=torch.float32).eval()
     cache = data_cache or scratch
     cache.mkdir(parents=True, exist_ok=True)
-    train_data = paired_codes(cfg, vq, cache, "train", cfg.num_train)
-    val_data = paired_codes(cfg, vq, cache, "heldout", cfg.num_val)
+    # The high-resolution codes of both splits first: the low-resolution GPT, started at the same time on the
+    # same cache, has then long finished writing the low-resolution ones.
+    for split, pool, n in (("heldout", cfg.pool_val, cfg.num_val), ("train", cfg.pool_train, cfg.num_train)):
+        high_codes(cfg, vq, cache, split, pool, n)
+    val_data = paired_codes(cfg, vq, cache, "heldout", cfg.pool_val, cfg.num_val)
+    train_data = paired_codes(cfg, vq, cache, "train", cfg.pool_train, cfg.num_train)
     low_grid = cfg.low_resolution // vq.downsample_factor
     model = _new_model(cfg, vq.codebook_size, low_grid, len(PHOTO_CLASSES)).train()
     params = list(model.parameters())
@@ -317,10 +347,10 @@ residual blocks, GroupNorm + SiLU + 1x1 head over the codebook. {m['params']:,} 
 {m['safetensors_mb']:.2f} MB as fp16 safetensors.
 
 ## Data
-`arvis.data.crops` (the 22 offline photos, label = photo): {cfg.num_train:,} train-region crops (seed
-{cfg.data_seed}), each rendered at {cfg.low_resolution} px and at {cfg.high_resolution} px from the same box and
-tokenised by `vq-photos`; held out: {cfg.num_val:,} crops (seed {cfg.data_seed + 1}) of the disjoint held-out
-strips. During training {100 * cfg.token_noise:.0f}% of the input codes are replaced by random codes (the input
+`arvis.data.crops` (the 22 offline photos, label = photo): the first {cfg.num_train:,} of the
+{cfg.pool_train:,} train-region crops (seed {cfg.data_seed}) the low-resolution GPT is trained on, each rendered
+at {cfg.low_resolution} px and at {cfg.high_resolution} px from the same box and tokenised by `vq-photos`; held
+out: {cfg.num_val:,} crops (seed {cfg.data_seed + 1}) of the disjoint held-out strips. During training {100 * cfg.token_noise:.0f}% of the input codes are replaced by random codes (the input
 at generation time is a model sample, not a real crop).
 
 ## Training
