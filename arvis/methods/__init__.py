@@ -73,18 +73,21 @@ def _method_class(name: str, options: dict[str, Any]) -> type:
 
 
 def with_resources(method: str | DecodingMethod, options: dict[str, Any], draft_model: Any = None,
-                   neighbours: Callable[[int], torch.Tensor] | None = None) -> dict[str, Any]:
+                   neighbours: Callable[[int], torch.Tensor] | None = None, lowres_model: Any = None,
+                   upsampler: Any = None) -> dict[str, Any]:
     """``options`` completed with what a method needs from its pipeline, when not given explicitly.
 
     A method with a ``draft_model`` field gets ``draft_model``; one with a relaxed ``acceptance`` gets
-    ``neighbours(k)``, the tokenizer's codebook neighbourhoods. Returns a new dict.
+    ``neighbours(k)``, the tokenizer's codebook neighbourhoods; one with ``lowres_model`` / ``upsampler``
+    fields (multi-scale drafting) gets those. Returns a new dict.
     """
     options = dict(options)
     if not isinstance(method, str) or method not in METHODS or not dataclasses.is_dataclass(METHODS[method]):
         return options
     fields = {f.name for f in dataclasses.fields(METHODS[method])}
-    if "draft_model" in fields and options.get("draft_model") is None and draft_model is not None:
-        options["draft_model"] = draft_model
+    for field, resource in (("draft_model", draft_model), ("lowres_model", lowres_model), ("upsampler", upsampler)):
+        if field in fields and options.get(field) is None and resource is not None:
+            options[field] = resource
     if ("neighbours" in fields and options.get("acceptance", "exact") != "exact"
             and options.get("neighbours") is None and neighbours is not None):
         options["neighbours"] = neighbours(int(options.get("k", 10)))
@@ -131,3 +134,7 @@ register_method(ZipAR)
 from arvis.methods.speculative import SpeculativeDecoding  # noqa: E402
 
 register_method(SpeculativeDecoding)
+
+from arvis.methods.mulo import MultiScaleLocal  # noqa: E402
+
+register_method(MultiScaleLocal)

@@ -1,0 +1,182 @@
+"""Multi-scale local drafting (MuLo-SD; Peruzzo et al., CVPR 2026): a low-resolution drafter with a learned
+up-sampler (:mod:`arvis.drafting.multiscale`), verified by the full-resolution target.
+
+Both variants start the same way: the low-resolution model samples the image at low resolution, the
+up-sampler turns it into ``q_j`` for every sequence index ``j`` of the target, and every position gets a
+draft ``d_j ~ q_j`` (all counted as draft forwards and timed inside the latency). Each target forward then
+evaluates a raster window of ``window + 1`` positions after the first uncommitted one, with the current
+tokens (committed or drafted) as inputs, and verifies the drafts there with exact speculative acceptance
+(accept ``d_j`` w.p. ``min(1, p_j(d_j)/q_j(d_j))``, else draw from ``normalize(max(0, p_j − q_j))``).
+
+- ``mulo-local`` — the published variant, LOSSY. A rejection at ``i`` does not discard the rest of the
+  window: a later position ``j`` is committed unless a position rejected in this forward lies in ``j``'s
+  spatial neighbourhood (at most ``radius`` rows above and ``radius`` columns away, before ``j``). Positions
+  in such a neighbourhood are re-verified by the next forward with the corrected token as context; their
+  drafts are refreshed by maximal coupling with this forward's ``p`` (MC-SJD), and since a re-verified
+  position that is rejected again invalidates its own neighbourhood, the region that is resampled grows
+  for as long as rejections keep occurring in it (the "expanding" neighbourhood). What is lost: a
+  committed token was drawn from ``p_j`` given the window's tokens *at that moment*; outside the radius
+  some of those may be rejected drafts that change later, so its context is not the final prefix. The cost
+  is measured by FID. With ``radius >= `` the grid size every later position of the window is in the
+  neighbourhood of every earlier one, and the method is exact speculative decoding with coupled refreshes
+  (lossless — the statistical test checks this limit, and that ``radius = 1`` is not lossless).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+
+from arvis.acceptance.speculative import speculative_step
+from arvis.drafting.multiscale import MultiScaleDraft, MultiScaleDrafter
+from arvis.engine.engine import DecodeEngine
+from arvis.methods.ar import Autoregressive
+from arvis.methods.base import DecodingMethod, MissingResourceError
+
+
+def _check_int(name: str, value: Any, lo: int, hi: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise ValueError(f"{name} must be an integer in [{lo}, {hi}], got {value!r}")
+
+
+def _check_resources(lowres_model: Any, upsampler: Any, temperature: Any) -> None:
+    if isinstance(temperature, bool) or not isinstance(temperature, int | float) or not temperature > 0:
+        raise ValueError(f"temperature must be a number > 0, got {temperature!r}")
+    if lowres_model is None or upsampler is None:
+        raise MissingResourceError("lowres_model / upsampler: multi-scale drafting needs a low-resolution model and "
+                                   "an up-sampler (the pipeline's lowres_transformer and upsampler, or pass "
+                                   "lowres_model=…, upsampler=…)")
+
+
+@dataclass(frozen=True)
+class MultiScaleLocal(DecodingMethod):
+    """MuLo-SD's local verification (LOSSY; see the module docstring).
+
+    Attributes:
+        window: drafts verified per forward after the first uncommitted position (``window + 1`` positions).
+        radius: spatial neighbourhood of a rejection, in rows and columns (``>=`` the grid size: lossless).
+        temperature: ``q = softmax(up-sampler logits / temperature)``.
+        lowres_model, upsampler: the drafter's models (the pipelines pass ``lowres_transformer`` and ``upsampler``).
+    """
+
+    name: ClassVar[str] = "mulo-local"
+    lossless: ClassVar[bool] = False
+
+    window: int = 32
+    radius: int = 1
+    temperature: float = 1.0
+    lowres_model: Any = None
+    upsampler: Any = None
+
+    def __post_init__(self) -> None:
+        _check_int("window", self.window, 1, 1024)
+        _check_int("radius", self.radius, 1, 4096)
+        _check_resources(self.lowres_model, self.upsampler, self.temperature)
+
+    @property
+    def positions_per_forward(self) -> int:
+        return self.window + 1
+
+    def run(self, engine: DecodeEngine) -> dict[str, Any]:
+        drafter = MultiScaleDrafter(self.lowres_model, self.upsampler, self.temperature)
+        draft = drafter.draft(engine, Autoregressive().run)
+        return _LocalRun(self, engine, draft).run()
+
+
+class _LocalRun:
+    """Per-request state: the current token and its draft distribution at every index, which are final.
+
+    ``tokens [A, N]`` (committed or drafted), ``q [A, N, V]`` (the draft's distribution: the up-sampler's
+    until a forward refreshes it, then that forward's ``p``), ``final [A, N]``, ``n [A]`` the first index
+    that is not final.
+    """
+
+    def __init__(self, method: MultiScaleLocal, engine: DecodeEngine, draft: MultiScaleDraft):
+        self.m, self.e = method, engine
+        self.N, self.V = engine.num_tokens, engine.vocab_size
+        self.width = engine.layout.grid[-1]
+        A, dev = engine.num_active, engine.device
+        self.q = draft.q  # owned by this run: refreshed in place
+        index = torch.arange(self.N, device=dev).expand(A, -1)
+        self.tokens, _ = draft.draw(index, engine.exponential((self.N, self.V)))  # d_j ~ q_j everywhere
+        self.final = torch.zeros(A, self.N, dtype=torch.bool, device=dev)
+        self.fresh = torch.ones(A, self.N, dtype=torch.bool, device=dev)  # still the up-sampler's draft
+        self.offsets = torch.arange(method.window + 1, device=dev)
+        # Statistics: acceptance of the up-sampler's drafts (expected, Σ min(p, q)) and of refreshed drafts,
+        # rejections per position, positions committed ahead of the first uncommitted one.
+        self.rejections = torch.zeros(engine.batch_size, self.N, dtype=torch.long, device=dev)
+        self.alpha_sum = torch.zeros(2, device=dev)
+        self.alpha_count = torch.zeros(2, device=dev)
+        self.ahead = torch.zeros((), dtype=torch.long, device=dev)
+
+    def _verify(self, p: torch.Tensor, targets: torch.Tensor, live: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Exact accept-or-recover of the drafts at ``targets [A, T]`` against ``p [A, T, V]``."""
+        T, V = targets.shape[1], self.V
+        drafts = self.tokens.gather(1, targets)
+        q = self.q.gather(1, targets[..., None].expand(-1, -1, V)) * live[..., None]
+        tokens, accepted = speculative_step(p, q, drafts, self.e.uniform((T,)), self.e.exponential((T, V)))
+        overlap = torch.minimum(p, q).sum(-1)  # = 1 − TV(p, q): the probability the draft is accepted
+        fresh = self.fresh.gather(1, targets) & live
+        for k, mask in enumerate((fresh, live & ~fresh)):
+            self.alpha_sum[k] += (overlap * mask).sum()
+            self.alpha_count[k] += mask.sum()
+        return tokens, accepted & live
+
+    @torch.no_grad()
+    def run(self) -> dict[str, Any]:
+        e, N, V, W, r = self.e, self.N, self.V, self.width, self.m.radius
+        dev = e.device
+        A = e.num_active
+        zero = torch.zeros(A, 1, dtype=torch.long, device=dev)
+        p0 = e.prefill()[:, None]  # [A, 1, V]: index 0 given the condition only
+        first, _ = self._verify(p0, zero, torch.ones(A, 1, dtype=torch.bool, device=dev))
+        e.commit(zero, first)
+        self.tokens[:, :1] = first
+        self.final[:, 0] = True
+        n = torch.ones(A, dtype=torch.long, device=dev)
+        # i before k in the window, and within the radius: [K, K] pattern per sample from the targets' coordinates.
+        before = self.offsets[:, None] < self.offsets[None, :]
+        while bool((n < N).any()):  # host sync: once per iteration
+            targets = n[:, None] + self.offsets  # [A, K]
+            real = targets < N
+            targets = targets.clamp_max(N - 1)
+            inputs_index = targets - 1
+            p = e.evaluate(self.tokens.gather(1, inputs_index), inputs_index, pad=~real)  # [A, K, V]
+            live = real & ~self.final.gather(1, targets)
+            new, accepted = self._verify(p, targets, live)
+            rejected = live & ~accepted
+            rows, cols = targets // W, targets % W
+            near = ((rows[:, None, :] - rows[:, :, None]).abs() <= r) & ((cols[:, None, :] - cols[:, :, None]).abs() <= r)
+            invalid = (rejected[:, :, None] & near & before).any(1)  # a rejection in j's neighbourhood, before j
+            commit = live & ~invalid
+            e.commit(targets, new, commit)
+            a = torch.arange(A, device=dev)[:, None].expand_as(targets)
+            # Committed: the final token. Re-verified later: the maximal coupling of the old draft with p, q := p.
+            self.tokens[a[live], targets[live]] = new[live]
+            refreshed = live & ~commit
+            self.q[a[refreshed], targets[refreshed]] = p[refreshed]
+            self.fresh[a[live], targets[live]] = False
+            self.final[a[commit], targets[commit]] = True
+            self.rejections.index_put_((e.active[:, None].expand_as(targets)[rejected], targets[rejected]),
+                                       torch.ones_like(targets[rejected]), accumulate=True)
+            pending = ~self.final
+            n_new = torch.where(pending.any(1), pending.long().argmax(1), torch.full_like(n, N))
+            self.ahead += (commit & (targets >= n_new[:, None])).sum()
+            n = n_new
+            e.truncate(n - 1)  # inputs from the first uncommitted index on are re-fed by the next window
+            done = n >= N
+            if bool(done.any()) and not bool(done.all()):
+                kept = e.retire(~done)
+                n, self.tokens, self.q, self.final, self.fresh = (
+                    t.index_select(0, kept) for t in (n, self.tokens, self.q, self.final, self.fresh))
+                A = kept.numel()
+        alpha = (self.alpha_sum / self.alpha_count.clamp_min(1)).tolist()
+        return {"window": self.m.window, "radius": self.m.radius, "temperature": self.m.temperature,
+                "positions_per_forward": self.m.positions_per_forward,
+                "alpha_upsampler_drafts": alpha[0], "alpha_refreshed_drafts": alpha[1],
+                "committed_ahead_of_frontier": int(self.ahead), "rejections": self.rejections.tolist()}
+
+
+__all__ = ["MultiScaleLocal"]

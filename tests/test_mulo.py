@@ -1,0 +1,124 @@
+"""Multi-scale drafting (MuLo-SD): the up-sampler, its trainer, the drafter, both method variants.
+
+The statistical checks use the lossless harness (tests/lossless_harness.py) on a 3x3 grid with a
+vocabulary of 2 (512 sequences): the low-resolution "model" is a 1x1 table model of the same vocabulary
+and the up-sampler a randomly initialised 1x1 → 3x3 :class:`TokenUpsampler` with peaked outputs, so the
+drafts really depend on the low-resolution sample.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from arvis.drafting.multiscale import MultiScaleDrafter
+from arvis.engine.sampling import SamplingConfig
+from arvis.methods import build_method, decode, is_lossless, validate_method
+from arvis.models.protocol import Condition
+from arvis.models.upsampler import TokenUpsampler
+from tests.conftest import tiny_llamagen
+from tests.lossless_harness import NUM_CLASSES, TableBackbone, check, empirical
+
+N_SAMPLES = 50_000
+GRID3 = (3, 3)
+NO_CFG = SamplingConfig()
+CFG = SamplingConfig(guidance_scale=3.0)
+
+
+def peaked_upsampler(vocab: int, low_grid: int, scale: int, num_classes: int, seed: int = 0, gain: float = 4.0
+                     ) -> TokenUpsampler:
+    """A random up-sampler whose ``q`` is far from uniform and differs between positions and inputs."""
+    torch.manual_seed(seed)  # nn.Module default initialisation (test only)
+    up = TokenUpsampler(vocab_size=vocab, low_grid=low_grid, scale=scale, dim=8, low_blocks=1, high_blocks=1,
+                        num_classes=num_classes, groups=2)
+    with torch.no_grad():
+        up.head.weight.mul_(gain)
+        up.position_embedding.normal_(0.0, 1.0)
+    return up.eval()
+
+
+@pytest.fixture(scope="module")
+def table3():
+    return TableBackbone(seed=3, grid=GRID3, vocab=2, scale=1.5, class_scale=0.5)
+
+
+@pytest.fixture(scope="module")
+def drafter_parts():
+    return {"lowres_model": TableBackbone(seed=4, grid=(1, 1), vocab=2),
+            "upsampler": peaked_upsampler(2, 1, 3, NUM_CLASSES)}
+
+
+def run3(table, sampling, method, n, seed, parts, **options):
+    condition = Condition(class_labels=torch.full((n,), 1, dtype=torch.long))
+    tokens, stats = decode(table, condition, sampling, method, torch.Generator().manual_seed(seed), **parts, **options)
+    return tokens, stats
+
+
+# --------------------------------------------------------------------------- up-sampler
+def test_upsampler_shapes_distributions_and_errors():
+    up = peaked_upsampler(16, 2, 2, 3)
+    low = torch.randint(0, 16, (5, 2, 2))
+    logits = up(low, torch.tensor([0, 1, 2, 0, 1]))
+    assert logits.shape == (5, 16, 16)
+    q = up.distributions(low.flatten(1), torch.tensor([0, 1, 2, 0, 1]), temperature=0.5)
+    assert torch.allclose(q.sum(-1), torch.ones(5, 16)) and q.dtype == torch.float32
+    # The output really depends on the input map and the class.
+    assert not torch.allclose(up(low[:1], torch.tensor([0])), up(low[:1], torch.tensor([1])))
+    with pytest.raises(ValueError, match="low_tokens"):
+        up(torch.zeros(1, 3, 3, dtype=torch.long), torch.tensor([0]))
+    with pytest.raises(ValueError, match="codebook ids"):
+        up(torch.full((1, 2, 2), 16), torch.tensor([0]))
+    with pytest.raises(ValueError, match="class_labels"):
+        up(low[:1])
+    with pytest.raises(ValueError, match="temperature"):
+        up.distributions(low[:1], torch.tensor([0]), temperature=0)
+    with pytest.raises(ValueError, match="groups"):
+        TokenUpsampler(dim=10, groups=4)
+
+
+def test_drafter_checks_its_models_fit_the_target(drafter_parts):
+    up = drafter_parts["upsampler"]
+    with pytest.raises(ValueError, match="grid"):
+        MultiScaleDrafter(TableBackbone(seed=1, grid=(2, 2), vocab=2), up)
+    with pytest.raises(ValueError, match="vocabulary"):
+        MultiScaleDrafter(TableBackbone(seed=1, grid=(1, 1), vocab=3), up)
+    with pytest.raises(TypeError, match="upsampler"):
+        MultiScaleDrafter(drafter_parts["lowres_model"], object())
+    target = tiny_llamagen(grid=4, vocab=2)  # a 4x4 target cannot take 3x3 drafts
+    with pytest.raises(ValueError, match="upsampler: drafts a 3x3 grid"):
+        decode(target, Condition(class_labels=torch.tensor([0])), NO_CFG, "mulo-local", **drafter_parts)
+
+
+def test_bad_options_and_missing_resources(drafter_parts):
+    for bad in ({"window": 0}, {"radius": 0}, {"temperature": 0.0}, {"radius": 1.5}):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            build_method("mulo-local", **bad, **drafter_parts)
+    with pytest.raises(ValueError, match="lowres_model"):
+        build_method("mulo-local")
+    validate_method("mulo-local", {"window": 8})  # resources come from the pipeline later
+    assert not is_lossless("mulo-local", {})
+
+
+# --------------------------------------------------------------------------- the published variant
+def test_local_variant_commits_everything_and_counts_the_drafter(table3, drafter_parts):
+    tokens, stats = run3(table3, CFG, "mulo-local", 64, 0, drafter_parts, window=4, radius=1)
+    assert tokens.min() >= 0 and tokens.max() < 2
+    for s in stats.samples:
+        # one low-resolution forward (a 1x1 grid: its prefill) plus the up-sampler
+        assert s.draft_forwards == 2 and s.tokens == 9
+        assert sorted(set(s.commit_forward)) == list(range(s.target_forwards))  # every forward commits
+    extra = stats.samples[0].extra
+    assert 0 < extra["alpha_upsampler_drafts"] < 1 and len(extra["rejections"]) == 9
+
+
+def test_local_variant_with_radius_covering_the_grid_is_lossless(table3, drafter_parts):
+    tokens, _ = run3(table3, CFG, "mulo-local", N_SAMPLES, 21, drafter_parts, window=3, radius=3)
+    verdict = check(table3.sequence_probabilities(1, CFG), empirical(tokens, 2), N_SAMPLES)
+    assert verdict.passed, str(verdict)
+
+
+def test_local_variant_with_radius_one_is_lossy_and_the_harness_sees_it(table3, drafter_parts):
+    tokens, stats = run3(table3, NO_CFG, "mulo-local", N_SAMPLES, 22, drafter_parts, window=8, radius=1)
+    assert max(s.extra["committed_ahead_of_frontier"] for s in stats.samples) > 0  # local commits happened
+    verdict = check(table3.sequence_probabilities(1, NO_CFG), empirical(tokens, 2), N_SAMPLES)
+    assert not verdict.passed, f"the lossy local variant passed the lossless test: {verdict}"
