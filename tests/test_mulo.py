@@ -122,3 +122,41 @@ def test_local_variant_with_radius_one_is_lossy_and_the_harness_sees_it(table3, 
     assert max(s.extra["committed_ahead_of_frontier"] for s in stats.samples) > 0  # local commits happened
     verdict = check(table3.sequence_probabilities(1, NO_CFG), empirical(tokens, 2), N_SAMPLES)
     assert not verdict.passed, f"the lossy local variant passed the lossless test: {verdict}"
+
+
+# --------------------------------------------------------------------------- pipeline
+def mulo_pipeline():
+    from arvis.pipelines import LlamaGenPipeline
+    from tests.test_pipeline import tiny_vq
+
+    pipe = LlamaGenPipeline(tiny_llamagen(grid=4, vocab=32, class_names=None), tiny_vq(),
+                            lowres_transformer=tiny_llamagen(grid=2, vocab=32, seed=1, class_names=None),
+                            upsampler=peaked_upsampler(32, 2, 2, 5))
+    pipe.set_progress_bar_config(disable=True)
+    return pipe
+
+
+def test_pipeline_passes_its_multiscale_components_and_round_trips(tmp_path):
+    from arvis.pipelines import LlamaGenPipeline
+
+    pipe = mulo_pipeline()
+    gens = [torch.Generator().manual_seed(s) for s in (3, 4)]
+    out = pipe(class_labels=[0, 2], generator=gens, output_type="latent", method="mulo-local", window=4, radius=2)
+    assert out.tokens.shape == (2, 4, 4)
+    assert all(s.draft_forwards == 4 + 1 for s in out.stats.samples)  # 2x2 low-res AR + the up-sampler
+    pipe.save_pretrained(tmp_path)
+    loaded = LlamaGenPipeline.from_pretrained(tmp_path)
+    loaded.set_progress_bar_config(disable=True)
+    for name in ("lowres_transformer", "upsampler"):
+        a, b = getattr(pipe, name).state_dict(), getattr(loaded, name).state_dict()
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    again = loaded(class_labels=[0, 2], generator=[torch.Generator().manual_seed(s) for s in (3, 4)],
+                   output_type="latent", method="mulo-local", window=4, radius=2)
+    assert torch.equal(out.tokens, again.tokens)
+
+
+def test_pipeline_without_multiscale_components_says_what_is_missing():
+    from tests.test_pipeline import dummy_pipeline
+
+    with pytest.raises(ValueError, match="lowres_model / upsampler"):
+        dummy_pipeline()(class_labels=[0], method="mulo-local")

@@ -387,11 +387,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--vq", default="arvis/weights/vq-photos", help="the VQ tokenizer folder")
     p.add_argument("--steps", type=int, default=None)
     p.add_argument("--num-train", type=int, default=None)
+    p.add_argument("--num-val", type=int, default=None)
     p.add_argument("--threads", type=int, default=1)
     args = p.parse_args(argv)
     if args.threads < 1:
         raise ValueError(f"--threads must be >= 1, got {args.threads}")
-    overrides = {k: v for k, v in (("steps", args.steps), ("num_train", args.num_train)) if v is not None}
+    overrides = {k: v for k, v in (("steps", args.steps), ("num_train", args.num_train),
+                                                   ("num_val", args.num_val)) if v is not None}
     cfg = dataclasses.replace(PRESETS[args.preset], **overrides)
     command = "python -m arvis.training.train_upsampler " + " ".join(
         shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
