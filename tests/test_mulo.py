@@ -99,6 +99,36 @@ def test_bad_options_and_missing_resources(drafter_parts):
     assert not is_lossless("mulo-local", {})
 
 
+# --------------------------------------------------------------------------- the lossless variant
+@pytest.mark.parametrize("options, sampling", [({"window": 3}, CFG), ({"window": 2, "coupling": "gumbel"}, NO_CFG),
+                                               ({"window": 4, "temperature": 0.5}, CFG)])
+def test_lossless_variant_matches_the_exact_distribution(table3, drafter_parts, options, sampling):
+    tokens, stats = run3(table3, sampling, "mulo", N_SAMPLES, 31, drafter_parts, **options)
+    assert all(s.draft_forwards == 2 for s in stats.samples[:10])
+    verdict = check(table3.sequence_probabilities(1, sampling), empirical(tokens, 2), N_SAMPLES)
+    assert verdict.passed, str(verdict)
+
+
+def test_lossless_variant_with_argmax_drafts_verified_against_q_fails_the_test(table3, drafter_parts, monkeypatch):
+    """Planted bug: the drafter proposes the up-sampler's argmax but reports the full ``q`` as its distribution."""
+    from arvis.drafting.multiscale import MultiScaleDraft
+    from tests.test_lossless import plant
+
+    plant(monkeypatch, MultiScaleDraft, "draw", "return sample_categorical(q, exponential_noise), q",
+          "return q.argmax(-1), q")
+    tokens, _ = run3(table3, CFG, "mulo", N_SAMPLES, 32, drafter_parts, window=3)
+    verdict = check(table3.sequence_probabilities(1, CFG), empirical(tokens, 2), N_SAMPLES)
+    assert not verdict.passed, f"planted bug went unnoticed: {verdict}"
+
+
+def test_lossless_variant_refuses_options_it_does_not_use(drafter_parts):
+    with pytest.raises(ValueError, match="init"):
+        build_method("mulo", init="repeat_vertical", **drafter_parts)
+    with pytest.raises(ValueError, match="window_shape"):
+        build_method("mulo", window_shape="staircase", **drafter_parts)
+    assert is_lossless("mulo", {}) and not is_lossless("mulo", {"acceptance": "lantern"})
+
+
 # --------------------------------------------------------------------------- the published variant
 def test_local_variant_commits_everything_and_counts_the_drafter(table3, drafter_parts):
     tokens, stats = run3(table3, CFG, "mulo-local", 64, 0, drafter_parts, window=4, radius=1)

@@ -135,6 +135,7 @@ from arvis.methods.speculative import SpeculativeDecoding  # noqa: E402
 
 register_method(SpeculativeDecoding)
 
-from arvis.methods.mulo import MultiScaleLocal  # noqa: E402
+from arvis.methods.mulo import MultiScaleJacobi, MultiScaleLocal  # noqa: E402
 
+register_method(MultiScaleJacobi)
 register_method(MultiScaleLocal)

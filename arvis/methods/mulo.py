@@ -8,6 +8,11 @@ evaluates a raster window of ``window + 1`` positions after the first uncommitte
 tokens (committed or drafted) as inputs, and verifies the drafts there with exact speculative acceptance
 (accept ``d_j`` w.p. ``min(1, p_j(d_j)/q_j(d_j))``, else draw from ``normalize(max(0, p_j − q_j))``).
 
+- ``mulo`` — LOSSLESS. MC-SJD (:class:`arvis.methods.sjd.CoupledJacobi`) whose initial drafts are the
+  up-sampler's instead of uniform random tokens: commits in raster order up to the first rejection plus the
+  recovered token, and every later draft is refreshed by maximal coupling with this forward's ``p``. The
+  drafts' ``q_j`` depend only on the low-resolution sample, never on the target's tokens, so exact
+  acceptance is exact here as it is for any independently drawn draft (:mod:`arvis.drafting.multiscale`).
 - ``mulo-local`` — the published variant, LOSSY. A rejection at ``i`` does not discard the rest of the
   window: a later position ``j`` is committed unless a position rejected in this forward lies in ``j``'s
   spatial neighbourhood (at most ``radius`` rows above and ``radius`` columns away, before ``j``). Positions
@@ -34,6 +39,7 @@ from arvis.drafting.multiscale import MultiScaleDraft, MultiScaleDrafter
 from arvis.engine.engine import DecodeEngine
 from arvis.methods.ar import Autoregressive
 from arvis.methods.base import DecodingMethod, MissingResourceError
+from arvis.methods.sjd import CoupledJacobi, _JacobiRun
 
 
 def _check_int(name: str, value: Any, lo: int, hi: int) -> None:
@@ -48,6 +54,39 @@ def _check_resources(lowres_model: Any, upsampler: Any, temperature: Any) -> Non
         raise MissingResourceError("lowres_model / upsampler: multi-scale drafting needs a low-resolution model and "
                                    "an up-sampler (the pipeline's lowres_transformer and upsampler, or pass "
                                    "lowres_model=…, upsampler=…)")
+
+
+@dataclass(frozen=True)
+class MultiScaleJacobi(CoupledJacobi):
+    """MuLo-SD drafts verified losslessly: MC-SJD started from the up-sampler's ``q`` (module docstring).
+
+    Attributes: MC-SJD's (``window``, ``coupling``, ``batch_mode``, ``acceptance``…; ``init`` is not used:
+    the up-sampler drafts every position), plus ``temperature`` (``q = softmax(logits / temperature)``)
+    and the drafter's models ``lowres_model`` and ``upsampler`` (the pipelines pass them).
+    """
+
+    name: ClassVar[str] = "mulo"
+    lossless: ClassVar[bool] = True
+
+    window: int = 32
+    temperature: float = 1.0
+    lowres_model: Any = None
+    upsampler: Any = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.init != "random":
+            raise ValueError(f"init: mulo drafts every position from the up-sampler; got init={self.init!r}")
+        if self.window_shape != "contiguous":
+            raise ValueError(f"window_shape: mulo verifies a contiguous raster window; got {self.window_shape!r}")
+        _check_resources(self.lowres_model, self.upsampler, self.temperature)
+
+    def run(self, engine: DecodeEngine) -> dict[str, Any]:
+        drafter = MultiScaleDrafter(self.lowres_model, self.upsampler, self.temperature)
+        draft = drafter.draft(engine, Autoregressive().run)
+        extra = _JacobiRun(self, engine, initial=draft).run()
+        extra.pop("init", None)
+        return {**extra, "temperature": self.temperature, "low_tokens": draft.low_tokens.tolist()}
 
 
 @dataclass(frozen=True)
@@ -82,7 +121,7 @@ class MultiScaleLocal(DecodingMethod):
     def run(self, engine: DecodeEngine) -> dict[str, Any]:
         drafter = MultiScaleDrafter(self.lowres_model, self.upsampler, self.temperature)
         draft = drafter.draft(engine, Autoregressive().run)
-        return _LocalRun(self, engine, draft).run()
+        return {**_LocalRun(self, engine, draft).run(), "low_tokens": draft.low_tokens.tolist()}
 
 
 class _LocalRun:
@@ -179,4 +218,4 @@ class _LocalRun:
                 "committed_ahead_of_frontier": int(self.ahead), "rejections": self.rejections.tolist()}
 
 
-__all__ = ["MultiScaleLocal"]
+__all__ = ["MultiScaleJacobi", "MultiScaleLocal"]

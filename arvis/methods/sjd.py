@@ -148,8 +148,11 @@ class _JacobiRun:
     with, which neighbour-distribution drafts read); ``n [A]`` the committed lengths.
     """
 
-    def __init__(self, method: SpeculativeJacobi, engine: DecodeEngine):
+    def __init__(self, method: SpeculativeJacobi, engine: DecodeEngine, initial: Any = None):
         self.m, self.e = method, engine
+        # Optional source of initial drafts replacing ``init`` (multi-scale drafting): an object whose
+        # ``draw(index, exp_noise) -> (drafts, q)`` samples each position from its own q, and ``select(kept)``.
+        self.initial = initial
         self.N, self.V = engine.num_tokens, engine.vocab_size
         self.width = engine.layout.grid[-1]
         self.gumbel = method.coupling == "gumbel"
@@ -202,10 +205,16 @@ class _JacobiRun:
         """Initial drafts at ``index`` where wanted and there is no token yet."""
         want = want & self._draftable(index) & (self.tokens.gather(1, index) < 0)
         noise = None
-        if self.m.init in ("random", "neighbour_distribution"):
+        if self.m.init in ("random", "neighbour_distribution") or self.initial is not None:
             noise = self._noise_at(index) if self.gumbel else self.e.exponential((index.shape[1], self.V))
-        fill_drafts(self.m.init, index, want, self.tokens, self.q, self.width, noise,
-                    self.e.layout.image_token_range)
+        if self.initial is not None:
+            drafts, dist = self.initial.draw(index, noise)
+            rows = torch.arange(index.shape[0], device=index.device)[:, None].expand_as(index)
+            self.tokens[rows[want], index[want]] = drafts[want]
+            self.q[rows[want], index[want]] = dist[want]
+        else:
+            fill_drafts(self.m.init, index, want, self.tokens, self.q, self.width, noise,
+                        self.e.layout.image_token_range)
         if self.e.forced_tokens is not None:  # structural tokens: the forced id, certain
             f = self.e.forced_tokens[index]
             forced = want & (f >= 0)
@@ -325,6 +334,8 @@ class _JacobiRun:
         self.n, self.tokens, self.q = (t.index_select(0, kept) for t in (self.n, self.tokens, self.q))
         if self.gumbel:
             self.E = self.E.index_select(0, kept)
+        if self.initial is not None:
+            self.initial = self.initial.select(kept)
 
     def _extra(self) -> dict[str, Any]:
         drafted, accepted = self.drafted_at.tolist(), self.accepted_at.tolist()
