@@ -244,7 +244,7 @@ def run_bench(backbone: Any, specs: Sequence[MethodSpec], sampling: SamplingConf
               conditions: Sequence[tuple[list[int], Condition]] | None = None,
               forward_cost_sizes: Sequence[int] = FORWARD_COST_SIZES, context: Mapping[str, Any] | None = None,
               draft_model: Any = None, neighbours: Callable[[int], torch.Tensor] | None = None,
-              progress: bool = True, clock: Callable[[], float] = time.perf_counter) -> BenchResult:
+              lowres_model: Any = None, upsampler: Any = None, progress: bool = True, clock: Callable[[], float] = time.perf_counter) -> BenchResult:
     """Time ``specs`` (plus the AR baseline) on ``backbone`` and collect their figures.
 
     Args:
@@ -258,8 +258,8 @@ def run_bench(backbone: Any, specs: Sequence[MethodSpec], sampling: SamplingConf
         conditions: batches of ``(sample indices, Condition)`` (default: class ``i % num_classes``).
         forward_cost_sizes: ``T`` values of the forward-cost curve (empty: skip it).
         context: fields copied into every record (model name, dtype, provenance…).
-        draft_model, neighbours: resources methods may need (the pipeline's draft transformer and
-            codebook neighbourhoods; see :func:`arvis.methods.with_resources`).
+        draft_model, neighbours, lowres_model, upsampler: resources methods may need (the pipeline's draft
+            transformer, codebook neighbourhoods, multi-scale drafter; see :func:`arvis.methods.with_resources`).
         clock: the timer (tests replace it).
     """
     check_settings(samples=samples, repeats=repeats, warmup=warmup, batch_size=batch_size)
@@ -273,7 +273,8 @@ def run_bench(backbone: Any, specs: Sequence[MethodSpec], sampling: SamplingConf
             raise ValueError("conditions: required for a model that is not class-conditional")
         conditions = class_conditions(int(num_classes), samples, batch_size, device)
     samples = sum(len(idx) for idx, _ in conditions)
-    methods = {s.label: build_method(s.name, **with_resources(s.name, s.options_dict, draft_model, neighbours))
+    methods = {s.label: build_method(s.name, **with_resources(s.name, s.options_dict, draft_model, neighbours,
+                                                              lowres_model, upsampler))
                for s in specs}
 
     def run_once(spec: MethodSpec) -> tuple[float, list[Any], str]:
