@@ -12,13 +12,14 @@ a low-resolution token map of
   low-resolution drafter could do: it drew the very image the target drew);
 - ``independent``: a sample of the low-resolution GPT for the same class, drawn independently of the
   target's sample (what the drafts would be worth if accepting them did not steer the target);
+- ``steered``: the lossless method's own decodes (``mulo:window=32``), each against the ``q`` of the
+  low-resolution sample that drafted it — the α of real decodes, where accepted drafts pull the target's
+  prefix towards the low-resolution image (the decodes are still exact samples of the target);
 
 and, as yardsticks, the uniform draft of SJD's random init and the class's token frequencies. For each:
 the per-token acceptance ``α = E_j[1 − TV(p_j, q_j)]`` (the probability that a draft ``d ~ q_j`` is
 accepted by exact verification against ``p_j``), its map over the grid, and NLL / top-1 of ``q`` against
-the target's sampled tokens. The drafts of the lossless method in a real decode lie between the
-independent and the oracle figure: accepted drafts make the target's prefix look like the low-resolution
-image; ``docs/figures/mulo.md`` reports that α too, from the decodes themselves.
+the target's sampled tokens.
 """
 
 from __future__ import annotations
@@ -98,7 +99,7 @@ def draft_figures(p: torch.Tensor, q: torch.Tensor, tokens: torch.Tensor, grid: 
 
 
 def alpha_record(pipeline: str, lowres: str, upsampler: str, num: int, seed: int, cache: Path | None,
-                 batch_size: int = 16) -> dict[str, Any]:
+                 batch_size: int = 16, steered: int = 32) -> dict[str, Any]:
     """The record ``alpha`` writes (see the module docstring)."""
     from arvis.pipelines import LlamaGenPipeline
 
@@ -152,6 +153,18 @@ def alpha_record(pipeline: str, lowres: str, upsampler: str, num: int, seed: int
             }
             for name, q in drafts.items():
                 parts.setdefault(name, []).append({**draft_figures(p, q, tokens[sl], grid), "n": len(lab)})
+        # Steered: the lossless method's own decodes, each against the q of its own low-resolution sample.
+        if steered:
+            steer_labels = labels[:steered]
+            for s in range(0, steered, batch_size):
+                lab = torch.tensor(steer_labels[s:s + batch_size])
+                gens = [torch.Generator().manual_seed(20_000 + seed + s + i) for i in range(len(lab))]
+                toks, stats = decode(target, Condition(class_labels=lab), sampling, "mulo", gens, window=32,
+                                     lowres_model=low_model, upsampler=up)
+                low_tokens = torch.tensor([st.extra["low_tokens"] for st in stats.samples])
+                p = sampling_distributions(target, toks, Condition(class_labels=lab), sampling)
+                parts.setdefault("steered (mulo:window=32 decodes)", []).append(
+                    {**draft_figures(p, up.distributions(low_tokens, lab), toks, grid), "n": len(lab)})
         for name, rows in parts.items():
             n = sum(r["n"] for r in rows)
             merged: dict[str, Any] = {}
@@ -168,6 +181,7 @@ def alpha_record(pipeline: str, lowres: str, upsampler: str, num: int, seed: int
         "lowres_model": Path(lowres).name,
         "upsampler": Path(upsampler).name,
         "samples": num,
+        "steered_samples": steered,
         "seed": seed,
         "guidance_scale": sampling.guidance_scale,
         "top_k": sampling.top_k,
@@ -189,12 +203,15 @@ def main(argv: list[str] | None = None) -> int:
     a.add_argument("--num", type=int, default=256)
     a.add_argument("--seed", type=int, default=0)
     a.add_argument("--cache", default=None, help="folder caching the target's AR samples between runs")
+    a.add_argument("--steered", type=int, default=32, help="decodes of the lossless method for the steered α")
     a.add_argument("--json", required=True)
     args = p.parse_args(argv)
     if args.num < 1:
         raise ValueError(f"--num must be >= 1, got {args.num}")
+    if not 0 <= args.steered <= args.num:
+        raise ValueError(f"--steered must be in [0, --num], got {args.steered}")
     record = alpha_record(args.pipeline, args.lowres, args.upsampler, args.num, args.seed,
-                          Path(args.cache) if args.cache else None)
+                          Path(args.cache) if args.cache else None, steered=args.steered)
     out = Path(args.json)
     out.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(out) as tmp:
