@@ -2,6 +2,12 @@
 """Multi-scale drafting: how good the up-sampler's drafts are for the shipped c2i target, measured.
 
     python eval/mulo.py alpha --json docs/figures/mulo/alpha.json     # α, NLL and top-1 on target samples
+    python eval/mulo.py figures                # every job whose record is missing, then docs/figures/mulo.md
+    python eval/mulo.py figures --list         # the jobs and their commands
+    python eval/mulo.py figures --report-only  # rebuild docs/figures/mulo.md from the records
+
+``figures`` runs one command per record (``arvis bench``, ``arvis fid``, ``eval/mulo.py alpha`` and
+``eval/mulo.py maps``), skipping records that exist, and builds docs/figures/mulo.md from the records only.
 
 ``alpha`` draws ``--num`` samples of the target by plain AR (CFG and top-k of the model's sampling
 defaults), recomputes the target's ``p_j`` at every position given the sample's own prefix
@@ -193,6 +199,270 @@ def alpha_record(pipeline: str, lowres: str, upsampler: str, num: int, seed: int
     }
 
 
+def _write_json(path: Path, record: Any) -> None:
+    with atomic_path(path) as tmp:
+        Path(tmp).write_text(json.dumps(record, indent=2) + "\n")
+
+
+MAP_SPECS = ("mc-sjd:window=32", "mulo:window=32")
+
+
+def rejection_sites(commit_forward: list[int], window: int) -> list[int]:
+    """Positions where a raster-window method rejected a draft: the last token of every forward that
+    committed fewer than ``window + 1`` tokens (its recovered token), except the sequence's last token."""
+    last: dict[int, int] = {}
+    counts: dict[int, int] = {}
+    for index, forward in enumerate(commit_forward):
+        last[forward] = max(last.get(forward, -1), index)
+        counts[forward] = counts.get(forward, 0) + 1
+    end = len(commit_forward) - 1
+    return sorted(i for f, i in last.items() if counts[f] < window + 1 and i != end and f > 0)
+
+
+def maps_record(pipeline: str, specs: list[str], num: int, seed: int, batch_size: int = 8) -> dict[str, Any]:
+    """Decode-order maps and rejection locations of ``specs`` on ``num`` samples (class ``i mod classes``)."""
+    from arvis.eval.bench import parse_method_specs
+    from arvis.pipelines import LlamaGenPipeline
+
+    pipe = LlamaGenPipeline.from_pretrained(pipeline)
+    pipe.set_progress_bar_config(disable=True)
+    defaults = json.loads((Path(pipeline) / "sampling_defaults.json").read_text())
+    classes = pipe.transformer.config.num_classes
+    grid = list(pipe.transformer.layout.grid)
+    N = pipe.transformer.layout.num_tokens
+    out: dict[str, Any] = {}
+    for spec in parse_method_specs(specs):
+        order, rejections, forwards = [], [0] * N, []
+        for start in range(0, num, batch_size):
+            labels = [(start + i) % classes for i in range(min(batch_size, num - start))]
+            gens = [torch.Generator().manual_seed(seed + start + i) for i in range(len(labels))]
+            result = pipe(class_labels=labels, generator=gens, output_type="latent", method=spec.name,
+                          guidance_scale=defaults.get("guidance_scale", 1.0), top_k=defaults.get("top_k", 0),
+                          **spec.options_dict)
+            for st in result.stats.samples:
+                order.append(st.commit_forward)
+                forwards.append(st.target_forwards)
+                sites = st.extra.get("rejections")
+                if sites is None:  # raster-window methods: rejections sit at the end of short commits
+                    sites = [1 if i in set(rejection_sites(st.commit_forward, int(spec.options_dict["window"])))
+                             else 0 for i in range(N)]
+                rejections = [a + b for a, b in zip(rejections, sites, strict=True)]
+        out[spec.label] = {"commit_forward": order, "rejections_per_sample": [r / len(order) for r in rejections],
+                           "target_forwards": forwards}
+    return {"kind": "mulo-maps", "pipeline": Path(pipeline).name, "samples": num, "seed": seed, "grid": grid,
+            "guidance_scale": defaults.get("guidance_scale"), "top_k": defaults.get("top_k"), "specs": out,
+            "provenance": provenance()}
+
+
+def write_map_plots(record: dict[str, Any], folder: Path) -> list[Path]:
+    """``decode_order.png`` (sample 0 of each spec) and ``rejections.png`` (rejections per position, mean)."""
+    from arvis.eval.plots import plot_decode_order, plot_grid_maps
+
+    grid = record["grid"]
+    specs = record["specs"]
+    order = [{"spec": label, "grid": grid, "commit_forward": d["commit_forward"][0]} for label, d in specs.items()]
+    H, W = grid
+    maps = {label: [d["rejections_per_sample"][r * W:(r + 1) * W] for r in range(H)] for label, d in specs.items()}
+    return [plot_decode_order(order, folder / "decode_order.png"),
+            plot_grid_maps(maps, folder / "rejections.png", title=f"rejections per position (mean over "
+                           f"{record['samples']} samples)", colorbar="rejections per sample")]
+
+
+# ----------------------------------------------------------------------------- figures
+def _figures_module():
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import figures  # eval/figures.py: the jobs and tables every suite shares
+
+    return figures
+
+
+def figure_jobs(out: Path, model: str, fid_num: int, samples: int, radii: list[int]) -> list[Any]:
+    """Every record docs/figures/mulo.md is built from, as jobs (one command each)."""
+    fig = _figures_module()
+
+    class ScriptJob(fig.Job):
+        def command(self) -> list[str]:
+            return [sys.executable, str(Path(__file__).resolve()), *self.args]
+
+    local = [f"mulo-local:window=32,radius={r}" for r in radii]
+    b1 = ["ar", "mc-sjd:window=16", "mc-sjd:window=32", "mulo:window=16", "mulo:window=32", *local]
+    b8 = ["ar", "mc-sjd:window=32", "mulo:window=32", *local]
+    quarter = fig.lossless_fid_num(fid_num)
+    folder = out / "mulo"
+    return [
+        ScriptJob("mulo/alpha", "alpha", ["alpha", "--json", str(folder / "alpha.json")], folder / "alpha.json"),
+        ScriptJob("mulo/maps", "maps", ["maps", "--json", str(folder / "maps.json"), "--plots", str(folder / "maps-plots"),
+                                        "--specs", "mc-sjd:window=32", "mulo:window=32", *local], folder / "maps.json"),
+        fig.bench_job(out, "mulo", "batch1-fp32", b1, model=model, samples=samples, plots=True),
+        fig.bench_job(out, "mulo", "batch8-fp32", b8, model=model, samples=8, batch_size=8),
+        fig.fid_job(out, "ar", model=model, num=fid_num, floor=True),
+        fig.fid_job(out, "ar", model=model, num=fid_num, seed=1),
+        *(fig.fid_job(out, spec, model=model, num=fid_num) for spec in local),
+        # Lossless methods at a quarter of N beside AR at the same N and two seeds (as eval/figures.py does).
+        fig.fid_job(out, "ar", model=model, num=quarter, floor=True),
+        fig.fid_job(out, "ar", model=model, num=quarter, seed=1),
+        fig.fid_job(out, "mulo:window=32", model=model, num=quarter),
+        fig.fid_job(out, "mc-sjd:window=32", model=model, num=quarter),
+    ]
+
+
+def _alpha_lines(record: dict[str, Any]) -> list[str]:
+    lines = [f"{record['samples']} samples of `{record['pipeline']}` by plain AR (CFG {record['guidance_scale']}, "
+             f"top-k {record['top_k']}; seed {record['seed']}), `p_j` recomputed given each sample's own prefix; "
+             f"drafts from `{record['upsampler']}` on a {record['low_grid']}x{record['low_grid']} map of "
+             f"`{record['lowres_model']}` (the steered row: {record['steered_samples']} decodes of "
+             "`mulo:window=32`, each against its own low-resolution sample). α = E[1 − TV(p_j, q_j)], the "
+             "probability that a draft d ~ q_j passes exact verification; the last column is what a window of "
+             "32 such drafts would commit per forward if acceptances were independent.", "",
+             "| draft q | α | NLL of the target's tokens (nats) | top-1 | (1 − α^33)/(1 − α) |", "|---|---|---|---|---|"]
+    for name, d in record["drafts"].items():
+        lines.append(f"| {name} | {d['alpha']:.4f} | {d['nll']:.3f} | {100 * d['top1']:.1f}% | "
+                     f"{d['iid_tokens_per_forward_window_32']:.2f} |")
+    rows = " | ".join(str(i) for i in range(record["grid"]))
+    lines += ["", "α by grid row (first → last):", "", f"| draft q | {rows} |", "|---|" + "---|" * record["grid"]]
+    for name, d in record["drafts"].items():
+        lines.append(f"| {name} | " + " | ".join(f"{a:.2f}" for a in d["alpha_by_row"]) + " |")
+    return lines + [""]
+
+
+def _drafter_lines(records: list[dict[str, Any]]) -> list[str]:
+    rows = [r for r in records if r["method"] in ("mulo", "mulo-local")]
+    if not rows:
+        return []
+    lines = ["Drafts of the multi-scale methods in these decodes (means over samples): acceptance probability "
+             "Σ min(p, q) of the up-sampler's drafts at their first verification and of refreshed drafts, tokens "
+             "committed ahead of the first uncommitted position (mulo-local's local commits):", "",
+             "| method | draft forwards | α (up-sampler drafts) | α (refreshed drafts) | committed ahead / image |",
+             "|---|---|---|---|---|"]
+    for r in rows:
+        ex = r.get("extra", {})
+        cells = [f"{ex[k]:.3f}" if k in ex else "–" for k in ("alpha_upsampler_drafts", "alpha_refreshed_drafts")]
+        ahead = f"{ex['committed_ahead_of_frontier'] / r['samples']:.1f}" if "committed_ahead_of_frontier" in ex else "–"
+        lines.append(f"| `{r['spec']}` | {r['draft_forwards']:.0f} | {cells[0]} | {cells[1]} | {ahead} |")
+    return lines + [""]
+
+
+def _verdicts(records: list[dict[str, Any]], fids: dict, fid_num: int) -> list[str]:
+    """The two targets of the issue, decided from the records."""
+    fig = _figures_module()
+    by_spec = {r["spec"]: r for r in records}
+    lines = []
+    mc, mulo = by_spec.get("mc-sjd:window=32"), by_spec.get("mulo:window=32")
+    if mc and mulo:
+        beats = mulo["step_compression"] > mc["step_compression"]
+        lines.append(f"- Lossless, 33 positions per forward: `mulo:window=32` {mulo['step_compression']:.2f}x vs "
+                     f"`mc-sjd:window=32` {mc['step_compression']:.2f}x step compression — "
+                     f"{'beats' if beats else 'does not beat'} MC-SJD.")
+    ar_fids = [rec["fid"] for (label, _, n), rec in fids.items() if label == "ar" and n == fid_num]
+    noise = max(ar_fids) - min(ar_fids) if len(ar_fids) >= 2 else None
+    ar0 = fig._best_fid(fids, "ar")
+    for r in records:
+        if r["method"] != "mulo-local":
+            continue
+        rec = fig._best_fid(fids, r["spec"])
+        if rec is None or ar0 is None or noise is None:
+            lines.append(f"- `{r['spec']}`: {r['speedup']:.2f}x latency over AR (FID not measured yet).")
+            continue
+        within = abs(rec["fid"] - ar0["fid"]) <= noise
+        ok = within and r["speedup"] >= 1.7
+        lines.append(f"- `{r['spec']}`: {r['speedup']:.2f}x latency over AR, FID {rec['fid']:.2f} vs AR "
+                     f"{ar0['fid']:.2f} (seed noise {noise:.2f}; {'within' if within else 'outside'} it) — "
+                     f"target (>= 1.7x at FID within noise) {'met' if ok else 'not met'}.")
+    return lines
+
+
+def write_mulo_report(jobs: list[Any], out: Path, fid_num: int) -> Path:
+    fig = _figures_module()
+    fids = fig._fid_records(out)
+    lines = ["# Figures: multi-scale drafting (mulo, mulo-local)", "",
+             "Generated by `python eval/mulo.py figures` from the JSON records in `docs/figures/mulo/` and "
+             "`docs/figures/fid/` (re-run it to reproduce; `--list` prints every command). Method: docs/mulo.md. "
+             "`mulo` is lossless; `mulo-local` (MuLo-SD's local resampling) is lossy. FID: the shipped domain "
+             "network, held-out real crops as reference (docs/evaluation.md).", ""]
+    verdict_records: list[dict[str, Any]] = []
+    for job in jobs:
+        record = fig._load(job.output)
+        if job.kind == "alpha":
+            lines += ["## α: what the up-sampler's drafts are worth", ""]
+            lines += _alpha_lines(record) if isinstance(record, dict) else ["(not run yet)", ""]
+        elif job.kind == "maps":
+            lines += ["## Where tokens are committed and where drafts are rejected", ""]
+            if isinstance(record, dict):
+                lines += [f"{record['samples']} samples per method (class i mod classes, seeds {record['seed']}…); "
+                          "decode order of sample 0 and mean rejections per position:", "",
+                          "| method | target forwards (mean) |", "|---|---|"]
+                for label, d in record["specs"].items():
+                    lines.append(f"| `{label}` | {sum(d['target_forwards']) / len(d['target_forwards']):.1f} |")
+                plots = out / "mulo" / "maps-plots"
+                lines += ["", "Plots: " + ", ".join(f"[{p.name}](mulo/{plots.name}/{p.name})"
+                                                    for p in sorted(plots.glob("*.png"))), ""]
+            else:
+                lines += ["(not run yet)", ""]
+        elif job.kind == "bench":
+            lines += [f"## {job.name}", ""]
+            if not isinstance(record, list):
+                lines += ["(not run yet)", ""]
+                continue
+            verdict_records += record if record[0]["batch_size"] == 1 else []
+            lines += [fig._setting(record), ""]
+            lines += fig._bench_table(record, fids)
+            lines += ["", *_drafter_lines(record)]
+            lines += ["Acceptance by window position — share of target forwards that commit at least j tokens:", ""]
+            lines += fig._survival_table(record)
+            lines += ["", "Forward cost on this machine (same model, batch and guidance):", ""]
+            lines += fig._cost_table(record[0].get("forward_cost", [])) + [""]
+            plots = out / "mulo" / f"{job.output.stem}-plots"
+            if plots.is_dir():
+                lines += ["Plots: " + ", ".join(f"[{p.name}](mulo/{plots.name}/{p.name})"
+                                                for p in sorted(plots.glob("*.png"))), ""]
+    fid_jobs = [j for j in jobs if j.kind == "fid"]
+    rows = [rec for j in fid_jobs if isinstance(rec := fig._load(j.output), dict)]
+    if rows:
+        lines += ["## FID", "", "| method | seed | N | FID | real-vs-real floor (same N) |", "|---|---|---|---|---|"]
+        for rec in sorted(rows, key=lambda r: (-r["num_generated"], fig._label(r) != "ar", fig._label(r), r["seed"])):
+            floor = rec.get("real_vs_real_floor")
+            lines.append(f"| `{fig._label(rec)}` | {rec['seed']} | {rec['num_generated']} | {rec['fid']:.2f} | "
+                         f"{'–' if floor is None else f'{floor:.2f}'} |")
+        for n in sorted({r["num_generated"] for r in rows}, reverse=True):
+            ar = [r["fid"] for r in rows if fig._label(r) == "ar" and r["num_generated"] == n]
+            if len(ar) >= 2:
+                lines.append(f"\nSeed-to-seed noise of AR at N = {n}: |ΔFID| = {max(ar) - min(ar):.2f}.")
+        lines.append("")
+    lines += ["## Targets", "", *_verdicts(verdict_records, fids, fid_num), "",
+              "## Published anchor", "",
+              "- MuLo-SD (Peruzzo et al., CVPR 2026): up to 1.7x latency (v1) and up to 5x (v2) on large "
+              "text-to-image models; no public code, so no like-for-like comparison.", ""]
+    path = out / "mulo.md"
+    with atomic_path(path) as tmp:
+        Path(tmp).write_text("\n".join(lines))
+    return path
+
+
+def figures(args: argparse.Namespace) -> int:
+    import shlex
+    import subprocess
+
+    radii = [int(r) for r in args.radii.split(",") if r]
+    jobs = figure_jobs(args.out, args.model, args.fid_num, args.samples, radii)
+    todo = [j for j in jobs if args.only in (None, j.kind)]
+    if args.list:
+        for job in todo:
+            print(f"[{'done' if job.output.exists() else 'todo'}] {job.name}: {shlex.join(job.command()[1:])}")
+        return 0
+    if not args.report_only:
+        missing = [j for j in todo if not j.output.exists()]
+        for i, job in enumerate(missing, 1):
+            job.output.parent.mkdir(parents=True, exist_ok=True)
+            print(f"[{i}/{len(missing)}] {job.name}: {shlex.join(job.command()[1:])}", flush=True)
+            t0 = time.time()
+            rc = subprocess.run(job.command()).returncode
+            print(f"[{i}/{len(missing)}] {job.name}: exit {rc} after {time.time() - t0:.0f} s", flush=True)
+            if rc != 0:
+                return rc
+    print(f"wrote {write_mulo_report(jobs, args.out, args.fid_num)}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python eval/mulo.py", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -202,20 +472,47 @@ def main(argv: list[str] | None = None) -> int:
     a.add_argument("--upsampler", default="arvis/weights/llamagen-c2i-photos/upsampler")
     a.add_argument("--num", type=int, default=256)
     a.add_argument("--seed", type=int, default=0)
-    a.add_argument("--cache", default=None, help="folder caching the target's AR samples between runs")
+    a.add_argument("--cache", default=None, help="folder caching the target's AR samples between runs (default: "
+                   "the arvis data cache, $ARVIS_CACHE or ~/.cache/arvis/data)")
     a.add_argument("--steered", type=int, default=32, help="decodes of the lossless method for the steered α")
     a.add_argument("--json", required=True)
+    m = sub.add_parser("maps", help="decode-order maps and rejection locations (record + plots)")
+    m.add_argument("--pipeline", default="arvis/weights/llamagen-c2i-photos")
+    m.add_argument("--specs", nargs="+", default=list(MAP_SPECS))
+    m.add_argument("--num", type=int, default=16)
+    m.add_argument("--seed", type=int, default=0)
+    m.add_argument("--json", required=True)
+    m.add_argument("--plots", default=None, help="folder for decode_order.png and rejections.png")
+    f = sub.add_parser("figures", help="run the missing jobs, then write docs/figures/mulo.md")
+    f.add_argument("--out", default="docs/figures", type=Path)
+    f.add_argument("--model", default="c2i")
+    f.add_argument("--fid-num", type=int, default=1000)
+    f.add_argument("--samples", type=int, default=4)
+    f.add_argument("--radii", default="1,2", help="radii of the mulo-local specs")
+    f.add_argument("--only", choices=["bench", "fid", "alpha", "maps"], default=None)
+    f.add_argument("--list", action="store_true")
+    f.add_argument("--report-only", action="store_true")
     args = p.parse_args(argv)
+    if args.command == "figures":
+        return figures(args)
+    if args.command == "maps":
+        if args.num < 1:
+            raise ValueError(f"--num must be >= 1, got {args.num}")
+        record = maps_record(args.pipeline, args.specs, args.num, args.seed)
+        _write_json(Path(args.json), record)
+        if args.plots:
+            for path in write_map_plots(record, Path(args.plots)):
+                print(f"wrote {path}")
+        return 0
     if args.num < 1:
         raise ValueError(f"--num must be >= 1, got {args.num}")
     if not 0 <= args.steered <= args.num:
         raise ValueError(f"--steered must be in [0, --num], got {args.steered}")
+    from arvis.data.cache import cache_dir
+
     record = alpha_record(args.pipeline, args.lowres, args.upsampler, args.num, args.seed,
-                          Path(args.cache) if args.cache else None, steered=args.steered)
-    out = Path(args.json)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_path(out) as tmp:
-        Path(tmp).write_text(json.dumps(record, indent=2) + "\n")
+                          Path(args.cache) if args.cache else cache_dir() / "mulo", steered=args.steered)
+    _write_json(Path(args.json), record)
     for name, d in record["drafts"].items():
         print(f"{name:18s} alpha {d['alpha']:.4f}  nll {d['nll']:.3f}  top1 {100 * d['top1']:.1f}%  "
               f"iid tokens/forward (L=32) {d['iid_tokens_per_forward_window_32']:.2f}")

@@ -190,3 +190,49 @@ def test_pipeline_without_multiscale_components_says_what_is_missing():
 
     with pytest.raises(ValueError, match="lowres_model / upsampler"):
         dummy_pipeline()(class_labels=[0], method="mulo-local")
+
+
+# --------------------------------------------------------------------------- eval/mulo.py
+def test_eval_script_alpha_maps_and_report_on_a_tiny_pipeline(tmp_path):
+    import json
+    import sys
+
+    sys.path.insert(0, "eval")
+    import mulo as script
+
+    folder = tmp_path / "pipe"
+    mulo_pipeline().save_pretrained(folder)
+    (folder / "sampling_defaults.json").write_text(json.dumps({"guidance_scale": 2.0, "top_k": 0}))
+    out = tmp_path / "figures"
+    alpha = out / "mulo" / "alpha.json"
+    assert script.main(["alpha", "--pipeline", str(folder), "--lowres", str(folder / "lowres_transformer"),
+                        "--upsampler", str(folder / "upsampler"), "--num", "6", "--steered", "4",
+                        "--cache", str(tmp_path / "cache"), "--json", str(alpha)]) == 0
+    record = json.loads(alpha.read_text())
+    drafts = record["drafts"]
+    assert set(drafts) == {"oracle", "independent", "uniform", "class_frequencies", "steered (mulo:window=32 decodes)"}
+    for d in drafts.values():
+        assert 0 < d["alpha"] <= 1 and len(d["alpha_by_row"]) == 4
+    assert (tmp_path / "cache" / "target-ar-6-0.pt").is_file()
+    maps = out / "mulo" / "maps.json"
+    assert script.main(["maps", "--pipeline", str(folder), "--specs", "mc-sjd:window=4", "mulo-local:window=4,radius=1",
+                        "--num", "3", "--json", str(maps), "--plots", str(out / "mulo" / "maps-plots")]) == 0
+    m = json.loads(maps.read_text())
+    assert set(m["specs"]) == {"mc-sjd:window=4", "mulo-local:window=4,radius=1"}
+    assert (out / "mulo" / "maps-plots" / "rejections.png").is_file()
+    assert script.main(["figures", "--out", str(out), "--report-only"]) == 0
+    report = (out / "mulo.md").read_text()
+    assert "## α: what the up-sampler's drafts are worth" in report and "| oracle |" in report
+
+
+def test_rejection_sites_of_a_raster_window_method():
+    import sys
+
+    sys.path.insert(0, "eval")
+    import mulo as script
+
+    # window 2 (3 tokens at most per forward): the prefill commits 0; forward 1 commits 1..3 (all accepted
+    # plus the bonus), forward 2 commits 4 (a rejection), forward 3 commits 5, 6 (rejection at 6), forward 4
+    # commits 7 (the last token, not a rejection).
+    order = [0, 1, 1, 1, 2, 3, 3, 4]
+    assert script.rejection_sites(order, 2) == [4, 6]
