@@ -183,6 +183,11 @@ def test_pipeline_passes_its_multiscale_components_and_round_trips(tmp_path):
     again = loaded(class_labels=[0, 2], generator=[torch.Generator().manual_seed(s) for s in (3, 4)],
                    output_type="latent", method="mulo-local", window=4, radius=2)
     assert torch.equal(out.tokens, again.tokens)
+    # The low-resolution model decoded by MC-SJD (at most as many of its forwards as plain AR).
+    fast = loaded(class_labels=[0, 2], generator=[torch.Generator().manual_seed(s) for s in (3, 4)],
+                  output_type="latent", method="mulo", window=4, lowres_window=3)
+    assert fast.tokens.shape == (2, 4, 4)
+    assert all(s.draft_forwards <= 4 + 1 and s.extra["lowres_window"] == 3 for s in fast.stats.samples)
 
 
 def test_pipeline_without_multiscale_components_says_what_is_missing():

@@ -47,6 +47,14 @@ def _check_int(name: str, value: Any, lo: int, hi: int) -> None:
         raise ValueError(f"{name} must be an integer in [{lo}, {hi}], got {value!r}")
 
 
+def _lowres_runner(lowres_window: int):
+    """How the low-resolution model decodes: plain AR, or MC-SJD with ``lowres_window`` (lossless for the
+    low-resolution model; either way the drafts are exact draws of its distribution)."""
+    if lowres_window == 0:
+        return Autoregressive().run
+    return CoupledJacobi(window=lowres_window).run
+
+
 def _check_resources(lowres_model: Any, upsampler: Any, temperature: Any) -> None:
     if isinstance(temperature, bool) or not isinstance(temperature, int | float) or not temperature > 0:
         raise ValueError(f"temperature must be a number > 0, got {temperature!r}")
@@ -62,7 +70,8 @@ class MultiScaleJacobi(CoupledJacobi):
 
     Attributes: MC-SJD's (``window``, ``coupling``, ``batch_mode``, ``acceptance``…; ``init`` is not used:
     the up-sampler drafts every position), plus ``temperature`` (``q = softmax(logits / temperature)``)
-    and the drafter's models ``lowres_model`` and ``upsampler`` (the pipelines pass them).
+    ``lowres_window`` (0: the low-resolution model decodes by plain AR; L: by MC-SJD with window L) and the
+    drafter's models ``lowres_model`` and ``upsampler`` (the pipelines pass them).
     """
 
     name: ClassVar[str] = "mulo"
@@ -70,11 +79,13 @@ class MultiScaleJacobi(CoupledJacobi):
 
     window: int = 32
     temperature: float = 1.0
+    lowres_window: int = 0
     lowres_model: Any = None
     upsampler: Any = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        _check_int("lowres_window", self.lowres_window, 0, 1024)
         if self.init != "random":
             raise ValueError(f"init: mulo drafts every position from the up-sampler; got init={self.init!r}")
         if self.window_shape != "contiguous":
@@ -83,10 +94,11 @@ class MultiScaleJacobi(CoupledJacobi):
 
     def run(self, engine: DecodeEngine) -> dict[str, Any]:
         drafter = MultiScaleDrafter(self.lowres_model, self.upsampler, self.temperature)
-        draft = drafter.draft(engine, Autoregressive().run)
+        draft = drafter.draft(engine, _lowres_runner(self.lowres_window))
         extra = _JacobiRun(self, engine, initial=draft).run()
         extra.pop("init", None)
-        return {**extra, "temperature": self.temperature, "low_tokens": draft.low_tokens.tolist()}
+        return {**extra, "temperature": self.temperature, "lowres_window": self.lowres_window,
+                "low_tokens": draft.low_tokens.tolist()}
 
 
 @dataclass(frozen=True)
@@ -97,6 +109,7 @@ class MultiScaleLocal(DecodingMethod):
         window: drafts verified per forward after the first uncommitted position (``window + 1`` positions).
         radius: spatial neighbourhood of a rejection, in rows and columns (``>=`` the grid size: lossless).
         temperature: ``q = softmax(up-sampler logits / temperature)``.
+        lowres_window: how the low-resolution model decodes: 0 = plain AR, L >= 1 = MC-SJD with window L.
         lowres_model, upsampler: the drafter's models (the pipelines pass ``lowres_transformer`` and ``upsampler``).
     """
 
@@ -106,12 +119,14 @@ class MultiScaleLocal(DecodingMethod):
     window: int = 32
     radius: int = 1
     temperature: float = 1.0
+    lowres_window: int = 0
     lowres_model: Any = None
     upsampler: Any = None
 
     def __post_init__(self) -> None:
         _check_int("window", self.window, 1, 1024)
         _check_int("radius", self.radius, 1, 4096)
+        _check_int("lowres_window", self.lowres_window, 0, 1024)
         _check_resources(self.lowres_model, self.upsampler, self.temperature)
 
     @property
@@ -120,7 +135,7 @@ class MultiScaleLocal(DecodingMethod):
 
     def run(self, engine: DecodeEngine) -> dict[str, Any]:
         drafter = MultiScaleDrafter(self.lowres_model, self.upsampler, self.temperature)
-        draft = drafter.draft(engine, Autoregressive().run)
+        draft = drafter.draft(engine, _lowres_runner(self.lowres_window))
         return {**_LocalRun(self, engine, draft).run(), "low_tokens": draft.low_tokens.tolist()}
 
 
@@ -165,7 +180,7 @@ class _LocalRun:
 
     @torch.no_grad()
     def run(self) -> dict[str, Any]:
-        e, N, V, W, r = self.e, self.N, self.V, self.width, self.m.radius
+        e, N, W, r = self.e, self.N, self.width, self.m.radius
         dev = e.device
         A = e.num_active
         zero = torch.zeros(A, 1, dtype=torch.long, device=dev)
@@ -213,6 +228,7 @@ class _LocalRun:
                 A = kept.numel()
         alpha = (self.alpha_sum / self.alpha_count.clamp_min(1)).tolist()
         return {"window": self.m.window, "radius": self.m.radius, "temperature": self.m.temperature,
+                "lowres_window": self.m.lowres_window,
                 "positions_per_forward": self.m.positions_per_forward,
                 "alpha_upsampler_drafts": alpha[0], "alpha_refreshed_drafts": alpha[1],
                 "committed_ahead_of_frontier": int(self.ahead), "rejections": self.rejections.tolist()}
