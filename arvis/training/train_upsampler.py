@@ -56,22 +56,22 @@ from arvis.utils.serialization import atomic_path
 
 @dataclass(frozen=True)
 class UpsamplerTrainConfig:
-    dim: int = 128
+    dim: int = 96
     low_blocks: int = 2
-    high_blocks: int = 2
+    high_blocks: int = 1
     groups: int = 8
     dropout: float = 0.1
     token_noise: float = 0.05  # share of low-res input ids replaced by random ids (training only)
-    steps: int = 3000
-    batch_size: int = 32
+    steps: int = 1500
+    batch_size: int = 16
     lr: float = 1e-3
     warmup: int = 100
     min_lr_ratio: float = 0.05
     weight_decay: float = 0.05
     grad_clip: float = 1.0
     ema_decay: float = 0.998
-    num_train: int = 4000  # paired crops: the first num_train of the low-resolution GPT's pool_train crops
-    num_val: int = 1000
+    num_train: int = 3000  # paired crops: the first num_train of the low-resolution GPT's pool_train crops
+    num_val: int = 500
     pool_train: int = 16000
     pool_val: int = 1000
     data_seed: int = 0
