@@ -241,3 +241,22 @@ def test_rejection_sites_of_a_raster_window_method():
     # commits 7 (the last token, not a rejection).
     order = [0, 1, 1, 1, 2, 3, 3, 4]
     assert script.rejection_sites(order, 2) == [4, 6]
+
+
+def test_assemble_links_the_multiscale_components_into_a_pipeline(tmp_path):
+    from arvis.pipelines import LlamaGenPipeline
+    from arvis.training import assemble
+    from tests.test_pipeline import dummy_pipeline
+
+    parts = mulo_pipeline()
+    dummy_pipeline().save_pretrained(tmp_path / "pipe")
+    parts.lowres_transformer.save_pretrained(tmp_path / "lowres")
+    parts.upsampler.save_pretrained(tmp_path / "up")
+    with pytest.raises(ValueError, match="expected a TokenUpsampler folder, found LlamaGenTransformer"):
+        assemble.main(["--out", str(tmp_path / "pipe"), "--link", f"upsampler={tmp_path / 'lowres'}"])
+    assemble.main(["--out", str(tmp_path / "pipe"), "--link", f"lowres_transformer={tmp_path / 'lowres'}",
+                   "--link", f"upsampler={tmp_path / 'up'}"])
+    assert (tmp_path / "pipe" / "upsampler").is_symlink()
+    loaded = LlamaGenPipeline.from_pretrained(tmp_path / "pipe")
+    a, b = parts.upsampler.state_dict(), loaded.upsampler.state_dict()
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
