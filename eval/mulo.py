@@ -2,6 +2,7 @@
 """Multi-scale drafting: how good the up-sampler's drafts are for the shipped c2i target, measured.
 
     python eval/mulo.py alpha --json docs/figures/mulo/alpha.json     # α, NLL and top-1 on target samples
+    python eval/mulo.py alpha --no-lowres --upsampler FOLDER --json J --markdown M  # the up-sampler alone
     python eval/mulo.py figures                # every job whose record is missing, then docs/figures/mulo.md
     python eval/mulo.py figures --list         # the jobs and their commands
     python eval/mulo.py figures --report-only  # rebuild docs/figures/mulo.md from the records
@@ -22,7 +23,8 @@ a low-resolution token map of
   low-resolution sample that drafted it — the α of real decodes, where accepted drafts pull the target's
   prefix towards the low-resolution image (the decodes are still exact samples of the target);
 
-and, as yardsticks, the uniform draft of SJD's random init and the class's token frequencies. For each:
+and, as yardsticks, the uniform draft of SJD's random init and the class's token frequencies (``--no-lowres``:
+without a low-resolution model, only ``oracle`` and the yardsticks — what the up-sampler alone is worth). For each:
 the per-token acceptance ``α = E_j[1 − TV(p_j, q_j)]`` (the probability that a draft ``d ~ q_j`` is
 accepted by exact verification against ``p_j``), its map over the grid, and NLL / top-1 of ``q`` against
 the target's sampled tokens.
@@ -104,7 +106,7 @@ def draft_figures(p: torch.Tensor, q: torch.Tensor, tokens: torch.Tensor, grid: 
     }
 
 
-def alpha_record(pipeline: str, lowres: str, upsampler: str, num: int, seed: int, cache: Path | None,
+def alpha_record(pipeline: str, lowres: str | None, upsampler: str, num: int, seed: int, cache: Path | None,
                  batch_size: int = 16, steered: int = 32) -> dict[str, Any]:
     """The record ``alpha`` writes (see the module docstring)."""
     from arvis.pipelines import LlamaGenPipeline
@@ -113,13 +115,15 @@ def alpha_record(pipeline: str, lowres: str, upsampler: str, num: int, seed: int
     pipe = LlamaGenPipeline.from_pretrained(pipeline)
     target = pipe.transformer.float().eval()
     vq = pipe.vqvae.float().eval()
-    low_model = LlamaGenTransformer.from_pretrained(lowres).float().eval()
+    low_model = LlamaGenTransformer.from_pretrained(lowres).float().eval() if lowres else None
+    if low_model is None:
+        steered = 0
     up = TokenUpsampler.from_pretrained(upsampler).float().eval()
     defaults = json.loads((Path(pipeline) / "sampling_defaults.json").read_text())
     sampling = SamplingConfig(guidance_scale=defaults.get("guidance_scale", 1.0), top_k=defaults.get("top_k", 0))
     classes = target.config.num_classes
     labels = [i % classes for i in range(num)]
-    grid, low_grid = target.layout.grid[0], low_model.layout.grid[0]
+    grid, low_grid = target.layout.grid[0], up.config.low_grid
     t0 = time.time()
     path = cache / f"target-ar-{num}-{seed}.pt" if cache else None
     if path is not None and path.exists():
@@ -138,9 +142,9 @@ def alpha_record(pipeline: str, lowres: str, upsampler: str, num: int, seed: int
     with torch.no_grad():
         oracle_low = downsampled_codes(vq, tokens, grid, low_res)
         gens = [torch.Generator().manual_seed(10_000 + seed + i) for i in range(num)]
-        indep_low = torch.cat([decode(low_model, Condition(class_labels=torch.tensor(labels[s:s + batch_size])),
-                                      sampling, "ar", gens[s:s + batch_size])[0]
-                               for s in range(0, num, batch_size)])
+        indep_low = None if low_model is None else torch.cat(
+            [decode(low_model, Condition(class_labels=torch.tensor(labels[s:s + batch_size])), sampling, "ar",
+                    gens[s:s + batch_size])[0] for s in range(0, num, batch_size)])
         # Class token frequencies of the target's own samples (a position-blind draft; in-sample, so optimistic).
         freq = torch.ones(classes, V)
         freq.index_put_((torch.tensor(labels)[:, None].expand_as(tokens), tokens), torch.ones_like(tokens, dtype=torch.float),
@@ -153,7 +157,7 @@ def alpha_record(pipeline: str, lowres: str, upsampler: str, num: int, seed: int
             p = sampling_distributions(target, tokens[sl], Condition(class_labels=lab), sampling)
             drafts = {
                 "oracle": up.distributions(oracle_low[sl], lab),
-                "independent": up.distributions(indep_low[sl], lab),
+                **({} if indep_low is None else {"independent": up.distributions(indep_low[sl], lab)}),
                 "uniform": torch.full_like(p, 1.0 / V),
                 "class_frequencies": freq[lab][:, None].expand_as(p),
             }
@@ -184,7 +188,7 @@ def alpha_record(pipeline: str, lowres: str, upsampler: str, num: int, seed: int
     return {
         "kind": "mulo-alpha",
         "pipeline": Path(pipeline).name,
-        "lowres_model": Path(lowres).name,
+        "lowres_model": Path(lowres).name if lowres else None,
         "upsampler": Path(upsampler).name,
         "samples": num,
         "steered_samples": steered,
@@ -307,11 +311,14 @@ def figure_jobs(out: Path, model: str, fid_num: int, samples: int, radii: list[i
 
 
 def _alpha_lines(record: dict[str, Any]) -> list[str]:
+    low = record["low_grid"]
+    source = (f"`{record['lowres_model']}` (the steered row: {record['steered_samples']} decodes of "
+              "`mulo:window=32`, each against its own low-resolution sample)" if record["lowres_model"] else
+              "the target's own sample, decoded, down-sampled and re-tokenised only (oracle: no low-resolution "
+              "model was given)")
     lines = [f"{record['samples']} samples of `{record['pipeline']}` by plain AR (CFG {record['guidance_scale']}, "
              f"top-k {record['top_k']}; seed {record['seed']}), `p_j` recomputed given each sample's own prefix; "
-             f"drafts from `{record['upsampler']}` on a {record['low_grid']}x{record['low_grid']} map of "
-             f"`{record['lowres_model']}` (the steered row: {record['steered_samples']} decodes of "
-             "`mulo:window=32`, each against its own low-resolution sample). α = E[1 − TV(p_j, q_j)], the "
+             f"drafts from `{record['upsampler']}` on a {low}x{low} map of {source}. α = E[1 − TV(p_j, q_j)], the "
              "probability that a draft d ~ q_j passes exact verification; the last column is what a window of "
              "32 such drafts would commit per forward if acceptances were independent.", "",
              "| draft q | α | NLL of the target's tokens (nats) | top-1 | (1 − α^33)/(1 − α) |", "|---|---|---|---|---|"]
@@ -469,6 +476,8 @@ def main(argv: list[str] | None = None) -> int:
     a = sub.add_parser("alpha", help="α, NLL and top-1 of the up-sampler's drafts on target samples")
     a.add_argument("--pipeline", default="arvis/weights/llamagen-c2i-photos")
     a.add_argument("--lowres", default="arvis/weights/llamagen-c2i-photos/lowres_transformer")
+    a.add_argument("--no-lowres", action="store_true", help="no low-resolution model: the oracle draft and the "
+                   "yardsticks only (what the up-sampler alone is worth)")
     a.add_argument("--upsampler", default="arvis/weights/llamagen-c2i-photos/upsampler")
     a.add_argument("--num", type=int, default=256)
     a.add_argument("--seed", type=int, default=0)
@@ -476,6 +485,7 @@ def main(argv: list[str] | None = None) -> int:
                    "the arvis data cache, $ARVIS_CACHE or ~/.cache/arvis/data)")
     a.add_argument("--steered", type=int, default=32, help="decodes of the lossless method for the steered α")
     a.add_argument("--json", required=True)
+    a.add_argument("--markdown", default=None, help="also write the record's tables as Markdown here")
     m = sub.add_parser("maps", help="decode-order maps and rejection locations (record + plots)")
     m.add_argument("--pipeline", default="arvis/weights/llamagen-c2i-photos")
     m.add_argument("--specs", nargs="+", default=list(MAP_SPECS))
@@ -510,9 +520,14 @@ def main(argv: list[str] | None = None) -> int:
         raise ValueError(f"--steered must be in [0, --num], got {args.steered}")
     from arvis.data.cache import cache_dir
 
-    record = alpha_record(args.pipeline, args.lowres, args.upsampler, args.num, args.seed,
-                          Path(args.cache) if args.cache else cache_dir() / "mulo", steered=args.steered)
+    record = alpha_record(args.pipeline, None if args.no_lowres else args.lowres, args.upsampler, args.num,
+                          args.seed, Path(args.cache) if args.cache else cache_dir() / "mulo", steered=args.steered)
     _write_json(Path(args.json), record)
+    if args.markdown:
+        with atomic_path(Path(args.markdown)) as tmp:
+            Path(tmp).write_text("\n".join(["# α of the up-sampler's drafts", "",
+                                             f"Built from `{Path(args.json).name}` by `python eval/mulo.py alpha`.", "",
+                                             *_alpha_lines(record)]))
     for name, d in record["drafts"].items():
         print(f"{name:18s} alpha {d['alpha']:.4f}  nll {d['nll']:.3f}  top1 {100 * d['top1']:.1f}%  "
               f"iid tokens/forward (L=32) {d['iid_tokens_per_forward_window_32']:.2f}")

@@ -15,8 +15,12 @@ speculative acceptance against ``p_j`` (accept ``d_j`` w.p. ``min(1, p_j(d_j)/q_
 alone. ``z`` is just extra randomness the verifier knows about: it can steer *which* sample comes out
 (accepted drafts make the target's prefix look like the low-resolution image), never its distribution.
 
-Costs counted as draft forwards (:attr:`DecodeStats.draft_forwards`) and inside the latency: every forward
-of the low-resolution model (its prefill and each of its AR steps) and the one up-sampler forward.
+Costs counted as draft forwards (``draft_forwards`` in the statistics) and timed as draft time inside the
+latency: every forward of the low-resolution model (it runs in a drafter engine of the target's engine:
+its prefill and each of its steps) and the one up-sampler forward.
+
+The lossless method feeds ``q`` to Jacobi drafting as the request's initial distributions
+(:class:`arvis.drafting.jacobi.InitialDistributions`: :meth:`MultiScaleDraft.at` / :meth:`MultiScaleDraft.select`).
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ import torch
 from arvis.engine.engine import DecodeEngine
 from arvis.models.protocol import Backbone
 from arvis.models.upsampler import TokenUpsampler
-from arvis.utils.random import sample_categorical
+from arvis.utils.random import sample_inverse_cdf
 
 LowresRunner = Callable[[DecodeEngine], Any]
 
@@ -51,10 +55,11 @@ class MultiScaleDraft:
         """``q`` at sequence indices ``index [A, M]`` → ``[A, M, V]``."""
         return self.q.gather(1, index[..., None].expand(-1, -1, self.q.shape[-1]))
 
-    def draw(self, index: torch.Tensor, exponential_noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Drafts ``d ~ q`` at ``index [A, M]`` with the caller's ``Exp(1)`` noise ``[A, M, V]`` → ``(d, q)``."""
+    def draw(self, index: torch.Tensor, uniform: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Drafts ``d ~ q`` at ``index [A, M]`` by inverse CDF with the caller's ``U(0, 1)`` draws ``[A, M]``
+        → ``(d [A, M], q [A, M, V])``."""
         q = self.at(index)
-        return sample_categorical(q, exponential_noise), q
+        return sample_inverse_cdf(q, uniform), q
 
     def select(self, kept: torch.Tensor) -> MultiScaleDraft:
         """The rows ``kept [A']`` (ragged batches: finished samples leave)."""
@@ -119,15 +124,16 @@ class MultiScaleDrafter:
             The low-resolution tokens and ``q [A, N, V]``.
         """
         self.check_target(engine)
-        low = DecodeEngine(self.lowres_model, engine.condition, engine.sampling, method="draft")
-        low.random = engine.random  # one stream per sample, shared with the verifier
+        # A drafter engine: its own cache, the target's random streams (one per sample), its forwards
+        # counted and timed as the target's draft forwards.
+        low = DecodeEngine(self.lowres_model, engine.condition, engine.sampling, method="draft", drafter_of=engine)
         run_lowres(low)
-        engine.count_draft_forward(low.stats.forward_index)  # the low-resolution model's forwards
-        low_tokens = low.tokens[engine.active]
-        labels = engine.condition.class_labels[engine.active].to(low_tokens.device)
-        q = self.upsampler.distributions(low_tokens, labels if self.upsampler.config.num_classes else None,
-                                         self.temperature)
-        engine.count_draft_forward(1)  # the up-sampler
+        low_tokens = low.tokens.index_select(0, engine.active)
+        labels = engine.condition.class_labels.index_select(0, engine.active.to(engine.condition.class_labels.device))
+        labels = labels.to(low_tokens.device) if self.upsampler.config.num_classes else None
+        with engine.clock.measure("draft"):
+            q = self.upsampler.distributions(low_tokens, labels, self.temperature)
+        engine.stats.draft_forward(engine.active_list)  # the up-sampler
         return MultiScaleDraft(low_tokens, q.to(engine.device))
 
 

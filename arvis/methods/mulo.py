@@ -9,8 +9,10 @@ tokens (committed or drafted) as inputs, and verifies the drafts there with exac
 (accept ``d_j`` w.p. ``min(1, p_j(d_j)/q_j(d_j))``, else draw from ``normalize(max(0, p_j − q_j))``).
 
 - ``mulo`` — LOSSLESS. MC-SJD (:class:`arvis.methods.sjd.CoupledJacobi`) whose initial drafts are the
-  up-sampler's instead of uniform random tokens: commits in raster order up to the first rejection plus the
-  recovered token, and every later draft is refreshed by maximal coupling with this forward's ``p``. The
+  up-sampler's instead of uniform random tokens (``raster window × Jacobi drafter started from the up-sampler's
+  q × exact acceptance``: the up-sampled ``q`` is the Jacobi session's initial distributions,
+  :class:`arvis.drafting.jacobi.InitialDistributions`): commits in raster order up to the first rejection plus
+  the recovered token, and every later draft is refreshed by maximal coupling with this forward's ``p``. The
   drafts' ``q_j`` depend only on the low-resolution sample, never on the target's tokens, so exact
   acceptance is exact here as it is for any independently drawn draft (:mod:`arvis.drafting.multiscale`).
 - ``mulo-local`` — the published variant, LOSSY. A rejection at ``i`` does not discard the rest of the
@@ -35,16 +37,26 @@ from typing import Any, ClassVar
 import torch
 
 from arvis.acceptance.speculative import speculative_step
+from arvis.drafting.jacobi import JacobiDrafter
 from arvis.drafting.multiscale import MultiScaleDraft, MultiScaleDrafter
 from arvis.engine.engine import DecodeEngine
 from arvis.methods.ar import Autoregressive
-from arvis.methods.base import DecodingMethod, MissingResourceError
-from arvis.methods.sjd import CoupledJacobi, _JacobiRun
+from arvis.methods.base import DecodingMethod, require
+from arvis.methods.draft_verify import DraftVerifyLoop
+from arvis.methods.options import ACCEPTANCE_OPTIONS, Option, rule_options
+from arvis.methods.relaxation import checked_neighbours
+from arvis.methods.sjd import CoupledJacobi
 
+MISSING = ("lowres_model / upsampler: multi-scale drafting needs a low-resolution model and an up-sampler (the "
+           "pipeline's lowres_transformer and upsampler, or pass lowres_model=…, upsampler=…)")
 
-def _check_int(name: str, value: Any, lo: int, hi: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
-        raise ValueError(f"{name} must be an integer in [{lo}, {hi}], got {value!r}")
+DRAFTER_OPTIONS: tuple[Option, ...] = (
+    Option("temperature", "float", 1.0, "up-sampler drafts: q = softmax(logits / temperature)", low=1e-3, high=1e3),
+    Option("lowres_window", "int", 0, "the low-resolution model decodes by plain AR (0) or MC-SJD with this window",
+           low=0, high=1024),
+    Option("lowres_model", "resource", None, "the low-resolution backbone (the pipelines pass lowres_transformer)"),
+    Option("upsampler", "resource", None, "the token up-sampler (the pipelines pass upsampler)"),
+)
 
 
 def _lowres_runner(lowres_window: int):
@@ -55,27 +67,32 @@ def _lowres_runner(lowres_window: int):
     return CoupledJacobi(window=lowres_window).run
 
 
-def _check_resources(lowres_model: Any, upsampler: Any, temperature: Any) -> None:
-    if isinstance(temperature, bool) or not isinstance(temperature, int | float) or not temperature > 0:
-        raise ValueError(f"temperature must be a number > 0, got {temperature!r}")
-    if lowres_model is None or upsampler is None:
-        raise MissingResourceError("lowres_model / upsampler: multi-scale drafting needs a low-resolution model and "
-                                   "an up-sampler (the pipeline's lowres_transformer and upsampler, or pass "
-                                   "lowres_model=…, upsampler=…)")
+def _draft(method: Any, engine: DecodeEngine) -> MultiScaleDraft:
+    """The request's low-resolution sample and up-sampled ``q`` (``MissingResourceError`` without the models)."""
+    lowres_model = require(method.lowres_model, MISSING)
+    upsampler = require(method.upsampler, MISSING)
+    drafter = MultiScaleDrafter(lowres_model, upsampler, method.temperature)
+    return drafter.draft(engine, _lowres_runner(method.lowres_window))
 
 
 @dataclass(frozen=True)
 class MultiScaleJacobi(CoupledJacobi):
     """MuLo-SD drafts verified losslessly: MC-SJD started from the up-sampler's ``q`` (module docstring).
 
-    Attributes: MC-SJD's (``window``, ``coupling``, ``batch_mode``, ``acceptance``…; ``init`` is not used:
-    the up-sampler drafts every position), plus ``temperature`` (``q = softmax(logits / temperature)``)
-    ``lowres_window`` (0: the low-resolution model decodes by plain AR; L: by MC-SJD with window L) and the
-    drafter's models ``lowres_model`` and ``upsampler`` (the pipelines pass them).
+    Options: ``window``, ``coupling`` (maximal or gumbel), ``jacobi_interval``, ``batch_mode`` and the acceptance
+    rule as MC-SJD (``init`` and the staircase are not used: the up-sampler drafts every position of a raster
+    window), plus ``temperature`` (``q = softmax(logits / temperature)``), ``lowres_window`` (0: the
+    low-resolution model decodes by plain AR; L: by MC-SJD with window L) and the drafter's models
+    ``lowres_model`` and ``upsampler`` (the pipelines pass them).
     """
 
     name: ClassVar[str] = "mulo"
-    lossless: ClassVar[bool] = True
+    options: ClassVar[tuple[Option, ...]] = (
+        Option("window", "int", 32, "drafts verified per forward (L)", low=1, high=1024),
+        *(o for o in CoupledJacobi.options if o.name in ("coupling", "jacobi_interval", "batch_mode")),
+        *ACCEPTANCE_OPTIONS,
+        *DRAFTER_OPTIONS,
+    )
 
     window: int = 32
     temperature: float = 1.0
@@ -85,36 +102,45 @@ class MultiScaleJacobi(CoupledJacobi):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _check_int("lowres_window", self.lowres_window, 0, 1024)
         if self.init != "random":
             raise ValueError(f"init: mulo drafts every position from the up-sampler; got init={self.init!r}")
         if self.window_shape != "contiguous":
             raise ValueError(f"window_shape: mulo verifies a contiguous raster window; got {self.window_shape!r}")
-        _check_resources(self.lowres_model, self.upsampler, self.temperature)
 
     def run(self, engine: DecodeEngine) -> dict[str, Any]:
-        drafter = MultiScaleDrafter(self.lowres_model, self.upsampler, self.temperature)
-        draft = drafter.draft(engine, _lowres_runner(self.lowres_window))
-        extra = _JacobiRun(self, engine, initial=draft).run()
-        extra.pop("init", None)
-        return {**extra, "temperature": self.temperature, "lowres_window": self.lowres_window,
-                "low_tokens": draft.low_tokens.tolist()}
+        neighbours = checked_neighbours(self.acceptance, self.neighbours)
+        draft = _draft(self, engine)
+        schedule = self.schedule(engine)
+        lockstep = self.batch_mode == "lockstep"
+        drafter = JacobiDrafter("random", self.coupling, self.jacobi_interval, lockstep=lockstep)
+        loop = DraftVerifyLoop(engine, schedule,
+                               lambda p0, noise: drafter.start(engine, schedule, p0, noise, initial=draft),
+                               rule=self.acceptance, neighbours=neighbours, gumbel=self.coupling == "gumbel",
+                               lockstep=lockstep)
+        return {**loop.run(), "window": self.window, "coupling": self.coupling,
+                "positions_per_forward": self.positions_per_forward, "temperature": self.temperature,
+                "lowres_window": self.lowres_window, "low_tokens": draft.low_tokens.tolist(),
+                **rule_options(self.acceptance)}
 
 
 @dataclass(frozen=True)
 class MultiScaleLocal(DecodingMethod):
     """MuLo-SD's local verification (LOSSY; see the module docstring).
 
-    Attributes:
+    Options:
         window: drafts verified per forward after the first uncommitted position (``window + 1`` positions).
         radius: spatial neighbourhood of a rejection, in rows and columns (``>=`` the grid size: lossless).
-        temperature: ``q = softmax(up-sampler logits / temperature)``.
-        lowres_window: how the low-resolution model decodes: 0 = plain AR, L >= 1 = MC-SJD with window L.
-        lowres_model, upsampler: the drafter's models (the pipelines pass ``lowres_transformer`` and ``upsampler``).
+        temperature, lowres_window, lowres_model, upsampler: the drafter's (as ``mulo``).
     """
 
     name: ClassVar[str] = "mulo-local"
-    lossless: ClassVar[bool] = False
+    options: ClassVar[tuple[Option, ...]] = (
+        Option("window", "int", 32, "drafts verified per forward (positions after the first uncommitted one)",
+               low=1, high=1024),
+        Option("radius", "int", 1, "rows and columns around a rejection whose later positions are re-verified "
+               "(>= the grid size: lossless)", low=1, high=4096),
+        *DRAFTER_OPTIONS,
+    )
 
     window: int = 32
     radius: int = 1
@@ -124,18 +150,18 @@ class MultiScaleLocal(DecodingMethod):
     upsampler: Any = None
 
     def __post_init__(self) -> None:
-        _check_int("window", self.window, 1, 1024)
-        _check_int("radius", self.radius, 1, 4096)
-        _check_int("lowres_window", self.lowres_window, 0, 1024)
-        _check_resources(self.lowres_model, self.upsampler, self.temperature)
+        self._check_declared()
+
+    @property
+    def lossless(self) -> bool:
+        return False
 
     @property
     def positions_per_forward(self) -> int:
         return self.window + 1
 
     def run(self, engine: DecodeEngine) -> dict[str, Any]:
-        drafter = MultiScaleDrafter(self.lowres_model, self.upsampler, self.temperature)
-        draft = drafter.draft(engine, _lowres_runner(self.lowres_window))
+        draft = _draft(self, engine)
         return {**_LocalRun(self, engine, draft).run(), "low_tokens": draft.low_tokens.tolist()}
 
 
@@ -154,7 +180,7 @@ class _LocalRun:
         A, dev = engine.num_active, engine.device
         self.q = draft.q  # owned by this run: refreshed in place
         index = torch.arange(self.N, device=dev).expand(A, -1)
-        self.tokens, _ = draft.draw(index, engine.exponential((self.N, self.V)))  # d_j ~ q_j everywhere
+        self.tokens, _ = draft.draw(index, engine.uniform((self.N,)))  # d_j ~ q_j everywhere
         self.final = torch.zeros(A, self.N, dtype=torch.bool, device=dev)
         self.fresh = torch.ones(A, self.N, dtype=torch.bool, device=dev)  # still the up-sampler's draft
         self.offsets = torch.arange(method.window + 1, device=dev)
@@ -170,7 +196,8 @@ class _LocalRun:
         T, V = targets.shape[1], self.V
         drafts = self.tokens.gather(1, targets)
         q = self.q.gather(1, targets[..., None].expand(-1, -1, V)) * live[..., None]
-        tokens, accepted = speculative_step(p, q, drafts, self.e.uniform((T,)), self.e.exponential((T, V)))
+        uniform = self.e.uniform((2, T))  # the accept test's and the recovered token's (inverse CDF)
+        tokens, accepted = speculative_step(p, q, drafts, uniform[:, 0], uniform[:, 1])
         overlap = torch.minimum(p, q).sum(-1)  # = 1 − TV(p, q): the probability the draft is accepted
         fresh = self.fresh.gather(1, targets) & live
         for k, mask in enumerate((fresh, live & ~fresh)):
@@ -192,7 +219,16 @@ class _LocalRun:
         n = torch.ones(A, dtype=torch.long, device=dev)
         # i before k in the window, and within the radius: [K, K] pattern per sample from the targets' coordinates.
         before = self.offsets[:, None] < self.offsets[None, :]
-        while bool((n < N).any()):  # host sync: once per iteration
+        while True:
+            (committed,) = e.status(n)  # the one host synchronisation per iteration
+            kept = [a for a, m in enumerate(committed) if m < N]
+            if not kept:
+                break
+            if len(kept) < len(committed):  # finished samples leave the batch
+                kept_index = e.retire(kept)
+                n, self.tokens, self.q, self.final, self.fresh = (
+                    t.index_select(0, kept_index) for t in (n, self.tokens, self.q, self.final, self.fresh))
+                A = len(kept)
             targets = n[:, None] + self.offsets  # [A, K]
             real = targets < N
             targets = targets.clamp_max(N - 1)
@@ -220,13 +256,7 @@ class _LocalRun:
             self.ahead += (commit & (targets >= n_new[:, None])).sum()
             n = n_new
             e.truncate(n - 1)  # inputs from the first uncommitted index on are re-fed by the next window
-            done = n >= N
-            if bool(done.any()) and not bool(done.all()):
-                kept = e.retire(~done)
-                n, self.tokens, self.q, self.final, self.fresh = (
-                    t.index_select(0, kept) for t in (n, self.tokens, self.q, self.final, self.fresh))
-                A = kept.numel()
-        alpha = (self.alpha_sum / self.alpha_count.clamp_min(1)).tolist()
+        alpha = e.to_host(self.alpha_sum / self.alpha_count.clamp_min(1))
         return {"window": self.m.window, "radius": self.m.radius, "temperature": self.m.temperature,
                 "lowres_window": self.m.lowres_window,
                 "positions_per_forward": self.m.positions_per_forward,
