@@ -106,6 +106,17 @@ def draft_figures(p: torch.Tensor, q: torch.Tensor, tokens: torch.Tensor, grid: 
     }
 
 
+def training_summary(folder: str | Path) -> dict[str, Any] | None:
+    """The trainer's own figures from an exported up-sampler's ``metrics.json`` (steps, held-out NLL / top-1 /
+    top-10 against the real high-resolution codes of held-out crops, the trivial baselines), or ``None``."""
+    path = Path(folder) / "metrics.json"
+    if not path.is_file():
+        return None
+    m = json.loads(path.read_text())
+    return {k: m.get(k) for k in ("params", "steps", "heldout", "heldout_crops", "baselines")} | {
+        "planned_steps": m.get("config", {}).get("steps")}
+
+
 def alpha_record(pipeline: str, lowres: str | None, upsampler: str, num: int, seed: int, cache: Path | None,
                  batch_size: int = 16, steered: int = 32) -> dict[str, Any]:
     """The record ``alpha`` writes (see the module docstring)."""
@@ -190,6 +201,7 @@ def alpha_record(pipeline: str, lowres: str | None, upsampler: str, num: int, se
         "pipeline": Path(pipeline).name,
         "lowres_model": Path(lowres).name if lowres else None,
         "upsampler": Path(upsampler).name,
+        "upsampler_training": training_summary(upsampler),
         "samples": num,
         "steered_samples": steered,
         "seed": seed,
@@ -329,6 +341,18 @@ def _alpha_lines(record: dict[str, Any]) -> list[str]:
     lines += ["", "α by grid row (first → last):", "", f"| draft q | {rows} |", "|---|" + "---|" * record["grid"]]
     for name, d in record["drafts"].items():
         lines.append(f"| {name} | " + " | ".join(f"{a:.2f}" for a in d["alpha_by_row"]) + " |")
+    t = record.get("upsampler_training")
+    if t:
+        b, h = t["baselines"], t["heldout"]
+        lines += ["", f"The up-sampler's own held-out figures (its trainer, {t['heldout_crops']} held-out crops, against "
+                  f"the real {record['grid']}x{record['grid']} codes; {t['steps']} of {t['planned_steps']} planned "
+                  "steps):", "",
+                  "| q | NLL (nats) | top-1 | top-10 |", "|---|---|---|---|",
+                  f"| `{record['upsampler']}` | {h['nll']:.3f} | {100 * h['top1']:.1f}% | {100 * h['top10']:.1f}% |",
+                  f"| class token frequencies | {b['class_frequencies']['nll']:.3f} | "
+                  f"{100 * b['class_frequencies']['top1']:.1f}% | – |",
+                  f"| nearest re-quantised latents | – | {100 * b['nearest_requantised_top1']:.1f}% | – |",
+                  f"| bicubic re-quantised latents | – | {100 * b['bicubic_requantised_top1']:.1f}% | – |"]
     return lines + [""]
 
 

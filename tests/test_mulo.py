@@ -203,6 +203,11 @@ def test_eval_script_alpha_maps_and_report_on_a_tiny_pipeline(tmp_path):
     assert (tmp_path / "cache" / "target-ar-6-0.pt").is_file()
     # Without a low-resolution model: the oracle and the yardsticks only, and a Markdown table from the record.
     alone, table = out / "mulo" / "alpha-upsampler.json", out / "mulo" / "alpha-upsampler.md"
+    trained = {"params": 1, "steps": 3, "heldout_crops": 4, "config": {"steps": 9},
+               "heldout": {"nll": 6.25, "top1": 0.5, "top10": 0.75},
+               "baselines": {"class_frequencies": {"nll": 5.5, "top1": 0.25}, "nearest_requantised_top1": 0.125,
+                             "bicubic_requantised_top1": 0.375}}
+    (folder / "upsampler" / "metrics.json").write_text(json.dumps(trained))
     assert script.main(["alpha", "--pipeline", str(folder), "--no-lowres", "--upsampler", str(folder / "upsampler"),
                         "--num", "6", "--steered", "0", "--cache", str(tmp_path / "cache"), "--json", str(alone),
                         "--markdown", str(table)]) == 0
@@ -211,6 +216,8 @@ def test_eval_script_alpha_maps_and_report_on_a_tiny_pipeline(tmp_path):
     assert record_alone["drafts"]["oracle"] == drafts["oracle"]  # same cached target samples, same q
     oracle = record_alone["drafts"]["oracle"]
     assert f"| oracle | {oracle['alpha']:.4f} | {oracle['nll']:.3f} |" in table.read_text()
+    assert record_alone["upsampler_training"]["planned_steps"] == 9
+    assert "3 of 9 planned steps" in table.read_text() and "| 6.250 | 50.0% | 75.0% |" in table.read_text()
     maps = out / "mulo" / "maps.json"
     assert script.main(["maps", "--pipeline", str(folder), "--specs", "mc-sjd:window=4", "mulo-local:window=4,radius=1",
                         "--num", "3", "--json", str(maps), "--plots", str(out / "mulo" / "maps-plots")]) == 0
