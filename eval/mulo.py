@@ -113,8 +113,7 @@ def training_summary(folder: str | Path) -> dict[str, Any] | None:
     if not path.is_file():
         return None
     m = json.loads(path.read_text())
-    return {k: m.get(k) for k in ("params", "steps", "heldout", "heldout_crops", "baselines")} | {
-        "planned_steps": m.get("config", {}).get("steps")}
+    return {k: m.get(k) for k in ("params", "steps", "heldout", "heldout_crops", "baselines")}
 
 
 def alpha_record(pipeline: str, lowres: str | None, upsampler: str, num: int, seed: int, cache: Path | None,
@@ -345,8 +344,7 @@ def _alpha_lines(record: dict[str, Any]) -> list[str]:
     if t:
         b, h = t["baselines"], t["heldout"]
         lines += ["", f"The up-sampler's own held-out figures (its trainer, {t['heldout_crops']} held-out crops, against "
-                  f"the real {record['grid']}x{record['grid']} codes; {t['steps']} of {t['planned_steps']} planned "
-                  "steps):", "",
+                  f"the real {record['grid']}x{record['grid']} codes; after {t['steps']} training steps):", "",
                   "| q | NLL (nats) | top-1 | top-10 |", "|---|---|---|---|",
                   f"| `{record['upsampler']}` | {h['nll']:.3f} | {100 * h['top1']:.1f}% | {100 * h['top10']:.1f}% |",
                   f"| class token frequencies | {b['class_frequencies']['nll']:.3f} | "
