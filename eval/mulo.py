@@ -354,6 +354,15 @@ def _alpha_lines(record: dict[str, Any]) -> list[str]:
     return lines + [""]
 
 
+def write_alpha_markdown(record: dict[str, Any], json_path: Path, path: Path) -> Path:
+    """The tables of an ``alpha`` record (read from ``json_path``) as Markdown at ``path``."""
+    with atomic_path(path) as tmp:
+        Path(tmp).write_text("\n".join(["# α of the up-sampler's drafts", "",
+                                         f"Built from `{json_path.name}` by `python eval/mulo.py alpha-table` "
+                                         "(the record by `python eval/mulo.py alpha`).", "", *_alpha_lines(record)]))
+    return path
+
+
 def _drafter_lines(records: list[dict[str, Any]]) -> list[str]:
     rows = [r for r in records if r["method"] in ("mulo", "mulo-local")]
     if not rows:
@@ -508,6 +517,9 @@ def main(argv: list[str] | None = None) -> int:
     a.add_argument("--steered", type=int, default=32, help="decodes of the lossless method for the steered α")
     a.add_argument("--json", required=True)
     a.add_argument("--markdown", default=None, help="also write the record's tables as Markdown here")
+    t = sub.add_parser("alpha-table", help="the Markdown tables of an alpha record")
+    t.add_argument("--json", required=True)
+    t.add_argument("--markdown", required=True)
     m = sub.add_parser("maps", help="decode-order maps and rejection locations (record + plots)")
     m.add_argument("--pipeline", default="arvis/weights/llamagen-c2i-photos")
     m.add_argument("--specs", nargs="+", default=list(MAP_SPECS))
@@ -527,6 +539,9 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.command == "figures":
         return figures(args)
+    if args.command == "alpha-table":
+        print(f"wrote {write_alpha_markdown(json.loads(Path(args.json).read_text()), Path(args.json), Path(args.markdown))}")
+        return 0
     if args.command == "maps":
         if args.num < 1:
             raise ValueError(f"--num must be >= 1, got {args.num}")
@@ -546,10 +561,7 @@ def main(argv: list[str] | None = None) -> int:
                           args.seed, Path(args.cache) if args.cache else cache_dir() / "mulo", steered=args.steered)
     _write_json(Path(args.json), record)
     if args.markdown:
-        with atomic_path(Path(args.markdown)) as tmp:
-            Path(tmp).write_text("\n".join(["# α of the up-sampler's drafts", "",
-                                             f"Built from `{Path(args.json).name}` by `python eval/mulo.py alpha`.", "",
-                                             *_alpha_lines(record)]))
+        write_alpha_markdown(record, Path(args.json), Path(args.markdown))
     for name, d in record["drafts"].items():
         print(f"{name:18s} alpha {d['alpha']:.4f}  nll {d['nll']:.3f}  top1 {100 * d['top1']:.1f}%  "
               f"iid tokens/forward (L=32) {d['iid_tokens_per_forward_window_32']:.2f}")

@@ -218,6 +218,9 @@ def test_eval_script_alpha_maps_and_report_on_a_tiny_pipeline(tmp_path):
     assert f"| oracle | {oracle['alpha']:.4f} | {oracle['nll']:.3f} |" in table.read_text()
     assert record_alone["upsampler_training"]["steps"] == 3
     assert "after 3 training steps" in table.read_text() and "| 6.250 | 50.0% | 75.0% |" in table.read_text()
+    again = out / "mulo" / "again.md"
+    assert script.main(["alpha-table", "--json", str(alone), "--markdown", str(again)]) == 0
+    assert again.read_text() == table.read_text()
     maps = out / "mulo" / "maps.json"
     assert script.main(["maps", "--pipeline", str(folder), "--specs", "mc-sjd:window=4", "mulo-local:window=4,radius=1",
                         "--num", "3", "--json", str(maps), "--plots", str(out / "mulo" / "maps-plots")]) == 0
