@@ -328,7 +328,7 @@ def run_bench(backbone: Any, specs: Sequence[MethodSpec], sampling: SamplingConf
               conditions: Sequence[tuple[list[int], Condition]] | None = None,
               forward_cost_sizes: Sequence[int] = FORWARD_COST_SIZES, context: Mapping[str, Any] | None = None,
               draft_model: Any = None, neighbours: Callable[[int], torch.Tensor] | None = None,
-              progress: bool = True, count_syncs: bool = True,
+              lowres_model: Any = None, upsampler: Any = None, progress: bool = True, count_syncs: bool = True,
               clock: Callable[[], float] = time.perf_counter) -> BenchResult:
     """Time ``specs`` (plus the AR baseline) on ``backbone`` and collect their figures.
 
@@ -344,8 +344,8 @@ def run_bench(backbone: Any, specs: Sequence[MethodSpec], sampling: SamplingConf
         forward_cost_sizes: ``T`` values of the forward-cost curve (empty: skip it and the ideal speedups);
             every method's own ``T`` is added.
         context: fields copied into every record (model name, dtype, threads, provenance…).
-        draft_model, neighbours: resources methods may need (the pipeline's draft transformer and
-            codebook neighbourhoods; see :func:`arvis.methods.with_resources`).
+        draft_model, neighbours, lowres_model, upsampler: resources methods may need (the pipeline's draft
+            transformer, codebook neighbourhoods, multi-scale drafter; see :func:`arvis.methods.with_resources`).
         count_syncs: run each method once more, untimed, counting host syncs and aten ops per iteration.
         clock: the timer (tests replace it).
     """
@@ -360,7 +360,8 @@ def run_bench(backbone: Any, specs: Sequence[MethodSpec], sampling: SamplingConf
             raise ValueError("conditions: required for a model that is not class-conditional")
         conditions = class_conditions(int(num_classes), samples, batch_size, device)
     samples = sum(len(idx) for idx, _ in conditions)
-    methods = {s.label: build_method(s.name, **with_resources(s.name, s.options_dict, draft_model, neighbours))
+    methods = {s.label: build_method(s.name, **with_resources(s.name, s.options_dict, draft_model, neighbours,
+                                                              lowres_model, upsampler))
                for s in specs}
 
     def run_once(spec: MethodSpec) -> tuple[float, list[BatchStats], str]:

@@ -121,7 +121,9 @@ def run_bench_command(args: argparse.Namespace) -> int:
                        forward_cost_sizes=() if args.no_forward_cost else (1, 2, 4, 8, 16, 32, 64),
                        context=context, progress=not args.no_progress,
                        draft_model=getattr(pipe, "draft_transformer", None),
-                       neighbours=getattr(pipe, "codebook_neighbours", None))
+                       neighbours=getattr(pipe, "codebook_neighbours", None),
+                       lowres_model=getattr(pipe, "lowres_transformer", None),
+                       upsampler=getattr(pipe, "upsampler", None))
     print(format_text(result))
     if args.json:
         write_json_atomic(args.json, result.records)

@@ -122,7 +122,8 @@ class PipelineSampler:
         # Validates the method and its options, with the resources the pipeline will pass (draft model,
         # codebook neighbourhoods).
         build_method(method, **with_resources(method, method_options or {}, getattr(pipe, "draft_transformer", None),
-                                              getattr(pipe, "codebook_neighbours", None)))
+                                              getattr(pipe, "codebook_neighbours", None),
+                                              getattr(pipe, "lowres_transformer", None), getattr(pipe, "upsampler", None)))
         self.pipe = pipe
         self.seed = int(seed)
         self.method = method

@@ -5,6 +5,7 @@
 - :func:`plot_accepted_histogram` — how many tokens each target forward committed, per spec;
 - :func:`plot_decode_order` — the decode-order heat map: for every token of sample 0, the index of the
   target forward that committed it (AR is a smooth raster ramp; parallel methods show blocks);
+- :func:`plot_grid_maps` — any per-position figure as one heat map per method (e.g. where drafts are rejected);
 - :func:`plot_forward_cost` — ms per forward against positions evaluated;
 - :func:`plot_fid_vs_speed` — FID against speedup, one point per method spec.
 """
@@ -116,6 +117,27 @@ def plot_decode_order(records: Sequence[Mapping[str, Any]], path: str | os.PathL
         last_in_row = k % cols == cols - 1 or k == n - 1
         fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04, label="committing forward" if last_in_row else None)
     fig.suptitle("decode order (sample 0): which target forward committed each token", fontsize=10, y=1.04)
+    return _save(fig, path)
+
+
+def plot_grid_maps(maps: Mapping[str, Sequence[Sequence[float]]], path: str | os.PathLike, title: str,
+                   colorbar: str) -> Path:
+    """One heat map per entry of ``maps`` (label → ``H x W`` values), on a shared colour scale."""
+    plt = _pyplot()
+    n = len(maps)
+    cols = min(max(n, 1), 4)
+    rows = max(math.ceil(n / cols), 1)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.4 * cols, 3.2 * rows), squeeze=False)
+    for ax in axes.flat[n:]:
+        ax.axis("off")
+    top = max((max(max(row) for row in m) for m in maps.values()), default=1.0) or 1.0
+    for ax, (label, values) in zip(axes.flat, maps.items(), strict=False):
+        im = ax.imshow(values, cmap="magma", vmin=0.0, vmax=top, interpolation="nearest")
+        ax.set_title(label, fontsize=9)
+        ax.set_xticks([])
+        ax.set_yticks([])
+        fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04, label=colorbar)
+    fig.suptitle(title, fontsize=10, y=1.04)
     return _save(fig, path)
 
 

@@ -32,6 +32,7 @@ from arvis.methods import decode, with_resources
 from arvis.models.llamagen import LlamaGenTransformer
 from arvis.models.protocol import Condition
 from arvis.models.text_encoder import WordTextEncoder
+from arvis.models.upsampler import TokenUpsampler
 from arvis.tokenizers.llamagen_vq import LlamaGenVQModel
 from arvis.utils.config_check import CheckedPipelineMixin
 from arvis.utils.random import GeneratorArg
@@ -63,16 +64,19 @@ class LlamaGenPipeline(CheckedPipelineMixin, DiffusionPipeline):
         vqvae: :class:`~arvis.tokenizers.llamagen_vq.LlamaGenVQModel` (codes ↔ pixels).
         text_encoder: optional; maps prompts to caption features for ``t2i`` transformers.
         draft_transformer: optional smaller GPT for draft-model speculative decoding.
+        lowres_transformer, upsampler: optional low-resolution GPT and token up-sampler for multi-scale
+            drafting (methods ``mulo`` / ``mulo-local``, :mod:`arvis.drafting.multiscale`).
     """
 
     model_cpu_offload_seq = "text_encoder->transformer->vqvae"
-    _optional_components = ["text_encoder", "draft_transformer"]
+    _optional_components = ["text_encoder", "draft_transformer", "lowres_transformer", "upsampler"]
 
     # text_encoder: arvis's WordTextEncoder (imported above so that from_pretrained can resolve the library
     # a saved model_index.json names) or a transformers T5 encoder for official LlamaGen t2i checkpoints.
     def __init__(self, transformer: LlamaGenTransformer, vqvae: LlamaGenVQModel,
                  text_encoder: WordTextEncoder | Any = None,
-                 draft_transformer: LlamaGenTransformer | None = None):
+                 draft_transformer: LlamaGenTransformer | None = None,
+                 lowres_transformer: LlamaGenTransformer | None = None, upsampler: TokenUpsampler | None = None):
         super().__init__()
         if transformer.config.vocab_size != vqvae.config.codebook_size:
             raise ValueError(
@@ -82,7 +86,8 @@ class LlamaGenPipeline(CheckedPipelineMixin, DiffusionPipeline):
         if draft_transformer is not None and draft_transformer.config.vocab_size != transformer.config.vocab_size:
             raise ValueError("draft_transformer: its vocabulary differs from the transformer's")
         self.register_modules(transformer=transformer, vqvae=vqvae, text_encoder=text_encoder,
-                              draft_transformer=draft_transformer)
+                              draft_transformer=draft_transformer, lowres_transformer=lowres_transformer,
+                              upsampler=upsampler)
 
     # ------------------------------------------------------------------ inputs
     @property
@@ -215,7 +220,8 @@ class LlamaGenPipeline(CheckedPipelineMixin, DiffusionPipeline):
         B, N = condition.batch_size, self.transformer.layout.num_tokens
         if isinstance(generator, list | tuple) and len(generator) != B:
             raise ValueError(f"generator: got {len(generator)} generators for {B} images; pass one, or one per image")
-        method_options = with_resources(method, method_options, self.draft_transformer, self.codebook_neighbours)
+        method_options = with_resources(method, method_options, self.draft_transformer, self.codebook_neighbours,
+                                        self.lowres_transformer, self.upsampler)
 
         progress = self.progress_bar(total=B * N)
         committed = [0]
