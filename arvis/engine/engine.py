@@ -101,7 +101,8 @@ class DecodeEngine:
     def _probs(self, logits: torch.Tensor, target_index: torch.Tensor) -> torch.Tensor:
         A = target_index.shape[0]
         cond, uncond = (logits[:A], logits[A:]) if self.cfg else (logits, None)
-        return logits_to_probs(cond, uncond, self.sampling, target_index, self.forced_tokens)
+        return logits_to_probs(cond, uncond, self.sampling, target_index, self.forced_tokens,
+                               self.layout.image_token_range)
 
     @torch.no_grad()
     def prefill(self) -> torch.Tensor:
@@ -111,12 +112,7 @@ class DecodeEngine:
         self._prefilled = True
         cond = self.condition
         if self.cfg:
-            null = self.backbone.null_condition(cond)
-            cond = Condition(
-                class_labels=None if cond.class_labels is None else torch.cat([cond.class_labels, null.class_labels]),
-                embeddings=None if cond.embeddings is None else torch.cat([cond.embeddings, null.embeddings]),
-                mask=None if cond.mask is None else torch.cat([cond.mask, null.mask]),
-            )
+            cond = cond.concat(self.backbone.null_condition(cond))
         logits, valid = self.backbone.prefill(cond, self.cache)
         self.slot_valid[:, : self.condition_length] = valid
         self.stats.target_forward(self.active)
@@ -216,10 +212,7 @@ class DecodeEngine:
         if kept.numel() == self.num_active:
             return kept
         rows = torch.cat([kept, kept + self.num_active]) if self.cfg else kept
-        for layer in range(len(self.cache.keys)):
-            self.cache.keys[layer] = self.cache.keys[layer].index_select(0, rows)
-            self.cache.values[layer] = self.cache.values[layer].index_select(0, rows)
-        self.cache.rows = rows.numel()
+        self.cache.select_rows(rows)
         self.slot_valid = self.slot_valid.index_select(0, rows)
         self.active = self.active.index_select(0, kept)
         self.active_list = self.active.tolist()  # host sync: once per retirement, not per token
