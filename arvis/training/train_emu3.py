@@ -1,0 +1,321 @@
+"""Train arvis's shipped Emu3-architecture text-to-image model on OpenMoji emoji (:mod:`arvis.data.emoji`).
+
+Three stages, each a repo command with atomic checkpoints and automatic resume (rerun with the same
+``--scratch``):
+
+1. ``vq``: an ``Emu3VQVAE`` (transformers' Emu3 VQ tokenizer, image-only: temporal factor 1) on emoji
+   renders — L1 + L2 + codebook + commitment losses (no perceptual or adversarial loss: no pretrained
+   feature network is available offline), dead-code restarts, EMA weights exported;
+2. ``lm``: a byte-level BPE text tokenizer with Emu3's special and visual tokens
+   (:func:`arvis.tokenizers.emu3_text.build_emu3_tokenizer`) trained on the training captions, then the
+   Emu3 language model (``Emu3ForConditionalGeneration``'s text model) on
+   ``<bos>caption<|image start|>16*16<|image token|>`` + the image rows with end-of-line tokens +
+   end-of-frame + end-of-image, cross-entropy on the image tokens over the image-token logits (what the
+   prefix-constrained sampler allows), 10% caption dropout (the empty caption: the negative prompt used
+   for CFG), AdamW, cosine schedule, EMA;
+3. ``assemble``: the two into one official-layout ``Emu3ForConditionalGeneration`` (config with the
+   vocabulary map, fp16 safetensors) plus the tokenizer, as an ``Emu3Pipeline`` folder.
+
+Example::
+
+    python -m arvis.training.train_emu3 vq --out /work/scratch/emu3/vq --scratch /work/scratch/emu3/vq-run
+    python -m arvis.training.train_emu3 lm --vq /work/scratch/emu3/vq --out /work/scratch/emu3/lm \\
+        --scratch /work/scratch/emu3/lm-run
+    python -m arvis.training.train_emu3 assemble --vq /work/scratch/emu3/vq --lm /work/scratch/emu3/lm \\
+        --out arvis/weights/emu3-emoji
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import shlex
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from arvis.training.common import (
+    EMA,
+    atomic_torch_save,
+    atomic_write_text,
+    cosine_lr,
+    dumps,
+    restore_training_state,
+    setup_logging,
+)
+
+__all__ = ["LMTrainConfig", "VQTrainConfig", "main"]
+
+
+# ============================================================================================== VQ
+@dataclass(frozen=True)
+class VQTrainConfig:
+    """An ``Emu3VQVAE`` training run (model shape, data, optimisation)."""
+
+    codebook_size: int = 1024
+    embed_dim: int = 4
+    latent_channels: int = 4
+    base_channels: int = 32
+    channel_multiplier: tuple[int, ...] = (1, 2, 2, 4)
+    num_res_blocks: int = 1
+    attn_resolutions: tuple[int, ...] = (3,)
+    resolution: int = 128
+    pool: int = 6000  # augmented train renders, cached; patches are cut from them
+    patch_size: int = 32
+    batch_size: int = 16
+    full_res_batch_size: int = 4
+    full_res_fraction: float = 0.15
+    steps: int = 1500
+    lr: float = 3e-4
+    warmup: int = 100
+    min_lr_ratio: float = 0.05
+    l1_weight: float = 1.0
+    l2_weight: float = 1.0
+    commit_beta: float = 0.25
+    ema_decay: float = 0.998
+    restart_every: int = 100
+    restart_until: float = 0.75
+    data_seed: int = 0
+    init_seed: int = 0
+    eval_every: int = 250
+    ckpt_every: int = 25
+    log_every: int = 25
+
+    def __post_init__(self) -> None:
+        f = 2 ** (len(self.channel_multiplier) - 1)
+        for name in ("resolution", "patch_size"):
+            v = getattr(self, name)
+            if v < f or v % f:
+                raise ValueError(f"{name} must be a positive multiple of {f}, got {v}")
+        if self.base_channels % 32:
+            raise ValueError(f"base_channels must be a multiple of 32 (GroupNorm), got {self.base_channels}")
+        if self.steps < 1 or min(self.batch_size, self.full_res_batch_size, self.pool) < 1:
+            raise ValueError("steps, batch sizes and pool must be >= 1")
+
+    def vq_config(self) -> dict[str, Any]:
+        """``Emu3VQVAEConfig`` fields."""
+        return dict(codebook_size=self.codebook_size, embed_dim=self.embed_dim, latent_channels=self.latent_channels,
+                    base_channels=self.base_channels, channel_multiplier=list(self.channel_multiplier),
+                    num_res_blocks=self.num_res_blocks, attn_resolutions=list(self.attn_resolutions),
+                    hidden_size=self.base_channels * self.channel_multiplier[-1], temporal_downsample_factor=1)
+
+
+VQ_SMOKE = VQTrainConfig(codebook_size=32, channel_multiplier=(1, 2), resolution=32, pool=16, patch_size=16,
+                         batch_size=4, full_res_batch_size=2, full_res_fraction=0.5, steps=4, warmup=1,
+                         restart_every=2, eval_every=2, ckpt_every=2, log_every=1)
+
+
+def _to_tensor(images: np.ndarray) -> torch.Tensor:
+    """``uint8 [N, H, W, 3]`` → ``float32 [N, 3, H, W]`` in ``[-1, 1]``."""
+    return torch.from_numpy(images).permute(0, 3, 1, 2).float().div_(127.5).sub_(1.0)
+
+
+def _emoji(n: int | None, split: str, resolution: int, seed: int, smoke: bool):
+    from arvis.data.emoji import build_emoji
+
+    if smoke and n is None:
+        n = 8
+    return build_emoji(n, split, resolution, seed=seed, cache=not smoke, progress=False)
+
+
+def _vq_batch(pool: np.ndarray, cfg: VQTrainConfig, rng: np.random.Generator, full_res: bool) -> torch.Tensor:
+    n = cfg.full_res_batch_size if full_res else cfg.batch_size
+    images = pool[rng.integers(0, len(pool), n)]
+    if not full_res and cfg.patch_size < cfg.resolution:
+        p = cfg.patch_size
+        offs = rng.integers(0, cfg.resolution - p + 1, size=(n, 2))
+        images = np.stack([im[y:y + p, x:x + p] for im, (y, x) in zip(images, offs, strict=True)])
+    return _to_tensor(images)
+
+
+@torch.no_grad()
+def evaluate_vq(tokenizer, images: np.ndarray, batch_size: int = 16) -> dict[str, Any]:
+    """Reconstruction PSNR / L1 and codebook statistics on ``uint8`` images (see ``train_vq.evaluate``)."""
+    from arvis.training.train_vq import evaluate
+
+    return evaluate(tokenizer, images, batch_size)
+
+
+def train_vq(cfg: VQTrainConfig, scratch: Path, threads: int, smoke: bool = False) -> tuple[Any, dict[str, Any]]:
+    """Train (resuming from ``scratch``) and return the EMA ``Emu3VQVAE`` and a summary."""
+    from transformers import Emu3VQVAE, Emu3VQVAEConfig
+
+    from arvis.tokenizers.emu3_vq import Emu3ImageTokenizer, quantized_forward
+
+    torch.set_num_threads(threads)
+    scratch.mkdir(parents=True, exist_ok=True)
+    log = setup_logging(scratch / "train.log", "arvis.train_emu3.vq")
+    with torch.random.fork_rng():
+        torch.manual_seed(cfg.init_seed)  # transformers initialises from the global stream
+        model = Emu3VQVAE(Emu3VQVAEConfig(**cfg.vq_config())).train()
+    params = list(model.parameters())
+    opt = torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, 0.99), weight_decay=0.0)
+    ema = EMA(params, cfg.ema_decay)
+    rng = np.random.default_rng([cfg.data_seed, 31])
+    step, elapsed, history = 0, 0.0, []
+    counts = torch.zeros(cfg.codebook_size)
+    ckpt_path = scratch / "checkpoint.pt"
+    ck = restore_training_state(ckpt_path, cfg, ("steps", "eval_every", "ckpt_every", "log_every"), model, opt, ema,
+                                rng, log)
+    if ck is not None:
+        step, elapsed, history, counts = int(ck["step"]), float(ck["elapsed"]), json.loads(ck["history"]), ck["counts"]
+    else:
+        log.info("new VQ run: %d parameters, config %s", sum(p.numel() for p in params),
+                 dumps(dataclasses.asdict(cfg)))
+    pool = _emoji(cfg.pool, "train", cfg.resolution, cfg.data_seed, smoke).images
+    heldout = _emoji(None, "heldout", cfg.resolution, 0, smoke).images  # every held-out emoji once, unaugmented
+    ema_model = Emu3VQVAE(model.config).eval()
+
+    def ema_tokenizer() -> Emu3ImageTokenizer:
+        ema_model.load_state_dict(model.state_dict())
+        ema.copy_to(list(ema_model.parameters()))
+        return Emu3ImageTokenizer(ema_model)
+
+    def save() -> None:
+        atomic_torch_save({"config": json.dumps(dataclasses.asdict(cfg)), "model": model.state_dict(),
+                           "optimizer": opt.state_dict(), "ema": ema.shadow, "step": step, "elapsed": elapsed,
+                           "rng_state": json.dumps(rng.bit_generator.state), "history": json.dumps(history),
+                           "counts": counts}, ckpt_path)
+
+    full_res_from = int(round(cfg.steps * (1.0 - cfg.full_res_fraction)))
+    window: dict[str, float] = {}
+    t_last = time.time()
+    while step < cfg.steps:
+        full_res = step >= full_res_from
+        x = _vq_batch(pool, cfg, rng, full_res)
+        lr = cosine_lr(step, cfg.steps, cfg.lr, cfg.warmup, cfg.min_lr_ratio)
+        for g in opt.param_groups:
+            g["lr"] = lr
+        out = quantized_forward(model, x)
+        l1 = (out.reconstruction - x).abs().mean()
+        l2 = (out.reconstruction - x).pow(2).mean()
+        loss = cfg.l1_weight * l1 + cfg.l2_weight * l2 + out.codebook_loss + cfg.commit_beta * out.commitment_loss
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        ema.update(params)
+        counts += torch.bincount(out.codes.flatten(), minlength=cfg.codebook_size).float()
+        step += 1
+        for k, v in (("loss", loss), ("l1", l1), ("l2", l2), ("codebook", out.codebook_loss),
+                     ("commit", out.commitment_loss), ("grad_norm", grad_norm)):
+            window[k] = window.get(k, 0.0) + float(v.detach())
+        window["n"] = window.get("n", 0) + 1
+        now = time.time()
+        elapsed += now - t_last
+        t_last = now
+        if cfg.restart_every and step % cfg.restart_every == 0:
+            restarted = 0
+            dead = torch.nonzero(counts == 0).flatten()
+            if step <= cfg.restart_until * cfg.steps and dead.numel():
+                restarted = _restart_codes(model, opt, ema, dead, out.latents.detach(), rng)
+            log.info("step %d codebook: %d/%d used since last check, %d restarted", step, int((counts > 0).sum()),
+                     cfg.codebook_size, restarted)
+            counts.zero_()
+        if step % cfg.log_every == 0 or step == cfg.steps:
+            n = window.pop("n")
+            entry = {k: v / n for k, v in window.items()}
+            entry.update(step=step, lr=lr, res=x.shape[-1], sec=elapsed)
+            history.append(entry)
+            log.info("train %s", dumps(entry))
+            window = {}
+        if step % cfg.eval_every == 0 or step == cfg.steps:
+            m = evaluate_vq(ema_tokenizer(), heldout)
+            m.pop("recon")
+            history.append({"step": step, "eval": m})
+            log.info("eval step %d (EMA, %d held-out emoji): %s", step, len(heldout), dumps(m))
+            t_last = time.time()
+        if step % cfg.ckpt_every == 0 or step == cfg.steps:
+            save()
+            t_last = time.time()
+    tokenizer = ema_tokenizer()
+    train_entries = [h for h in history if "eval" not in h]
+    return tokenizer.vq, {"steps": step, "train_seconds": elapsed, "history": history,
+                          "final_train": train_entries[-1] if train_entries else {}}
+
+
+def _restart_codes(model, opt, ema: EMA, dead: torch.Tensor, latents: torch.Tensor, rng: np.random.Generator) -> int:
+    """Re-seed unused codebook rows from current encoder outputs (optimizer moments and EMA rows too)."""
+    z = latents.reshape(-1, latents.shape[-1])
+    pick = torch.from_numpy(rng.integers(0, z.shape[0], size=dead.numel()))
+    noise = torch.from_numpy(rng.standard_normal((dead.numel(), z.shape[1])).astype(np.float32))
+    weight = model.quantize.embedding.weight
+    with torch.no_grad():
+        weight[dead] = (z[pick] + 0.01 * z.std() * noise).to(weight.dtype)
+        for shadow, param in zip(ema.shadow, model.parameters(), strict=True):
+            if param is weight:
+                shadow[dead] = weight[dead]
+    state = opt.state.get(weight, {})
+    for key in ("exp_avg", "exp_avg_sq"):
+        if key in state:
+            state[key][dead] = 0
+    return int(dead.numel())
+
+
+def export_vq(vq, cfg: VQTrainConfig, summary: dict[str, Any], out: Path, command: str, smoke: bool = False
+              ) -> dict[str, Any]:
+    """fp16 ``Emu3VQVAE`` folder (``save_pretrained``) + ``training_metrics.json``; the fp16 copy is evaluated."""
+    from transformers import Emu3VQVAE
+
+    from arvis.tokenizers.emu3_vq import Emu3ImageTokenizer
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}.") as tmp:
+        vq.half().save_pretrained(tmp)
+        shipped = Emu3VQVAE.from_pretrained(tmp, dtype=torch.float32).eval()
+        heldout = _emoji(None, "heldout", cfg.resolution, 0, smoke).images
+        metrics = evaluate_vq(Emu3ImageTokenizer(shipped), heldout)
+        recon = metrics.pop("recon")
+        metrics.update(params=sum(p.numel() for p in shipped.parameters()), eval_images=len(heldout),
+                       steps=summary["steps"], train_hours=summary["train_seconds"] / 3600,
+                       final_train_losses=summary["final_train"], config=dataclasses.asdict(cfg), command=command,
+                       history=summary["history"])
+        (Path(tmp) / "training_metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+        np.save(Path(tmp) / "heldout_reconstructions.npy", np.concatenate([heldout[:16], recon[:16]]))
+        if out.exists():
+            shutil.rmtree(out)
+        Path(tmp).rename(out)
+        Path(tmp).mkdir()  # the context manager removes it
+    return metrics
+
+
+# ============================================================================================== CLI
+def _command(argv: list[str] | None) -> str:
+    return "python -m arvis.training.train_emu3 " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    p = argparse.ArgumentParser(prog="python -m arvis.training.train_emu3", description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="stage", required=True)
+    vq = sub.add_parser("vq", help="train the Emu3VQVAE on emoji renders")
+    vq.add_argument("--out", required=True, help="export folder (an Emu3VQVAE save_pretrained folder)")
+    vq.add_argument("--scratch", required=True, help="checkpoints and log")
+    vq.add_argument("--steps", type=int, default=None)
+    vq.add_argument("--codebook-size", type=int, default=None)
+    vq.add_argument("--threads", type=int, default=1)
+    vq.add_argument("--smoke", action="store_true", help="a tiny model, a few steps (seconds)")
+    args = p.parse_args(argv)
+    command = _command(argv)
+    if args.stage == "vq":
+        cfg = VQ_SMOKE if args.smoke else VQTrainConfig()
+        overrides = {k: v for k, v in (("steps", args.steps), ("codebook_size", args.codebook_size)) if v is not None}
+        cfg = dataclasses.replace(cfg, **overrides)
+        model, summary = train_vq(cfg, Path(args.scratch), args.threads, args.smoke)
+        metrics = export_vq(model, cfg, summary, Path(args.out), command, args.smoke)
+        print(json.dumps({k: v for k, v in metrics.items() if k not in ("history", "config")}, indent=2))
+        return metrics
+    raise AssertionError(args.stage)
+
+
+if __name__ == "__main__":
+    main()
