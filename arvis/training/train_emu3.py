@@ -289,6 +289,277 @@ def export_vq(vq, cfg: VQTrainConfig, summary: dict[str, Any], out: Path, comman
     return metrics
 
 
+# ============================================================================================== LM
+@dataclass(frozen=True)
+class LMTrainConfig:
+    """An Emu3 language-model training run on VQ codes of emoji renders with their captions."""
+
+    hidden_size: int = 192
+    num_layers: int = 6
+    num_heads: int = 6
+    num_kv_heads: int = 2
+    intermediate_size: int = 512
+    text_vocab_size: int = 1024
+    max_positions: int = 512
+    rope_theta: float = 10000.0
+    caption_dropout: float = 0.1
+    num_train: int = 8000  # augmented renders with random caption variants, tokenised once
+    resolution: int = 128
+    steps: int = 1000
+    batch_size: int = 16
+    lr: float = 6e-4
+    warmup: int = 100
+    min_lr_ratio: float = 0.1
+    weight_decay: float = 0.05
+    grad_clip: float = 1.0
+    ema_decay: float = 0.999
+    data_seed: int = 0
+    init_seed: int = 0
+    eval_every: int = 100
+    ckpt_every: int = 25
+    log_every: int = 25
+
+    def __post_init__(self) -> None:
+        for name in ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "steps", "batch_size", "num_train"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.hidden_size % self.num_heads or self.num_heads % self.num_kv_heads:
+            raise ValueError("hidden_size must divide by num_heads, and num_heads by num_kv_heads")
+        if not 0.0 <= self.caption_dropout < 1.0:
+            raise ValueError(f"caption_dropout must be in [0, 1), got {self.caption_dropout}")
+
+
+LM_SMOKE = LMTrainConfig(hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=64,
+                         text_vocab_size=300, num_train=8, resolution=32, steps=3, batch_size=4, warmup=1,
+                         eval_every=3, ckpt_every=2, log_every=1)
+
+
+def caption_corpus() -> list[str]:
+    """Every caption variant of every training emoji (the tokenizer's corpus; held-out emoji excluded)."""
+    from arvis.data.emoji import captions_of, emoji_split, load_catalog
+
+    return [c for e in emoji_split(load_catalog(), "train") for c in captions_of(e)]
+
+
+def _encode_codes(vq, images: np.ndarray, batch: int = 32) -> np.ndarray:
+    from arvis.tokenizers.emu3_vq import Emu3ImageTokenizer
+
+    tokenizer = Emu3ImageTokenizer(vq.float().eval())
+    out = [tokenizer.encode(_to_tensor(images[i:i + batch])).to(torch.int16).numpy() for i in range(0, len(images), batch)]
+    return np.concatenate(out)
+
+
+def lm_dataset(cfg: LMTrainConfig, vq, scratch: Path, split: str, smoke: bool) -> dict[str, np.ndarray]:
+    """VQ codes ``[n, h, w]`` and captions of emoji renders, cached in ``scratch``."""
+    n = cfg.num_train if split == "train" else None
+    path = scratch / f"codes-{split}-{n}-{cfg.data_seed}-{cfg.resolution}.npz"
+    if path.exists():
+        return dict(np.load(path, allow_pickle=False))
+    data = _emoji(n, split, cfg.resolution, cfg.data_seed if split == "train" else 0, smoke)
+    out = {"codes": _encode_codes(vq, data.images), "captions": data.captions.astype(str)}
+    tmp = path.with_suffix(".tmp.npz")
+    np.savez(tmp, **out)
+    tmp.replace(path)
+    return out
+
+
+class SequenceBuilder:
+    """Training sequences: the generation prompt (left-padded) + the image rows with Emu3's structural tokens."""
+
+    def __init__(self, tokenizer, height: int, width: int):
+        from arvis.models.emu3 import Emu3Vocabulary, emu3_layout
+        from arvis.tokenizers.emu3_text import generation_prompt
+
+        self.tok, self.height, self.width = tokenizer, height, width
+        self.vocab = Emu3Vocabulary.from_map(tokenizer.get_vocab())
+        self.layout = emu3_layout(height, width, self.vocab.num_codes, condition_length=1)
+        self.model_ids = self.vocab.model_ids()
+        free = torch.ones(self.layout.num_tokens, dtype=torch.bool)
+        free[list(self.layout.structural_tokens)] = False
+        self.free = free  # sequence indices that are image tokens (the loss is taken there)
+        self.prompt = lambda caption: generation_prompt(tokenizer, caption, height, width)
+        forced = torch.zeros(self.layout.num_tokens, dtype=torch.long)
+        for index, token in self.layout.structural_tokens.items():
+            forced[index] = token
+        self.forced = forced
+
+    def layout_tokens(self, codes: torch.Tensor) -> torch.Tensor:
+        """Code grids ``[B, h, w]`` → layout-id sequences ``[B, N]`` (structural tokens inserted)."""
+        seq = self.forced.expand(codes.shape[0], -1).clone()
+        seq[:, self.free] = codes.reshape(codes.shape[0], -1).long()
+        return seq
+
+    def batch(self, codes: torch.Tensor, captions: list[str]) -> dict[str, torch.Tensor]:
+        """Model ids ``[B, C + N − 1]`` (left-padded prompts), their validity, and the image targets."""
+        prompts = [self.prompt(c) for c in captions]
+        C = max(len(p) for p in prompts)
+        seq = self.layout_tokens(codes)  # [B, N]
+        B, N = seq.shape
+        ids = torch.full((B, C + N - 1), self.tok.pad_token_id, dtype=torch.long)
+        valid = torch.zeros(B, C + N - 1, dtype=torch.bool)
+        for b, p in enumerate(prompts):
+            ids[b, C - len(p):C] = torch.tensor(p)
+            valid[b, C - len(p):] = True
+        ids[:, C:] = self.model_ids[seq[:, :-1]]
+        return {"ids": ids, "valid": valid, "targets": seq, "prompt_length": torch.tensor(C)}
+
+
+def lm_loss(text_model, head: torch.nn.Linear, vocab, builder: SequenceBuilder, batch: dict[str, torch.Tensor]
+            ) -> torch.Tensor:
+    """Cross-entropy of the image tokens over the image-token logits (the sampler's allowed set)."""
+    ids, valid = batch["ids"], batch["valid"]
+    L = ids.shape[1]
+    positions = (valid.long().cumsum(1) - 1).clamp_min(0)
+    causal = torch.ones(L, L, dtype=torch.bool).tril()
+    mask = (causal & valid[:, None, :]) | torch.eye(L, dtype=torch.bool)
+    additive = torch.zeros(mask.shape, dtype=torch.float32).masked_fill_(~mask, torch.finfo(torch.float32).min)
+    hidden = text_model(input_ids=ids, attention_mask=additive[:, None], position_ids=positions).last_hidden_state
+    C = int(batch["prompt_length"])
+    h = hidden[:, C - 1:]  # [B, N, D]: the query before each sequence index
+    h = h[:, builder.free]  # image positions only
+    lo = vocab.visual_ids[0]
+    logits = F.linear(h, head.weight[lo:lo + vocab.num_codes])
+    targets = batch["targets"][:, builder.free]
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1))
+
+
+def _lm_config(cfg: LMTrainConfig, tokenizer, vq_config: dict[str, Any]):
+    from arvis.models.emu3 import emu3_config
+
+    return emu3_config(tokenizer.get_vocab(), hidden_size=cfg.hidden_size, num_layers=cfg.num_layers,
+                       num_heads=cfg.num_heads, num_kv_heads=cfg.num_kv_heads,
+                       intermediate_size=cfg.intermediate_size, vq=vq_config, max_positions=cfg.max_positions,
+                       pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id,
+                       eos_token_id=tokenizer.eos_token_id, rope_theta=cfg.rope_theta)
+
+
+@torch.no_grad()
+def lm_validation_loss(text_model, head, vocab, builder, data: dict[str, np.ndarray], batch_size: int = 32) -> float:
+    text_model.eval()
+    total, count = 0.0, 0
+    for i in range(0, len(data["codes"]), batch_size):
+        codes = torch.from_numpy(data["codes"][i:i + batch_size].astype(np.int64))
+        batch = builder.batch(codes, [str(c) for c in data["captions"][i:i + batch_size]])
+        total += float(lm_loss(text_model, head, vocab, builder, batch)) * len(codes)
+        count += len(codes)
+    text_model.train()
+    return total / max(count, 1)
+
+
+def train_lm(cfg: LMTrainConfig, vq_path: Path, scratch: Path, threads: int, smoke: bool = False) -> dict[str, Any]:
+    """Build the tokenizer, tokenise the data, train the language model (resumable); returns the parts."""
+    from transformers import Emu3ForCausalLM, Emu3VQVAE
+
+    from arvis.tokenizers.emu3_text import build_emu3_tokenizer
+
+    torch.set_num_threads(threads)
+    scratch.mkdir(parents=True, exist_ok=True)
+    log = setup_logging(scratch / "train.log", "arvis.train_emu3.lm")
+    vq = Emu3VQVAE.from_pretrained(vq_path, dtype=torch.float32).eval()
+    tok_dir = scratch / "tokenizer"
+    if not (tok_dir / "tokenizer.json").exists():
+        corpus = caption_corpus() if not smoke else ["red apple", "grinning face", "dog face"]
+        build_emu3_tokenizer(corpus, int(vq.config.codebook_size), cfg.text_vocab_size).save_pretrained(tok_dir)
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tok_dir)
+    grid = cfg.resolution // vq.vision_spatial_factor
+    builder = SequenceBuilder(tokenizer, grid, grid)
+    train_data = lm_dataset(cfg, vq, scratch, "train", smoke)
+    val_data = lm_dataset(cfg, vq, scratch, "heldout", smoke)
+    config = _lm_config(cfg, tokenizer, vq.config.to_dict())
+    with torch.random.fork_rng():
+        torch.manual_seed(cfg.init_seed)  # transformers initialises from the global stream
+        model = Emu3ForCausalLM(config.text_config).train()
+    text_model, head, vocab = model.model, model.lm_head, builder.vocab
+    params = list(model.parameters())
+    decay = [p for p in params if p.ndim >= 2]
+    no_decay = [p for p in params if p.ndim < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
+                             {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, 0.95))
+    ema = EMA(params, cfg.ema_decay)
+    rng = np.random.default_rng([cfg.data_seed, 53])
+    step, elapsed, history = 0, 0.0, []
+    ckpt_path = scratch / "checkpoint.pt"
+    ck = restore_training_state(ckpt_path, cfg, ("steps", "eval_every", "ckpt_every", "log_every"), model, opt, ema,
+                                rng, log)
+    if ck is not None:
+        step, elapsed, history = int(ck["step"]), float(ck["elapsed"]), json.loads(ck["history"])
+    else:
+        log.info("new LM run: %d parameters, vocabulary %d (%d codes), config %s", sum(p.numel() for p in params),
+                 len(tokenizer), vocab.num_codes, dumps(dataclasses.asdict(cfg)))
+    losses: list[float] = []
+    t_last = time.time()
+    while step < cfg.steps:
+        lr = cosine_lr(step, cfg.steps, cfg.lr, cfg.warmup, cfg.min_lr_ratio)
+        for group in opt.param_groups:
+            group["lr"] = lr
+        index = rng.integers(0, len(train_data["codes"]), cfg.batch_size)
+        drop = rng.random(cfg.batch_size) < cfg.caption_dropout
+        captions = ["" if d else str(c) for c, d in zip(train_data["captions"][index], drop, strict=True)]
+        batch = builder.batch(torch.from_numpy(train_data["codes"][index].astype(np.int64)), captions)
+        loss = lm_loss(text_model, head, vocab, builder, batch)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip))
+        opt.step()
+        ema.update(params)
+        losses.append(float(loss.detach()))
+        step += 1
+        now = time.time()
+        elapsed += now - t_last
+        t_last = now
+        if step % cfg.log_every == 0 or step == cfg.steps:
+            entry = {"step": step, "loss": float(np.mean(losses)), "lr": lr, "grad_norm": grad_norm, "sec": elapsed}
+            if step % cfg.eval_every == 0 or step == cfg.steps:
+                entry["val_loss"] = lm_validation_loss(text_model, head, vocab, builder, val_data)
+            history.append(entry)
+            log.info("train %s", dumps(entry))
+            losses = []
+            t_last = time.time()
+        if step % cfg.ckpt_every == 0 or step == cfg.steps:
+            atomic_torch_save({"config": json.dumps(dataclasses.asdict(cfg)), "model": model.state_dict(),
+                               "optimizer": opt.state_dict(), "ema": ema.shadow, "step": step, "elapsed": elapsed,
+                               "rng_state": json.dumps(rng.bit_generator.state), "history": json.dumps(history)},
+                              ckpt_path)
+            t_last = time.time()
+    # Keep the better of the raw and the EMA weights on held-out emoji (a short run's EMA can lag).
+    raw_val = lm_validation_loss(text_model, head, vocab, builder, val_data)
+    raw = [p.detach().clone() for p in params]
+    ema.copy_to(params)
+    ema_val = lm_validation_loss(text_model, head, vocab, builder, val_data)
+    if raw_val < ema_val:
+        for dst, src in zip(params, raw, strict=True):
+            dst.data.copy_(src)
+    log.info("done: %d steps, %.2f h, validation loss raw %.4f, EMA %.4f", step, elapsed / 3600, raw_val, ema_val)
+    return {"model": model.eval(), "tokenizer": tokenizer, "vq": vq, "steps": step, "seconds": elapsed,
+            "history": history, "val_loss_raw": raw_val, "val_loss_ema": ema_val,
+            "exported_weights": "ema" if ema_val <= raw_val else "raw", "num_val": len(val_data["codes"])}
+
+
+def export_lm(result: dict[str, Any], cfg: LMTrainConfig, out: Path, command: str) -> dict[str, Any]:
+    """fp16 ``Emu3ForCausalLM`` folder + tokenizer + ``training_metrics.json``."""
+    val = min(result["val_loss_raw"], result["val_loss_ema"])
+    train_entries = result["history"]
+    metrics = {"config": dataclasses.asdict(cfg), "params": sum(p.numel() for p in result["model"].parameters()),
+               "steps": result["steps"], "train_hours": result["seconds"] / 3600,
+               "final_train_loss": train_entries[-1]["loss"] if train_entries else None,
+               "validation_loss": val, "validation_loss_raw": result["val_loss_raw"],
+               "validation_loss_ema": result["val_loss_ema"], "validation_perplexity": math.exp(val),
+               "validation_images": result["num_val"], "exported_weights": result["exported_weights"],
+               "command": command, "history": train_entries}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}.") as tmp:
+        staged = Path(tmp) / "lm"
+        result["model"].half().save_pretrained(staged)
+        result["tokenizer"].save_pretrained(staged / "tokenizer")
+        (staged / "training_metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+        if out.exists():
+            shutil.rmtree(out)
+        staged.replace(out)
+    return metrics
+
+
 # ============================================================================================== CLI
 def _command(argv: list[str] | None) -> str:
     return "python -m arvis.training.train_emu3 " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
@@ -304,8 +575,26 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     vq.add_argument("--codebook-size", type=int, default=None)
     vq.add_argument("--threads", type=int, default=1)
     vq.add_argument("--smoke", action="store_true", help="a tiny model, a few steps (seconds)")
+    lm = sub.add_parser("lm", help="train the Emu3 language model on the VQ codes of emoji renders")
+    lm.add_argument("--vq", required=True, help="the exported Emu3VQVAE folder (stage vq)")
+    lm.add_argument("--out", required=True, help="export folder (language model + tokenizer)")
+    lm.add_argument("--scratch", required=True, help="checkpoints, log, tokenizer and tokenised data")
+    lm.add_argument("--steps", type=int, default=None)
+    lm.add_argument("--batch-size", type=int, default=None)
+    lm.add_argument("--num-train", type=int, default=None)
+    lm.add_argument("--threads", type=int, default=1)
+    lm.add_argument("--smoke", action="store_true", help="a tiny model, a few steps (seconds)")
     args = p.parse_args(argv)
     command = _command(argv)
+    if args.stage == "lm":
+        cfg = LM_SMOKE if args.smoke else LMTrainConfig()
+        overrides = {k: v for k, v in (("steps", args.steps), ("batch_size", args.batch_size),
+                                       ("num_train", args.num_train)) if v is not None}
+        cfg = dataclasses.replace(cfg, **overrides)
+        result = train_lm(cfg, Path(args.vq), Path(args.scratch), args.threads, args.smoke)
+        metrics = export_lm(result, cfg, Path(args.out), command)
+        print(json.dumps({k: v for k, v in metrics.items() if k not in ("history", "config")}, indent=2))
+        return metrics
     if args.stage == "vq":
         cfg = VQ_SMOKE if args.smoke else VQTrainConfig()
         overrides = {k: v for k, v in (("steps", args.steps), ("codebook_size", args.codebook_size)) if v is not None}
