@@ -151,7 +151,7 @@ class _JacobiRun:
     def __init__(self, method: SpeculativeJacobi, engine: DecodeEngine):
         self.m, self.e = method, engine
         self.N, self.V = engine.num_tokens, engine.vocab_size
-        self.width = engine.layout.grid[-1]
+        self.width = engine.layout.row_stride  # sequence indices between vertical neighbours (W + 1 with end-of-line)
         self.gumbel = method.coupling == "gumbel"
         self.lo, self.hi = method.jacobi_interval or (0, self.N)
         self.lo = max(self.lo, 1)  # index 0 comes from the prefill
