@@ -73,9 +73,10 @@ class VQTrainConfig:
     pool: int = 6000  # augmented train renders, cached; patches are cut from them
     patch_size: int = 32
     batch_size: int = 16
-    full_res_batch_size: int = 4
-    full_res_fraction: float = 0.15
-    steps: int = 1500
+    late_patch_size: int = 64  # the last steps see larger crops (the lowest level's attention sees more context)
+    late_batch_size: int = 4
+    late_fraction: float = 0.15
+    steps: int = 1000
     lr: float = 3e-4
     warmup: int = 100
     min_lr_ratio: float = 0.05
@@ -93,13 +94,15 @@ class VQTrainConfig:
 
     def __post_init__(self) -> None:
         f = 2 ** (len(self.channel_multiplier) - 1)
-        for name in ("resolution", "patch_size"):
+        for name in ("resolution", "patch_size", "late_patch_size"):
             v = getattr(self, name)
             if v < f or v % f:
                 raise ValueError(f"{name} must be a positive multiple of {f}, got {v}")
         if self.base_channels % 32:
             raise ValueError(f"base_channels must be a multiple of 32 (GroupNorm), got {self.base_channels}")
-        if self.steps < 1 or min(self.batch_size, self.full_res_batch_size, self.pool) < 1:
+        if max(self.patch_size, self.late_patch_size) > self.resolution:
+            raise ValueError(f"patch sizes must be <= resolution={self.resolution}")
+        if self.steps < 1 or min(self.batch_size, self.late_batch_size, self.pool) < 1:
             raise ValueError("steps, batch sizes and pool must be >= 1")
 
     def vq_config(self) -> dict[str, Any]:
@@ -111,7 +114,7 @@ class VQTrainConfig:
 
 
 VQ_SMOKE = VQTrainConfig(codebook_size=32, channel_multiplier=(1, 2), resolution=32, pool=16, patch_size=16,
-                         batch_size=4, full_res_batch_size=2, full_res_fraction=0.5, steps=4, warmup=1,
+                         batch_size=4, late_patch_size=32, late_batch_size=2, late_fraction=0.5, steps=4, warmup=1,
                          restart_every=2, eval_every=2, ckpt_every=2, log_every=1)
 
 
@@ -128,11 +131,10 @@ def _emoji(n: int | None, split: str, resolution: int, seed: int, smoke: bool):
     return build_emoji(n, split, resolution, seed=seed, cache=not smoke, progress=False)
 
 
-def _vq_batch(pool: np.ndarray, cfg: VQTrainConfig, rng: np.random.Generator, full_res: bool) -> torch.Tensor:
-    n = cfg.full_res_batch_size if full_res else cfg.batch_size
+def _vq_batch(pool: np.ndarray, cfg: VQTrainConfig, rng: np.random.Generator, late: bool) -> torch.Tensor:
+    n, p = (cfg.late_batch_size, cfg.late_patch_size) if late else (cfg.batch_size, cfg.patch_size)
     images = pool[rng.integers(0, len(pool), n)]
-    if not full_res and cfg.patch_size < cfg.resolution:
-        p = cfg.patch_size
+    if p < cfg.resolution:
         offs = rng.integers(0, cfg.resolution - p + 1, size=(n, 2))
         images = np.stack([im[y:y + p, x:x + p] for im, (y, x) in zip(images, offs, strict=True)])
     return _to_tensor(images)
@@ -187,12 +189,11 @@ def train_vq(cfg: VQTrainConfig, scratch: Path, threads: int, smoke: bool = Fals
                            "rng_state": json.dumps(rng.bit_generator.state), "history": json.dumps(history),
                            "counts": counts}, ckpt_path)
 
-    full_res_from = int(round(cfg.steps * (1.0 - cfg.full_res_fraction)))
+    late_from = int(round(cfg.steps * (1.0 - cfg.late_fraction)))
     window: dict[str, float] = {}
     t_last = time.time()
     while step < cfg.steps:
-        full_res = step >= full_res_from
-        x = _vq_batch(pool, cfg, rng, full_res)
+        x = _vq_batch(pool, cfg, rng, step >= late_from)
         lr = cosine_lr(step, cfg.steps, cfg.lr, cfg.warmup, cfg.min_lr_ratio)
         for g in opt.param_groups:
             g["lr"] = lr
