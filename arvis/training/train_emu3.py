@@ -561,6 +561,45 @@ def export_lm(result: dict[str, Any], cfg: LMTrainConfig, out: Path, command: st
     return metrics
 
 
+# ============================================================================================== assemble
+def assemble(vq_dir: Path, lm_dir: Path, out: Path, sampling_defaults: dict[str, Any]) -> Path:
+    """One official-layout ``Emu3ForConditionalGeneration`` (LM + VQ + vocabulary map, fp16) and the tokenizer,
+    saved as an :class:`~arvis.pipelines.Emu3Pipeline` folder; training records are copied beside it."""
+    from transformers import AutoTokenizer, Emu3Config, Emu3ForCausalLM, Emu3ForConditionalGeneration, Emu3VQVAE
+
+    from arvis.pipelines import Emu3Pipeline
+
+    vq = Emu3VQVAE.from_pretrained(vq_dir, dtype=torch.float32)
+    lm = Emu3ForCausalLM.from_pretrained(lm_dir, dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(lm_dir / "tokenizer")
+    config = Emu3Config(text_config=lm.config.to_dict(), vq_config=vq.config.to_dict(),
+                        vocabulary_map=tokenizer.get_vocab())
+    with torch.random.fork_rng():
+        torch.manual_seed(0)  # the weights below replace every initialised value
+        model = Emu3ForConditionalGeneration(config).eval()
+    model.model.text_model.load_state_dict(lm.model.state_dict())
+    model.lm_head.load_state_dict(lm.lm_head.state_dict())
+    model.model.vqmodel.load_state_dict(vq.state_dict())
+    grid = int(json.loads((lm_dir / "training_metrics.json").read_text())["config"]["resolution"]) // vq.vision_spatial_factor
+    pipe = Emu3Pipeline(model.half(), tokenizer, default_height=grid, default_width=grid, default_negative_prompt="")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}.") as tmp:
+        staged = Path(tmp) / "pipeline"
+        pipe.save_pretrained(staged)
+        atomic_write_text(staged / "sampling_defaults.json", json.dumps(sampling_defaults, indent=2) + "\n")
+        records = staged / "training"
+        records.mkdir()
+        shutil.copy2(vq_dir / "training_metrics.json", records / "vq_training_metrics.json")
+        shutil.copy2(lm_dir / "training_metrics.json", records / "lm_training_metrics.json")
+        if out.exists():
+            for name in ("README.md", "metrics.json"):  # model cards survive a re-assembly
+                if (out / name).exists():
+                    shutil.copy2(out / name, staged / name)
+            shutil.rmtree(out)
+        staged.replace(out)
+    return out
+
+
 # ============================================================================================== CLI
 def _command(argv: list[str] | None) -> str:
     return "python -m arvis.training.train_emu3 " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
@@ -585,8 +624,20 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     lm.add_argument("--num-train", type=int, default=None)
     lm.add_argument("--threads", type=int, default=1)
     lm.add_argument("--smoke", action="store_true", help="a tiny model, a few steps (seconds)")
+    asm = sub.add_parser("assemble", help="the Emu3Pipeline folder from the vq and lm exports")
+    asm.add_argument("--vq", required=True)
+    asm.add_argument("--lm", required=True)
+    asm.add_argument("--out", required=True)
+    asm.add_argument("--guidance-scale", type=float, default=3.0)
+    asm.add_argument("--top-k", type=int, default=0)
     args = p.parse_args(argv)
     command = _command(argv)
+    if args.stage == "assemble":
+        path = assemble(Path(args.vq), Path(args.lm), Path(args.out),
+                        {"guidance_scale": args.guidance_scale, "top_k": args.top_k})
+        sizes = {f.name: f.stat().st_size for f in path.rglob("*.safetensors")}
+        print(json.dumps({"assembled": str(path), "safetensors_bytes": sizes}, indent=2))
+        return {"path": str(path), "safetensors_bytes": sizes}
     if args.stage == "lm":
         cfg = LM_SMOKE if args.smoke else LMTrainConfig()
         overrides = {k: v for k, v in (("steps", args.steps), ("batch_size", args.batch_size),
