@@ -7,7 +7,7 @@ import torch
 
 from arvis.models.emu3 import Emu3Backbone, Emu3Vocabulary, emu3_config
 from arvis.models.protocol import Condition
-from arvis.tokenizers.emu3_text import build_emu3_tokenizer, generation_prompt
+from arvis.tokenizers.emu3_text import build_emu3_tokenizer, prompt_batch
 
 CAPTIONS = ["red apple", "grinning face with big eyes", "dog face", "rocket", "green heart", "crescent moon",
             "smiling cat", "yellow star", "blue car", "water wave"]
@@ -51,14 +51,7 @@ def tiny_emu3(num_codes: int = 16, seed: int = 0, hidden: int = 32, layers: int 
 def prompt_ids(tok, prompts: list[str], height: int, width: int, length: int | None = None
                ) -> tuple[torch.Tensor, torch.Tensor]:
     """Left-padded generation prompts ``[B, C]`` and their mask."""
-    seqs = [generation_prompt(tok, p, height, width) for p in prompts]
-    C = length or max(len(s) for s in seqs)
-    ids = torch.full((len(seqs), C), tok.pad_token_id, dtype=torch.long)
-    mask = torch.zeros(len(seqs), C, dtype=torch.bool)
-    for b, s in enumerate(seqs):
-        ids[b, C - len(s):] = torch.tensor(s)
-        mask[b, C - len(s):] = True
-    return ids, mask
+    return prompt_batch(tok, prompts, height, width, length)
 
 
 def backbone_for(model, tok, prompts: list[str], height: int, width: int, negative: str | None = None

@@ -58,9 +58,11 @@ def _next_token(model, ids: torch.Tensor, neg: torch.Tensor, visual: list[int]) 
 
 @pytest.fixture(scope="module")
 def exact(tiny, setup):
+    return exact_distribution(*tiny, setup[0])
+
+
+def exact_distribution(model, tok, backbone: Emu3Backbone) -> np.ndarray:
     """P(image) for all 81 code grids (index: base-K code of the 4 cells, first cell least significant)."""
-    model, tok = tiny
-    backbone, _ = setup
     voc = backbone.vocabulary
     prompt = prompt_ids(tok, ["red apple"], H, W)[0][0]
     neg = prompt_ids(tok, [NEGATIVE], H, W)[0][0]
@@ -81,11 +83,11 @@ def exact(tiny, setup):
     return probs
 
 
-def _noise_bound(p: np.ndarray, n: int) -> float:
+def noise_bound(p: np.ndarray, n: int) -> float:
     return 3 * 0.5 * float(np.sqrt(2 * p * (1 - p) / (np.pi * n)).sum())
 
 
-def _draw(backbone, condition, method: str, seed: int, **options) -> np.ndarray:
+def draw(backbone, condition, method: str, seed: int, **options) -> np.ndarray:
     big = condition.repeat_interleave(N_SAMPLES)
     tokens, _ = decode(backbone, big, SAMPLING, method, torch.Generator().manual_seed(seed), **options)
     return empirical(image_codes(tokens, backbone.layout).reshape(N_SAMPLES, -1), K)
@@ -106,9 +108,9 @@ METHODS = [
 @pytest.mark.parametrize("method,options", METHODS)
 def test_method_samples_the_exact_distribution(setup, exact, method, options):
     backbone, condition = setup
-    observed = _draw(backbone, condition, method, seed=1, **options)
+    observed = draw(backbone, condition, method, seed=1, **options)
     tv, p = compare(exact, observed, N_SAMPLES)
-    assert p >= 1e-3 and tv <= _noise_bound(exact, N_SAMPLES), (method, options, tv, p)
+    assert p >= 1e-3 and tv <= noise_bound(exact, N_SAMPLES), (method, options, tv, p)
 
 
 @pytest.mark.slow
@@ -116,9 +118,9 @@ def test_speculative_decoding_with_an_emu3_draft_is_exact(tiny, setup, exact):
     backbone, condition = setup
     draft_model, _ = tiny_emu3(num_codes=K, seed=9, hidden=16, layers=1, heads=2, kv_heads=1, tokenizer=tiny[1])
     draft = Emu3Backbone(draft_model, backbone.vocabulary, H, W, backbone.layout.condition_length, backbone.negative)
-    observed = _draw(backbone, condition, "speculative", seed=2, draft_model=draft, gamma=2)
+    observed = draw(backbone, condition, "speculative", seed=2, draft_model=draft, gamma=2)
     tv, p = compare(exact, observed, N_SAMPLES)
-    assert p >= 1e-3 and tv <= _noise_bound(exact, N_SAMPLES), (tv, p)
+    assert p >= 1e-3 and tv <= noise_bound(exact, N_SAMPLES), (tv, p)
 
 
 class StaleSlotsBackbone(Emu3Backbone):
@@ -133,6 +135,6 @@ def test_the_test_has_teeth(tiny, setup, exact):
     backbone, condition = setup
     broken = StaleSlotsBackbone(backbone.model, backbone.vocabulary, H, W, backbone.layout.condition_length,
                                 backbone.negative)
-    observed = _draw(broken, condition, "sjd", seed=1, window=3)
+    observed = draw(broken, condition, "sjd", seed=1, window=3)
     tv, p = compare(exact, observed, N_SAMPLES)
-    assert p < 1e-3 and tv > _noise_bound(exact, N_SAMPLES), (tv, p)
+    assert p < 1e-3 and tv > noise_bound(exact, N_SAMPLES), (tv, p)

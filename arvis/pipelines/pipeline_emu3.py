@@ -36,7 +36,7 @@ from arvis.models.emu3 import VISUAL_TOKEN, Emu3Backbone, Emu3Vocabulary, image_
 from arvis.models.protocol import Condition
 from arvis.pipelines.common import check_output_type, decode_with_progress, images_to_output
 from arvis.pipelines.pipeline_llamagen import LlamaGenPipelineOutput
-from arvis.tokenizers.emu3_text import generation_prompt
+from arvis.tokenizers.emu3_text import prompt_batch
 from arvis.tokenizers.emu3_vq import Emu3ImageTokenizer
 from arvis.utils.random import GeneratorArg
 
@@ -127,18 +127,7 @@ class Emu3Pipeline(DiffusionPipeline):
     def prompt_ids(self, prompts: Sequence[str], height: int, width: int, length: int | None = None
                    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Left-padded generation prompts ``[B, C]`` and their mask (``Emu3Processor``'s text, tokenised)."""
-        seqs = []
-        for p in prompts:
-            if not isinstance(p, str):
-                raise ValueError(f"prompt: expected strings, got {type(p).__name__}")
-            seqs.append(generation_prompt(self.tokenizer, p, height, width))
-        C = length or max(len(s) for s in seqs)
-        ids = torch.full((len(seqs), C), self.tokenizer.pad_token_id, dtype=torch.long)
-        mask = torch.zeros(len(seqs), C, dtype=torch.bool)
-        for b, s in enumerate(seqs):
-            ids[b, C - len(s):] = torch.tensor(s)
-            mask[b, C - len(s):] = True
-        return ids, mask
+        return prompt_batch(self.tokenizer, list(prompts), height, width, length)
 
     def backbones(self, prompt: Sequence[str], negative_prompt: Sequence[str], height: int, width: int
                   ) -> tuple[Emu3Backbone, Emu3Backbone | None, Condition]:

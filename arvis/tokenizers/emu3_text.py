@@ -74,4 +74,29 @@ def generation_prompt(tokenizer, prompt: str, height: int, width: int) -> list[i
     return list(tokenizer(text, add_special_tokens=False).input_ids)
 
 
-__all__ = ["SPECIAL_TOKENS", "build_emu3_tokenizer", "generation_prompt"]
+def prompt_batch(tokenizer, prompts: list[str], height: int, width: int, length: int | None = None):
+    """Generation prompts left-padded to one length: ``(ids [B, C] int64, mask [B, C] bool)``.
+
+    Args:
+        tokenizer: an Emu3 tokenizer. prompts: texts. height, width: image size in tokens.
+        length: ``C`` (default: the longest prompt).
+    """
+    import torch
+
+    seqs = []
+    for p in prompts:
+        if not isinstance(p, str):
+            raise ValueError(f"prompt: expected strings, got {type(p).__name__}")
+        seqs.append(generation_prompt(tokenizer, p, height, width))
+    C = length or max(len(s) for s in seqs)
+    if any(len(s) > C for s in seqs):
+        raise ValueError(f"length: a prompt has {max(len(s) for s in seqs)} tokens, more than {C}")
+    ids = torch.full((len(seqs), C), tokenizer.pad_token_id, dtype=torch.long)
+    mask = torch.zeros(len(seqs), C, dtype=torch.bool)
+    for b, s in enumerate(seqs):
+        ids[b, C - len(s):] = torch.tensor(s, dtype=torch.long)
+        mask[b, C - len(s):] = True
+    return ids, mask
+
+
+__all__ = ["SPECIAL_TOKENS", "build_emu3_tokenizer", "generation_prompt", "prompt_batch"]

@@ -369,7 +369,6 @@ class SequenceBuilder:
 
     def __init__(self, tokenizer, height: int, width: int):
         from arvis.models.emu3 import Emu3Vocabulary, emu3_layout
-        from arvis.tokenizers.emu3_text import generation_prompt
 
         self.tok, self.height, self.width = tokenizer, height, width
         self.vocab = Emu3Vocabulary.from_map(tokenizer.get_vocab())
@@ -378,7 +377,6 @@ class SequenceBuilder:
         free = torch.ones(self.layout.num_tokens, dtype=torch.bool)
         free[list(self.layout.structural_tokens)] = False
         self.free = free  # sequence indices that are image tokens (the loss is taken there)
-        self.prompt = lambda caption: generation_prompt(tokenizer, caption, height, width)
         forced = torch.zeros(self.layout.num_tokens, dtype=torch.long)
         for index, token in self.layout.structural_tokens.items():
             forced[index] = token
@@ -392,17 +390,14 @@ class SequenceBuilder:
 
     def batch(self, codes: torch.Tensor, captions: list[str]) -> dict[str, torch.Tensor]:
         """Model ids ``[B, C + N − 1]`` (left-padded prompts), their validity, and the image targets."""
-        prompts = [self.prompt(c) for c in captions]
-        C = max(len(p) for p in prompts)
+        from arvis.tokenizers.emu3_text import prompt_batch
+
+        prompt, prompt_mask = prompt_batch(self.tok, list(captions), self.height, self.width)
         seq = self.layout_tokens(codes)  # [B, N]
-        B, N = seq.shape
-        ids = torch.full((B, C + N - 1), self.tok.pad_token_id, dtype=torch.long)
-        valid = torch.zeros(B, C + N - 1, dtype=torch.bool)
-        for b, p in enumerate(prompts):
-            ids[b, C - len(p):C] = torch.tensor(p)
-            valid[b, C - len(p):] = True
-        ids[:, C:] = self.model_ids[seq[:, :-1]]
-        return {"ids": ids, "valid": valid, "targets": seq, "prompt_length": torch.tensor(C)}
+        image = self.model_ids[seq[:, :-1]]
+        ids = torch.cat([prompt, image], dim=1)
+        valid = torch.cat([prompt_mask, torch.ones_like(image, dtype=torch.bool)], dim=1)
+        return {"ids": ids, "valid": valid, "targets": seq, "prompt_length": torch.tensor(prompt.shape[1])}
 
 
 def lm_loss(text_model, head: torch.nn.Linear, vocab, builder: SequenceBuilder, batch: dict[str, torch.Tensor]
