@@ -19,7 +19,11 @@ Stages (each writes ``<stage>.json``):
 - ``quality``: CLIP score (the emoji CLIP when it is installed) of samples for held-out emoji captions per
   method, matched vs shuffled captions;
 - ``memory``: bytes of the per-position draft state SJD keeps, measured on the shipped layout and on an
-  Emu3-Gen-sized layout (vocabulary 32,768 codes), against the dense ``[A, N, V]`` fp32 table.
+  Emu3-Gen-sized layout (vocabulary 32,768 codes), against the dense ``[A, N, V]`` fp32 table;
+- ``samples``: a captioned sample grid (held-out and training emoji captions), docs/emu3-emoji-samples.png.
+
+The report step also writes the shipped model's card (``arvis/weights/emu3-emoji/README.md``) from its training
+records and these figures.
 
 Nothing is typed in by hand: every number in the report comes from a record.
 """
@@ -27,9 +31,11 @@ Nothing is typed in by hand: every number in the report comes from a record.
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import statistics
 import sys
+import textwrap
 import time
 from pathlib import Path
 from typing import Any
@@ -42,7 +48,8 @@ sys.path.insert(0, str(ROOT))
 RECORDS = ROOT / "docs" / "figures" / "emu3"
 REPORT = ROOT / "docs" / "figures" / "emu3.md"
 MODEL = "emu3"  # the shipped alias
-STAGES = ("parity", "lossless", "bench", "quality", "memory")
+STAGES = ("parity", "lossless", "bench", "quality", "memory", "samples")
+SAMPLE_GRID = ROOT / "docs" / "emu3-emoji-samples.png"
 
 BENCH_METHODS = ["sjd:window=16", "mc-sjd:window=16", "mc-sjd:window=32", "mc-sjd:window=64",
                  "mc-sjd:window=32,coupling=gumbel", "mc-sjd:window=16,window_shape=staircase",
@@ -61,7 +68,7 @@ def write_record(name: str, data: Any) -> Path:
     path = RECORDS / f"{name}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     write_json_atomic(path, data)
-    print(f"wrote {path.relative_to(ROOT)}")
+    print(f"wrote {path}")
     return path
 
 
@@ -251,7 +258,21 @@ def stage_bench(args: argparse.Namespace) -> None:
                        "deterministic": all(r["deterministic"] for r in rows)})
     write_record("bench", {"prompts": prompts, "sampling": sampling.__dict__, "repeats": args.repeats,
                            "grid": [h, w], "methods": merged, "forward_cost": curve, "per_prompt": records,
-                           **model_context()})
+                           "zipar_emu3_gen": zipar_schedule_counts(), **model_context()})
+
+
+def zipar_schedule_counts(height: int = 90, width: int = 90, windows: tuple[int, ...] = (2, 4, 8, 16)
+                          ) -> list[dict[str, int | float]]:
+    """Target forwards of arvis's end-of-line ZipAR schedule on Emu3-Gen's default 90x90 layout (exact arithmetic:
+    the schedule's forwards plus the prefill) against AR's one forward per token."""
+    from arvis.engine.schedules import zipar_schedule_eol
+
+    ar = height * (width + 1) + 2
+    out = []
+    for w in windows:
+        n = len(zipar_schedule_eol(height, width, w, tail=2)) + 1
+        out.append({"window": w, "forwards": n, "ar_forwards": ar, "fewer": 1 - n / ar})
+    return out
 
 
 # ============================================================================================== quality
@@ -300,6 +321,37 @@ def stage_quality(args: argparse.Namespace) -> None:
 # ============================================================================================== memory
 def stage_memory(args: argparse.Namespace) -> None:
     print("memory: waiting for the bounded draft state of the engine rewrite")
+
+
+# ============================================================================================== samples
+def stage_samples(args: argparse.Namespace) -> None:
+    from PIL import Image, ImageDraw
+
+    from arvis.data.emoji import emoji_split, load_catalog
+    from arvis.eval.files import write_bytes_atomic
+    from arvis.eval.jobs import image_generator
+
+    pipe = shipped_pipeline()
+    defaults = json.loads((Path(pipe.config._name_or_path) / "sampling_defaults.json").read_text())
+    heldout = heldout_captions(16)
+    train = [e.name for e in emoji_split(load_catalog(), "train")][:: max(1, 1700 // 16)][:16]
+    prompts = heldout + train
+    gens = [image_generator(args.seed, i) for i in range(len(prompts))]
+    images = pipe(prompts, generator=gens, **defaults).images
+    cell, label, cols = 128, 30, 8
+    rows = (len(images) + cols - 1) // cols
+    grid = Image.new("RGB", (cols * cell, rows * (cell + label)), "white")
+    draw = ImageDraw.Draw(grid)
+    for i, (image, caption) in enumerate(zip(images, prompts, strict=True)):
+        x, y = (i % cols) * cell, (i // cols) * (cell + label)
+        grid.paste(image.resize((cell, cell)), (x, y))
+        draw.multiline_text((x + 2, y + cell + 1), "\n".join(textwrap.wrap(caption, 21)[:2]), fill="black",
+                            spacing=1)
+
+    grid.save(buffer := io.BytesIO(), format="PNG")
+    write_bytes_atomic(SAMPLE_GRID, buffer.getvalue())
+    write_record("samples", {"grid": SAMPLE_GRID.name, "prompts": prompts, "heldout": len(heldout),
+                             "seed": args.seed, "sampling": defaults, "method": "ar", **model_context()})
 
 
 # ============================================================================================== report
@@ -361,6 +413,12 @@ def report() -> str:
                          f"{100 * (1 - m['target_forwards'] / ar['target_forwards']):.0f}% | "
                          f"{_fmt(m['step_compression'])}x | {_fmt(m['latency_s'], 3)} | {_fmt(m['speedup'])}x | {clip} |")
         lines += ["", "Anchors (other models and hardware):", *[f"- {a}" for a in ANCHORS], ""]
+        if bench.get("zipar_emu3_gen"):
+            rows = bench["zipar_emu3_gen"]
+            lines += [f"ZipAR's end-of-line schedule on Emu3-Gen's default 90x90 layout (exact schedule arithmetic, "
+                      f"no model run; AR: {rows[0]['ar_forwards']} forwards): "
+                      + "; ".join(f"w = {r['window']}: {r['forwards']} forwards ({100 * r['fewer']:.0f}% fewer)"
+                                  for r in rows) + ".", ""]
         if bench["forward_cost"]:
             lines += ["Forward cost on this machine (ms per target forward vs positions evaluated):", "",
                       "| positions | ms | vs 1 |", "|---|---|---|"]
@@ -382,6 +440,7 @@ def _parity_row(name: str, case: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    global MODEL, RECORDS, REPORT
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--stages", default=",".join(STAGES), help=f"comma-separated, from {STAGES}")
     p.add_argument("--force", action="store_true", help="rerun stages whose record exists")
@@ -392,7 +451,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--parity-prompts", type=int, default=3)
     p.add_argument("--quality-samples", type=int, default=128)
     p.add_argument("--quality-batch", type=int, default=16)
+    p.add_argument("--model", default=MODEL, help="the Emu3 pipeline (alias or folder; records name it by this)")
+    p.add_argument("--records", default=None, help="records folder (default docs/figures/emu3); the report goes "
+                                                    "beside it as <folder>.md")
     args = p.parse_args(argv)
+    MODEL = args.model
+    if args.records:
+        RECORDS = Path(args.records).resolve()
+        REPORT = RECORDS.with_suffix(".md")
     stages = [s.strip() for s in args.stages.split(",") if s.strip()]
     unknown = sorted(set(stages) - set(STAGES))
     if unknown:
@@ -406,7 +472,7 @@ def main(argv: list[str] | None = None) -> int:
     from arvis.eval.files import write_bytes_atomic
 
     write_bytes_atomic(REPORT, report().encode())
-    print(f"wrote {REPORT.relative_to(ROOT)}")
+    print(f"wrote {REPORT}")
     return 0
 
 
