@@ -304,7 +304,7 @@ class LMTrainConfig:
     max_positions: int = 512
     rope_theta: float = 10000.0
     caption_dropout: float = 0.1
-    num_train: int = 8000  # augmented renders with random caption variants, tokenised once
+    num_train: int = 6000  # augmented renders with random caption variants (the VQ's pool), tokenised once
     resolution: int = 128
     steps: int = 1000
     batch_size: int = 16
