@@ -26,7 +26,7 @@ from arvis.engine.sampling import SamplingConfig
 from arvis.methods import decode
 from arvis.models.emu3 import Emu3Backbone, image_codes
 from tests.emu3_fixtures import NEGATIVE, backbone_for, prompt_ids, tiny_emu3
-from tests.lossless_harness import compare, empirical
+from tests.lossless_harness import check, empirical
 
 K = 3
 H = W = 2
@@ -83,10 +83,6 @@ def exact_distribution(model, tok, backbone: Emu3Backbone) -> np.ndarray:
     return probs
 
 
-def noise_bound(p: np.ndarray, n: int) -> float:
-    return 3 * 0.5 * float(np.sqrt(2 * p * (1 - p) / (np.pi * n)).sum())
-
-
 def draw(backbone, condition, method: str, seed: int, **options) -> np.ndarray:
     big = condition.repeat_interleave(N_SAMPLES)
     tokens, _ = decode(backbone, big, SAMPLING, method, torch.Generator().manual_seed(seed), **options)
@@ -108,9 +104,8 @@ METHODS = [
 @pytest.mark.parametrize("method,options", METHODS)
 def test_method_samples_the_exact_distribution(setup, exact, method, options):
     backbone, condition = setup
-    observed = draw(backbone, condition, method, seed=1, **options)
-    tv, p = compare(exact, observed, N_SAMPLES)
-    assert p >= 1e-3 and tv <= noise_bound(exact, N_SAMPLES), (method, options, tv, p)
+    verdict = check(exact, draw(backbone, condition, method, seed=1, **options), N_SAMPLES)
+    assert verdict.passed, (method, options, str(verdict))
 
 
 @pytest.mark.slow
@@ -118,9 +113,8 @@ def test_speculative_decoding_with_an_emu3_draft_is_exact(tiny, setup, exact):
     backbone, condition = setup
     draft_model, _ = tiny_emu3(num_codes=K, seed=9, hidden=16, layers=1, heads=2, kv_heads=1, tokenizer=tiny[1])
     draft = Emu3Backbone(draft_model, backbone.vocabulary, H, W, backbone.layout.condition_length, backbone.negative)
-    observed = draw(backbone, condition, "speculative", seed=2, draft_model=draft, gamma=2)
-    tv, p = compare(exact, observed, N_SAMPLES)
-    assert p >= 1e-3 and tv <= noise_bound(exact, N_SAMPLES), (tv, p)
+    verdict = check(exact, draw(backbone, condition, "speculative", seed=2, draft_model=draft, gamma=2), N_SAMPLES)
+    assert verdict.passed, str(verdict)
 
 
 class StaleSlotsBackbone(Emu3Backbone):
@@ -135,6 +129,5 @@ def test_the_test_has_teeth(tiny, setup, exact):
     backbone, condition = setup
     broken = StaleSlotsBackbone(backbone.model, backbone.vocabulary, H, W, backbone.layout.condition_length,
                                 backbone.negative)
-    observed = draw(broken, condition, "sjd", seed=1, window=3)
-    tv, p = compare(exact, observed, N_SAMPLES)
-    assert p < 1e-3 and tv > noise_bound(exact, N_SAMPLES), (tv, p)
+    verdict = check(exact, draw(broken, condition, "sjd", seed=1, window=3), N_SAMPLES)
+    assert not verdict.passed and verdict.tv > verdict.tv_bound, str(verdict)
