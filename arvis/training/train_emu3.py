@@ -621,6 +621,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     vq.add_argument("--scratch", required=True, help="checkpoints and log")
     vq.add_argument("--steps", type=int, default=None)
     vq.add_argument("--codebook-size", type=int, default=None)
+    vq.add_argument("--eval-every", type=int, default=None, help="held-out evaluation period (steps)")
     vq.add_argument("--threads", type=int, default=1)
     vq.add_argument("--smoke", action="store_true", help="a tiny model, a few steps (seconds)")
     lm = sub.add_parser("lm", help="train the Emu3 language model on the VQ codes of emoji renders")
@@ -657,7 +658,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         return metrics
     if args.stage == "vq":
         cfg = VQ_SMOKE if args.smoke else VQTrainConfig()
-        overrides = {k: v for k, v in (("steps", args.steps), ("codebook_size", args.codebook_size)) if v is not None}
+        overrides = {k: v for k, v in (("steps", args.steps), ("codebook_size", args.codebook_size),
+                                       ("eval_every", args.eval_every)) if v is not None}
         cfg = dataclasses.replace(cfg, **overrides)
         model, summary = train_vq(cfg, Path(args.scratch), args.threads, args.smoke)
         metrics = export_vq(model, cfg, summary, Path(args.out), command, args.smoke)
