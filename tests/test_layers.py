@@ -39,7 +39,7 @@ LAYERS = (
     Layer("engine", ("arvis.engine",)),
     Layer("models", ("arvis.models", "arvis.tokenizers")),
     Layer("foundations", ("arvis.acceptance", "arvis.data"), independent=True),
-    Layer("utils", ("arvis.utils",)),
+    Layer("utils", ("arvis.utils", "arvis.errors")),
 )
 # Top-level folders of the repository that are scripts and apps, never a dependency of the library.
 OUTSIDE = ("apps", "eval")

@@ -37,13 +37,55 @@ import torch
 from PIL import Image
 from tqdm.auto import tqdm
 
+from arvis.errors import CheckpointError
 from arvis.eval.files import atomic_directory, list_images
+from arvis.utils.config_check import Bound, check_config, expected_shapes
+from arvis.utils.serialization import compare_shapes, read_safetensors_header
 
 CLIP_ALIAS = "clip"
 CLIP_DIR = Path(__file__).resolve().parents[1] / "weights" / "clip-scenes"
 CONFIG_FILE = "open_clip_config.json"
 WEIGHTS_FILE = "open_clip_model.safetensors"
 SIMPLE_TOKENIZER_VOCAB = 49408
+
+# What an open_clip ``model_cfg`` may hold (arvis.utils.config_check), checked before open_clip
+# allocates anything. Sizes are bounded generously (ViT-bigG: width 1664, 48 layers); the other
+# fields of open_clip's CLIPVisionCfg / CLIPTextCfg are accepted as they come (they select options,
+# they do not size tensors).
+_ANY = Bound("any")
+_WIDTH = Bound.integer(1, 16384)
+_LAYERS = Bound.integer(1, 256)
+_HEADS = Bound.integer(1, 256)
+_RATIO = Bound.number(0.0, 64.0, open_low=True)
+_CLIP_VISION_BOUNDS = {
+    "layers": _LAYERS, "width": _WIDTH, "head_width": _WIDTH, "mlp_ratio": _RATIO,
+    "patch_size": Bound.integer(1, 4096), "image_size": Bound.integer(1, 8192),
+    "attn_pooler_queries": Bound.integer(1, 4096), "attn_pooler_heads": _HEADS,
+    **{k: _ANY for k in ("ls_init_value", "patch_dropout", "attentional_pool", "no_ln_pre", "pos_embed_type",
+                         "final_ln_after_pool", "pool_type", "output_tokens", "act_kwargs", "norm_kwargs",
+                         "block_type", "qk_norm", "scaled_cosine_attn", "scale_heads", "scale_attn_inner",
+                         "scale_attn", "scale_fc", "timm_model_name", "timm_model_pretrained", "timm_pool",
+                         "timm_proj", "timm_proj_bias", "timm_drop", "timm_drop_path")},
+}
+_CLIP_TEXT_BOUNDS = {
+    "context_length": Bound.integer(1, 65536), "vocab_size": Bound.integer(2, 1 << 20), "width": _WIDTH,
+    "heads": _HEADS, "layers": _LAYERS, "mlp_ratio": _RATIO,
+    **{k: _ANY for k in ("hf_tokenizer_name", "tokenizer_mode", "tokenizer_kwargs", "ls_init_value", "embed_cls",
+                         "pad_id", "eos_id", "no_causal_mask", "final_ln_after_pool", "pool_type", "proj_bias",
+                         "proj_type", "output_tokens", "act_kwargs", "norm_kwargs", "block_type", "qk_norm",
+                         "scaled_cosine_attn", "scale_heads", "scale_attn_inner", "scale_attn", "scale_fc",
+                         "hf_model_name", "hf_model_pretrained", "hf_proj_type", "hf_pooler_type")},
+}
+CLIP_CONFIG_BOUNDS: dict[str, Bound] = {
+    "embed_dim": _WIDTH,
+    "vision_cfg": Bound.mapping(_CLIP_VISION_BOUNDS),
+    "text_cfg": Bound.mapping(_CLIP_TEXT_BOUNDS),
+    "quick_gelu": Bound.boolean(),
+    "init_logit_scale": Bound.number(-1e3, 1e3),
+    "init_logit_bias": Bound.number(-1e3, 1e3, optional=True),
+    "nonscalar_logit_scale": Bound.boolean(),
+    "custom_text": Bound.boolean(),
+}
 
 
 @dataclass
@@ -102,7 +144,7 @@ class ClipScorer:
 
 
 # ----------------------------------------------------------------------------- loading and saving
-def _model_from_cfg(model_cfg: dict[str, Any]) -> torch.nn.Module:
+def _model_from_cfg(**model_cfg: Any) -> torch.nn.Module:
     from open_clip.model import CLIP, CustomTextCLIP
 
     cfg = dict(model_cfg)
@@ -126,8 +168,27 @@ def _simple_tokenizer(model_cfg: dict[str, Any]) -> Any:
 def _check_weights(weights: str | os.PathLike) -> str:
     path = Path(weights).expanduser()
     if not path.is_file():
-        raise ValueError(f"weights: no such file {str(path)!r}")
+        raise CheckpointError(f"weights: no such file {str(path)!r}")
     return str(path)
+
+
+def check_clip_files(model_cfg: Any, weights: str | os.PathLike, source: str) -> dict[str, Any]:
+    """Check an open_clip ``model_cfg`` (bounds, then, for safetensors weights, the parameter shapes it
+    implies against the file's header) before open_clip allocates anything; return the checked config.
+
+    Raises:
+        ConfigError: the configuration, naming ``source`` and the field.
+        CheckpointError: the weights do not fit it.
+    """
+    config = check_config(model_cfg, CLIP_CONFIG_BOUNDS, source=source)
+    if "hf_model_name" in config.get("text_cfg", {}):
+        raise ValueError("model_cfg: Hugging Face text towers are not supported offline")
+    if str(weights).endswith(".safetensors"):
+        header = read_safetensors_header(weights)
+        header.check_floating(str(weights))
+        shapes = expected_shapes(_model_from_cfg, config, source)
+        compare_shapes(shapes, header.shapes, f"{str(weights)!r} does not fit the CLIP {source} describes")
+    return config
 
 
 def load_clip(model: str | os.PathLike | dict[str, Any] | None = None, weights: str | os.PathLike | None = None,
@@ -141,8 +202,13 @@ def load_clip(model: str | os.PathLike | dict[str, Any] | None = None, weights: 
     if isinstance(model, dict):
         if weights is None:
             raise ValueError("weights: required with a model_cfg dict")
-        net = _model_from_cfg(model)
-        open_clip.load_checkpoint(net, _check_weights(weights))
+        model = check_clip_files(model, _check_weights(weights), source="model_cfg")
+        net = _model_from_cfg(**model)
+        try:
+            open_clip.load_checkpoint(net, _check_weights(weights))
+        except (RuntimeError, OSError, KeyError) as err:  # torch's load_state_dict / unpickling failures
+            raise CheckpointError(f"weights {str(weights)!r} could not be loaded into this CLIP "
+                                  f"({str(err).splitlines()[0]})") from None
         size = model.get("vision_cfg", {}).get("image_size", 224)
         pre_cfg = PreprocessCfg(**merge_preprocess_dict(PreprocessCfg(), {"size": size}))
         return ClipScorer(net, image_transform_v2(pre_cfg, is_train=False), _simple_tokenizer(model),
@@ -161,10 +227,13 @@ def load_clip(model: str | os.PathLike | dict[str, Any] | None = None, weights: 
             raise ValueError(f"clip_model: {str(folder)!r} has no {CONFIG_FILE}")
         try:
             model_cfg = json.loads(config_path.read_text())["model_cfg"]
-        except (ValueError, KeyError) as err:
+        except (ValueError, KeyError, TypeError) as err:
             raise ValueError(f"clip_model: {str(config_path)!r} is not an open_clip config ({err})") from None
+        except OSError as err:
+            raise CheckpointError(f"clip_model: {str(config_path)!r} could not be read ({err})") from None
         if not (folder / WEIGHTS_FILE).is_file():
-            raise ValueError(f"clip_model: {str(folder)!r} has no {WEIGHTS_FILE}")
+            raise CheckpointError(f"clip_model: {str(folder)!r} has no {WEIGHTS_FILE}")
+        model_cfg = check_clip_files(model_cfg, folder / WEIGHTS_FILE, source=f"{config_path} model_cfg")
         tokenizer = _simple_tokenizer(model_cfg)
         net, _, preprocess = open_clip.create_model_and_transforms(f"local-dir:{folder}")
         name = "clip-scenes" if text == CLIP_ALIAS else f"open_clip:{folder}"

@@ -27,6 +27,7 @@ from diffusers import ConfigMixin, ModelMixin
 from diffusers.configuration_utils import register_to_config
 
 from arvis.eval.files import atomic_directory
+from arvis.utils.config_check import Bound, CheckedFolderMixin, check_config
 
 DOMAIN_NETWORK_ALIAS = "domain"
 DOMAIN_NETWORK_DIR = Path(__file__).resolve().parents[1] / "weights" / "domain-classifier"
@@ -37,7 +38,19 @@ def _conv_block(c_in: int, c_out: int, stride: int, groups: int) -> nn.Sequentia
                          nn.GroupNorm(min(groups, c_out), c_out), nn.SiLU())
 
 
-class DomainClassifier(ModelMixin, ConfigMixin):
+# What each configuration field may hold (arvis.utils.config_check), checked before anything is allocated.
+DOMAIN_CONFIG_BOUNDS: dict[str, Bound] = {
+    "num_classes": Bound.integer(2, 1_000_000),
+    "class_names": Bound.strings(1_000_000, optional=True),
+    "image_size": Bound.integer(16, 4096),
+    "channels": Bound.integers(1, 8192, max_items=16),
+    "convs_per_stage": Bound.integer(1, 64),
+    "norm_groups": Bound.integer(1, 8192),
+    "dropout": Bound.number(0.0, 1.0, open_high=True),
+}
+
+
+class DomainClassifier(CheckedFolderMixin, ModelMixin, ConfigMixin):
     """Photo-class classifier; its pooled penultimate features serve FID.
 
     Args:
@@ -54,24 +67,16 @@ class DomainClassifier(ModelMixin, ConfigMixin):
     """
 
     config_name = "config.json"
+    config_bounds = DOMAIN_CONFIG_BOUNDS
 
     @register_to_config
     def __init__(self, num_classes: int = 22, class_names: list[str] | None = None, image_size: int = 128,
                  channels: tuple[int, ...] = (32, 64, 128, 256), convs_per_stage: int = 2, norm_groups: int = 8,
                  dropout: float = 0.1):
         super().__init__()
-        if not isinstance(num_classes, int) or num_classes < 2:
-            raise ValueError(f"num_classes must be an integer >= 2, got {num_classes!r}")
+        check_config(self.config, DOMAIN_CONFIG_BOUNDS, source=type(self).__name__)
         if class_names is not None and len(class_names) != num_classes:
             raise ValueError(f"class_names has {len(class_names)} names for num_classes={num_classes}")
-        if not isinstance(image_size, int) or image_size < 16:
-            raise ValueError(f"image_size must be an integer >= 16, got {image_size!r}")
-        if not channels or any(int(c) < 1 for c in channels):
-            raise ValueError(f"channels must be a non-empty list of positive widths, got {channels!r}")
-        if convs_per_stage < 1:
-            raise ValueError(f"convs_per_stage must be >= 1, got {convs_per_stage}")
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
         channels = tuple(int(c) for c in channels)
         self.stem = _conv_block(3, channels[0], 2, norm_groups)
         stages = []

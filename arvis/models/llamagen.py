@@ -34,6 +34,7 @@ from diffusers.configuration_utils import register_to_config
 from torch import nn
 
 from arvis.models.protocol import Condition, StaticKVCache, TokenLayout
+from arvis.utils.config_check import Bound, CheckedFolderMixin, check_config
 
 MODEL_TYPES = ("c2i", "t2i")
 
@@ -60,6 +61,37 @@ GPT_PRESETS: dict[str, GPTPreset] = {
     "GPT-1B": GPTPreset(22, 32, 2048, "1.2B"),
     "GPT-3B": GPTPreset(24, 32, 3200, "3.1B"),
     "GPT-7B": GPTPreset(32, 32, 4096, "6.6B"),
+}
+
+
+# What each configuration field may hold (arvis.utils.config_check), checked before anything is
+# allocated. Generous: the largest official model (GPT-7B) has dim 4096, 32 layers, 32 heads,
+# 16384 codes, 576 tokens per image (384 px) and 120 caption tokens.
+MAX_GRID = 128  # tokens per side: 2048 px with a VQ-16 tokenizer
+_DROPOUT = Bound.number(0.0, 1.0, open_high=True)
+LLAMAGEN_CONFIG_BOUNDS: dict[str, Bound] = {
+    "dim": Bound.integer(4, 16384),
+    "n_layer": Bound.integer(1, 256),
+    "n_head": Bound.integer(1, 256),
+    "n_kv_head": Bound.integer(1, 256, optional=True),
+    "multiple_of": Bound.integer(1, 65536),
+    "ffn_dim_multiplier": Bound.number(0.0, 64.0, open_low=True, optional=True),
+    "rope_base": Bound.number(1.0, 1e12, open_low=True),
+    "norm_eps": Bound.number(0.0, 1.0, open_low=True, open_high=True),
+    "initializer_range": Bound.number(0.0, 10.0),
+    "token_dropout_p": _DROPOUT,
+    "attn_dropout_p": _DROPOUT,
+    "resid_dropout_p": _DROPOUT,
+    "ffn_dropout_p": _DROPOUT,
+    "drop_path_rate": _DROPOUT,
+    "num_classes": Bound.integer(1, 1_000_000),
+    "caption_dim": Bound.integer(1, 65536),
+    "class_dropout_prob": _DROPOUT,
+    "model_type": Bound.choice(*MODEL_TYPES),
+    "vocab_size": Bound.integer(2, 1 << 20),
+    "cls_token_num": Bound.integer(1, 4096, note="condition slots; official t2i models use 120"),
+    "block_size": Bound.integer(1, MAX_GRID * MAX_GRID, note=f"tokens per image, a square of at most {MAX_GRID}x{MAX_GRID}"),
+    "class_names": Bound.strings(1_000_000, optional=True),
 }
 
 
@@ -227,14 +259,16 @@ class TransformerBlock(nn.Module):
 
 
 # ----------------------------------------------------------------------------- the model
-class LlamaGenTransformer(ModelMixin, ConfigMixin):
+class LlamaGenTransformer(CheckedFolderMixin, ModelMixin, ConfigMixin):
     """LlamaGen GPT (class- or caption-conditional), implementing arvis's backbone protocol.
 
     The configuration mirrors the official ``ModelArgs`` (KV-cache sizes are gone: caches belong to
     the caller), plus ``class_names`` (display names of the class ids; config only, no weights).
     Build a preset with :meth:`from_preset`, load official checkpoints with
     :func:`arvis.models.checkpoint.load_llamagen_checkpoint`, diffusers-style folders with
-    ``from_pretrained``.
+    ``from_pretrained``. Every configuration is checked against :data:`LLAMAGEN_CONFIG_BOUNDS` first
+    (a folder's also against its weights' shapes), so no value can make construction reserve more
+    memory than a real model needs.
 
     Example:
         >>> model = LlamaGenTransformer.from_preset("GPT-B", vocab_size=16384, block_size=256)
@@ -243,6 +277,7 @@ class LlamaGenTransformer(ModelMixin, ConfigMixin):
     """
 
     config_name = "config.json"
+    config_bounds = LLAMAGEN_CONFIG_BOUNDS
 
     @register_to_config
     def __init__(
@@ -271,6 +306,7 @@ class LlamaGenTransformer(ModelMixin, ConfigMixin):
         class_names: list[str] | None = None,
     ):
         super().__init__()
+        check_config(self.config, LLAMAGEN_CONFIG_BOUNDS, source=type(self).__name__)
         if class_names is not None and len(class_names) != num_classes:
             raise ValueError(f"class_names has {len(class_names)} names for num_classes={num_classes}")
         if model_type not in MODEL_TYPES:
@@ -300,9 +336,10 @@ class LlamaGenTransformer(ModelMixin, ConfigMixin):
         self.norm = RMSNorm(dim, eps=norm_eps)
         self.output = nn.Linear(dim, vocab_size, bias=False)
 
-        # A constant table, not a buffer: not in the state dict (as in the official model) and safe
-        # under diffusers' meta-device construction.
-        self._rope = rope_table_2d(grid, dim // n_head, rope_base, cls_token_num)
+        # The rotary table is a constant, not a buffer (not in the state dict, as in the official
+        # model), built on first use: never for a meta-device construction (shape checks, diffusers'
+        # empty-weight loading), and only after the configuration was checked.
+        self._rope_table: torch.Tensor | None = None
         self._layout = TokenLayout(grid=(grid, grid), vocab_size=vocab_size, condition_length=cls_token_num)
         self.init_weights()
 
@@ -331,6 +368,14 @@ class LlamaGenTransformer(ModelMixin, ConfigMixin):
             d = self.config.caption_dim
             with torch.no_grad():
                 self.cls_embedding.uncond_embedding.normal_(0.0, d ** -0.5, generator=generator)
+
+    @property
+    def _rope(self) -> torch.Tensor:
+        """``[cls_token_num + block_size, head_dim // 2, 2]`` rotary table (cos, sin), built once on first use."""
+        if self._rope_table is None:
+            c = self.config
+            self._rope_table = rope_table_2d(self._layout.grid[0], c.dim // c.n_head, c.rope_base, c.cls_token_num)
+        return self._rope_table
 
     # ------------------------------------------------------------------ protocol
     @property
