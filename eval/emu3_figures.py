@@ -530,7 +530,7 @@ def _parity_row(name: str, case: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    global MODEL, RECORDS, REPORT
+    global MODEL, RECORDS, REPORT, SAMPLE_GRID
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--stages", default=",".join(STAGES), help=f"comma-separated, from {STAGES}")
     p.add_argument("--force", action="store_true", help="rerun stages whose record exists")
@@ -549,6 +549,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.records:
         RECORDS = Path(args.records).resolve()
         REPORT = RECORDS.with_suffix(".md")
+        SAMPLE_GRID = RECORDS.parent / SAMPLE_GRID.name
     stages = [s.strip() for s in args.stages.split(",") if s.strip()]
     unknown = sorted(set(stages) - set(STAGES))
     if unknown:
