@@ -226,3 +226,20 @@ def test_head_is_sliced_not_copied_when_visual_ids_are_contiguous(tiny):
     h = torch.randn(2, 3, 32)
     full = F.linear(h, tiny[0].lm_head.weight)[..., backbone.vocabulary.model_ids()]
     torch.testing.assert_close(backbone.head_logits(h), full)
+
+
+def test_narrow_masks_read_only_the_mask_width(tiny):
+    """A mask narrower than the cache gives the same logits as the full-width mask (the slots beyond are unread)."""
+    backbone, condition = backbone_for(*tiny, ["rocket"], 3, 4)
+    C = backbone.layout.condition_length
+    logits = []
+    for narrow in (False, True):
+        cache = backbone.allocate_cache(1)
+        _, valid = backbone.prefill(condition, cache)
+        slots = torch.tensor([[C, C + 1, C + 2]])
+        width = C + 3 if narrow else cache.slots
+        ids = torch.arange(width)
+        mask = (ids <= slots[..., None]) & ((ids >= C) | valid[0, ids.clamp_max(C - 1)])
+        logits.append(backbone.forward_tokens(torch.tensor([[1, 2, 3]]), slots, cache, mask))
+        assert cache.read_width == cache.slots  # restored after the forward
+    torch.testing.assert_close(logits[0], logits[1])

@@ -208,14 +208,17 @@ class Emu3SlotCache(StaticKVCache, Cache):
         StaticKVCache.__init__(self, num_layers, rows, heads, slots, head_dim, dtype, device)
         Cache.__init__(self, layers=[_SlotLayer(self, i) for i in range(num_layers)])
         self.write_slots: torch.Tensor | None = None
+        self.read_width = slots  # keys returned to the attention: slots [0, read_width) (narrow masks)
         self.position_offset = torch.zeros(rows, dtype=torch.long, device=device)
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args, **kwargs
                ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Write ``[rows, heads, T, head_dim]`` keys/values at :attr:`write_slots`; return the full buffers."""
+        """Write ``[rows, heads, T, head_dim]`` keys/values at :attr:`write_slots`; return the buffers' first
+        :attr:`read_width` slots (views, no copy)."""
         if self.write_slots is None:
             raise RuntimeError("Emu3SlotCache: no write slots set (forwards go through Emu3Backbone)")
-        return self.write(layer_idx, self.write_slots, key_states, value_states)
+        keys, values = self.write(layer_idx, self.write_slots, key_states, value_states)
+        return keys[:, :, : self.read_width], values[:, :, : self.read_width]
 
     def select_rows(self, rows: torch.Tensor) -> None:
         StaticKVCache.select_rows(self, rows)
@@ -238,6 +241,7 @@ class Emu3Backbone(nn.Module):
     """
 
     supports_cfg = True
+    narrow_masks = True  # attend masks may be narrower than the cache: only that many slots are read
 
     def __init__(self, model: nn.Module, vocabulary: Emu3Vocabulary, height: int, width: int,
                  condition_length: int, negative: Condition | None = None):
@@ -312,9 +316,10 @@ class Emu3Backbone(nn.Module):
 
     def forward_tokens(self, tokens: torch.Tensor, slots: torch.Tensor, cache: Emu3SlotCache,
                        attend_mask: torch.Tensor) -> torch.Tensor:
-        """Evaluate layout ids ``tokens [R, T]`` at ``slots [R, T]``, attending where ``attend_mask [R, T, S]``.
+        """Evaluate layout ids ``tokens [R, T]`` at ``slots [R, T]``, attending where ``attend_mask [R, T, S']``.
 
-        Returns fp32 logits ``[R, T, K + 3]``.
+        ``S'`` may be smaller than ``cache.slots`` (narrow masks): slots at or beyond it are not read, and every
+        slot written must lie below it. Returns fp32 logits ``[R, T, K + 3]``.
         """
         h = self.text_model.embed_tokens(self._model_ids[tokens])
         return self._run(h, slots, cache, attend_mask)
@@ -323,12 +328,12 @@ class Emu3Backbone(nn.Module):
         positions = (slots - cache.position_offset[:, None]).clamp_min(0)  # padding slots: masked anyway
         additive = torch.zeros(mask.shape, dtype=h.dtype, device=h.device)
         additive.masked_fill_(~mask, torch.finfo(h.dtype).min)
-        cache.write_slots = slots
+        cache.write_slots, cache.read_width = slots, mask.shape[-1]
         try:
             out = self.text_model(inputs_embeds=h, attention_mask=additive[:, None], position_ids=positions,
                                   past_key_values=cache, use_cache=True)
         finally:
-            cache.write_slots = None
+            cache.write_slots, cache.read_width = None, cache.slots
         return self.head_logits(out.last_hidden_state)
 
     def head_logits(self, hidden: torch.Tensor) -> torch.Tensor:
