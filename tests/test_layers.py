@@ -50,10 +50,6 @@ ACCEPTANCE_FORBIDDEN = ("os", "io", "pathlib", "shutil", "json", "pickle", "subp
 
 # name -> (why it is allowed for now, the (importer, imported) pairs it covers)
 KNOWN_VIOLATIONS: dict[str, tuple[str, frozenset[tuple[str, str]]]] = {
-    "training-imports-evaluator-networks": (
-        "issue 21.3: the domain classifier and the small CLIP network live in arvis/eval; move them to arvis/models",
-        frozenset({("arvis.training.train_clip", "arvis.eval.clip_score"),
-                   ("arvis.training.train_domain", "arvis.eval.domain")})),
     "training-reports-fid-through-eval": (
         "issue 21.3: the domain trainer computes its FID report with arvis.eval.fid; with the networks in "
         "arvis/models, record that report through the eval layer (or lift training above eval in "

@@ -59,6 +59,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from arvis.data.cache import cache_path, load_npz, save_npz_atomic
+from arvis.data.crops import _check_count, _check_resolution  # the same argument rules as the photo crops
 
 __all__ = [
     "BACKGROUND",
@@ -506,21 +507,11 @@ def build_emoji(n: int | None = None, split: str = "train", resolution: int = 12
 
 def heldout_images(num: int, resolution: int, seed: int) -> np.ndarray:
     """``uint8 [num, resolution, resolution, 3]`` augmented views of held-out emoji (never seen in training):
-    the FID reference maker for emoji models (``images_fn`` of :func:`arvis.eval.fid.heldout_statistics`)."""
-    return build_emoji(num, "heldout", resolution, seed=seed, progress=num > 2000).images
+    the FID reference maker for emoji models (``images_fn`` of :func:`arvis.eval.fid.heldout_statistics`), cached."""
+    return build_emoji(num, "heldout", resolution, seed=seed, cache=True, progress=num > 2000).images
 
 
 # ---------------------------------------------------------------------------------------------- checks
 def _check_split(split: str) -> None:
     if split not in _SPLIT_ID:
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
-
-
-def _check_count(name: str, n: int) -> None:
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
-        raise ValueError(f"{name} must be an int >= 0, got {n!r}")
-
-
-def _check_resolution(resolution: int) -> None:
-    if isinstance(resolution, bool) or not isinstance(resolution, (int, np.integer)) or not 8 <= resolution <= 2048:
-        raise ValueError(f"resolution must be an int in [8, 2048], got {resolution!r}")
