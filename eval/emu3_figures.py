@@ -284,12 +284,18 @@ def _clip_scorer():
 
 
 def stage_quality(args: argparse.Namespace) -> None:
+    """Samples for held-out emoji captions per method: CLIP score (matched vs shuffled captions) with the emoji
+    CLIP when installed, and FID against held-out emoji with the emoji domain network (floor at the same N)."""
+    import numpy as np
+
     from arvis.eval.bench import parse_method_specs
+    from arvis.eval.fid import compute_fid
     from arvis.eval.jobs import image_generator
 
     scorer, clip_name = _clip_scorer()
-    if scorer is None:
-        print("quality: no emoji CLIP installed (arvis/weights/clip-emoji); skipped")
+    has_fid = (ROOT / "arvis" / "weights" / "domain-emoji").is_dir()
+    if scorer is None and not has_fid:
+        print("quality: neither an emoji CLIP nor the emoji domain network is installed; skipped")
         return
     pipe = shipped_pipeline()
     defaults = json.loads((Path(pipe.config._name_or_path) / "sampling_defaults.json").read_text())
@@ -300,19 +306,24 @@ def stage_quality(args: argparse.Namespace) -> None:
         for start in range(0, len(prompts), args.quality_batch):
             batch = prompts[start:start + args.quality_batch]
             gens = [image_generator(args.seed, start + i) for i in range(len(batch))]
-            out = pipe(batch, generator=gens, method=spec.name, **defaults, **spec.options_dict)
-            images += out.images
-        matched = scorer.score(images, prompts)
-        shuffled = scorer.score(images, prompts[1:] + prompts[:1])
-        rows.append({"spec": spec.label, "clip_score": matched.score, "clip_score_shuffled": shuffled.score,
-                     "mean_cos100": statistics.mean(matched.per_pair),
-                     "mean_cos100_shuffled": statistics.mean(shuffled.per_pair),
-                     "own_caption_wins": statistics.mean(a > b for a, b in zip(matched.per_pair, shuffled.per_pair,
-                                                                               strict=True)),
-                     "seconds": time.time() - t0})
-        print(rows[-1])
-    write_record("quality", {"clip_model": clip_name, "samples": len(prompts), "seed": args.seed,
-                             "sampling": defaults, "methods": rows, **model_context()})
+            out = pipe(batch, generator=gens, method=spec.name, output_type="np", **defaults, **spec.options_dict)
+            images.append((out.images * 255).round().astype(np.uint8))
+        images = np.concatenate(images)
+        row: dict[str, Any] = {"spec": spec.label, "seconds": time.time() - t0}
+        if scorer is not None:
+            matched = scorer.score(images, prompts)
+            shuffled = scorer.score(images, prompts[1:] + prompts[:1])
+            row.update(clip_score=matched.score, clip_score_shuffled=shuffled.score,
+                       own_caption_wins=statistics.mean(a > b for a, b in zip(matched.per_pair, shuffled.per_pair,
+                                                                               strict=True)))
+        if has_fid:
+            fid = compute_fid(images, data="emoji", floor=not rows, progress=False)
+            row.update(fid=fid.fid, fid_floor=fid.floor, fid_reference=fid.reference.count)
+        rows.append(row)
+        print(row)
+    write_record("quality", {"clip_model": clip_name, "fid_extractor": "domain-emoji" if has_fid else None,
+                             "samples": len(prompts), "seed": args.seed, "sampling": defaults, "methods": rows,
+                             **model_context()})
 
 
 # ============================================================================================== memory
@@ -435,13 +446,24 @@ def report() -> str:
                   f"image is {int(ar['tokens'])} tokens (rows + end-of-line, end-of-frame, end-of-image); AR spends "
                   f"one forward per token, as transformers' generate() does.", "",
                   "| method | lossless | target forwards | fewer forwards than AR | step compression | latency (s) | "
-                  "speedup | CLIP score (shuffled) |", "|---|---|---|---|---|---|---|---|"]
+                  "speedup | CLIP score (shuffled) | FID |", "|---|---|---|---|---|---|---|---|---|"]
         for m in bench["methods"]:
-            q = quality.get(m["spec"])
-            clip = f"{q['clip_score']:.1f} ({q['clip_score_shuffled']:.1f})" if q else "-"
+            q = quality.get(m["spec"], {})
+            clip = f"{q['clip_score']:.1f} ({q['clip_score_shuffled']:.1f})" if "clip_score" in q else "-"
+            fid = f"{q['fid']:.1f}" if "fid" in q else "-"
             lines.append(f"| {m['spec']} | {'yes' if m['lossless'] else 'no'} | {m['target_forwards']:.1f} | "
                          f"{100 * (1 - m['target_forwards'] / ar['target_forwards']):.0f}% | "
-                         f"{_fmt(m['step_compression'])}x | {_fmt(m['latency_s'], 3)} | {_fmt(m['speedup'])}x | {clip} |")
+                         f"{_fmt(m['step_compression'])}x | {_fmt(m['latency_s'], 3)} | {_fmt(m['speedup'])}x | "
+                         f"{clip} | {fid} |")
+        qrec = read_record("quality")
+        if qrec:
+            floor = next((r.get("fid_floor") for r in qrec["methods"] if r.get("fid_floor") is not None), None)
+            lines += ["", f"Quality columns: {qrec['samples']} images per method for held-out emoji captions (seed "
+                      f"{qrec['seed']}); CLIP score with {qrec['clip_model'] or 'no emoji CLIP (not installed)'} against "
+                      "the matched captions (shuffled captions in brackets); FID with the emoji domain network "
+                      f"against held-out emoji renders" + (f" (real-vs-real floor at the same N: {floor:.1f})"
+                                                            if floor is not None else "") + ". Lossless methods "
+                      "differ from AR only by sampling noise; ZipAR is lossy."]
         lines += ["", "Anchors (other models and hardware):", *[f"- {a}" for a in ANCHORS], ""]
         if bench.get("zipar_emu3_gen"):
             rows = bench["zipar_emu3_gen"]
