@@ -97,7 +97,7 @@ METHODS = [
     pytest.param("sjd", dict(window=2, window_shape="staircase", staircase_rows=1, staircase_step=1), id="staircase"),
     pytest.param("mc-sjd", dict(window=3), id="mc-sjd"),
     pytest.param("mc-sjd", dict(window=3, coupling="gumbel"), marks=slow, id="mc-sjd-gumbel"),
-    pytest.param("zipar", dict(window=2), marks=slow, id="zipar-full-width"),  # exactly AR's conditionals
+    pytest.param("zipar", dict(row_lag=2), marks=slow, id="zipar-full-width"),  # exactly AR's conditionals
 ]
 
 

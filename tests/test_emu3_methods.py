@@ -9,9 +9,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from arvis.drafting.jacobi import neighbour_index
+from arvis.drafting.jacobi import JacobiDrafter
+from arvis.engine.engine import DecodeEngine
 from arvis.engine.sampling import SamplingConfig
-from arvis.engine.schedules import zipar_schedule_eol
+from arvis.engine.schedules import RasterWindow, zipar_schedule_eol
 from arvis.methods import decode, with_resources
 from arvis.models.emu3 import Emu3Backbone, image_codes
 from arvis.pipelines import Emu3Pipeline
@@ -101,18 +102,27 @@ def test_relaxed_rules_never_touch_structural_tokens(tiny, setup, acceptance):
 
 
 def test_vertical_neighbour_is_the_cell_above_with_end_of_line_tokens(setup):
-    backbone, _ = setup
+    """Jacobi's vertical drafts read the cell above at ``index - (W + 1)`` on Emu3, never ``index - W``."""
+    backbone, condition = setup
     stride = backbone.layout.row_stride
-    assert stride == 5
-    cell = torch.tensor([[1 * stride + 2]])  # (1, 2)
-    assert neighbour_index(cell, stride, "repeat_vertical").item() == 0 * stride + 2  # (0, 2), not index 3
+    assert stride == 5 and backbone.layout.grid == (3, 4)
+    engine = DecodeEngine(backbone, condition, SamplingConfig(), gens())
+    p0 = engine.prefill()
+    engine.commit(torch.zeros(2, 1, dtype=torch.long), torch.zeros(2, 1, dtype=torch.long))
+    schedule = RasterWindow(4, engine.num_tokens)
+    session = JacobiDrafter("repeat_vertical").start(engine, schedule, p0)
+    row0 = torch.tensor([[0, 1, 2, 3, 16]]).expand(2, -1)  # codes 0..3, then the end-of-line (id K)
+    session.store(torch.arange(5).expand(2, -1), torch.ones(2, 5, dtype=torch.bool), row0, p0[:, None])
+    cell = torch.full((2, 1), 1 * stride + 2)  # (1, 2)
+    session.initialise(cell, torch.ones(2, 1, dtype=torch.bool), torch.full((2,), 5))
+    assert session.tokens[:, 1 * stride + 2].tolist() == [2, 2]  # the code of (0, 2), not of index 3
 
 
-@pytest.mark.parametrize("window", [4, 6])
-def test_zipar_with_full_width_window_is_ar(setup, window):
+@pytest.mark.parametrize("row_lag", [4, 6])
+def test_zipar_with_full_width_row_lag_is_ar(setup, row_lag):
     backbone, condition = setup
     ar, _ = decode(backbone, condition, GREEDY_CFG, "ar", gens())
-    tokens, stats = decode(backbone, condition, GREEDY_CFG, "zipar", gens(), window=window)
+    tokens, stats = decode(backbone, condition, GREEDY_CFG, "zipar", gens(), row_lag=row_lag)
     assert torch.equal(tokens, ar)
     assert stats.summary()["target_forwards"] == 3 * 4 + 1  # one forward per image token (+ the tail)
 
@@ -120,7 +130,7 @@ def test_zipar_with_full_width_window_is_ar(setup, window):
 def test_zipar_end_of_line_schedule_reads_only_written_slots(tiny):
     inner, condition = backbone_for(*tiny, PROMPTS, 4, 5, negative=NEGATIVE)
     tracked = WriteTrackingBackbone(inner)
-    tokens, stats = decode(tracked, condition, SamplingConfig(guidance_scale=2.0), "zipar", gens(), window=2)
+    tokens, stats = decode(tracked, condition, SamplingConfig(guidance_scale=2.0), "zipar", gens(), row_lag=2)
     assert_valid_emu3_sequences(tokens, inner)
     expected = len(zipar_schedule_eol(4, 5, 2, tail=2)) + 1
     assert stats.summary()["target_forwards"] == expected < 4 * 6 + 2
@@ -136,4 +146,4 @@ def test_zipar_refuses_other_structural_layouts(tiny):
                       image_token_range=(0, 16), structural_tokens={1: 16})
     backbone._layout = odd
     with pytest.raises(ValueError, match="end-of-line"):
-        decode(backbone, condition, SamplingConfig(), "zipar", None, window=1)
+        decode(backbone, condition, SamplingConfig(), "zipar", None, row_lag=1)

@@ -19,8 +19,8 @@ import pytest
 import torch
 
 import arvis.acceptance.speculative as spec
-import arvis.drafting.draft_model as draft_model_module
-import arvis.methods.sjd as sjd_module
+from arvis.drafting.draft_model import DraftModelSession
+from arvis.drafting.jacobi import JacobiSession
 from arvis.acceptance.speculative import acceptance_probability, residual
 from arvis.engine.sampling import SamplingConfig
 from arvis.methods import decode
@@ -221,44 +221,41 @@ def plant(monkeypatch, owner, name: str, old: str, new: str) -> None:
 
 def _residual_from_p(monkeypatch):
     """On rejection, sample p instead of normalize(max(0, p − q)) (the classic speculative-sampling bug)."""
-    plant(monkeypatch, spec, "residual", "r = (p.to(dtype) - q.to(dtype)).clamp_min(0.0)", "r = p.to(dtype)")
+    plant(monkeypatch, spec, "sample_residual", "r = (p.to(dtype) - q.to(dtype)).clamp_min(0.0)", "r = p.to(dtype)")
 
 
 def _keep_old_q(monkeypatch):
     """After the draft refresh, keep the old draft's distribution (the reference Lumina/Janus MC-SJD bug)."""
-    plant(monkeypatch, sjd_module._JacobiRun, "run", "self._carried_distribution(p[update], self.q[a, i])",
-          "self.q[a, i]")
+    plant(monkeypatch, JacobiSession, "update", "verification.tokens, refreshed), p)",
+          "verification.tokens, refreshed), proposal.q)")
 
 
 def _claim_uniform_q(monkeypatch):
     """Neighbour-distribution drafts reported as drawn from the uniform distribution."""
-    original = sjd_module.fill_drafts
-
-    def wrapped(strategy, index, need, tokens, q, *args, **kwargs):
-        original(strategy, index, need, tokens, q, *args, **kwargs)
-        rows = torch.arange(index.shape[0])[:, None].expand_as(index)
-        q[rows[need], index[need]] = 1.0 / q.shape[-1]
-
-    monkeypatch.setattr(sjd_module, "fill_drafts", wrapped)
+    plant(monkeypatch, JacobiSession, "initialise", "self.store(index, want & (source >= 0) & in_ring, drafts, dist)",
+          "self.store(index, want & (source >= 0) & in_ring, drafts, self._uniform_q)")
 
 
 def _drafter_misreports_q(monkeypatch):
     """The draft model samples from its p but reports a smoothed q (e.g. q before top-k / temperature)."""
-    plant(monkeypatch, draft_model_module.DraftModelSession, "propose", "q[:, j] = p * alive[:, None]",
-          "q[:, j] = (p + 0.5 / self.V) / 1.5 * alive[:, None]")
+    plant(monkeypatch, DraftModelSession, "propose", "q[:, j] = p * (position < self.N)[:, None]",
+          "q[:, j] = (p + 0.5 / self.V) / 1.5 * (position < self.N)[:, None]")
 
 
 def _band_keeps_old_q(monkeypatch):
     """A staircase band redraws its drafts from its approximate p but leaves the old q recorded for them."""
-    plant(monkeypatch, sjd_module._JacobiRun, "run", "self._carried_distribution(p[update], self.q[a, i])",
-          "torch.where(is_contiguous[:, :T][update][:, None], p[update], self.q[a, i])")
+    plant(monkeypatch, JacobiSession, "update", "verification.tokens, refreshed), p)",
+          "verification.tokens, refreshed), torch.where(self._window_columns(targets.shape[1], K)[1][:, None], "
+          "p, proposal.q))")
 
 
 def _lockstep_keeps_drafts_past_the_cut(monkeypatch):
     """Lockstep SJD: drafts a sample accepted past the batch's cut are kept for the next forward (they were
     good), only the others are redrawn from p — but an accepted draft is not a draw from p."""
-    plant(monkeypatch, sjd_module._JacobiRun, "run", "refreshed = e.sample(p)  # SJD: independent draws from p",
-          "refreshed = torch.where(accepted & (k_offsets[:T] < n_acc[:, None]), draft_tok, e.sample(p))")
+    plant(monkeypatch, JacobiSession, "update",
+          "refreshed = refresh_drafts(self.drafter.coupling, p, verification.coupled, fresh)",
+          "refreshed = torch.where(verification.accepted, proposal.drafts, "
+          "refresh_drafts(self.drafter.coupling, p, verification.coupled, fresh))")
 
 
 # (planter, method, options, sampling): each bug on the path it breaks. Measured at N = 50,000 (seed 12): TV
@@ -390,9 +387,9 @@ def test_joint_check_catches_a_drafter_reading_the_wrong_prefix(monkeypatch):
     """Planted bug: the draft model reads token 0 wherever it catches up on the committed prefix. Its drafts
     are still exactly distributed as the q it reports, so the output stays lossless — only the forward
     counts change, and only the joint check sees it."""
-    plant(monkeypatch, draft_model_module.DraftModelSession, "propose",
-          "gather(1, index.clamp_max(self.N - 1)).clamp_min(0)",
-          "gather(1, index.clamp_max(self.N - 1)).clamp_min(0) * 0")
+    plant(monkeypatch, DraftModelSession, "propose",
+          "tokens = self.target.tokens[self.target.active[:, None], index.clamp_max(self.N - 1)]",
+          "tokens = self.target.tokens[self.target.active[:, None], index.clamp_max(self.N - 1) * 0]")
     sequences, with_forwards = _speculative_3x3_verdicts(0, NO_CFG, N_SAMPLES)
     assert sequences.passed, f"the drafter's bug is lossless, yet: {sequences}"
     assert not with_forwards.passed, f"planted drafter bug went unnoticed: {with_forwards}"

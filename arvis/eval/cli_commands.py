@@ -27,9 +27,11 @@ if TYPE_CHECKING:
     import argparse
 
 
-def _add_runtime(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--threads", type=int, default=1,
-                   help="torch CPU threads (default 1: small ops stall under contention; recorded in every record)")
+def _add_runtime(p: argparse.ArgumentParser, all_cores: bool = False) -> None:
+    p.add_argument("--threads", type=int, default=None if all_cores else 1,
+                   help="torch CPU threads (default: every core this process may use; recorded in every record)"
+                   if all_cores else
+                   "torch CPU threads (default 1: small ops stall under contention; recorded in every record)")
     p.add_argument("--dtype", choices=["fp32", "bf16", "fp16"], default="fp32", help="model dtype")
     p.add_argument("--device", default="cpu", help="torch device (default cpu)")
 
@@ -82,25 +84,37 @@ def _bench_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--plots", default=None, help="folder for the PNG plots")
     p.add_argument("--no-progress", action="store_true")
     _add_sampling(p, with_method=False)
-    _add_runtime(p)
+    _add_runtime(p, all_cores=True)  # latency is measured on every core by default
 
 
 @command("bench", "time decoding methods side by side (same seeds, interleaved repeats) with the forward-cost curve",
          _bench_arguments)
 def run_bench_command(args: argparse.Namespace) -> int:
     from arvis.engine import SamplingConfig
-    from arvis.eval.bench import check_settings, format_markdown, format_text, parse_method_specs, run_bench
+    from arvis.eval.bench import (
+        available_cores,
+        check_settings,
+        format_markdown,
+        format_text,
+        parse_method_specs,
+        run_bench,
+    )
     from arvis.eval.files import write_bytes_atomic, write_json_atomic
     from arvis.eval.provenance import provenance
 
     # Validate everything before loading a model or writing a byte.
+    if args.threads is None:
+        args.threads = available_cores()
     specs = parse_method_specs(args.methods or ["ar"])
     check_settings(samples=args.samples, repeats=args.repeats, warmup=args.warmup, batch_size=args.batch_size)
     _check_output_paths(json=args.json, markdown=args.markdown, plots=args.plots)
     dtype = setup_runtime(args)
     pipe, defaults, path = load_pipeline(args.model, dtype, args.device)
     sampling = SamplingConfig(**sampling_settings(args, defaults))
-    model_name = str(path)
+    # The name the user gave (an alias such as c2i), not this machine's absolute path of the folder.
+    from arvis.hub import DEFAULT_MODEL
+
+    model_name = args.model or DEFAULT_MODEL
     context = {"model": model_name, **provenance(args.device, dtype)}
     result = run_bench(pipe.transformer, specs, sampling, samples=args.samples, seed=args.seed, repeats=args.repeats,
                        warmup=args.warmup, batch_size=args.batch_size,
