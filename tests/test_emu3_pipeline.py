@@ -118,3 +118,64 @@ def test_errors_name_the_argument(pipe):
         pipe([])
     with pytest.raises(TypeError, match="Emu3ForConditionalGeneration"):
         Emu3Pipeline(torch.nn.Linear(2, 2), pipe.tokenizer)
+
+
+# ----------------------------------------------------------------------------- the same doors as LlamaGen
+@pytest.fixture(scope="module")
+def diffusers_folder(pipe, tmp_path_factory):
+    """The pipeline as arvis writes it (``save_pretrained``: model_index.json + component folders)."""
+    folder = tmp_path_factory.mktemp("emu3-pipeline")
+    pipe.save_pretrained(folder)
+    return folder
+
+
+def test_hub_loads_both_layouts_with_the_emu3_pipeline(official_folder, diffusers_folder, tmp_path):
+    from arvis.hub import pipeline_class, resolve_model
+
+    for folder in (official_folder, diffusers_folder):
+        assert resolve_model(str(folder)) == folder and pipeline_class(folder) is Emu3Pipeline
+    (tmp_path / "config.json").write_text('{"model_type": "llama"}')
+    with pytest.raises(ValueError, match="model_index.json"):
+        resolve_model(str(tmp_path))
+
+
+def test_cli_generate_and_bench_on_an_emu3_folder(diffusers_folder, tmp_path, capsys):
+    import json
+
+    from arvis.cli import main
+
+    out = tmp_path / "out"
+    assert main(["generate", "--model", str(diffusers_folder), "--prompt", "red apple", "--num-images", "2",
+                 "--method", "mc-sjd", "-o", "window=4", "--output", str(out), "--top-k", "8"]) == 0
+    record = json.loads((out / "stats.json").read_text())
+    assert sorted(p.name for p in out.glob("*.png")) == ["0000.png", "0001.png"]
+    assert record["method"] == "mc-sjd" and record["samples"] == 2 and record["tokens"] == 17
+    assert main(["generate", "--model", str(diffusers_folder), "--class-ids", "0", "--output", str(out)]) == 2
+    assert "text-conditional" in capsys.readouterr().err
+
+    records = tmp_path / "bench.json"
+    assert main(["bench", "--model", str(diffusers_folder), "--prompt", "rocket", "--prompt", "dog face",
+                 "--methods", "ar;mc-sjd:window=4;zipar:row_lag=2", "--samples", "2", "--repeats", "5",
+                 "--threads", "1", "--no-forward-cost", "--no-progress", "--json", str(records)]) == 0
+    rows = {r["spec"]: r for r in json.loads(records.read_text())}
+    assert set(rows) == {"ar", "mc-sjd:window=4", "zipar:row_lag=2"}
+    assert rows["ar"]["target_forwards"] == 3 * 5 + 2 and rows["mc-sjd:window=4"]["step_compression"] > 1
+    assert rows["ar"]["prompts"] == ["rocket", "dog face"]
+    assert main(["bench", "--model", str(diffusers_folder), "--samples", "1", "--no-progress"]) == 2
+    assert "prompt" in capsys.readouterr().err
+
+
+def test_demo_runs_an_emu3_pipeline_side_by_side(pipe):
+    """The demo's core (no server): an Emu3 folder's pipeline takes prompts, and AR and a method both finish."""
+    pytest.importorskip("gradio")
+    from apps.demo_core import DemoLimits, ModelSet, RunResult, model_info, side_by_side, validate_request
+
+    info = model_info(pipe)
+    assert not info["class_conditional"] and info["has_text_encoder"] and info["grid"] == [3, 4]
+    models, limits = ModelSet({"emu3-tiny": pipe}), DemoLimits()
+    request = validate_request(models, limits, model="emu3-tiny", class_label=None, prompt="red apple",
+                               method="mc-sjd", seed=3, num_images=1, guidance_scale=3.0, top_k=8, top_p=1.0,
+                               temperature=1.0, live_preview=True, options={"window": 4})
+    results = [r for r in side_by_side(models, request, limits) if isinstance(r, RunResult)]
+    assert [r.method for r in results] == ["ar", "mc-sjd"]
+    assert all(r.tokens.shape == (1, 3, 4) and r.stats.samples[0].tokens == 17 for r in results)

@@ -32,8 +32,8 @@ from diffusers import DiffusionPipeline
 
 from arvis.engine.sampling import SamplingConfig
 from arvis.methods import with_resources
-from arvis.models.emu3 import VISUAL_TOKEN, Emu3Backbone, Emu3Vocabulary, image_codes
-from arvis.models.protocol import Condition
+from arvis.models.emu3 import VISUAL_TOKEN, Emu3Backbone, Emu3Vocabulary, emu3_layout, image_codes
+from arvis.models.protocol import Condition, TokenLayout
 from arvis.pipelines.common import check_output_type, decode_with_progress, images_to_output
 from arvis.pipelines.pipeline_llamagen import LlamaGenPipelineOutput
 from arvis.tokenizers.emu3_text import prompt_batch
@@ -111,6 +111,15 @@ class Emu3Pipeline(DiffusionPipeline):
         model = Emu3ForConditionalGeneration.from_pretrained(path, dtype=dtype or "auto").eval()
         return cls(model, AutoTokenizer.from_pretrained(path), **config)
 
+    # ------------------------------------------------------------------ what apps need to know
+    accepts_prompts = True  # prompts go straight to the language model (no separate text encoder)
+
+    @property
+    def default_layout(self) -> TokenLayout:
+        """The token layout at the default image size (grid, vocabulary, sequence length with the
+        structural tokens). Its ``condition_length`` is a placeholder (1): each call sets the prompts' own."""
+        return emu3_layout(self.config.default_height, self.config.default_width, self.vocabulary.num_codes, 1)
+
     # ------------------------------------------------------------------ pieces
     @property
     def vqvae(self) -> Emu3ImageTokenizer:
@@ -148,6 +157,38 @@ class Emu3Pipeline(DiffusionPipeline):
         if self.draft_transformer is not None:
             draft = Emu3Backbone(self.draft_transformer, self.vocabulary, height, width, C, negative)
         return target, draft, cond
+
+    def bench_inputs(self, prompts: Sequence[str], samples: int, batch_size: int,
+                     height: int | None = None, width: int | None = None
+                     ) -> tuple[Emu3Backbone, list[tuple[list[int], Condition]], Emu3Backbone | None]:
+        """What ``arvis bench`` times: one backbone (every prompt left-padded to one length, the default
+        negative prompt), the condition batches (sample ``i`` gets ``prompts[i % len(prompts)]``, ``batch_size``
+        samples per decode call) and the draft backbone (``None`` without a draft transformer).
+
+        Args:
+            prompts: at least one prompt.
+            samples, batch_size: samples per round and per decode call (>= 1).
+            height, width: image size in tokens (default: the config's).
+
+        Returns:
+            ``(target, [(sample indices, Condition)], draft)``.
+        """
+        prompts = list(prompts)
+        if not prompts:
+            raise ValueError("prompt: this model is text-conditional; give at least one prompt")
+        if samples < 1 or batch_size < 1:
+            raise ValueError(f"samples and batch_size must be >= 1, got {samples} and {batch_size}")
+        height = self.config.default_height if height is None else height
+        width = self.config.default_width if width is None else width
+        texts = [prompts[i % len(prompts)] for i in range(samples)]
+        # One negative prompt row, broadcast over every batch (the backbone accepts [1, C]).
+        target, draft, condition = self.backbones(texts, [self.config.default_negative_prompt], height, width)
+        batches = []
+        for start in range(0, samples, batch_size):
+            idx = list(range(start, min(start + batch_size, samples)))
+            rows = slice(idx[0], idx[-1] + 1)
+            batches.append((idx, Condition(token_ids=condition.token_ids[rows], mask=condition.mask[rows])))
+        return target, batches, draft
 
     def decode_tokens(self, codes: torch.Tensor, output_type: str = "pil"):
         """Code grids ``[B, h, w]`` → images in ``output_type`` (``"latent"`` returns the codes)."""
