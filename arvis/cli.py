@@ -64,7 +64,14 @@ def load_pipeline(model: str | None, dtype, device: str):
     """The pipeline for ``model`` (alias or folder) and its default sampling settings."""
     import torch
 
-    from arvis.hub import DEFAULT_MODEL, TINY_RANDOM, pipeline_class, resolve_model, shipped_path, tiny_random_pipeline
+    from arvis.hub import (
+        DEFAULT_MODEL,
+        TINY_RANDOM,
+        pipeline_class,
+        resolve_model,
+        shipped_path,
+        tiny_random_pipeline,
+    )
 
     if model == TINY_RANDOM or (model is None and not (shipped_path(DEFAULT_MODEL) / "model_index.json").is_file()):
         print("*** UNTRAINED TINY MODEL (random weights): its images are noise; only the decode statistics "

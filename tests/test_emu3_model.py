@@ -159,7 +159,7 @@ def test_logits_after_rollbacks_and_holes_equal_a_full_recompute(tiny):
     committed = [int(t) for t in torch.randint(0, K, (2,), generator=g)]
     engine.evaluate(torch.tensor([committed]), torch.tensor([[0, 1]]))
     prompt = condition.token_ids[0]
-    for trial in range(4):
+    for _trial in range(4):
         # A window of drafts after the committed prefix, then roll back to the prefix (rejected drafts).
         drafts = [int(t) for t in torch.randint(0, K, (3,), generator=g)]
         n = len(committed)

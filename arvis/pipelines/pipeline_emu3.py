@@ -78,7 +78,7 @@ class Emu3Pipeline(DiffusionPipeline):
             raise ValueError("tokenizer: it does not hold the model's visual tokens; use the model's own tokenizer")
         if draft_transformer is not None:
             draft_vocab = getattr(draft_transformer.config, "vocabulary_map", None)
-            size = getattr(getattr(draft_transformer.config, "text_config", draft_transformer.config), "vocab_size")
+            size = getattr(draft_transformer.config, "text_config", draft_transformer.config).vocab_size
             if (draft_vocab is not None and Emu3Vocabulary.from_map(draft_vocab) != self.vocabulary) or \
                     size < max(self.vocabulary.visual_ids) + 1:
                 raise ValueError("draft_transformer: its vocabulary differs from the transformer's")

@@ -565,7 +565,13 @@ def export_lm(result: dict[str, Any], cfg: LMTrainConfig, out: Path, command: st
 def assemble(vq_dir: Path, lm_dir: Path, out: Path, sampling_defaults: dict[str, Any]) -> Path:
     """One official-layout ``Emu3ForConditionalGeneration`` (LM + VQ + vocabulary map, fp16) and the tokenizer,
     saved as an :class:`~arvis.pipelines.Emu3Pipeline` folder; training records are copied beside it."""
-    from transformers import AutoTokenizer, Emu3Config, Emu3ForCausalLM, Emu3ForConditionalGeneration, Emu3VQVAE
+    from transformers import (
+        AutoTokenizer,
+        Emu3Config,
+        Emu3ForCausalLM,
+        Emu3ForConditionalGeneration,
+        Emu3VQVAE,
+    )
 
     from arvis.pipelines import Emu3Pipeline
 
