@@ -177,19 +177,28 @@ class ModelSet:
         return self.entry(name).get()
 
 
+def pipeline_layout(pipe: Any) -> Any:
+    """The pipeline's token layout: its transformer's (LlamaGen), or the default-size layout of pipelines
+    whose backbone is built per call (Emu3: ``default_layout``)."""
+    layout = getattr(pipe, "default_layout", None)
+    return layout if layout is not None else pipe.transformer.layout
+
+
 def model_info(pipe: Any) -> dict[str, Any]:
     """What the page needs to know about a pipeline: conditioning, classes, vocabulary, grid."""
     t = pipe.transformer
-    class_conditional = bool(t.is_class_conditional)
+    class_conditional = bool(getattr(t, "is_class_conditional", False))  # Emu3's is a transformers model
     names = pipe.class_names if class_conditional else None
     n = int(t.config.num_classes) if class_conditional else 0
+    layout = pipeline_layout(pipe)
     return {
         "class_conditional": class_conditional,
         "num_classes": n,
         "class_choices": [(f"{i}: {names[i]}" if names else str(i), i) for i in range(n)],
-        "vocab_size": int(t.layout.vocab_size),
-        "grid": list(t.layout.grid),
-        "has_text_encoder": getattr(pipe, "text_encoder", None) is not None,
+        "vocab_size": int(layout.vocab_size),
+        "grid": list(layout.grid),
+        "has_text_encoder": bool(getattr(pipe, "accepts_prompts", False))
+        or getattr(pipe, "text_encoder", None) is not None,
     }
 
 
@@ -440,7 +449,7 @@ def tile_images(images: list[PIL.Image.Image], display_size: int) -> PIL.Image.I
 def render_partial(pipe: Any, tokens: torch.Tensor, known: torch.Tensor) -> list[PIL.Image.Image] | None:
     """Decode a partially committed token grid ``tokens [B, N]`` / ``known [B, N]`` with the VQ decoder;
     cells not committed yet are grey. ``None`` when the layout is not a plain ``h × w`` grid."""
-    grid = tuple(pipe.transformer.layout.grid)
+    grid = tuple(pipeline_layout(pipe).grid)
     B, N = tokens.shape
     if len(grid) != 2 or grid[0] * grid[1] != N:
         return None
@@ -499,7 +508,7 @@ def stream_run(pipe: Any, request: DemoRequest, side: str, method: str, options:
     from arvis.utils.random import make_generators
 
     out: queue.Queue = queue.Queue()
-    total = request.num_images * int(pipe.transformer.layout.num_tokens)
+    total = request.num_images * int(pipeline_layout(pipe).num_tokens)
     spent = {"preview_s": 0.0, "previews": 0, "last": 0.0}
 
     def callback(_pipe: Any, _forward: int, committed: torch.Tensor, data: Mapping[str, torch.Tensor]) -> None:

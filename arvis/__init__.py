@@ -16,6 +16,8 @@ _EXPORTS = {
     "LlamaGenVQModel": "arvis.tokenizers.llamagen_vq",
     "LlamaGenPipeline": "arvis.pipelines.pipeline_llamagen",
     "LlamaGenPipelineOutput": "arvis.pipelines.pipeline_llamagen",
+    "Emu3Pipeline": "arvis.pipelines.pipeline_emu3",
+    "Emu3PipelineOutput": "arvis.pipelines.pipeline_emu3",
     "SamplingConfig": "arvis.engine.sampling",
     "DecodeEngine": "arvis.engine.engine",
     "decode": "arvis.methods",

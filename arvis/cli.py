@@ -64,8 +64,14 @@ def load_pipeline(model: str | None, dtype, device: str):
     """The pipeline for ``model`` (alias or folder) and its default sampling settings."""
     import torch
 
-    from arvis.hub import DEFAULT_MODEL, TINY_RANDOM, resolve_model, shipped_path, tiny_random_pipeline
-    from arvis.pipelines import LlamaGenPipeline
+    from arvis.hub import (
+        DEFAULT_MODEL,
+        TINY_RANDOM,
+        pipeline_class,
+        resolve_model,
+        shipped_path,
+        tiny_random_pipeline,
+    )
 
     if model == TINY_RANDOM or (model is None and not (shipped_path(DEFAULT_MODEL) / "model_index.json").is_file()):
         print("*** UNTRAINED TINY MODEL (random weights): its images are noise; only the decode statistics "
@@ -73,7 +79,7 @@ def load_pipeline(model: str | None, dtype, device: str):
         pipe = tiny_random_pipeline().to(device)
         return (pipe if dtype == torch.float32 else pipe.to(dtype=dtype)), {"guidance_scale": 4.0}, TINY_RANDOM
     path = resolve_model(model)
-    pipe = LlamaGenPipeline.from_pretrained(str(path), dtype=dtype).to(device)
+    pipe = pipeline_class(path).from_pretrained(str(path), dtype=dtype).to(device)
     defaults_file = path / "sampling_defaults.json"
     defaults = json.loads(defaults_file.read_text()) if defaults_file.is_file() else {}
     return pipe, defaults, path
@@ -101,7 +107,7 @@ def run_generate(args: argparse.Namespace) -> int:
     dtype = setup_runtime(args)
     pipe, defaults, path = load_pipeline(args.model, dtype, args.device)
     call: dict[str, Any] = {}
-    if pipe.transformer.is_class_conditional:
+    if getattr(pipe.transformer, "is_class_conditional", False):  # Emu3's transformer is a transformers model
         if args.prompt:
             raise ValueError("--prompt: this model is class-conditional; use --class-ids")
         labels = args.class_ids.split(",") if args.class_ids else list(range(min(4, pipe.transformer.config.num_classes)))

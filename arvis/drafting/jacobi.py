@@ -105,8 +105,7 @@ class JacobiSession:
         layout = engine.layout
         N, V, A, dev = engine.num_tokens, engine.vocab_size, engine.num_active, engine.device
         self.N, self.V = N, V
-        # Row period of the sequence (grid width, plus any per-row structural token).
-        self.stride = N // layout.grid[0] if len(layout.grid) >= 2 and N % layout.grid[0] == 0 else layout.grid[-1]
+        self.stride = layout.row_stride  # row period of the sequence (grid width, plus an end-of-line token)
         lo, hi = drafter.interval or (0, N)
         self.lo, self.hi = max(lo, 1), min(hi, N)  # index 0 comes from the prefill
         self.limited = (self.lo, self.hi) != (1, N)  # else every real position after the prefix is draftable

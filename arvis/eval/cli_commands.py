@@ -77,6 +77,8 @@ def _bench_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-size", type=int, default=1, help="samples per decode call (default 1)")
     p.add_argument("--seed", type=int, default=0, help="sample i uses seed_for(seed, i)")
     p.add_argument("--repeats", type=int, default=5, help="timed interleaved rounds (>= 5; median reported)")
+    p.add_argument("--prompt", action="append", default=None,
+                   help="prompt for text-conditional models, repeatable (sample i gets prompt i mod count)")
     p.add_argument("--warmup", type=int, default=1, help="untimed rounds first (>= 1)")
     p.add_argument("--no-forward-cost", action="store_true", help="skip the forward-cost curve")
     p.add_argument("--json", default=None, help="write the records (a list, one object per method spec)")
@@ -116,11 +118,17 @@ def run_bench_command(args: argparse.Namespace) -> int:
 
     model_name = args.model or DEFAULT_MODEL
     context = {"model": model_name, **provenance(args.device, dtype)}
-    result = run_bench(pipe.transformer, specs, sampling, samples=args.samples, seed=args.seed, repeats=args.repeats,
-                       warmup=args.warmup, batch_size=args.batch_size,
+    backbone, conditions, draft = pipe.transformer, None, getattr(pipe, "draft_transformer", None)
+    if hasattr(pipe, "bench_inputs"):  # pipelines that build a backbone per request shape (Emu3)
+        backbone, conditions, draft = pipe.bench_inputs(args.prompt or [], args.samples, args.batch_size)
+        context["prompts"] = list(args.prompt)
+    elif args.prompt:
+        raise ValueError("--prompt: this model's bench takes class ids (sample i gets class i mod num_classes)")
+    result = run_bench(backbone, specs, sampling, samples=args.samples, seed=args.seed, repeats=args.repeats,
+                       warmup=args.warmup, batch_size=args.batch_size, conditions=conditions,
                        forward_cost_sizes=() if args.no_forward_cost else (1, 2, 4, 8, 16, 32, 64),
                        context=context, progress=not args.no_progress,
-                       draft_model=getattr(pipe, "draft_transformer", None),
+                       draft_model=draft,
                        neighbours=getattr(pipe, "codebook_neighbours", None),
                        lowres_model=getattr(pipe, "lowres_transformer", None),
                        upsampler=getattr(pipe, "upsampler", None))

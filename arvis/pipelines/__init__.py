@@ -1,5 +1,6 @@
 """Diffusers-style pipelines."""
 
+from arvis.pipelines.pipeline_emu3 import Emu3Pipeline, Emu3PipelineOutput
 from arvis.pipelines.pipeline_llamagen import LlamaGenPipeline, LlamaGenPipelineOutput
 
-__all__ = ["LlamaGenPipeline", "LlamaGenPipelineOutput"]
+__all__ = ["Emu3Pipeline", "Emu3PipelineOutput", "LlamaGenPipeline", "LlamaGenPipelineOutput"]

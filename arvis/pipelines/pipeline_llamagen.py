@@ -14,7 +14,6 @@ Example:
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -25,19 +24,17 @@ import torch
 from diffusers import DiffusionPipeline
 from diffusers.utils import BaseOutput
 
-from arvis.engine.engine import DecodeEngine
 from arvis.engine.sampling import SamplingConfig
 from arvis.engine.stats import BatchStats
-from arvis.methods import decode, with_resources
+from arvis.methods import with_resources
 from arvis.models.llamagen import LlamaGenTransformer
 from arvis.models.protocol import Condition
 from arvis.models.text_encoder import WordTextEncoder
 from arvis.models.upsampler import TokenUpsampler
+from arvis.pipelines.common import check_output_type, decode_with_progress, images_to_output
 from arvis.tokenizers.llamagen_vq import LlamaGenVQModel
 from arvis.utils.config_check import CheckedPipelineMixin
 from arvis.utils.random import GeneratorArg
-
-OUTPUT_TYPES = ("pil", "np", "pt", "latent")
 
 
 @dataclass
@@ -159,13 +156,7 @@ class LlamaGenPipeline(CheckedPipelineMixin, DiffusionPipeline):
             return tokens
         with torch.no_grad():
             images = self.vqvae.decode_codes(tokens.to(self.vqvae.device))
-        images = ((images.float() + 1) / 2).clamp(0, 1).cpu()
-        if output_type == "pt":
-            return images
-        array = images.permute(0, 2, 3, 1).numpy()
-        if output_type == "np":
-            return array
-        return [PIL.Image.fromarray((a * 255).round().astype(np.uint8)) for a in array]
+        return images_to_output(images, output_type)
 
     # ------------------------------------------------------------------ call
     @torch.no_grad()
@@ -209,39 +200,21 @@ class LlamaGenPipeline(CheckedPipelineMixin, DiffusionPipeline):
         Returns:
             :class:`LlamaGenPipelineOutput` with images, token grids and decode statistics.
         """
-        if output_type not in OUTPUT_TYPES:
-            raise ValueError(f"output_type must be one of {OUTPUT_TYPES}, got {output_type!r}")
+        check_output_type(output_type)
         if not isinstance(num_images_per_prompt, int) or num_images_per_prompt < 1:
             raise ValueError(f"num_images_per_prompt must be an integer >= 1, got {num_images_per_prompt!r}")
         sampling = SamplingConfig(temperature=temperature, top_k=top_k, top_p=top_p,
                                   guidance_scale=guidance_scale, cfg_interval=cfg_interval)
         condition = self._condition(class_labels, prompt, prompt_embeds, prompt_embeds_mask)
         condition = condition.repeat_interleave(num_images_per_prompt)
-        B, N = condition.batch_size, self.transformer.layout.num_tokens
+        B = condition.batch_size
         if isinstance(generator, list | tuple) and len(generator) != B:
             raise ValueError(f"generator: got {len(generator)} generators for {B} images; pass one, or one per image")
         method_options = with_resources(method, method_options, self.draft_transformer, self.codebook_neighbours,
                                         self.lowres_transformer, self.upsampler)
 
-        progress = self.progress_bar(total=B * N)
-        committed = [0]
-        last_update = [0.0]
-
-        def on_commit(engine: DecodeEngine) -> None:
-            now = time.monotonic()
-            if now - last_update[0] > 0.1:  # a host sync for the display at most 10 times a second
-                done = int(engine.known.sum())
-                progress.update(done - committed[0])
-                committed[0], last_update[0] = done, now
-            if callback_on_step_end is not None:
-                callback_on_step_end(self, engine.stats.forward_index - 1, engine.known.sum(-1),
-                                     {"tokens": engine.tokens, "known": engine.known})
-
-        try:
-            tokens, stats = decode(self.transformer, condition, sampling, method, generator, on_commit, **method_options)
-            progress.update(B * N - committed[0])
-        finally:
-            progress.close()
+        tokens, stats = decode_with_progress(self, self.transformer, condition, sampling, method, generator,
+                                             callback_on_step_end, method_options)
         grid = self.transformer.layout.grid
         tokens = tokens.view(B, *grid)
         images = self.decode_tokens(tokens, output_type)
