@@ -65,7 +65,7 @@ def load_pipeline(model: str | None, dtype, device: str):
     import torch
 
     from arvis.hub import DEFAULT_MODEL, TINY_RANDOM, resolve_model, shipped_path, tiny_random_pipeline
-    from arvis.pipelines import LlamaGenPipeline
+    from arvis.pipelines import pipeline_class
 
     if model == TINY_RANDOM or (model is None and not (shipped_path(DEFAULT_MODEL) / "model_index.json").is_file()):
         print("*** UNTRAINED TINY MODEL (random weights): its images are noise; only the decode statistics "
@@ -73,7 +73,7 @@ def load_pipeline(model: str | None, dtype, device: str):
         pipe = tiny_random_pipeline().to(device)
         return (pipe if dtype == torch.float32 else pipe.to(dtype=dtype)), {"guidance_scale": 4.0}, TINY_RANDOM
     path = resolve_model(model)
-    pipe = LlamaGenPipeline.from_pretrained(str(path), dtype=dtype).to(device)
+    pipe = pipeline_class(path).from_pretrained(str(path), dtype=dtype).to(device)
     defaults_file = path / "sampling_defaults.json"
     defaults = json.loads(defaults_file.read_text()) if defaults_file.is_file() else {}
     return pipe, defaults, path

@@ -14,6 +14,7 @@ WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"
 SHIPPED_PIPELINES = {
     "c2i": "llamagen-c2i-photos",
     "t2i": "llamagen-t2i-scenes",
+    "var": "var-photos",
 }
 DEFAULT_MODEL = "c2i"
 

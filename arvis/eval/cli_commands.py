@@ -100,9 +100,12 @@ def run_bench_command(args: argparse.Namespace) -> int:
     sampling = SamplingConfig(**sampling_settings(args, defaults))
     model_name = str(path)
     context = {"model": model_name, **provenance(args.device, dtype)}
+    # A next-scale (VAR) pipeline decodes with its own loop; its per-scale timeline replaces the forward-cost curve.
+    next_scale = hasattr(pipe, "decode_condition")
     result = run_bench(pipe.transformer, specs, sampling, samples=args.samples, seed=args.seed, repeats=args.repeats,
                        warmup=args.warmup, batch_size=args.batch_size,
-                       forward_cost_sizes=() if args.no_forward_cost else (1, 2, 4, 8, 16, 32, 64),
+                       forward_cost_sizes=() if args.no_forward_cost or next_scale else (1, 2, 4, 8, 16, 32, 64),
+                       **({"decode_fn": pipe.decode_condition} if next_scale else {}),
                        context=context, progress=not args.no_progress,
                        draft_model=getattr(pipe, "draft_transformer", None),
                        neighbours=getattr(pipe, "codebook_neighbours", None))

@@ -131,3 +131,8 @@ register_method(ZipAR)
 from arvis.methods.speculative import SpeculativeDecoding  # noqa: E402
 
 register_method(SpeculativeDecoding)
+
+from arvis.methods.next_scale import NEXT_SCALE_METHODS  # noqa: E402  (next-scale / VAR methods)
+
+for _next_scale_method in NEXT_SCALE_METHODS:
+    register_method(_next_scale_method)

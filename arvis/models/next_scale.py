@@ -110,7 +110,8 @@ class ScaleKVCache:
         self.keys = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
         self.values = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
         self.rows, self.heads, self.slots, self.head_dim = rows, heads, slots, head_dim
-        self.length = 0
+        self.length = 0  # valid slots
+        self.scales = 0  # scales appended (a pruned scale appends fewer slots than it has tokens)
 
     def write(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Store ``k, v: [R, heads, T, head_dim]`` after the valid slots; return the keys/values to attend to."""
@@ -122,9 +123,10 @@ class ScaleKVCache:
         self.values[layer][:R, :, self.length:end] = v
         return self.keys[layer][:R, :, :end], self.values[layer][:R, :, :end]
 
-    def advance(self, count: int) -> None:
-        """Mark ``count`` more slots valid (after every layer of a forward has written them)."""
+    def advance(self, count: int, scales: int) -> None:
+        """Mark ``count`` more slots valid, holding ``scales`` more scales (after every layer wrote them)."""
         self.length += count
+        self.scales += scales
 
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in self.keys + self.values)

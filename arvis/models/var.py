@@ -43,6 +43,7 @@ from diffusers.configuration_utils import register_to_config
 from torch import nn
 
 from arvis.models.next_scale import ScaleKVCache, ScaleLayout, block_causal_mask
+from arvis.models.protocol import TokenLayout
 
 DEFAULT_PATCH_NUMS = (1, 2, 3, 4, 5, 6, 8, 10, 13, 16)
 
@@ -339,6 +340,12 @@ class VARTransformer(ModelMixin, ConfigMixin):
         return self._layout
 
     @property
+    def layout(self) -> TokenLayout:
+        """The token-by-token view the CLI, bench records and demo read: the pyramid as one sequence of
+        ``L`` tokens (``grid = (L,)``), one condition slot."""
+        return TokenLayout(grid=(self._layout.num_tokens,), vocab_size=self._layout.vocab_size, condition_length=1)
+
+    @property
     def num_classes(self) -> int:
         return self.config.num_classes
 
@@ -394,9 +401,8 @@ class VARTransformer(ModelMixin, ConfigMixin):
         Returns:
             ``[R, T, V]`` fp32 logits of the tokens of those scales.
         """
-        begin = self._layout.bounds[first][0]
-        if (cache.length if cache is not None else 0) != begin:
-            raise RuntimeError(f"the cache holds {cache.length if cache else 0} tokens; scale {first} starts at {begin}")
+        if (cache.scales if cache is not None else 0) != first:
+            raise RuntimeError(f"the cache holds {cache.scales if cache else 0} scales; this forward starts at scale {first}")
         mask = None if first == last else block_causal_mask(self._layout, first, last, x.device)
         ada = self.adaln_condition(cond)
         h = x
@@ -404,7 +410,7 @@ class VARTransformer(ModelMixin, ConfigMixin):
             h = block(h, ada, cache, i, mask, pruning)
         if cache is not None:
             written = getattr(pruning, "written", None)  # a pruned scale appends only the tokens it kept
-            cache.advance(h.shape[1] if written is None else int(written))
+            cache.advance(h.shape[1] if written is None else int(written), last - first + 1)
         return self.head(self.head_nm(h, cond)).float()
 
     # ------------------------------------------------------------------ training

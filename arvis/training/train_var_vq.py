@@ -77,7 +77,11 @@ class VARVQTrainConfig:
     crop_scale: tuple[float, float] = (0.25, 1.0)
     data_seed: int = 0
     # optimisation
-    steps: int = 400
+    steps: int = 0  # pixel-space steps (encoder conv_out, decoder, codebook, φ) after the latent fit
+    latent_steps: int = 1500  # codebook + φ fitted to precomputed latents (cheap: no encoder/decoder passes)
+    latent_crops: int = 1024
+    latent_batch: int = 256
+    latent_lr: float = 3e-3
     lr: float = 2e-4
     warmup: int = 50
     min_lr_ratio: float = 0.05
@@ -89,14 +93,14 @@ class VARVQTrainConfig:
     init_seed: int = 0
     # bookkeeping
     eval_size: int = 128
-    final_eval_size: int = 1024
+    final_eval_size: int = 512
     eval_every: int = 200
     ckpt_every: int = 25
     log_every: int = 25
 
     def __post_init__(self) -> None:
-        if self.steps < 1:
-            raise ValueError(f"steps must be >= 1, got {self.steps}")
+        if self.steps < 0 or self.latent_steps < 0 or self.steps + self.latent_steps < 1:
+            raise ValueError(f"steps and latent_steps must be >= 0 and not both 0, got {self.steps}, {self.latent_steps}")
         f = 2 ** (len(self.ch_mult) - 1)
         if self.resolution != self.patch_nums[-1] * f:
             raise ValueError(f"resolution must be patch_nums[-1] * {f} = {self.patch_nums[-1] * f}, got {self.resolution}")
@@ -120,6 +124,7 @@ class VARVQTrainConfig:
 
 SMOKE_CONFIG = VARVQTrainConfig(ch=8, ch_mult=(1, 2), num_res_blocks=1, norm_num_groups=4, z_channels=4,
                                 vocab_size=32, patch_nums=(1, 2, 4), resolution=8, batch_size=2, warm_start=None,
+                                latent_steps=100, latent_crops=8, latent_batch=4,
                                 steps=4, warmup=1, restart_every=2, eval_size=4, final_eval_size=4, eval_every=2,
                                 ckpt_every=2, log_every=1)
 
@@ -161,12 +166,23 @@ def warm_start_from_llamagen_vq(model: VARVQModel, source: str | os.PathLike,
         weights.update(_composed_latent_layers(src, model.config.z_channels))
         copied += ["encoder.conv_out", "decoder.conv_in", "quant_conv", "post_quant_conv", "quantize.embedding"]
     model.load_state_dict(weights, strict=False)
-    if images is not None and "quant_conv" in copied:
+    if "quant_conv" in copied:
         with torch.no_grad():
-            scale = 1.0 / model.latent(images).norm(dim=1).mean()
-            model.encoder.conv_out.weight.mul_(scale)
-            model.encoder.conv_out.bias.mul_(scale)
+            for phi in model.quantize.quant_resi.modules():  # φ starts as the identity: plain residual VQ
+                if isinstance(phi, torch.nn.Conv2d):
+                    phi.weight.copy_(_identity_conv(phi.weight.shape[0]))
+                    phi.bias.zero_()
+            if images is not None:
+                scale = 1.0 / model.latent(images).norm(dim=1).mean()
+                model.encoder.conv_out.weight.mul_(scale)
+                model.encoder.conv_out.bias.mul_(scale)
     return sorted(copied)
+
+
+def _identity_conv(dim: int) -> torch.Tensor:
+    w = torch.zeros(dim, dim, 3, 3)
+    w[:, :, 1, 1] = torch.eye(dim)
+    return w
 
 
 def _composed_latent_layers(src: dict[str, torch.Tensor], dim: int) -> dict[str, torch.Tensor]:
@@ -183,8 +199,7 @@ def _composed_latent_layers(src: dict[str, torch.Tensor], dim: int) -> dict[str,
     w1, b1 = src["encoder.conv_out.weight"], src["encoder.conv_out.bias"]  # [z, c, 3, 3], [z]
     wp, bp = src["post_quant_conv.weight"][:, :, 0, 0], src["post_quant_conv.bias"]  # [z, D], [z]
     w2, b2 = src["decoder.conv_in.weight"], src["decoder.conv_in.bias"]  # [c, z, 3, 3], [c]
-    identity = torch.zeros(dim, dim, 3, 3)
-    identity[:, :, 1, 1] = torch.eye(dim)
+    identity = _identity_conv(dim)
     return {
         "encoder.conv_out.weight": torch.einsum("dz,zcij->dcij", wq, w1), "encoder.conv_out.bias": wq @ b1 + bq,
         "decoder.conv_in.weight": torch.einsum("czij,zd->cdij", w2, wp),
@@ -196,33 +211,76 @@ def _composed_latent_layers(src: dict[str, torch.Tensor], dim: int) -> dict[str,
 
 
 # ---------------------------------------------------------------------------------------------- training
-def _restart_dead_codes(model: VARVQModel, opt: torch.optim.Optimizer, counts: torch.Tensor, x: torch.Tensor,
-                        rng: np.random.Generator, ema: EMA) -> int:
-    """Re-seed codebook rows with zero ``counts`` from the residual vectors every scale quantised on ``x``."""
+def fit_quantizer(model: VARVQModel, cfg: VARVQTrainConfig, rng: np.random.Generator, log: Any) -> list[dict]:
+    """Fit the codebook and φ to the latents of ``cfg.latent_crops`` train crops (encoder and decoder fixed).
+
+    The loss is VAR's codebook loss (mean over scales of ``‖f̂_s − f‖²``); unused entries are re-seeded
+    from residual vectors every 100 steps until 70% of the fit. Returns the log entries.
+    """
+    latents = []
+    with torch.no_grad():
+        for start in range(0, cfg.latent_crops, 64):
+            n = min(64, cfg.latent_crops - start)
+            latents.append(model.latent(train_batch(rng, dataclasses.replace(cfg, batch_size=n), full_res=True)))
+    latents = torch.cat(latents)
+    q = model.quantize
+    params = [q.embedding.weight, *(p for p in q.quant_resi.parameters())]
+    opt = torch.optim.Adam(params, lr=cfg.latent_lr)
+    counts = torch.zeros(cfg.vocab_size)
+    history = []
+    q.train()
+    for step in range(1, cfg.latent_steps + 1):
+        f = latents[torch.from_numpy(rng.integers(0, len(latents), cfg.latent_batch))]
+        for g in opt.param_groups:
+            g["lr"] = cosine_lr(step - 1, cfg.latent_steps, cfg.latent_lr, 50, 0.05)
+        _, ids, losses = q(f)
+        opt.zero_grad(set_to_none=True)
+        losses.vq_loss.backward()
+        opt.step()
+        counts += torch.bincount(torch.cat([i.flatten() for i in ids]), minlength=cfg.vocab_size).float()
+        if step % 100 == 0:
+            with torch.no_grad():
+                last = F.mse_loss(q.quantize(latents[:512])[1][-1], latents[:512]).item()
+            restarted = _reseed(q, opt, counts, f, rng) if step <= cfg.restart_until * cfg.latent_steps else 0
+            entry = {"latent_step": step, "vq": float(losses.vq_loss), "final_scale_mse": last,
+                     "used": int((counts > 0).sum()), "restarted": restarted}
+            history.append(entry)
+            log.info("latent fit %s", dumps(entry))
+            counts.zero_()
+    q.eval()
+    return history
+
+
+def _reseed(q: Any, opt: torch.optim.Optimizer, counts: torch.Tensor, f: torch.Tensor, rng: np.random.Generator,
+            ema: EMA | None = None, params: list[torch.Tensor] | None = None) -> int:
+    """Unused codebook rows ← residual vectors of the latents ``f`` at random scales; their Adam moments are
+    zeroed and (with ``ema``) their EMA copies replaced, so no average keeps a stale entry."""
     dead = torch.nonzero(counts == 0).flatten()
     if dead.numel() == 0:
         return 0
-    q = model.quantize
+    weight = q.embedding.weight
     with torch.no_grad():
-        f = model.latent(x)
-        _, f_hats = q.quantize(f)
-        residuals = []
-        for s, pn in enumerate(q.patch_nums):
-            rest = f if s == 0 else f - f_hats[s - 1]
-            rest = rest if pn == rest.shape[-1] else F.interpolate(rest, size=(pn, pn), mode="area")
-            residuals.append(rest.permute(0, 2, 3, 1).reshape(-1, rest.shape[1]))
-        pool = torch.cat(residuals)
-        pick = torch.from_numpy(rng.integers(0, pool.shape[0], size=dead.numel()))
-        noise = torch.from_numpy(rng.standard_normal((dead.numel(), pool.shape[1])).astype(np.float32))
-        weight = q.embedding.weight
-        weight[dead] = pool[pick] + 0.01 * pool.std() * noise
-        for shadow, param in zip(ema.shadow, model.parameters(), strict=True):
-            if param is weight:
-                shadow[dead] = weight[dead]
+        pool = torch.cat(_residual_vectors(q, f))
+        weight[dead] = pool[torch.from_numpy(rng.integers(0, pool.shape[0], size=dead.numel()))]
         for key in ("exp_avg", "exp_avg_sq"):
             if key in opt.state.get(weight, {}):
                 opt.state[weight][key][dead] = 0
+        if ema is not None and params is not None:
+            for shadow, param in zip(ema.shadow, params, strict=True):
+                if param is weight:
+                    shadow[dead] = weight[dead]
     return int(dead.numel())
+
+
+def _residual_vectors(q: Any, f: torch.Tensor) -> list[torch.Tensor]:
+    """What each scale quantised on the latents ``f``: ``[N_s, C]`` residual vectors per scale."""
+    _, f_hats = q.quantize(f)
+    out = []
+    for s, pn in enumerate(q.patch_nums):
+        rest = f if s == 0 else f - f_hats[s - 1]
+        rest = rest if pn == rest.shape[-1] else F.interpolate(rest, size=(pn, pn), mode="area")
+        out.append(rest.permute(0, 2, 3, 1).reshape(-1, rest.shape[1]))
+    return out
 
 
 def train(cfg: VARVQTrainConfig, scratch: str | os.PathLike, threads: int | None = None
@@ -255,6 +313,17 @@ def train(cfg: VARVQTrainConfig, scratch: str | os.PathLike, threads: int | None
                  dumps(dataclasses.asdict(cfg)))
     eval_images, _ = build_crops(cfg.eval_size, "heldout", cfg.resolution, seed=cfg.data_seed + 1,
                                  scale=cfg.crop_scale, progress=False)
+    if cfg.latent_steps and (ck is None or not ck.get("latent_fitted")):
+        t0 = time.time()
+        history += fit_quantizer(model, cfg, rng, log)
+        ema.shadow = [p.detach().clone() for p in params]  # the fit is the starting point of the pixel steps
+        elapsed += time.time() - t0
+        m = evaluate(model.eval(), eval_images)
+        m.pop("recon")
+        history.append({"step": 0, "eval": m})
+        log.info("eval after the latent fit (%d held-out crops): %s", cfg.eval_size, dumps(m))
+        model.train()
+        ck = {"latent_fitted": True}
 
     def ema_model() -> VARVQModel:
         m = VARVQModel(**cfg.model_kwargs())
@@ -288,7 +357,10 @@ def train(cfg: VARVQTrainConfig, scratch: str | os.PathLike, threads: int | None
         elapsed, t_last = elapsed + now - t_last, now
         bar.update(1)
         if cfg.restart_every and step % cfg.restart_every == 0:
-            restarted = _restart_dead_codes(model, opt, counts, x, rng, ema) if step <= cfg.restart_until * cfg.steps else 0
+            restarted = 0
+            if step <= cfg.restart_until * cfg.steps:
+                with torch.no_grad():
+                    restarted = _reseed(model.quantize, opt, counts, model.latent(x), rng, ema, params)
             log.info("step %d codebook: %d/%d used since last check, %d restarted", step, int((counts > 0).sum()),
                      cfg.vocab_size, restarted)
             counts.zero_()
@@ -308,7 +380,7 @@ def train(cfg: VARVQTrainConfig, scratch: str | os.PathLike, threads: int | None
             atomic_torch_save({"config": json.dumps(dataclasses.asdict(cfg)), "model": model.state_dict(),
                                "optimizer": opt.state_dict(), "ema": ema.shadow, "step": step, "elapsed": elapsed,
                                "rng_state": json.dumps(rng.bit_generator.state), "history": json.dumps(history),
-                               "counts": counts}, scratch / "checkpoint.pt")
+                               "counts": counts, "latent_fitted": bool(cfg.latent_steps)}, scratch / "checkpoint.pt")
             t_last = time.time()
     bar.close()
     train_entries = [h for h in history if "eval" not in h]
