@@ -328,3 +328,23 @@ def test_same_noise_same_tokens_as_the_official_sampler():
         sampling = SamplingConfig(guidance_scale=cfg, top_k=top_k, top_p=top_p or 1.0)
         ours, _ = decode_scales(model, vq.quantize, labels, sampling, Autoregressive(), torch.Generator().manual_seed(7))
         assert torch.equal(ours, ref)
+
+
+def test_demo_runs_a_var_model_side_by_side():
+    """The demo's core (no server): plain next-scale decoding and CoDe on the same seed, statistics and plots."""
+    from apps.demo_core import DemoLimits, DemoModel, ModelSet, RunResult, comparison, side_by_side, stats_plots, \
+        validate_request
+
+    pipe = tiny_pipeline()
+    models = ModelSet({"var": DemoModel(pipeline=pipe, defaults={"guidance_scale": 1.5}, untrained=True,
+                                        description="tiny")})
+    request = validate_request(models, DemoLimits(), model="var", class_label=1, prompt=None, method="code", seed=0,
+                               num_images=2, guidance_scale=1.5, top_k=0, top_p=1.0, temperature=1.0,
+                               live_preview=True, options={"draft_scales": 3})
+    results = [r for r in side_by_side(models, request, DemoLimits(preview_interval_s=0.001)) if isinstance(r, RunResult)]
+    ar, code = results
+    record = comparison(request, ar, code, untrained=True)
+    assert record["method"]["lossless"] is False and record["ar"]["tokens_per_image"] == 30
+    assert code.stats.samples[0].draft_forwards == 1
+    histogram, order = stats_plots(ar, code, list(pipe.transformer.layout.grid))
+    assert histogram.size[0] > 0 and order.size[0] > 0

@@ -87,7 +87,8 @@ def check_sampling(sampling: SamplingConfig) -> None:
 # ----------------------------------------------------------------------------- decode state
 @dataclass
 class ScaleStep:
-    """One forward of the timeline: which model, which scales, how many rows and positions, how long."""
+    """One forward of the timeline: which model, which scales, how many rows, how many positions it evaluated
+    (after pruning), how long (forward + sampling + commit)."""
 
     model: str
     first: int
@@ -155,8 +156,19 @@ class NextScaleDecoder:
 
         ``guided``: apply CFG to this scale (needs the unconditional rows, so a cache allocated guided).
         """
+        t0 = time.perf_counter()
+        probs = self.distribution(model, cache, first, last, guided, pruning, role)
+        ids = sample_categorical(probs, self.random.exponential(probs.shape[1:]))  # [B, l]
+        self.commit(last, ids)
+        self.timeline[-1].seconds = time.perf_counter() - t0
+
+    @torch.no_grad()
+    def distribution(self, model: NextScaleBackbone, cache: ScaleKVCache, first: int, last: int, guided: bool = True,
+                     pruning: Any = None, role: str = TARGET) -> torch.Tensor:
+        """``model``'s sampling distribution of scale ``last`` (``[B, pn², V]`` fp32) from one forward over
+        scales ``first … last``; recorded in the timeline, nothing committed."""
         if last != self.committed or first > last:
-            raise RuntimeError(f"step over scales {first}..{last} but {self.committed} scales are committed")
+            raise RuntimeError(f"forward over scales {first}..{last} but {self.committed} scales are committed")
         t0 = time.perf_counter()
         guided = guided and self.guided
         labels = torch.cat([self.labels, torch.full_like(self.labels, model.num_classes)]) if guided else self.labels
@@ -169,9 +181,10 @@ class NextScaleDecoder:
         logits = logits[:, x.shape[1] - (end - begin):]
         t = guidance_ramp(self.sampling.guidance_scale, last, self.layout.num_scales)
         probs = scale_probs(logits[: self.B], logits[self.B:] if guided else None, t, self.sampling)
-        ids = sample_categorical(probs, self.random.exponential(probs.shape[1:]))  # [B, l]
-        self.commit(last, ids)
-        self.timeline.append(ScaleStep(role, first, last, x.shape[0], x.shape[1], time.perf_counter() - t0))
+        kept = getattr(pruning, "written", None)
+        self.timeline.append(ScaleStep(role, first, last, x.shape[0], x.shape[1] if kept is None else int(kept),
+                                       time.perf_counter() - t0))
+        return probs
 
     def commit(self, scale: int, ids: torch.Tensor) -> None:
         """Fix scale ``scale``'s ids ``[B, pn²]`` and prepare the next scale's input."""
@@ -376,9 +389,8 @@ class CollaborativeDecoding(NextScaleMethod):
             raise ValueError(f"draft_scales must be >= 1 (the large model decodes at least scale 0), got {self.draft_scales}")
         _check_count("guided_scales", self.guided_scales)
         object.__setattr__(self, "prune_ratios", _check_ratios(self.prune_ratios))
-        if self.draft_model is None:
-            raise MissingResourceError("draft_model: CoDe needs the small model (the pipeline's draft_transformer, "
-                                       "or pass draft_model=…)")
+        # draft_model may still be None here: a pipeline hands its draft_transformer over at decode time,
+        # and run_schedule refuses a split without one (MissingResourceError).
 
 
 @dataclass(frozen=True)
@@ -452,3 +464,45 @@ def decode_scales(target: NextScaleBackbone, quantizer: ScaleQuantizer, labels: 
     decoder = NextScaleDecoder(target, quantizer, labels, sampling, generator, scheduled.name, on_scale)
     extra = scheduled.run_scales(decoder)
     return decoder.tokens, decoder.finish(extra)
+
+
+# ----------------------------------------------------------------------------- is there a lossless speed-up?
+@torch.no_grad()
+def measure_scale_agreement(target: NextScaleBackbone, draft: NextScaleBackbone, quantizer: ScaleQuantizer,
+                            labels: torch.Tensor, sampling: SamplingConfig, generator: GeneratorArg = None,
+                            joint_draws: int = 32) -> list[dict[str, float]]:
+    """How often a small model's whole scale would survive exact verification by the target (docs/var.md).
+
+    Decodes ``labels`` with the target (plain next-scale sampling) and, at every scale, also evaluates the
+    draft model on the same committed prefix. For each sample and scale with target ``p_i`` and draft
+    ``q_i`` per token:
+
+    - ``tv``: ``TV(p_i, q_i)``, averaged over tokens and samples;
+    - ``tokenwise``: ``Π_i (1 − TV_i)``, the probability that token-by-token speculative verification
+      (per-token maximal coupling) accepts every token of the scale; mean over samples;
+    - ``joint``: ``E_{y~Q}[min(1, P(y)/Q(y))] = 1 − TV(P, Q)`` for the whole scale ``P = Π p_i``,
+      ``Q = Π q_i``: the best any exact verification of a drafted scale can accept (the maximal coupling
+      of the two joint distributions), estimated with ``joint_draws`` draft samples per sample.
+
+    Returns:
+        One dict per scale: ``scale``, ``side``, ``tokens``, ``tv``, ``tokenwise``, ``log10_tokenwise``
+        (median over samples), ``joint``.
+    """
+    decoder = NextScaleDecoder(target, quantizer, labels, sampling, generator, "measure")
+    caches = {TARGET: decoder.allocate(target, True), DRAFT: decoder.allocate(draft, True)}
+    out = []
+    for s, pn in enumerate(decoder.layout.patch_nums):
+        p = decoder.distribution(target, caches[TARGET], s, s)  # [B, l, V]
+        q = decoder.distribution(draft, caches[DRAFT], s, s, role=DRAFT)
+        tv = 0.5 * (p - q).abs().sum(-1)  # [B, l]
+        log_tokenwise = torch.log1p(-tv.clamp(max=1.0)).sum(-1)  # [B]; -inf when a token has TV = 1
+        y = sample_categorical(q[:, None], decoder.random.exponential((joint_draws, *q.shape[1:])))  # [B, K, l]
+        lp = p[:, None].expand(-1, joint_draws, -1, -1).gather(-1, y[..., None]).squeeze(-1).log()
+        lq = q[:, None].expand(-1, joint_draws, -1, -1).gather(-1, y[..., None]).squeeze(-1).log()
+        joint = (lp - lq).sum(-1).clamp(max=0).exp().mean(1)  # [B]
+        out.append({"scale": s, "side": pn, "tokens": pn * pn, "tv": float(tv.mean()),
+                    "tokenwise": float(log_tokenwise.exp().mean()),
+                    "log10_tokenwise": float(log_tokenwise.median() / math.log(10)),
+                    "joint": float(joint.mean())})
+        decoder.commit(s, sample_categorical(p, decoder.random.exponential(p.shape[1:])))
+    return out

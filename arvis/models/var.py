@@ -341,9 +341,9 @@ class VARTransformer(ModelMixin, ConfigMixin):
 
     @property
     def layout(self) -> TokenLayout:
-        """The token-by-token view the CLI, bench records and demo read: the pyramid as one sequence of
-        ``L`` tokens (``grid = (L,)``), one condition slot."""
-        return TokenLayout(grid=(self._layout.num_tokens,), vocab_size=self._layout.vocab_size, condition_length=1)
+        """The token-by-token view the CLI, bench records and demo read: the pyramid as one row of ``L``
+        tokens in scale order (``grid = (1, L)``), one condition slot."""
+        return TokenLayout(grid=(1, self._layout.num_tokens), vocab_size=self._layout.vocab_size, condition_length=1)
 
     @property
     def num_classes(self) -> int:

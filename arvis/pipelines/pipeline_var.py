@@ -67,11 +67,15 @@ class VARPipeline(DiffusionPipeline):
             raise ValueError("draft_transformer: its scales, vocabulary or classes differ from the transformer's")
         self.register_modules(transformer=transformer, vqvae=vqvae, draft_transformer=draft_transformer)
 
-    # Class names / ids and token → image conversion are the LlamaGen pipeline's (same config fields,
-    # and the VQ's decode_codes reads the concatenated pyramid).
+    # Class names and ids are the LlamaGen pipeline's (same config fields).
     class_names = LlamaGenPipeline.class_names
     class_ids = LlamaGenPipeline.class_ids
-    decode_tokens = LlamaGenPipeline.decode_tokens
+
+    def decode_tokens(self, tokens: torch.Tensor, output_type: str = "pil"):
+        """Token pyramids ``[B, L]`` (or ``[B, 1, L]``, the ``layout.grid`` view) → images in ``output_type``."""
+        if output_type == "latent":
+            return tokens
+        return LlamaGenPipeline.decode_tokens(self, tokens.reshape(tokens.shape[0], -1), output_type)
 
     def decode_condition(self, backbone: VARTransformer, condition: Condition, sampling: SamplingConfig,
                          method: str | DecodingMethod, generator: GeneratorArg = None, **options: Any):
