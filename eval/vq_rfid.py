@@ -1,6 +1,7 @@
 """rFID of the shipped VQ tokenizer: FID (domain network) of reconstructed held-out crops.
 
     python eval/vq_rfid.py --vq arvis/weights/vq-photos --num 1000 --json docs/figures/vq_rfid.json
+    python eval/vq_rfid.py --vq arvis/weights/var-vq-photos --num 1000 --json docs/figures/var/vq_rfid.json
 
 Reconstructions of ``num`` held-out crops (seed 7, disjoint from training pixels) against the held-out
 reference statistics that every arvis FID uses, beside the real-vs-real floor at the same size.
@@ -27,9 +28,12 @@ def main(argv: list[str] | None = None) -> dict:
     from arvis.data.crops import heldout_crops
     from arvis.eval.fid import compute_fid
     from arvis.tokenizers.llamagen_vq import LlamaGenVQModel
+    from arvis.tokenizers.var_vq import VARVQModel
 
-    vq = LlamaGenVQModel.from_pretrained(args.vq, dtype=torch.float32).eval()
-    images, _ = heldout_crops(args.num, resolution=128, seed=7)
+    kind = json.loads((Path(args.vq) / "config.json").read_text()).get("_class_name")
+    cls = VARVQModel if kind == "VARVQModel" else LlamaGenVQModel  # VAR's multi-scale tokenizer, or LlamaGen's
+    vq = cls.from_pretrained(args.vq, dtype=torch.float32).eval()
+    images, _ = heldout_crops(args.num, resolution=getattr(vq, "image_size", 128), seed=7)
     recon = []
     with torch.no_grad():
         for i in range(0, len(images), 32):

@@ -245,7 +245,7 @@ def run_bench(backbone: Any, specs: Sequence[MethodSpec], sampling: SamplingConf
               forward_cost_sizes: Sequence[int] = FORWARD_COST_SIZES, context: Mapping[str, Any] | None = None,
               draft_model: Any = None, neighbours: Callable[[int], torch.Tensor] | None = None,
               progress: bool = True, clock: Callable[[], float] = time.perf_counter,
-              decode_fn: Callable[..., tuple[torch.Tensor, Any]] = decode) -> BenchResult:
+              decode_fn: Callable[..., tuple[torch.Tensor, Any]] | None = None) -> BenchResult:
     """Time ``specs`` (plus the AR baseline) on ``backbone`` and collect their figures.
 
     Args:
@@ -262,8 +262,9 @@ def run_bench(backbone: Any, specs: Sequence[MethodSpec], sampling: SamplingConf
         draft_model, neighbours: resources methods may need (the pipeline's draft transformer and
             codebook neighbourhoods; see :func:`arvis.methods.with_resources`).
         clock: the timer (tests replace it).
-        decode_fn: ``(backbone, condition, sampling, method, generators) -> (tokens, stats)``; the default
-            decodes token by token, a next-scale pipeline passes its own (``VARPipeline.decode_condition``).
+        decode_fn: ``(backbone, condition, sampling, method, generators) -> (tokens, stats)``; ``None``
+            decodes token by token (:func:`arvis.methods.decode`), a next-scale pipeline passes its own
+            (``VARPipeline.decode_condition``).
     """
     check_settings(samples=samples, repeats=repeats, warmup=warmup, batch_size=batch_size)
     specs = list(specs)
@@ -285,7 +286,7 @@ def run_bench(backbone: Any, specs: Sequence[MethodSpec], sampling: SamplingConf
             gens = [image_generator(seed, i, device) for i in idx]
             _sync(device)
             t0 = clock()
-            tokens, batch_stats = decode_fn(backbone, cond, sampling, methods[spec.label], gens)
+            tokens, batch_stats = (decode_fn or decode)(backbone, cond, sampling, methods[spec.label], gens)
             _sync(device)
             elapsed += clock() - t0
             stats.extend(batch_stats.samples)

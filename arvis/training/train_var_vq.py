@@ -78,9 +78,9 @@ class VARVQTrainConfig:
     data_seed: int = 0
     # optimisation
     steps: int = 0  # pixel-space steps (encoder conv_out, decoder, codebook, φ) after the latent fit
-    latent_steps: int = 1500  # codebook + φ fitted to precomputed latents (cheap: no encoder/decoder passes)
+    latent_steps: int = 500  # codebook + φ fitted to precomputed latents (cheap: no encoder/decoder passes)
     latent_crops: int = 1024
-    latent_batch: int = 256
+    latent_batch: int = 128
     latent_lr: float = 3e-3
     lr: float = 2e-4
     warmup: int = 50
