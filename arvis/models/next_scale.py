@@ -30,6 +30,8 @@ from typing import Protocol, runtime_checkable
 
 import torch
 
+from arvis.models.protocol import StaticKVCache
+
 
 @dataclass(frozen=True)
 class ScaleLayout:
@@ -95,25 +97,22 @@ def block_causal_mask(layout: ScaleLayout, first: int, last: int, device: torch.
     return k[None, :] <= q[:, None]
 
 
-class ScaleKVCache:
+class ScaleKVCache(StaticKVCache):
     """Static per-layer key/value buffers ``[rows, heads, L, head_dim]`` with a fill pointer.
 
-    A forward over ``T`` new tokens writes their keys/values at ``[length, length + T)`` of its first
-    ``R <= rows`` rows (``write``), attends to ``[0, length + T)`` and then moves the pointer
+    The buffers are a :class:`~arvis.models.protocol.StaticKVCache`'s. A forward over ``T`` new tokens
+    appends their keys/values at ``[length, length + T)`` of its first ``R <= rows`` rows (``append``), attends to ``[0, length + T)`` and then moves the pointer
     (``advance``). Dropping the unconditional rows from some scale on just means later forwards use
     ``R = B`` rows; the slots those rows leave stale are never read again.
     """
 
     def __init__(self, num_layers: int, rows: int, heads: int, slots: int, head_dim: int,
                  dtype: torch.dtype, device: torch.device | str):
-        shape = (rows, heads, slots, head_dim)
-        self.keys = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
-        self.values = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
-        self.rows, self.heads, self.slots, self.head_dim = rows, heads, slots, head_dim
+        super().__init__(num_layers, rows, heads, slots, head_dim, dtype, device)
         self.length = 0  # valid slots
         self.scales = 0  # scales appended (a pruned scale appends fewer slots than it has tokens)
 
-    def write(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def append(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Store ``k, v: [R, heads, T, head_dim]`` after the valid slots; return the keys/values to attend to."""
         R, _, T, _ = k.shape
         end = self.length + T
@@ -127,9 +126,6 @@ class ScaleKVCache:
         """Mark ``count`` more slots valid, holding ``scales`` more scales (after every layer wrote them)."""
         self.length += count
         self.scales += scales
-
-    def nbytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in self.keys + self.values)
 
 
 @runtime_checkable

@@ -42,6 +42,7 @@ from diffusers import ConfigMixin, ModelMixin
 from diffusers.configuration_utils import register_to_config
 from torch import nn
 
+from arvis.models.llamagen import DropPath  # the same stochastic depth
 from arvis.models.next_scale import ScaleKVCache, ScaleLayout, block_causal_mask
 from arvis.models.protocol import TokenLayout
 
@@ -87,20 +88,6 @@ class TokenPruning(Protocol):
 
 
 # ----------------------------------------------------------------------------- blocks
-class DropPath(nn.Module):
-    """Stochastic depth (training only)."""
-
-    def __init__(self, p: float):
-        super().__init__()
-        self.p = p
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if not self.training or self.p == 0.0:
-            return x
-        keep = x.new_empty((x.shape[0],) + (1,) * (x.ndim - 1)).bernoulli_(1.0 - self.p)
-        return x * keep / (1.0 - self.p)
-
-
 class FFN(nn.Module):
     def __init__(self, dim: int, hidden: int, drop: float):
         super().__init__()
@@ -142,7 +129,7 @@ class SelfAttention(nn.Module):
             q = F.normalize(q, dim=-1) * self.scale_mul_1H11.clamp_max(self.max_scale_mul).exp()
             k = F.normalize(k, dim=-1)
         if cache is not None:
-            k, v = cache.write(layer, k, v)
+            k, v = cache.append(layer, k, v)
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.scale,
                                              dropout_p=self.attn_drop if self.training else 0.0)
         return self.proj_drop(self.proj(out.transpose(1, 2).reshape(R, T, C)))
