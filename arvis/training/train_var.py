@@ -44,15 +44,15 @@ from arvis.training.train_gpt import build_dataset
 @dataclass(frozen=True)
 class VARTrainConfig:
     depth: int = 4
-    embed_dim: int = 256
-    num_heads: int = 4
+    embed_dim: int = 192
+    num_heads: int = 3
     mlp_ratio: float = 4.0
     drop_path_rate: float = 0.05
     cond_drop_rate: float = 0.1
-    steps: int = 1500
+    steps: int = 400
     batch_size: int = 32
     lr: float = 6e-4
-    warmup: int = 100
+    warmup: int = 50
     min_lr_ratio: float = 0.05
     weight_decay: float = 0.05
     grad_clip: float = 2.0
@@ -76,7 +76,7 @@ class VARTrainConfig:
 
 PRESETS: dict[str, VARTrainConfig] = {
     "target": VARTrainConfig(),
-    "draft": VARTrainConfig(depth=2, embed_dim=128, num_heads=2, drop_path_rate=0.0, steps=2000),
+    "draft": VARTrainConfig(depth=2, embed_dim=128, num_heads=2, drop_path_rate=0.0, steps=2000, warmup=100),
     "smoke": VARTrainConfig(depth=1, embed_dim=32, num_heads=2, steps=3, batch_size=4, num_train=8, num_val=4,
                             log_every=1, eval_every=3, checkpoint_every=2, warmup=1),
 }
