@@ -56,32 +56,31 @@ class Task(Job):
         return [sys.executable, *self.args]
 
 
-def jobs(out: Path, fid_num: int, reference: Path | None, commit: str | None) -> list[Job]:
+def jobs(out: Path, fid_num: int, reference: Path | None, commit: str | None, model: str = MODEL) -> list[Job]:
     here = Path(__file__).resolve().parent
-    found: list[Job] = [Task("layout", "task", [str(here / "var_figures.py"), "--task", "layout", "--out", str(out)],
-                             out / "var" / "layout.json")]
+    me = [str(here / "var_figures.py"), "--out", str(out), "--model", model]
+    found: list[Job] = [Task("layout", "task", [*me, "--task", "layout"], out / "var" / "layout.json")]
     if reference is not None:
         for b in (1, 8):
             path = out / "var" / f"reference-b{b}.json"
             found.append(Task(f"reference-b{b}", "task", [str(here / "compare_var_reference.py"), "--reference-repo",
                                                           str(reference), "--reference-commit", commit or "unknown",
-                                                          "--model", MODEL, "--batch", str(b), "--json", str(path)], path))
-    found += [bench_job(out, "var", "bench-b1", METHODS, model=MODEL, samples=8),
-              bench_job(out, "var", "bench-b8", METHODS, model=MODEL, samples=16, batch_size=8)]
+                                                          "--model", model, "--batch", str(b), "--json", str(path)], path))
+    found += [bench_job(out, "var", "bench-b1", METHODS, model=model, samples=8),
+              bench_job(out, "var", "bench-b8", METHODS, model=model, samples=16, batch_size=8)]
     for b in (1, 8):
-        found.append(Task(f"timeline-b{b}", "task", [str(here / "var_figures.py"), "--task", f"timeline-b{b}", "--out",
-                                                     str(out)], out / "var" / f"timeline-b{b}.json"))
-    found.append(fid_job(out / "var", "ar", model=MODEL, num=fid_num, floor=True))
-    found.append(fid_job(out / "var", "ar", model=MODEL, num=fid_num, seed=1))
-    found += [fid_job(out / "var", spec, model=MODEL, num=fid_num) for spec in METHODS if spec != "ar"]
-    found.append(Task("acceptance", "task", [str(here / "var_acceptance.py"), "--model", MODEL, "--samples", "64",
+        found.append(Task(f"timeline-b{b}", "task", [*me, "--task", f"timeline-b{b}"], out / "var" / f"timeline-b{b}.json"))
+    found.append(fid_job(out / "var", "ar", model=model, num=fid_num, floor=True))
+    found.append(fid_job(out / "var", "ar", model=model, num=fid_num, seed=1))
+    found += [fid_job(out / "var", spec, model=model, num=fid_num) for spec in METHODS if spec != "ar"]
+    found.append(Task("acceptance", "task", [str(here / "var_acceptance.py"), "--model", model, "--samples", "64",
                                              "--json", str(out / "var" / "acceptance.json")],
                       out / "var" / "acceptance.json"))
     return found
 
 
 # ----------------------------------------------------------------------------- in-process tasks
-def task_layout(out: Path) -> None:
+def task_layout(out: Path, model_name: str = MODEL) -> None:
     """Official layout round trip of the shipped transformer, draft and tokenizer."""
     import tempfile
 
@@ -92,8 +91,8 @@ def task_layout(out: Path) -> None:
     from arvis.models.var import export_var_checkpoint, load_var_checkpoint, official_state_dict
     from arvis.tokenizers.var_vq import VARVQModel
 
-    pipe, _, _ = load_pipeline(MODEL, torch.float32, "cpu")
-    record: dict = {"model": MODEL}
+    pipe, _, _ = load_pipeline(model_name, torch.float32, "cpu")
+    record: dict = {"model": model_name}
     with tempfile.TemporaryDirectory() as tmp:
         for name in ("transformer", "draft_transformer"):
             model = getattr(pipe, name).float()
@@ -124,7 +123,7 @@ def task_layout(out: Path) -> None:
     write_json_atomic(out / "var" / "layout.json", record)
 
 
-def task_timeline(out: Path, batch: int, repeats: int = 5) -> None:
+def task_timeline(out: Path, batch: int, repeats: int = 5, model_name: str = MODEL) -> None:
     """Per scale, median forward time and positions evaluated, for every method (interleaved rounds)."""
     import torch
 
@@ -138,7 +137,7 @@ def task_timeline(out: Path, batch: int, repeats: int = 5) -> None:
     from arvis.engine.sampling import SamplingConfig
 
     torch.set_num_threads(1)
-    pipe, defaults, _ = load_pipeline(MODEL, torch.float32, "cpu")
+    pipe, defaults, _ = load_pipeline(model_name, torch.float32, "cpu")
     sampling = SamplingConfig(guidance_scale=defaults.get("guidance_scale", 1.5), top_k=defaults.get("top_k", 0))
     specs = parse_method_specs(METHODS)
     methods = {s.label: as_next_scale(build_method(s.name, **with_resources(s.name, s.options_dict, pipe.draft_transformer)))
@@ -151,7 +150,7 @@ def task_timeline(out: Path, batch: int, repeats: int = 5) -> None:
                                      [image_generator(0, i) for i in range(batch)])
             if r:  # the first round warms up
                 runs[s.label].append(stats.samples[0].extra | {"latency_s": stats.latency_s})
-    record = {"model": MODEL, "batch": batch, "repeats": repeats, "sampling": {"guidance_scale": sampling.guidance_scale,
+    record = {"model": model_name, "batch": batch, "repeats": repeats, "sampling": {"guidance_scale": sampling.guidance_scale,
                                                                               "top_k": sampling.top_k},
               "patch_nums": list(pipe.transformer.scale_layout.patch_nums), **provenance("cpu", torch.float32),
               "methods": {}}
@@ -188,25 +187,29 @@ def plot_timeline(out: Path) -> Path | None:
     recs = [r for b in (1, 8) if isinstance(r := _load(out / "var" / f"timeline-b{b}.json"), dict)]
     if not recs:
         return None
-    fig, axes = plt.subplots(2, len(recs), figsize=(6.5 * len(recs), 7), squeeze=False)
+    fig, axes = plt.subplots(2, len(recs), figsize=(7 * len(recs), 7.5), squeeze=False)
+    colors = plt.get_cmap("tab10").colors
     for col, rec in enumerate(recs):
         labels = list(rec["methods"])
         width = 0.8 / len(labels)
         for k, label in enumerate(labels):
             m = rec["methods"][label]
             xs = [i + k * width for i in range(len(m["scale_ms"]))]
-            colors = ["tab:blue" if who == "target" else "tab:orange" for who in m["scale_model"]]
-            axes[0][col].bar(xs, m["scale_ms"], width, color=colors, edgecolor="black", linewidth=0.3)
-            axes[1][col].bar(xs, [p * r for p, r in zip(m["scale_positions"], m["scale_rows"], strict=True)], width,
-                             color=colors, edgecolor="black", linewidth=0.3)
-        for row, title in ((0, "forward time per scale (ms, median)"), (1, "positions evaluated x rows")):
+            hatches = ["//" if who == "draft" else "" for who in m["scale_model"]]
+            heights = (m["scale_ms"], [p * r for p, r in zip(m["scale_positions"], m["scale_rows"], strict=True)])
+            for row in (0, 1):
+                bars = axes[row][col].bar(xs, heights[row], width, color=colors[k % 10], edgecolor="black",
+                                          linewidth=0.3, label=label if row == 0 else None)
+                for bar, hatch in zip(bars, hatches, strict=True):
+                    bar.set_hatch(hatch)
+        for row, title in ((0, "time per scale step (ms, median)"), (1, "positions evaluated x rows")):
             ax = axes[row][col]
             ax.set_title(f"batch {rec['batch']}: {title}", fontsize=9)
             ax.set_xticks([i + 0.4 for i in range(len(rec["patch_nums"]))])
             ax.set_xticklabels([f"{p}x{p}" for p in rec["patch_nums"]])
-        axes[1][col].set_xlabel("scale; bars left to right: " + ", ".join(labels), fontsize=6)
-    fig.text(0.01, 0.005, "blue: large (target) model, orange: small model", fontsize=8)
-    fig.tight_layout()
+        axes[0][col].legend(fontsize=6, loc="upper left")
+    fig.text(0.01, 0.005, "hatched: the small (draft) model's steps; plain: the large (target) model's", fontsize=8)
+    fig.tight_layout(rect=(0, 0.02, 1, 1))
     path = out / "var" / "per-scale.png"
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -321,6 +324,7 @@ def write_report(out: Path) -> Path:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", default="docs/figures", type=Path)
+    p.add_argument("--model", default=MODEL, help="the VAR pipeline (alias or folder)")
     p.add_argument("--fid-num", type=int, default=1000)
     p.add_argument("--reference-repo", type=Path, default=None, help="a FoundationVision/VAR checkout")
     p.add_argument("--reference-commit", default=None)
@@ -330,12 +334,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--task", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.task == "layout":
-        task_layout(args.out)
+        task_layout(args.out, args.model)
         return 0
     if args.task and args.task.startswith("timeline-b"):
-        task_timeline(args.out, int(args.task.removeprefix("timeline-b")))
+        task_timeline(args.out, int(args.task.removeprefix("timeline-b")), model_name=args.model)
         return 0
-    todo = [j for j in jobs(args.out, args.fid_num, args.reference_repo, args.reference_commit)
+    todo = [j for j in jobs(args.out, args.fid_num, args.reference_repo, args.reference_commit, args.model)
             if args.only is None or j.name.startswith(args.only)]
     if args.list:
         for job in todo:

@@ -15,11 +15,30 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 WEIGHTS = Path("arvis/weights")
 FIGS = Path("docs/figures/var")
+
+
+def portable(command: str) -> str:
+    """A recorded command without this machine's absolute paths: ``/any/dir/name`` → ``<scratch>/name``."""
+    return re.sub(r"(?<![\w<])/[\w./-]*/([\w.-]+)", r"<scratch>/\1", command)
+
+
+def _sanitize(path: Path) -> dict | None:
+    """Rewrite the ``command`` fields of a committed metrics file with :func:`portable` (in place)."""
+    rec = _load(path)
+    if not isinstance(rec, dict):
+        return rec
+    for part in (rec, *(v for v in rec.values() if isinstance(v, dict))):
+        for key in ("command", "assemble_command"):
+            if isinstance(part.get(key), str):
+                part[key] = portable(part[key])
+    path.write_text(json.dumps(rec, indent=2) + "\n")
+    return rec
 
 
 def _load(path: Path) -> Any:
@@ -41,8 +60,7 @@ def _f(x: Any, digits: int = 2) -> str:
 
 def vq_card(m: dict, rfid: dict | None) -> str:
     c = m["config"]
-    tl = m.get("final_train_losses") or {}
-    fit = [h for h in m.get("history", []) if "latent_step" in h] if "history" in m else []
+    fit = m.get("final_train_losses") or {}  # with no pixel steps: the latent fit's last log entry
     return f"""# var-vq-photos: arvis's multi-scale VQ tokenizer for VAR
 
 A `VARVQModel` (`arvis.tokenizers.var_vq`: VAR's residual multi-scale quantiser with one shared codebook and
@@ -72,6 +90,7 @@ dimension {c['z_channels']}, 3x3 `quant_conv` / `post_quant_conv`, {c['share_qua
 ```
 {m['command']}
 ```
+(`<scratch>/export-vq` is what this folder holds.)
 
 1. Warm start from the shipped LlamaGen tokenizer `arvis/weights/vq-photos` (same encoder/decoder bodies):
    {m['warm_started_tensors']} tensors copied; the layers next to the latent are LlamaGen's folded together
@@ -84,7 +103,9 @@ dimension {c['z_channels']}, 3x3 `quant_conv` / `post_quant_conv`, {c['share_qua
 3. {c['steps']} pixel-space steps (L1 + L2 + VAR's quantiser losses) — none in this run: on this shared CPU a
    64 px step at batch 16 took 10–50 s, and the pixel stage did not fit the session.
 
-Wall time {m['train_hours']:.2f} h. Latent fit, last log: {json.dumps(fit[-1]) if fit else 'see metrics.json'}.
+Wall time {m['train_hours']:.2f} h (1 thread on a 2-core machine shared by seven jobs). Last log of the fit:
+codebook loss {_f(fit.get('vq'), 4)}, final-scale latent MSE {_f(fit.get('final_scale_mse'), 4)} (it starts at about 0.009),
+{fit.get('used', '–')} of {c['vocab_size']} entries used in the last 100 steps.
 
 ## Evaluation (the shipped fp16 weights)
 {m['eval_crops']} held-out crops ({c['resolution']} px, never overlapping training pixels):
@@ -218,10 +239,10 @@ def main(argv: list[str] | None = None) -> None:
             merged[name] = rec
         merged["patch_nums"] = json.loads((folder / "transformer" / "config.json").read_text())["patch_nums"]
         (folder / "metrics.json").write_text(json.dumps(merged, indent=2) + "\n")
-    vq = _load(WEIGHTS / "var-vq-photos" / "metrics.json")
+    vq = _sanitize(WEIGHTS / "var-vq-photos" / "metrics.json")
     if vq:
         (WEIGHTS / "var-vq-photos" / "README.md").write_text(vq_card(vq, _load(FIGS / "vq_rfid.json")))
-    pm = _load(WEIGHTS / "var-photos" / "metrics.json")
+    pm = _sanitize(WEIGHTS / "var-photos" / "metrics.json") if (WEIGHTS / "var-photos" / "metrics.json").is_file() else None
     if pm:
         defaults = _load(WEIGHTS / "var-photos" / "sampling_defaults.json") or {}
         (WEIGHTS / "var-photos" / "README.md").write_text(pipeline_card(pm, defaults))

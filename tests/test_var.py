@@ -8,6 +8,7 @@ named by ``ARVIS_VAR_REFERENCE`` (FoundationVision/VAR) and are skipped without 
 from __future__ import annotations
 
 import itertools
+import json
 import math
 import os
 import sys
@@ -348,3 +349,26 @@ def test_demo_runs_a_var_model_side_by_side():
     assert code.stats.samples[0].draft_forwards == 1
     histogram, order = stats_plots(ar, code, list(pipe.transformer.layout.grid))
     assert histogram.size[0] > 0 and order.size[0] > 0
+
+
+# ----------------------------------------------------------------------------- the shipped pair
+SHIPPED = __import__("arvis.hub", fromlist=["x"]).WEIGHTS_DIR / "var-photos"
+
+
+@pytest.mark.skipif(not (SHIPPED / "model_index.json").is_file(), reason="the VAR pair is not shipped")
+def test_shipped_var_pair_is_trained_and_every_method_runs():
+    pipe = VARPipeline.from_pretrained(str(SHIPPED))
+    pipe.set_progress_bar_config(disable=True)
+    assert pipe.draft_transformer is not None and pipe.vqvae.image_size == 64
+    layout = pipe.transformer.scale_layout
+    metrics = json.loads((SHIPPED / "metrics.json").read_text())
+    for part in ("transformer", "draft_transformer"):  # trained: far below the uniform loss ln V
+        assert metrics[part]["val_loss"] < 0.8 * math.log(layout.vocab_size), part
+    kw = dict(class_labels=["coffee", 3], output_type="latent")
+    for method, options in (("ar", {}), ("code", {"draft_scales": 4}), ("cfg-cutoff", {"guided_scales": 4}),
+                            ("fastvar", {"prune_ratios": [0.5]})):
+        out = pipe(**kw, method=method, generator=torch.Generator().manual_seed(0), **options)
+        assert out.tokens.shape == (2, layout.num_tokens) and 0 <= int(out.tokens.min()) and \
+            int(out.tokens.max()) < layout.vocab_size
+    with pytest.raises(ValueError, match="draft_scales"):
+        pipe(**kw, method="code", draft_scales=layout.num_scales + 1)
