@@ -191,7 +191,8 @@ class NextScaleDecoder:
         begin, end = self.layout.bounds[scale]
         pn = self.layout.patch_nums[scale]
         self.tokens[:, begin:end] = ids
-        self.f_hat, nxt = self.quantizer.next_scale_input(scale, self.f_hat, self.quantizer.code_map(ids, pn).float())
+        code_map = self.quantizer.code_map(ids, pn)  # in the tokenizer's dtype (fp32, or bf16/fp16 pipelines)
+        self.f_hat, nxt = self.quantizer.next_scale_input(scale, self.f_hat.to(code_map.dtype), code_map)
         if nxt is not None:
             self.inputs[scale + 1] = nxt
         self.committed = scale + 1
