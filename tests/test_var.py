@@ -30,7 +30,7 @@ from arvis.models.var import (
     official_state_dict,
 )
 from arvis.pipelines import VARPipeline
-from arvis.tokenizers.var_vq import VARVQModel
+from arvis.tokenizers.var_vq import VARVQModel, load_var_vq_checkpoint
 from tests.lossless_harness import compare, empirical
 
 PATCH = (1, 2, 3, 4)
@@ -97,6 +97,17 @@ def test_official_checkpoint_round_trip(tmp_path):
     export_var_checkpoint(loaded, again)
     back = torch.load(again, weights_only=True)
     assert set(back) == set(raw) and all(torch.equal(back[k], raw[k]) for k in raw)
+
+
+def test_official_tokenizer_file_round_trip(tmp_path):
+    vq = tiny_vq()
+    torch.save(vq.state_dict(), tmp_path / "vae.pth")  # the official file is a flat state dict
+    config = {k: v for k, v in vq.config.items() if not k.startswith("_")}
+    loaded = load_var_vq_checkpoint(str(tmp_path / "vae.pth"), **config)
+    codes = vq.encode(torch.rand(1, 3, 8, 8) * 2 - 1)
+    assert torch.equal(loaded.decode_codes(codes), vq.decode_codes(codes))
+    with pytest.raises(ValueError, match="does not fit VARVQModel"):
+        load_var_vq_checkpoint(str(tmp_path / "vae.pth"), **{**config, "z_channels": 8})
 
 
 def test_wrong_preset_and_foreign_checkpoints_are_refused(tmp_path):

@@ -45,7 +45,7 @@ from diffusers.models.modeling_utils import ModelMixin
 # The convolutional building blocks are the same networks (and parameter names) as LlamaGen's VQ.
 from arvis.tokenizers.llamagen_vq import _Downsample, _group_norm, _ResBlock, _swish, _Upsample
 
-__all__ = ["VAR_VQ_DEFAULTS", "MultiScaleQuantizer", "VARVQLosses", "VARVQModel", "scale_bounds"]
+__all__ = ["VAR_VQ_DEFAULTS", "MultiScaleQuantizer", "VARVQLosses", "VARVQModel", "load_var_vq_checkpoint", "scale_bounds"]
 
 # The official tokenizer (vae_ch160v4096z32.pth): models/__init__.py build_vae_var + VQVAE defaults.
 VAR_VQ_DEFAULTS: dict[str, Any] = dict(vocab_size=4096, z_channels=32, ch=160, ch_mult=(1, 1, 2, 2, 4),
@@ -537,3 +537,27 @@ class VARVQModel(ModelMixin, ConfigMixin):
         """Training pass: ``(reconstruction [B, 3, H, W] unclamped, losses, per-scale ids)``."""
         f_hat, ids, losses = self.quantize(self.latent(images))
         return self.decode(f_hat), losses, ids
+
+
+def load_var_vq_checkpoint(path: str, **config: Any) -> VARVQModel:
+    """Load an official tokenizer file (``vae_ch160v4096z32.pth``: a flat state dict, read with
+    ``torch.load(weights_only=True)``; or the same keys in safetensors) into ``VARVQModel(**config)``
+    (default: the official architecture).
+
+    As the official ``VQVAE.load_state_dict`` does, a usage buffer (``quantize.ema_vocab_hit_SV``) saved for
+    another number of scales is replaced by this model's (it is bookkeeping, not a weight).
+
+    Raises:
+        ValueError: unreadable/unsafe file, or keys / shapes that do not fit the configuration.
+    """
+    from arvis.utils.serialization import check_state_dict, extract_state_dict, load_state_dict_file
+
+    sd, _ = extract_state_dict(load_state_dict_file(path), "auto", source=str(path))
+    with torch.device("meta"):
+        model = VARVQModel(**config)
+    hits = "quantize.ema_vocab_hit_SV"
+    if hits in sd and tuple(sd[hits].shape) != tuple(model.state_dict()[hits].shape):
+        sd = {**sd, hits: torch.zeros(model.state_dict()[hits].shape)}
+    check_state_dict(model, sd, source=str(path))
+    model.load_state_dict(sd, strict=True, assign=True)
+    return model.eval()
