@@ -138,15 +138,9 @@ def run_generate(args: argparse.Namespace) -> int:
 
 @command("methods", "list the decoding methods and their options", lambda p: None)
 def run_methods(args: argparse.Namespace) -> int:
-    import dataclasses
+    from arvis.methods import describe_methods
 
-    from arvis.methods import METHODS
-
-    for name in sorted(METHODS):
-        cls = METHODS[name]
-        fields = [f"{f.name}={f.default!r}" for f in dataclasses.fields(cls)] if dataclasses.is_dataclass(cls) else []
-        kind = "lossless" if cls.lossless else "lossy"
-        print(f"{name:14s} {kind:9s} {', '.join(fields)}")
+    print(describe_methods())  # read from each method's declared options
     return 0
 
 

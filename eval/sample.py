@@ -6,11 +6,12 @@ One process:
 Two CPU processes (gloo) or GPUs (nccl), with torch's launcher or accelerate's:
     torchrun --nproc_per_node 2 eval/sample.py --model c2i --num-samples 1000 --seed 0 --output samples/c2i-ar
     accelerate launch --multi_gpu --num_processes 2 eval/sample.py --model c2i --num-samples 1000 --seed 0 --output ...
-(accelerate's --multi_gpu launcher is torch.distributed.run; on a CPU-only machine the ranks join a gloo group.
-Its --cpu flag instead runs one process.)
-After a crash (any rank, any moment), run the same command with --resume: finished PNGs are kept, the
-missing indices are drawn, and the folder ends with exactly N valid images, byte-identical to an
-uninterrupted run. A method's options: --method sjd -o window=16.
+(accelerate's --multi_gpu launcher is torch.distributed.run; with --device cpu the ranks join a gloo group,
+set up by accelerate's PartialState. Its --cpu flag instead runs one process.)
+After a crash (any rank, any moment) or a write error (disk full…), run the same command with --resume:
+PNGs whose bytes match the sha256 recorded when they were written are kept, anything else is drawn again,
+and the folder ends with exactly N valid images, byte-identical to an uninterrupted run. One job per
+folder at a time: a second job on a folder in use is refused. A method's options: --method sjd -o window=16.
 
 Output: {index:06d}.png and manifest.json (the job, then each image's sha256, class label / prompt and
 generator seed). Feed the folder to `arvis fid --folder DIR`.
@@ -62,22 +63,24 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    import os
-
     import torch
 
     from arvis.cli import load_pipeline, setup_runtime
     from arvis.eval.cli_commands import sampling_settings
-    from arvis.eval.jobs import PipelineSampler, SamplingJob, init_distributed, run_sampling_job
+    from arvis.eval.jobs import PipelineSampler, SamplingJob, distributed_state, run_sampling_job
 
-    dtype = setup_runtime(args)
     if args.num_samples < 1:
         raise ValueError(f"--num-samples must be >= 1, got {args.num_samples}")
-    device = args.device
-    if device.startswith("cuda") and "LOCAL_RANK" in os.environ:
-        device = f"cuda:{int(os.environ['LOCAL_RANK'])}"
-        torch.cuda.set_device(device)
-    rank, world = init_distributed(device)
+    try:
+        torch.device(args.device)
+    except RuntimeError:
+        raise ValueError(f"--device: {args.device!r} is not a torch device (cpu, cuda, cuda:1…)") from None
+    # accelerate joins the process group (gloo on the CPU, NCCL with cuda:LOCAL_RANK per rank) before the
+    # thread count is set: it sets its own default when OMP_NUM_THREADS is unset.
+    state = distributed_state(args.device)
+    dtype = setup_runtime(args)
+    rank, world = state.process_index, state.num_processes
+    device = state.device if torch.device(args.device).type == "cuda" else args.device
     pipe, defaults, path = load_pipeline(args.model, dtype, device)
     sampling = sampling_settings(args, defaults)
     labels = None
@@ -88,7 +91,11 @@ def run(args: argparse.Namespace) -> int:
         prompt_file = Path(args.prompts)
         if not prompt_file.is_file():
             raise ValueError(f"--prompts: no such file {args.prompts!r}")
-        prompts = [line.strip() for line in prompt_file.read_text().splitlines() if line.strip()]
+        try:
+            text = prompt_file.read_text()
+        except (OSError, UnicodeDecodeError) as err:
+            raise ValueError(f"--prompts: {args.prompts!r} could not be read as text ({err})") from None
+        prompts = [line.strip() for line in text.splitlines() if line.strip()]
     options = dict(args.option)
     sampler = PipelineSampler(pipe, args.seed, method=args.method, method_options=options, labels=labels,
                               prompts=prompts, **sampling)
@@ -97,12 +104,9 @@ def run(args: argparse.Namespace) -> int:
     result = run_sampling_job(sampler, job, args.output, batch_size=args.batch_size, resume=args.resume,
                               progress=not args.no_progress)
     print(json.dumps({"rank": rank, "world_size": world, "written": result.written, "skipped": result.skipped,
-                      "removed_temporaries": result.removed_temporaries,
+                      "replaced": result.replaced, "removed_temporaries": result.removed_temporaries,
                       "manifest": str(result.manifest) if result.manifest else None}))
-    if world > 1:
-        import torch.distributed as dist
-
-        dist.destroy_process_group()
+    state.destroy_process_group()
     return 0
 
 

@@ -38,3 +38,8 @@ def c2i_model():
 @pytest.fixture
 def t2i_model():
     return tiny_llamagen("t2i")
+
+
+def pytest_configure(config):
+    # Rows of docs/reliability.md: see tests/reliability_rows.py.
+    config.addinivalue_line("markers", "reliability(area, probe, outcome): the docs/reliability.md row this test proves")

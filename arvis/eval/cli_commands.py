@@ -9,6 +9,8 @@ Examples::
     arvis fid --model c2i --num-samples 1000 --floor --json fid.json   # sample in-process, no files
     arvis fid --folder A --ref B --extractor inception:/path/inception-2015-12-05.pt
     arvis clip-score --folder samples/t2i-ar                    # captions from manifest.json
+    arvis clip-score --folder samples/emoji --clip-model clip-emoji   # emoji images and their names
+    arvis fid --model emoji --num-samples 1000 --floor          # emoji model: held-out emoji, domain-emoji
 
 Nothing is written before the arguments are validated, and every output is written atomically.
 """
@@ -25,9 +27,11 @@ if TYPE_CHECKING:
     import argparse
 
 
-def _add_runtime(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--threads", type=int, default=1,
-                   help="torch CPU threads (default 1: small ops stall under contention; recorded in every record)")
+def _add_runtime(p: argparse.ArgumentParser, all_cores: bool = False) -> None:
+    p.add_argument("--threads", type=int, default=None if all_cores else 1,
+                   help="torch CPU threads (default: every core this process may use; recorded in every record)"
+                   if all_cores else
+                   "torch CPU threads (default 1: small ops stall under contention; recorded in every record)")
     p.add_argument("--dtype", choices=["fp32", "bf16", "fp16"], default="fp32", help="model dtype")
     p.add_argument("--device", default="cpu", help="torch device (default cpu)")
 
@@ -80,25 +84,37 @@ def _bench_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--plots", default=None, help="folder for the PNG plots")
     p.add_argument("--no-progress", action="store_true")
     _add_sampling(p, with_method=False)
-    _add_runtime(p)
+    _add_runtime(p, all_cores=True)  # latency is measured on every core by default
 
 
 @command("bench", "time decoding methods side by side (same seeds, interleaved repeats) with the forward-cost curve",
          _bench_arguments)
 def run_bench_command(args: argparse.Namespace) -> int:
     from arvis.engine import SamplingConfig
-    from arvis.eval.bench import check_settings, format_markdown, format_text, parse_method_specs, run_bench
+    from arvis.eval.bench import (
+        available_cores,
+        check_settings,
+        format_markdown,
+        format_text,
+        parse_method_specs,
+        run_bench,
+    )
     from arvis.eval.files import write_bytes_atomic, write_json_atomic
     from arvis.eval.provenance import provenance
 
     # Validate everything before loading a model or writing a byte.
+    if args.threads is None:
+        args.threads = available_cores()
     specs = parse_method_specs(args.methods or ["ar"])
     check_settings(samples=args.samples, repeats=args.repeats, warmup=args.warmup, batch_size=args.batch_size)
     _check_output_paths(json=args.json, markdown=args.markdown, plots=args.plots)
     dtype = setup_runtime(args)
     pipe, defaults, path = load_pipeline(args.model, dtype, args.device)
     sampling = SamplingConfig(**sampling_settings(args, defaults))
-    model_name = str(path)
+    # The name the user gave (an alias such as c2i), not this machine's absolute path of the folder.
+    from arvis.hub import DEFAULT_MODEL
+
+    model_name = args.model or DEFAULT_MODEL
     context = {"model": model_name, **provenance(args.device, dtype)}
     # A next-scale (VAR) pipeline decodes with its own loop; its per-scale timeline replaces the forward-cost curve.
     next_scale = hasattr(pipe, "decode_condition")
@@ -135,9 +151,13 @@ def _fid_arguments(p: argparse.ArgumentParser) -> None:
                    help="reference: 'heldout' (held-out real crops, cached), a folder, or a statistics .npz")
     p.add_argument("--ref-num", type=int, default=5000, help="held-out crops in the reference (default 5000)")
     p.add_argument("--floor", action="store_true", help="also report the real-vs-real floor at the same N")
-    p.add_argument("--extractor", default="domain",
-                   help="'domain' (shipped domain network), a domain-network folder, or "
-                        "'inception:/path/inception-2015-12-05.pt' (clean-fid's clean-mode Inception)")
+    p.add_argument("--extractor", default=None,
+                   help="'domain' / 'domain-emoji' (shipped domain networks), a domain-network folder, or "
+                        "'inception:/path/inception-2015-12-05.pt' (clean-fid's clean-mode Inception); default: the "
+                        "domain network of --data")
+    p.add_argument("--data", choices=["photos", "emoji"], default=None,
+                   help="what the images are: picks the held-out reference and the default extractor (default: "
+                        "the --model folder's evaluation.json, else photos)")
     p.add_argument("--batch-size", type=int, default=64, help="feature-extraction batch")
     p.add_argument("--save-stats", default=None, help="also write the generated images' statistics (.npz)")
     p.add_argument("--json", default=None, help="write a JSON record")
@@ -172,8 +192,14 @@ def run_fid_command(args: argparse.Namespace) -> int:
         validate_method(args.method, dict(args.option))  # unknown method / bad option: fail before any work
     _check_output_paths(json=args.json, save_stats=args.save_stats)
     dtype = setup_runtime(args)
-    extractor = load_extractor(args.extractor, device=args.device)
-    record: dict[str, Any] = {}
+    from arvis.data.sources import model_data
+    from arvis.eval.fid import DATA_EXTRACTORS
+
+    data = args.data
+    if data is None:
+        data = "photos" if args.model is None else model_data(_model_folder(args.model))
+    extractor = load_extractor(args.extractor or DATA_EXTRACTORS[data], device=args.device)
+    record: dict[str, Any] = {"data": data}
     source: Any
     num = None
     if args.model is not None:
@@ -190,7 +216,7 @@ def run_fid_command(args: argparse.Namespace) -> int:
         source = args.folder
     result = compute_fid(source, args.ref, extractor, num=num, reference_num=args.ref_num, floor=args.floor,
                          batch_size=args.batch_size, source_batch_size=args.sample_batch_size,
-                         device=args.device, progress=not args.no_progress)
+                         device=args.device, progress=not args.no_progress, data=data)
     record.update(result.to_dict())
     record.update(provenance(args.device, dtype))
     floor = f"   real-vs-real floor (N={result.generated.count}): {result.floor:.4f}" if result.floor is not None else ""
@@ -205,12 +231,20 @@ def run_fid_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def _model_folder(model: str) -> str | None:
+    """The folder of a model alias or path (``None`` for the tiny random model)."""
+    from arvis.hub import TINY_RANDOM, resolve_model
+
+    return None if model == TINY_RANDOM else str(resolve_model(model))
+
+
 # ----------------------------------------------------------------------------- clip score
 def _clip_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--folder", required=True, help="folder of images (captions from its manifest.json)")
     p.add_argument("--captions", default=None, help="JSON {file name: caption} instead of the manifest")
     p.add_argument("--clip-model", default=None,
-                   help="shipped CLIP (default), an open_clip folder, or an open_clip architecture (e.g. ViT-B-32)")
+                   help="shipped CLIP: 'clip' (scenes, default) or 'clip-emoji'; an open_clip folder; or an open_clip "
+                        "architecture (e.g. ViT-B-32) with --weights")
     p.add_argument("--weights", default=None, help="local weights file for an open_clip architecture")
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--json", default=None, help="write a JSON record")

@@ -33,6 +33,7 @@ the per-scale timeline (``scale_model``, ``scale_rows``, ``scale_positions`` eva
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -47,10 +48,21 @@ from arvis.engine.sampling import SamplingConfig, filter_logits
 from arvis.engine.stats import BatchStats, DecodeStats, peak_memory_mb
 from arvis.methods.ar import Autoregressive
 from arvis.methods.base import DecodingMethod, MissingResourceError
+from arvis.methods.options import Option
 from arvis.models.next_scale import NextScaleBackbone, ScaleKVCache, ScaleQuantizer
 from arvis.utils.random import GeneratorArg, RandomStreams, sample_categorical
 
 TARGET, DRAFT = "target", "draft"
+
+# The options of the next-scale methods, declared once (``arvis methods``, bench specs); the constructors
+# check the values (scale counts are checked against the model's scales when the decode starts).
+DRAFT_SCALES = Option("draft_scales", "int", 4, "scales decoded by the large model; the small model (the pipeline's "
+                      "draft_transformer) decodes the rest", low=1, high=64)
+GUIDED_SCALES = Option("guided_scales", "int", None, "scales with classifier-free guidance; later scales run the "
+                       "conditional rows only (None: all)", low=0, high=64)
+PRUNE_RATIOS = Option("prune_ratios", "fractions", (), "fraction of tokens dropped at each of the last scales "
+                      "(FastVAR cached token pruning)", low=0.0, high=1.0)
+DRAFT_MODEL = Option("draft_model", "resource", None, "the small VAR (the pipeline passes its draft_transformer)")
 
 
 def guidance_ramp(guidance_scale: float, scale: int, num_scales: int) -> float:
@@ -224,7 +236,9 @@ class NextScaleDecoder:
                                extra={**timeline, **(extra or {})})
                    for _ in range(self.B)]
         return BatchStats(samples=samples, batch_target_forwards=targets, batch_draft_forwards=drafts,
-                          latency_s=latency, peak_memory_mb=peak)
+                          latency_s=latency, peak_memory_mb=peak,
+                          target_forward_s=sum(s.seconds for s in self.timeline if s.model == TARGET),
+                          draft_forward_s=sum(s.seconds for s in self.timeline if s.model != TARGET))
 
 
 # ----------------------------------------------------------------------------- FastVAR token pruning
@@ -378,6 +392,7 @@ class CollaborativeDecoding(NextScaleMethod):
 
     name: ClassVar[str] = "code"
     lossless: ClassVar[bool] = False
+    options: ClassVar[tuple[Option, ...]] = (DRAFT_SCALES, GUIDED_SCALES, PRUNE_RATIOS, DRAFT_MODEL)
 
     draft_scales: int = 4
     guided_scales: int | None = None
@@ -405,6 +420,7 @@ class GuidanceCutoff(NextScaleMethod):
 
     name: ClassVar[str] = "cfg-cutoff"
     lossless: ClassVar[bool] = False
+    options: ClassVar[tuple[Option, ...]] = (dataclasses.replace(GUIDED_SCALES, default=4), PRUNE_RATIOS)
 
     guided_scales: int = 4
     prune_ratios: tuple[float, ...] = ()
@@ -425,6 +441,7 @@ class FastVAR(NextScaleMethod):
 
     name: ClassVar[str] = "fastvar"
     lossless: ClassVar[bool] = False
+    options: ClassVar[tuple[Option, ...]] = (dataclasses.replace(PRUNE_RATIOS, default=(0.5,)),)
 
     prune_ratios: tuple[float, ...] = (0.5,)
 

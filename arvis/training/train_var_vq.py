@@ -72,6 +72,7 @@ class VARVQTrainConfig:
     warm_start: str | None = "arvis/weights/vq-photos"
     freeze_encoder_body: bool = True  # with a warm start: train the encoder's conv_out only (no body backward)
     # data (field names read by train_vq.train_batch)
+    data: str = "photos"  # arvis.data.sources (the shipped tokenizer: photos)
     resolution: int = 64
     batch_size: int = 16
     crop_scale: tuple[float, float] = (0.25, 1.0)
