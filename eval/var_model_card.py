@@ -25,7 +25,7 @@ FIGS = Path("docs/figures/var")
 
 def portable(command: str) -> str:
     """A recorded command without this machine's absolute paths: ``/any/dir/name`` → ``<scratch>/name``."""
-    return re.sub(r"(?<![\w<])/[\w./-]*/([\w.-]+)", r"<scratch>/\1", command)
+    return re.sub(r"(?<![\w<>])/[\w./-]*/([\w.-]+)", r"<scratch>/\1", command)
 
 
 def _sanitize(path: Path) -> dict | None:
@@ -125,6 +125,31 @@ Reconstructions (originals above): `docs/var-vq-photos-reconstructions.png`.
 """
 
 
+def run_history(log_text: str, final_steps: int) -> list[dict[str, int]]:
+    """The starts of a training run from its scratch ``train.log``: the first start's cosine schedule length
+    (from its logged config) and every resume; a resume continues with the final command's ``final_steps``
+    (its schedule length is the run's exported ``preset_config.steps``)."""
+    history = []
+    for line in log_text.splitlines():
+        if "INFO new run:" in line:
+            config = json.loads(line[line.index("{"):])
+            history.append({"at_step": 0, "schedule_steps": int(config["steps"])})
+        elif match := re.search(r"INFO resumed at step (\d+)", line):
+            history.append({"at_step": int(match.group(1)), "schedule_steps": final_steps})
+    return history
+
+
+def _history_text(part: dict) -> str:
+    runs = part.get("runs") or []
+    if len(runs) <= 1:
+        return "one uninterrupted run"
+    first, *resumes = runs
+    text = f"started with a {first['schedule_steps']}-step cosine schedule"
+    for r in resumes:
+        text += f"; resumed from the step-{r['at_step']} checkpoint with a {r['schedule_steps']}-step schedule"
+    return text + " (sessions ended; each resume continues the checkpointed weights, optimiser and EMA)"
+
+
 def pipeline_card(m: dict, defaults: dict) -> str:
     t, d = m["transformer"], m["draft_transformer"]
     for part in (t, d):
@@ -188,6 +213,8 @@ warm-up + cosine; EMA {t['config']['ema_decay']}; the better of raw and EMA weig
 {row('validation loss (last scale)', 'val_loss_last_scale', '{:.3f}')}
 {row('exported weights', 'exported_weights')}
 
+Run history — transformer: {_history_text(t)}; draft_transformer: {_history_text(d)}.
+
 ## Evaluation
 Commands: `python eval/var_figures.py` (all figures: docs/figures/var.md); FID with the shipped domain network
 against 5,000 held-out crops at 64 px.
@@ -227,6 +254,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--train-metrics", nargs=2, default=None, metavar=("TARGET", "DRAFT"),
                    help="the two runs' training_metrics.json: (re)write arvis/weights/var-photos/metrics.json")
     p.add_argument("--assemble-command", default="", help="recorded in metrics.json with --train-metrics")
+    p.add_argument("--train-logs", nargs=2, default=None, metavar=("TARGET", "DRAFT"),
+                   help="the two runs' scratch train.log (with --train-metrics): their starts and resumes")
     args = p.parse_args(argv)
     if args.train_metrics:
         folder = WEIGHTS / "var-photos"
@@ -236,6 +265,9 @@ def main(argv: list[str] | None = None) -> None:
             if not isinstance(rec, dict):
                 raise ValueError(f"--train-metrics: cannot read {path}")
             rec["mb"] = (folder / name / "diffusion_pytorch_model.safetensors").stat().st_size / 1e6
+            if args.train_logs:
+                log_path = Path(args.train_logs[("transformer", "draft_transformer").index(name)])
+                rec["runs"] = run_history(log_path.read_text(), int(rec["preset_config"]["steps"]))
             merged[name] = rec
         merged["patch_nums"] = json.loads((folder / "transformer" / "config.json").read_text())["patch_nums"]
         (folder / "metrics.json").write_text(json.dumps(merged, indent=2) + "\n")
