@@ -83,10 +83,11 @@ dimension {c['z_channels']}, 3x3 `quant_conv` / `post_quant_conv`, {c['share_qua
 {m['params']:,} parameters, {m['safetensors_mb']:.1f} MB as fp16 safetensors. Decoding one image: {m['decode_ms']:.0f} ms
 (fp32, {m['torch_threads']} thread, median of 10, machine shared).
 
-## Data and training
+## Data
 `arvis.data.crops` (the 22 offline scikit-image / scikit-learn photos, train regions only): fresh random crops
 (side {c['crop_scale'][0]}–{c['crop_scale'][1]} of the region's short side, random flips) rendered at {c['resolution']} px.
 
+## Training
 ```
 {m['command']}
 ```
