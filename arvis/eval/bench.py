@@ -329,7 +329,8 @@ def run_bench(backbone: Any, specs: Sequence[MethodSpec], sampling: SamplingConf
               forward_cost_sizes: Sequence[int] = FORWARD_COST_SIZES, context: Mapping[str, Any] | None = None,
               draft_model: Any = None, neighbours: Callable[[int], torch.Tensor] | None = None,
               lowres_model: Any = None, upsampler: Any = None, progress: bool = True, count_syncs: bool = True,
-              clock: Callable[[], float] = time.perf_counter) -> BenchResult:
+              clock: Callable[[], float] = time.perf_counter,
+              decode_fn: Callable[..., tuple[torch.Tensor, Any]] | None = None) -> BenchResult:
     """Time ``specs`` (plus the AR baseline) on ``backbone`` and collect their figures.
 
     Args:
@@ -348,6 +349,9 @@ def run_bench(backbone: Any, specs: Sequence[MethodSpec], sampling: SamplingConf
             transformer, codebook neighbourhoods, multi-scale drafter; see :func:`arvis.methods.with_resources`).
         count_syncs: run each method once more, untimed, counting host syncs and aten ops per iteration.
         clock: the timer (tests replace it).
+        decode_fn: ``(backbone, condition, sampling, method, generators) -> (tokens, stats)``; ``None``
+            decodes token by token (:func:`arvis.methods.decode`), a next-scale pipeline passes its own
+            (``VARPipeline.decode_condition``).
     """
     check_settings(samples=samples, repeats=repeats, warmup=warmup, batch_size=batch_size)
     specs = list(specs)
@@ -370,7 +374,7 @@ def run_bench(backbone: Any, specs: Sequence[MethodSpec], sampling: SamplingConf
             gens = [image_generator(seed, i, device) for i in idx]
             _sync(device)
             t0 = clock()
-            tokens, batch_stats = decode(backbone, cond, sampling, methods[spec.label], gens)
+            tokens, batch_stats = (decode_fn or decode)(backbone, cond, sampling, methods[spec.label], gens)
             _sync(device)
             elapsed += clock() - t0
             batches.append(batch_stats)
@@ -406,7 +410,7 @@ def run_bench(backbone: Any, specs: Sequence[MethodSpec], sampling: SamplingConf
         for spec in specs:
             gens = [image_generator(seed, i, device) for i in idx]
             syncs[spec.label] = count_host_syncs(
-                lambda spec=spec, gens=gens: decode(backbone, cond, sampling, methods[spec.label], gens)[1])
+                lambda spec=spec, gens=gens: (decode_fn or decode)(backbone, cond, sampling, methods[spec.label], gens)[1])
 
     ar_latency = statistics.median(latencies["ar"])
     records = []
@@ -427,7 +431,7 @@ def run_bench(backbone: Any, specs: Sequence[MethodSpec], sampling: SamplingConf
             "repeats": repeats,
             "warmup": warmup,
             "sampling": dataclasses.asdict(sampling),
-            "grid": list(backbone.layout.grid),
+            "grid": _grid(backbone),
             **figures,
             "latency_s": statistics.median(lat),
             "latency_repeats_s": lat,
@@ -442,6 +446,15 @@ def run_bench(backbone: Any, specs: Sequence[MethodSpec], sampling: SamplingConf
     for record in records:  # the speedup the forward-cost curve allows, beside the measured one
         record["ideal_speedup"] = ideal_speedup(record, ar_forwards, curve)
     return BenchResult(records=records, forward_cost=curve, context=dict(context or {}))
+
+
+def _grid(backbone: Any) -> list[int]:
+    """The token grid of a record: a token model's layout grid, a next-scale model's last scale."""
+    layout = getattr(backbone, "layout", None)
+    if layout is not None:
+        return list(layout.grid)
+    side = backbone.scale_layout.patch_nums[-1]
+    return [side, side]
 
 
 def ideal_speedup(record: Mapping[str, Any], ar_forwards: float, curve: Sequence[Mapping[str, float]]

@@ -124,9 +124,12 @@ def run_bench_command(args: argparse.Namespace) -> int:
         context["prompts"] = list(args.prompt)
     elif args.prompt:
         raise ValueError("--prompt: this model's bench takes class ids (sample i gets class i mod num_classes)")
+    # A next-scale (VAR) pipeline decodes with its own loop; its per-scale timeline replaces the forward-cost curve.
+    next_scale = hasattr(pipe, "decode_condition")
     result = run_bench(backbone, specs, sampling, samples=args.samples, seed=args.seed, repeats=args.repeats,
                        warmup=args.warmup, batch_size=args.batch_size, conditions=conditions,
-                       forward_cost_sizes=() if args.no_forward_cost else (1, 2, 4, 8, 16, 32, 64),
+                       forward_cost_sizes=() if args.no_forward_cost or next_scale else (1, 2, 4, 8, 16, 32, 64),
+                       **({"decode_fn": pipe.decode_condition} if next_scale else {}),
                        context=context, progress=not args.no_progress,
                        draft_model=draft,
                        neighbours=getattr(pipe, "codebook_neighbours", None),

@@ -144,3 +144,8 @@ def decode(backbone: Backbone, condition: Condition, sampling: SamplingConfig,
 
 __all__ = ["METHODS", "DecodingMethod", "MissingResourceError", "Option", "available_methods", "build_method",
            "decode", "describe_methods", "is_lossless", "method_options", "register_method", "validate_method", "with_resources"]
+
+from arvis.methods.next_scale import NEXT_SCALE_METHODS  # noqa: E402  (next-scale / VAR methods)
+
+for _next_scale_method in NEXT_SCALE_METHODS:
+    register_method(_next_scale_method)

@@ -12,6 +12,8 @@ stored once. ``--data`` writes ``evaluation.json`` (``{"data": "emoji"}``), whic
 Components shipped as folders of their own (with their own model cards) are linked the same way:
 ``--link lowres_transformer=arvis/weights/lowres-c2i-photos --link upsampler=arvis/weights/upsampler-photos``
 (multi-scale drafting). Without ``--transformer`` the links are added to the existing pipeline ``--out``.
+A transformer folder holding a ``VARTransformer`` gives a ``VARPipeline`` (its ``vqvae`` links to the
+multi-scale tokenizer folder, its ``draft_transformer`` is the small VAR).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from pathlib import Path
 import torch
 
 from arvis.data.sources import DATA_CHOICES, MODEL_DATA_FILE, check_data
+from arvis.hub import pipeline_class
 from arvis.models.llamagen import LlamaGenTransformer
 from arvis.models.text_encoder import WordTextEncoder
 from arvis.models.upsampler import TokenUpsampler
@@ -42,12 +45,7 @@ def assemble(transformer: str, vq: str, out: str, draft: str | None = None, text
     """Write the pipeline folder ``out`` (replacing it atomically) and return its path."""
     out_path = Path(out)
     vq_path = Path(vq).resolve()
-    pipe = LlamaGenPipeline(
-        transformer=LlamaGenTransformer.from_pretrained(transformer, dtype=torch.float16),
-        vqvae=LlamaGenVQModel.from_pretrained(vq, dtype=torch.float16),
-        text_encoder=WordTextEncoder.from_pretrained(text_encoder, dtype=torch.float16) if text_encoder else None,
-        draft_transformer=LlamaGenTransformer.from_pretrained(draft, dtype=torch.float16) if draft else None,
-    )
+    pipe = _pipeline(transformer, vq, draft, text_encoder)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=out_path.parent, prefix=f".{out_path.name}.") as tmp:
         staged = Path(tmp) / "pipeline"
@@ -93,6 +91,29 @@ def link_components(out: str | os.PathLike, links: dict[str, str]) -> Path:
     return out_path
 
 
+def _pipeline(transformer: str, vq: str, draft: str | None, text_encoder: str | None):
+    """The pipeline of the parts (fp16): a VAR pipeline when the transformer folder holds a VARTransformer."""
+    kind = json.loads((Path(transformer) / "config.json").read_text()).get("_class_name")
+    if kind == "VARTransformer":
+        from arvis.models.var import VARTransformer
+        from arvis.pipelines import VARPipeline
+        from arvis.tokenizers.var_vq import VARVQModel
+
+        if text_encoder:
+            raise ValueError("--text-encoder: VAR pipelines are class-conditional")
+        return VARPipeline(
+            transformer=VARTransformer.from_pretrained(transformer, dtype=torch.float16),
+            vqvae=VARVQModel.from_pretrained(vq, dtype=torch.float16),
+            draft_transformer=VARTransformer.from_pretrained(draft, dtype=torch.float16) if draft else None,
+        )
+    return LlamaGenPipeline(
+        transformer=LlamaGenTransformer.from_pretrained(transformer, dtype=torch.float16),
+        vqvae=LlamaGenVQModel.from_pretrained(vq, dtype=torch.float16),
+        text_encoder=WordTextEncoder.from_pretrained(text_encoder, dtype=torch.float16) if text_encoder else None,
+        draft_transformer=LlamaGenTransformer.from_pretrained(draft, dtype=torch.float16) if draft else None,
+    )
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m arvis.training.assemble", description=__doc__.split("\n\n")[0])
     p.add_argument("--transformer", default=None, help="required unless only --link is given")
@@ -120,7 +141,7 @@ def main(argv: list[str] | None = None) -> None:
                         {"guidance_scale": args.guidance_scale, "top_k": args.top_k}, data=args.data)
         if links:
             link_components(path, links)
-    loaded = LlamaGenPipeline.from_pretrained(str(path))
+    loaded = pipeline_class(path).from_pretrained(str(path))
     print(f"assembled {path}: components {sorted(k for k, v in loaded.components.items() if v is not None)}")
 
 
