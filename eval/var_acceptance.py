@@ -12,7 +12,6 @@ sampling). The math is in docs/var.md. Example::
 from __future__ import annotations
 
 import argparse
-import json
 
 import torch
 

@@ -25,7 +25,6 @@ Jobs (records under ``docs/figures/var/``; a job whose record exists is skipped,
 from __future__ import annotations
 
 import argparse
-import json
 import shlex
 import statistics
 import subprocess
@@ -128,13 +127,13 @@ def task_timeline(out: Path, batch: int, repeats: int = 5, model_name: str = MOD
     import torch
 
     from arvis.cli import load_pipeline
+    from arvis.engine.sampling import SamplingConfig
     from arvis.eval.bench import parse_method_specs
     from arvis.eval.files import write_json_atomic
     from arvis.eval.jobs import image_generator
     from arvis.eval.provenance import provenance
     from arvis.methods import build_method, with_resources
     from arvis.methods.next_scale import as_next_scale, decode_scales
-    from arvis.engine.sampling import SamplingConfig
 
     torch.set_num_threads(1)
     pipe, defaults, _ = load_pipeline(model_name, torch.float32, "cpu")

@@ -19,9 +19,9 @@ import pytest
 import torch
 
 import arvis.acceptance.speculative as spec
+from arvis.acceptance.speculative import acceptance_probability, residual
 from arvis.drafting.draft_model import DraftModelSession
 from arvis.drafting.jacobi import JacobiSession
-from arvis.acceptance.speculative import acceptance_probability, residual
 from arvis.engine.sampling import SamplingConfig
 from arvis.methods import decode
 from arvis.models.protocol import Condition

@@ -344,8 +344,16 @@ def test_same_noise_same_tokens_as_the_official_sampler():
 
 def test_demo_runs_a_var_model_side_by_side():
     """The demo's core (no server): plain next-scale decoding and CoDe on the same seed, statistics and plots."""
-    from apps.demo_core import DemoLimits, DemoModel, ModelSet, RunResult, comparison, side_by_side, stats_plots, \
-        validate_request
+    from apps.demo_core import (
+        DemoLimits,
+        DemoModel,
+        ModelSet,
+        RunResult,
+        comparison,
+        side_by_side,
+        stats_plots,
+        validate_request,
+    )
 
     pipe = tiny_pipeline()
     models = ModelSet({"var": DemoModel(pipeline=pipe, defaults={"guidance_scale": 1.5}, untrained=True,

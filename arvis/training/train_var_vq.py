@@ -49,7 +49,14 @@ from tqdm.auto import tqdm
 
 from arvis.data.crops import build_crops
 from arvis.tokenizers.var_vq import VARVQModel
-from arvis.training.common import EMA, atomic_torch_save, cosine_lr, dumps, restore_training_state, setup_logging
+from arvis.training.common import (
+    EMA,
+    atomic_torch_save,
+    cosine_lr,
+    dumps,
+    restore_training_state,
+    setup_logging,
+)
 from arvis.training.train_vq import _save_grid, evaluate, train_batch
 
 __all__ = ["SMOKE_CONFIG", "VARVQTrainConfig", "main", "train", "warm_start_from_llamagen_vq"]
