@@ -129,7 +129,7 @@ def official_tokens(ref_var: Any, labels: torch.Tensor, cfg: float, top_k: int, 
     drawn: list[torch.Tensor] = []
 
     def same_noise(logits: torch.Tensor, top_k: int = 0, top_p: float = 0.0, rng: Any = None, num_samples: int = 1):
-        B, l, V = logits.shape
+        B, L, V = logits.shape
         if top_k > 0:
             logits.masked_fill_(logits < logits.topk(top_k, largest=True, sorted=False, dim=-1)[0].amin(-1, keepdim=True),
                                 -torch.inf)
@@ -138,7 +138,7 @@ def official_tokens(ref_var: Any, labels: torch.Tensor, cfg: float, top_k: int, 
             remove = sorted_logits.softmax(-1).cumsum_(-1) <= (1 - top_p)
             remove[..., -1:] = False
             logits.masked_fill_(remove.scatter(order.ndim - 1, order, remove), -torch.inf)
-        ids = (logits.softmax(-1) / torch.empty(B, l, V).exponential_(generator=g).clamp_min(1e-30)).argmax(-1)
+        ids = (logits.softmax(-1) / torch.empty(B, L, V).exponential_(generator=g).clamp_min(1e-30)).argmax(-1)
         drawn.append(ids)
         return ids[..., None]
 
