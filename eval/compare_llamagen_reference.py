@@ -50,8 +50,8 @@ def main(argv: list[str] | None = None) -> dict:
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
 
-    from arvis.cli import load_pipeline
     from arvis.engine.sampling import SamplingConfig
+    from arvis.hub import load_pipeline
     from arvis.methods import decode
     from arvis.models.checkpoint import export_llamagen_checkpoint
     from arvis.models.protocol import Condition

@@ -69,7 +69,7 @@ class Job:
 def bench_job(out: Path, suite: str, name: str, methods: list[str], *, model: str, samples: int,
               batch_size: int = 1, dtype: str = "fp32", repeats: int = 5, plots: bool = False) -> Job:
     base = out / suite / name
-    args = ["--model", model, "--methods", ";".join(methods), "--samples", str(samples),
+    args = ["--model", model, "--method", ";".join(methods), "--num-images", str(samples),
             "--batch-size", str(batch_size), "--dtype", dtype, "--repeats", str(repeats), "--seed", "0",
             "--json", str(base.with_suffix(".json")), "--markdown", str(base.with_suffix(".md")),
             "--no-progress"]
@@ -80,13 +80,10 @@ def bench_job(out: Path, suite: str, name: str, methods: list[str], *, model: st
 
 def fid_job(out: Path, spec: str, *, model: str, num: int, seed: int = 0, floor: bool = False,
             batch_size: int = 16) -> Job:
-    method, _, opts = spec.partition(":")
     slug = spec.replace(":", "_").replace(",", "_").replace("=", "-").replace('"', "")
     path = out / "fid" / f"{slug}-seed{seed}-n{num}.json"
-    args = ["--model", model, "--num-samples", str(num), "--seed", str(seed), "--sample-batch-size",
-            str(batch_size), "--json", str(path), "--no-progress", "--method", method]
-    for opt in filter(None, opts.split(",")):
-        args += ["-o", opt]
+    args = ["--model", model, "--num-images", str(num), "--seed", str(seed), "--batch-size",
+            str(batch_size), "--json", str(path), "--no-progress", "--method", spec]
     if floor:
         args.append("--floor")
     return Job(f"fid/{slug}-seed{seed}", "fid", args, path)

@@ -31,7 +31,7 @@ from PIL import Image
 
 
 def draw_samples(model: str, folder: Path, num: int, seed: int, prompts: Path | None) -> None:
-    cmd = [sys.executable, str(Path(__file__).with_name("sample.py")), "--model", model, "--num-samples", str(num),
+    cmd = [sys.executable, str(Path(__file__).with_name("sample.py")), "--model", model, "--num-images", str(num),
            "--seed", str(seed), "--output", str(folder), "--no-progress"]
     if prompts is not None:
         cmd += ["--prompts", str(prompts)]
@@ -104,9 +104,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=1)
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
-    from arvis.cli import load_pipeline
     from arvis.eval.fid import compute_fid
     from arvis.eval.provenance import provenance
+    from arvis.hub import load_pipeline
 
     pipe, defaults, _ = load_pipeline(args.model, torch.float32, "cpu")
     class_conditional = pipe.transformer.is_class_conditional

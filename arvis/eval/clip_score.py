@@ -38,6 +38,7 @@ from PIL import Image
 from tqdm.auto import tqdm
 
 from arvis.eval.files import atomic_directory, list_images
+from arvis.utils.paths import display_path
 
 CLIP_ALIAS = "clip"
 CLIP_DIR = Path(__file__).resolve().parents[1] / "weights" / "clip-scenes"
@@ -167,7 +168,7 @@ def load_clip(model: str | os.PathLike | dict[str, Any] | None = None, weights: 
             raise ValueError(f"clip_model: {str(folder)!r} has no {WEIGHTS_FILE}")
         tokenizer = _simple_tokenizer(model_cfg)
         net, _, preprocess = open_clip.create_model_and_transforms(f"local-dir:{folder}")
-        name = "clip-scenes" if text == CLIP_ALIAS else f"open_clip:{folder}"
+        name = "clip-scenes" if text == CLIP_ALIAS else f"open_clip:{display_path(folder)}"
         return ClipScorer(net, preprocess, tokenizer, name=name, device=device)
 
     if text not in open_clip.list_models():
@@ -240,5 +241,5 @@ def clip_score_folder(folder: str | os.PathLike, scorer: ClipScorer, captions: s
                 images.append(im.convert("RGB"))
         per_pair += scorer.score(images, texts[start:start + batch_size], batch_size=batch_size).per_pair
     result = ClipScoreResult(score=max(float(np.mean(per_pair)), 0.0), per_pair=per_pair, model=scorer.name)
-    result.extra["folder"] = str(Path(folder).resolve())
+    result.extra["folder"] = display_path(folder)
     return result
