@@ -31,8 +31,10 @@ from __future__ import annotations
 
 import inspect
 import logging
+import shutil
 import threading
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import gradio as gr
@@ -68,6 +70,31 @@ CSS = """
 .arvis-banner {background: #fff3cd; border: 1px solid #e0c36a; border-radius: 6px; padding: 4px 10px;}
 .arvis-stats table {font-size: 0.95em;}
 """
+
+
+class DemoBlocks(gr.Blocks):
+    """``gr.Blocks`` that removes, when it closes, every file it cached (result images, previews, plots).
+
+    Gradio writes each image it serves into its temporary folder (``GRADIO_TEMP_DIR``), in one new
+    sub-folder per file, and only forgets some of them at shutdown; this page removes what appeared
+    there after it was created. (``arvis demo`` also gives each server a folder of its own.)
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        from gradio.utils import get_upload_folder
+
+        self.cache_folder = Path(get_upload_folder())
+        self._cached_before = set(self.cache_folder.iterdir()) if self.cache_folder.is_dir() else set()
+        super().__init__(*args, **kwargs)
+
+    def close(self, verbose: bool = True) -> None:
+        super().close(verbose)
+        if self.cache_folder.is_dir():
+            for entry in set(self.cache_folder.iterdir()) - self._cached_before:
+                if entry.is_dir() and not entry.is_symlink():
+                    shutil.rmtree(entry, ignore_errors=True)
+                else:
+                    entry.unlink(missing_ok=True)
 
 
 def _default_method(methods: list[str]) -> str:
@@ -142,7 +169,7 @@ def build_demo(models: Mapping[str, Any] | ModelSet, limits: DemoLimits | None =
         }
 
     view0 = model_view(first, info0)
-    with gr.Blocks(title=title, analytics_enabled=False, delete_cache=(1800, 3600)) as demo:
+    with DemoBlocks(title=title, analytics_enabled=False, delete_cache=(1800, 3600)) as demo:
         gr.Markdown(f"## {title}\nPlain autoregressive decoding (one token per forward) and a parallel method, "
                     "on the same model and seed. Grey cells: tokens not committed yet.")
         banner = gr.Markdown(UNTRAINED_BANNER, visible=model_set.entry(first).untrained, elem_classes="arvis-banner",
