@@ -33,7 +33,8 @@ def command(name: str, help: str, add_arguments: Callable[[argparse.ArgumentPars
 def _generate_arguments(p: argparse.ArgumentParser) -> None:
     a.add_model(p)
     a.add_conditions(p)
-    a.add_images(p, default=None)
+    a.add_images(p, default=None, what="images per method (eval/sample.py draws more, resumably)",
+                 max_images=a.MAX_GENERATE_IMAGES)
     a.add_method(p, several=True)
     p.add_argument("--rounds", type=int, default=1,
                    help="timed rounds per method, interleaved; the median is reported (default 1: a single run)")
@@ -66,7 +67,7 @@ def run_generate(args: argparse.Namespace) -> int:
 
     # Everything the command line alone decides is checked before the model loads.
     specs = a.parse_methods(args.method)
-    a.check_images(args)
+    a.check_images(args, a.MAX_GENERATE_IMAGES)
     a.check_count("--rounds", args.rounds, 1, 20)
     labels = a.parse_class_ids(args.class_ids)
     prompts = a.read_prompts(args)

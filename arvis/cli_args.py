@@ -27,8 +27,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-# Documented limits (docs/cli.md). Images: the standard FID protocol uses 50,000; twice that is the cap.
+# Documented limits (docs/cli.md). Images: the standard FID protocol uses 50,000; twice that is the cap for
+# the commands that stream images to disk or features (fid, sample, bench). `arvis generate` keeps a run's
+# images in memory to show them side by side: 1,000 (eval/sample.py draws more, resumably).
 MAX_IMAGES = 100_000
+MAX_GENERATE_IMAGES = 1_000
 MAX_BATCH_SIZE = 1024
 DTYPES = ("fp32", "bf16", "fp16")
 
@@ -49,11 +52,11 @@ def add_model(p: argparse.ArgumentParser, *, repeatable: bool = False, help_extr
 
 
 def add_images(p: argparse.ArgumentParser, *, default: int | None, batch_size: int = 8,
-               what: str = "images in all") -> None:
+               what: str = "images in all", max_images: int = MAX_IMAGES) -> None:
     default_text = "one per condition" if default is None else str(default)
     p.add_argument("--num-images", type=int, default=default, metavar="N",
                    help=f"{what}; image i gets condition i mod (number of conditions) (default {default_text}; "
-                        f"at most {MAX_IMAGES})")
+                        f"at most {max_images})")
     p.add_argument("--batch-size", type=int, default=batch_size, metavar="B",
                    help=f"images per pipeline call; never changes an image (default {batch_size})")
     p.add_argument("--seed", type=int, default=0, help="image i uses the generator seed_for(seed, i) (default 0)")
@@ -141,10 +144,10 @@ def check_device(device: str) -> str:
     return device
 
 
-def check_images(args: argparse.Namespace) -> None:
+def check_images(args: argparse.Namespace, max_images: int = MAX_IMAGES) -> None:
     """``--num-images`` (when set), ``--batch-size`` and ``--seed`` within their ranges."""
     if getattr(args, "num_images", None) is not None:
-        check_count("--num-images", args.num_images, 1, MAX_IMAGES)
+        check_count("--num-images", args.num_images, 1, max_images)
     if hasattr(args, "batch_size"):
         check_count("--batch-size", args.batch_size, 1, MAX_BATCH_SIZE)
     if hasattr(args, "seed"):
