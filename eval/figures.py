@@ -290,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model", default="c2i")
     p.add_argument("--out", default="docs/figures", type=Path)
     p.add_argument("--fid-num", type=int, default=1000,
-                   help="images per FID (BENCHMARKS.md: 1,000); lossless methods use a quarter, against AR at "
+                   help="images per FID (docs/measurement.md: 1,000); lossless methods use a quarter, against AR at "
                         "the same N")
     p.add_argument("--samples", type=int, default=4, help="samples per timed round (batch-1 benches)")
     p.add_argument("--shard", default="0/1", help="K/N: run jobs K, K+N, K+2N … (two processes: 0/2 and 1/2)")

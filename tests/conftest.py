@@ -38,3 +38,11 @@ def c2i_model():
 @pytest.fixture
 def t2i_model():
     return tiny_llamagen("t2i")
+
+
+@pytest.fixture(autouse=True)
+def _keep_test_threads():
+    """Commands run in-process set torch's thread count (their default: every core); restore it after each test."""
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)

@@ -8,7 +8,7 @@ the image tokenizer). With ``c_m`` the ``p``-mass of ``x``'s first ``m`` neighbo
 - ``p̃_x`` = ``p`` with those ``m*`` neighbours' mass moved onto ``x``; accept iff
   ``U <= p̃_x(x) / q(x)``, else sample ``normalize(max(0, p̃_x − q))``.
 
-Which bound holds (METHODS.md §3): with a deterministic draft (one-hot ``q``) the output is exactly
+Which bound holds (docs/methods.md): with a deterministic draft (one-hot ``q``) the output is exactly
 ``p̃_x``, so ``TV(output, p) = c_{m*} <= δ``. With *sampled* drafts ``p̃_x`` depends on the sampled
 ``x``; the output is a mixture whose distance to ``p`` is NOT bounded by ``δ`` (see
 :func:`realised_output_distribution` and the tests for a concrete case).

@@ -1,4 +1,4 @@
-"""The figures every method reports, counted once, in the engine (names as in BENCHMARKS.md).
+"""The figures every method reports, counted once, in the engine (names as in docs/measurement.md).
 
 - ``tokens``: generated tokens per sample.
 - ``target_forwards``: target-model forward passes the sample took part in (a CFG pair counts once;

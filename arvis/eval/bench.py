@@ -1,6 +1,6 @@
 """The speed harness: several decoding methods side by side on one model, timed fairly.
 
-Protocol (BENCHMARKS.md): every method decodes the same conditions with the same per-sample
+Protocol (docs/measurement.md): every method decodes the same conditions with the same per-sample
 generators (image ``i``: class ``i % num_classes``, ``torch.Generator().manual_seed(seed_for(seed, i))``,
 fresh for every repeat, so each repeat decodes identical tokens); one warm-up run per method first;
 then ``repeats`` rounds, each running every method once in turn (``ar, m1, m2, ar, m1, m2, …``) so that
@@ -53,7 +53,7 @@ from arvis.models.protocol import Condition
 FORWARD_COST_SIZES: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
 MIN_REPEATS = 5
 
-# Figures copied from each sample's DecodeStats and averaged over samples (names of BENCHMARKS.md).
+# Figures copied from each sample's DecodeStats and averaged over samples (names of docs/measurement.md).
 FIGURES = ("tokens", "target_forwards", "draft_forwards", "step_compression", "accepted_per_forward")
 
 
@@ -235,7 +235,7 @@ def check_settings(samples: int, repeats: int, warmup: int, batch_size: int) -> 
     for name, value, low in (("samples", samples, 1), ("repeats", repeats, MIN_REPEATS), ("warmup", warmup, 1),
                              ("batch_size", batch_size, 1)):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            extra = " (BENCHMARKS.md: median of >= 5 interleaved repeats)" if name == "repeats" else ""
+            extra = " (docs/measurement.md: median of >= 5 interleaved repeats)" if name == "repeats" else ""
             raise ValueError(f"{name} must be an integer >= {low}{extra}, got {value!r}")
 
 

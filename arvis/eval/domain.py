@@ -1,5 +1,5 @@
 """The domain feature network: a small CNN classifier over the photo classes, whose penultimate layer is
-arvis's FID feature space (DESIGN.md §3: Inception weights are not reachable offline).
+arvis's FID feature space (docs/measurement.md: Inception weights are not reachable offline).
 
 Folder format (``save_domain_network`` / ``load_domain_network``; diffusers ``ModelMixin`` layout)::
 

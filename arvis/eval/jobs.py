@@ -1,6 +1,6 @@
 """Large sampling jobs: every image a pure function of ``(seed, index)``, sharded over ranks, crash-safe.
 
-The rules that make a job reproducible and resumable (BENCHMARKS.md, reliability notes):
+The rules that make a job reproducible and resumable (docs/measurement.md, docs/reliability.md):
 
 - Image ``i`` uses its own generator ``torch.Generator().manual_seed(seed_for(seed, i))`` and its own
   condition (class ``labels[i % len(labels)]`` or prompt ``prompts[i % len(prompts)]``), so it does not

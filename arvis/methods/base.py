@@ -1,6 +1,6 @@
 """What a decoding method is: a small object that drives a :class:`~arvis.engine.DecodeEngine`.
 
-``method = schedule × drafter × acceptance rule`` (DESIGN.md §2). A method holds only its options
+``method = schedule × drafter × acceptance rule`` (docs/architecture.md). A method holds only its options
 (a frozen dataclass, validated on construction); all decode state lives in the engine, so one
 method object can serve any number of requests, concurrently.
 """
@@ -24,7 +24,7 @@ class DecodingMethod(ABC):
     Class attributes:
         name: the registry name (``"ar"``, ``"sjd"``…).
         lossless: true when the output distribution is exactly the target model's (proved by the
-            statistical test of BENCHMARKS.md); lossy methods document their bound.
+            statistical test of docs/measurement.md); lossy methods document their bound.
     """
 
     name: ClassVar[str]

@@ -138,6 +138,14 @@ class LlamaGenPipeline(DiffusionPipeline):
         from arvis.utils.serialization import atomic_path
 
         folder = Path(save_directory)
+        # diffusers records where each component was loaded from (``_name_or_path``): an absolute path of
+        # this machine. A saved folder stands alone, so the field is dropped (loading sets it again).
+        for config in [folder / "model_index.json", *folder.glob("*/config.json")]:
+            if config.is_file():
+                data = json.loads(config.read_text())
+                if data.pop("_name_or_path", None) is not None:
+                    with atomic_path(config) as tmp:
+                        tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
         if self.sampling_defaults:
             with atomic_path(folder / SAMPLING_DEFAULTS_FILE) as tmp:
                 tmp.write_text(json.dumps(self.sampling_defaults, indent=2) + "\n")
