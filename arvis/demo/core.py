@@ -725,7 +725,8 @@ def stats_markdown(stats: Mapping[str, Any]) -> str:
 _PLOT_LOCK = threading.Lock()  # matplotlib's pyplot is not thread-safe
 
 
-def stats_plots(ar: RunResult, other: RunResult, grid: list[int]) -> tuple[PIL.Image.Image, PIL.Image.Image]:
+def stats_plots(ar: RunResult, other: RunResult, grid: list[int], model: str = "") -> tuple[PIL.Image.Image,
+                                                                                          PIL.Image.Image]:
     """The accepted-per-forward histogram and the decode-order heat map (sample 0), from
     :mod:`arvis.eval.plots`, rendered into temporary files whose names the demo chooses."""
     from arvis.eval.bench import summarize
@@ -733,7 +734,7 @@ def stats_plots(ar: RunResult, other: RunResult, grid: list[int]) -> tuple[PIL.I
 
     records = []
     for run, label in ((ar, "plain AR"), (other, spec_label(other.method, other.options))):
-        records.append({"spec": label, "grid": grid, **summarize(run.stats.samples)})
+        records.append({"spec": label, "grid": grid, "model": model, **summarize(run.stats.samples)})
     with _PLOT_LOCK, tempfile.TemporaryDirectory(prefix="arvis-demo-") as tmp:
         images = []
         for fn, name in ((plot_accepted_histogram, "histogram.png"), (plot_decode_order, "decode_order.png")):

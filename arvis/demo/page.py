@@ -279,7 +279,7 @@ def build_demo(models: Mapping[str, Any] | ModelSet, limits: DemoLimits | None =
                 stream.close()
             entry = model_set.entry(request.model)
             stats = comparison(request, results["ar"], results["method"], entry.untrained)
-            hist, order = stats_plots(results["ar"], results["method"], model_info(entry.get())["grid"])
+            hist, order = stats_plots(results["ar"], results["method"], model_info(entry.get())["grid"], request.model)
             done = (f"Done: {label} took {stats['method']['batch_target_forwards']} forwards vs "
                     f"{stats['ar']['batch_target_forwards']} for plain AR ({stats['speedup']:.2f}× faster).")
             final_ar = tile_images(results["ar"].images, limits.display_size)
