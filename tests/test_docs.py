@@ -4,8 +4,8 @@ at small sizes, so the docs cannot drift from the code.
 How: each document's ```bash and ```python blocks run in order, in a fresh working folder per document
 (so a later command can read what an earlier one wrote, as a reader following the page would).
 ``arvis …`` and ``python eval/X.py …`` run in-process; ``make demo`` runs the Makefile's demo recipe.
-Sizes shrink (``--num-images`` at most 2, ``--ref-num`` 16, ``--repeats`` 5 — the protocol's minimum —
-and no forward-cost curve); nothing else about a command changes. The few commands that cannot run here
+Sizes shrink (``--num-images`` at most 2 — 1 for ``arvis bench`` —, ``--ref-num`` 16, one timing round,
+``--repeats`` 5 — the protocol's minimum — and no forward-cost curve); nothing else about a command changes. The few commands that cannot run here
 are listed in :data:`NOT_RUN` with the reason and the test that covers them instead; an entry that matches
 no documented command fails, so the list cannot go stale either.
 
@@ -37,7 +37,7 @@ NOT_RUN = [
     (r"^python eval/(figures|model_card)\.py", "hours of benchmarks and FIDs", "tests/test_eval_bench.py"),
     (r"c2i_XL_384\.pt", "needs an official LlamaGen checkpoint (not shipped)", "tests/test_checkpoints.py"),
 ]
-SIZE_FLAGS = {"--num-images": 2, "--ref-num": 16}
+SIZE_FLAGS = {"--num-images": 2, "--ref-num": 16, "--rounds": 1}
 
 
 def blocks(path: Path) -> list[tuple[str, str]]:
@@ -73,6 +73,8 @@ def shrink(argv: list[str]) -> list[str]:
         out += ["--ref-num", "16"]
     if out and out[0] == "bench":
         out = [*out, "--no-forward-cost", "--repeats", "5"]
+        if "--num-images" in out:
+            out[out.index("--num-images") + 1] = "1"
     if out and out[0] in ("generate", "bench", "fid", "clip-score"):
         out += ["--threads", "1", "--no-progress"]
     return out

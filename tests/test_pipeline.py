@@ -159,6 +159,11 @@ def test_shipped_models_resolve_by_name_from_anywhere(tmp_path, monkeypatch):
     assert pipe.sampling_defaults["guidance_scale"] == 3.0  # the folder's sampling_defaults.json
     with pytest.raises(ValueError, match="neither a shipped model"):
         LlamaGenPipeline.from_pretrained("no-such-model")
+    # The shipped folders open with diffusers' generic loader too (their pipeline.py imports arvis's class).
+    from diffusers import DiffusionPipeline
+
+    generic = DiffusionPipeline.from_pretrained(folder, custom_pipeline="pipeline", trust_remote_code=True)
+    assert type(generic) is LlamaGenPipeline and generic.sampling_defaults["guidance_scale"] == 3.0
 
 
 def test_a_folder_wins_over_an_alias_of_the_same_name(tmp_path, monkeypatch):

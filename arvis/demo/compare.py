@@ -128,7 +128,8 @@ class Comparison:
     def timing_note(self) -> str:
         how = (f"median of {self.rounds} interleaved rounds" if self.rounds > 1 else
                "a single run per method (not a benchmark: `arvis bench` reports medians over repeats)")
-        return (f"decode latency of {self.images.num_images} image(s), batch {self.images.batch_size}: {how}"
+        batch = min(self.images.batch_size, self.images.num_images)
+        return (f"decode latency of {self.images.num_images} image(s), batch {batch}: {how}"
                 f"{', after a warm-up' if self.warmup else ''}")
 
     def rows(self) -> list[dict[str, Any]]:
