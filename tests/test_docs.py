@@ -34,7 +34,6 @@ NOT_RUN = [
     (r"--extractor inception:", "needs the Inception weights file, not shipped", "tests/test_eval_fid.py"),
     (r"--clip-model ViT-B-32 --weights", "needs open_clip's ViT-B-32 weights file, not shipped",
      "tests/test_eval_clip.py (registered architecture + local weights)"),
-    (r"^python eval/(figures|model_card)\.py", "hours of benchmarks and FIDs", "tests/test_eval_bench.py"),
     (r"c2i_XL_384\.pt", "needs an official LlamaGen checkpoint (not shipped)", "tests/test_checkpoints.py"),
 ]
 SIZE_FLAGS = {"--num-images": 2, "--ref-num": 16, "--rounds": 1}
