@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml
 
 demo: $(STAMP)
 	$(VENV)/bin/arvis generate --num-images 2 --rounds 3 --warmup \
-		--method "mc-sjd:window=16,coupling=gumbel;zipar:window=2" --output outputs/demo --overwrite
+		--method "mc-sjd:window=16,coupling=gumbel;zipar:row_lag=2" --output outputs/demo --overwrite
 
 test: $(STAMP)
 	$(PY) -m pytest -q

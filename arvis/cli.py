@@ -11,22 +11,11 @@ import argparse
 import datetime as _dt
 import os
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 from arvis import __version__
 from arvis import cli_args as a
-
-# Subcommands register here: name → (help, add_arguments, run). Heavy imports happen inside `run`.
-COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]] = {}
-
-
-def command(name: str, help: str, add_arguments: Callable[[argparse.ArgumentParser], None]):
-    def register(run: Callable[[argparse.Namespace], int]):
-        COMMANDS[name] = (help, add_arguments, run)
-        return run
-
-    return register
+from arvis.cli_args import COMMANDS, command  # noqa: F401  (subcommands register through these)
 
 
 # ----------------------------------------------------------------------------- generate
@@ -125,15 +114,9 @@ def _png_bytes_estimate(num_images: int, methods: int) -> int:
 # ----------------------------------------------------------------------------- methods
 @command("methods", "list the decoding methods and their options", lambda p: None)
 def run_methods(args: argparse.Namespace) -> int:
-    import dataclasses
+    from arvis.methods import describe_methods
 
-    from arvis.methods import METHODS
-
-    for name in sorted(METHODS):
-        cls = METHODS[name]
-        fields = [f"{f.name}={f.default!r}" for f in dataclasses.fields(cls)] if dataclasses.is_dataclass(cls) else []
-        kind = "lossless" if cls.lossless else "lossy"
-        print(f"{name:14s} {kind:9s} {', '.join(fields)}")
+    print(describe_methods())  # read from each method's declared options
     return 0
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +34,18 @@ MAX_IMAGES = 100_000
 MAX_GENERATE_IMAGES = 1_000
 MAX_BATCH_SIZE = 1024
 DTYPES = ("fp32", "bf16", "fp16")
+
+# Subcommands register here: name → (help, add_arguments, run). Heavy imports happen inside `run`.
+COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]] = {}
+
+
+def command(name: str, help: str, add_arguments: Callable[[argparse.ArgumentParser], None]):
+    """Decorator registering ``run`` as the ``arvis NAME`` subcommand (listed by ``arvis --help``)."""
+    def register(run: Callable[[argparse.Namespace], int]):
+        COMMANDS[name] = (help, add_arguments, run)
+        return run
+
+    return register
 
 
 def available_cores() -> int:
@@ -172,7 +184,11 @@ def read_prompts(args: argparse.Namespace) -> list[str] | None:
         file = Path(args.prompts)
         if not file.is_file():
             raise ValueError(f"--prompts: no such file {args.prompts!r}")
-        prompts = [line.strip() for line in file.read_text().splitlines() if line.strip()]
+        try:
+            text = file.read_text()
+        except (OSError, UnicodeDecodeError) as err:
+            raise ValueError(f"--prompts: {args.prompts!r} could not be read as text ({err})") from None
+        prompts = [line.strip() for line in text.splitlines() if line.strip()]
         if not prompts:
             raise ValueError(f"--prompts: {args.prompts!r} holds no prompt")
         return prompts
@@ -188,7 +204,7 @@ def parse_methods(values: str | Sequence[str] | None, *, single: bool = False):
 
     Unknown methods and options, and option values of the wrong type, are ``ValueError`` naming the spec.
     """
-    from arvis.eval.bench import parse_method_specs
+    from arvis.methods.spec import parse_method_specs
 
     texts = [values] if isinstance(values, str) else list(values or ["ar"])
     try:

@@ -203,8 +203,8 @@ def tiny_random_pipeline(seed: int = 0):
     """A tiny, untrained class-conditional pipeline (random weights) for smoke tests; never for figures."""
     import torch
 
+    import arvis  # the pipeline class through the root package, as pipeline_class finds it (docs/architecture.md)
     from arvis.models.llamagen import LlamaGenTransformer
-    from arvis.pipelines import LlamaGenPipeline
     from arvis.tokenizers.llamagen_vq import LlamaGenVQModel
 
     g = torch.Generator().manual_seed(seed)
@@ -216,6 +216,6 @@ def tiny_random_pipeline(seed: int = 0):
     vqvae = LlamaGenVQModel(codebook_size=256, codebook_embed_dim=8, encoder_ch_mult=(1, 1, 2, 2),
                             decoder_ch_mult=(1, 1, 2, 2), z_channels=32, base_channels=16, norm_num_groups=8)
     vqvae.init_weights(g)
-    pipe = LlamaGenPipeline(transformer.eval(), vqvae.eval())
+    pipe = arvis.LlamaGenPipeline(transformer.eval(), vqvae.eval())
     pipe.sampling_defaults = {"guidance_scale": 4.0, "top_k": 0}
     return pipe

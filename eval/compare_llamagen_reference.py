@@ -45,10 +45,12 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--guidance-scale", type=float, default=3.0)
     p.add_argument("--top-k", type=int, default=0)
     p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--threads", type=int, default=None, help="torch threads (default: every core)")
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
-    torch.set_num_threads(args.threads)
+    from arvis.eval.bench import available_cores
+
+    torch.set_num_threads(args.threads or available_cores())
 
     from arvis.engine.sampling import SamplingConfig
     from arvis.hub import load_pipeline
@@ -104,7 +106,7 @@ def main(argv: list[str] | None = None) -> dict:
             t = time.perf_counter()
             fn()
             times[name].append(time.perf_counter() - t)
-    result = {"model": str(path), "batch": B, "guidance_scale": args.guidance_scale, "top_k": args.top_k,
+    result = {"model": args.model, "batch": B, "guidance_scale": args.guidance_scale, "top_k": args.top_k,
               "threads": torch.get_num_threads(), "max_abs_logit_diff": max_diff,
               "arvis_ar_s": statistics.median(times["arvis"]), "reference_generate_s": statistics.median(times["reference"])}
     result["arvis_speedup_over_reference"] = result["reference_generate_s"] / result["arvis_ar_s"]

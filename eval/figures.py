@@ -6,10 +6,15 @@
     python eval/figures.py --suite sjd --shard 1/2
     python eval/figures.py --suite all --report-only     # rebuild the tables from the JSON records
     python eval/figures.py --suite all --list            # print the jobs and their commands
+    python eval/figures.py --suite sjd --model arvis/weights/llamagen-c2i-emoji --out docs/figures/emoji
 
 Suites: ``sjd`` (SJD / MC-SJD: windows, initialisations, couplings, batch 1 and 8, fp32 and bf16, ragged vs
 lockstep), ``zipar`` (ZipAR windows, staircase vs contiguous MC-SJD windows, decode-order heat maps),
-``relaxed`` (draft-model speculative decoding, LANTERN, LANTERN++, the bounded rule, MC-SJD + bounded).
+``relaxed`` (draft-model speculative decoding, LANTERN, LANTERN++, the bounded rule, MC-SJD + bounded),
+``latency`` (wall-clock latency on this machine: batch 1 fp32 on every core and on one thread with each
+forward-cost curve, the time split and host syncs per iteration, batch 8 ragged vs batched AR, and the
+reference implementations on the same weights — with ``--llamagen-repo`` / ``--sjd-repo`` checkouts; run it
+on an otherwise idle machine).
 Every job is one ``arvis bench`` or ``arvis fid`` command (printed with ``--list``) writing a JSON record
 under ``--out``; a job whose record exists is skipped, so an interrupted run resumes. FID records are
 shared between suites (``<out>/fid/``). Nothing here is typed in by hand: the Markdown tables are built
@@ -58,21 +63,30 @@ class Job:
     """One command and the record it writes."""
 
     name: str
-    kind: str  # "bench" | "fid"
+    kind: str  # "bench" | "fid" | "script" (args[0] is a script path)
     args: list[str]
     output: Path
 
     def command(self) -> list[str]:
+        if self.kind == "script":
+            return [sys.executable, *self.args]
         return [sys.executable, "-m", "arvis", self.kind, *self.args]
+
+    def display(self) -> str:
+        """The command as a user types it."""
+        return shlex.join(["python", *self.args] if self.kind == "script" else ["arvis", self.kind, *self.args])
 
 
 def bench_job(out: Path, suite: str, name: str, methods: list[str], *, model: str, samples: int,
-              batch_size: int = 1, dtype: str = "fp32", repeats: int = 5, plots: bool = False) -> Job:
+              batch_size: int = 1, dtype: str = "fp32", repeats: int = 5, plots: bool = False,
+              threads: int | None = None) -> Job:
     base = out / suite / name
     args = ["--model", model, "--method", ";".join(methods), "--num-images", str(samples),
             "--batch-size", str(batch_size), "--dtype", dtype, "--repeats", str(repeats), "--seed", "0",
             "--json", str(base.with_suffix(".json")), "--markdown", str(base.with_suffix(".md")),
             "--no-progress"]
+    if threads is not None:
+        args += ["--threads", str(threads)]
     if plots:
         args += ["--plots", str(out / suite / f"{name}-plots")]
     return Job(f"{suite}/{name}", "bench", args, base.with_suffix(".json"))
@@ -127,10 +141,10 @@ def zipar_jobs(out: Path, model: str, fid_num: int, samples: int) -> list[Job]:
     stairs = ["mc-sjd:window=16,window_shape=staircase,staircase_rows=2", "mc-sjd:window=48",
               "mc-sjd:window=32,window_shape=staircase,staircase_rows=1", "mc-sjd:window=64",
               "sjd:window=16,window_shape=staircase,staircase_rows=2", "sjd:window=48"]
-    methods = ["ar", "zipar:window=2", "zipar:window=4", "zipar:window=8", *stairs]
+    methods = ["ar", "zipar:row_lag=2", "zipar:row_lag=4", "zipar:row_lag=8", *stairs]
     return [
         bench_job(out, "zipar", "batch1-fp32", methods, model=model, samples=samples, plots=True),
-        *(fid_job(out, f"zipar:window={w}", model=model, num=fid_num) for w in (4, 2, 8)),
+        *(fid_job(out, f"zipar:row_lag={w}", model=model, num=fid_num) for w in (4, 2, 8)),
     ]
 
 
@@ -150,7 +164,51 @@ def relaxed_jobs(out: Path, model: str, fid_num: int, samples: int) -> list[Job]
     ]
 
 
-SUITES = {"sjd": sjd_jobs, "zipar": zipar_jobs, "relaxed": relaxed_jobs}
+# Latency on this machine (issue: lossless methods clearly faster than AR): the methods of the headline claims.
+LATENCY_B1 = ["ar", "sjd:window=16", "sjd:window=32", "mc-sjd:window=16", "mc-sjd:window=32",
+              "mc-sjd:window=16,coupling=gumbel", "mc-sjd:window=32,coupling=gumbel",
+              "mc-sjd:window=32,init=neighbour_distribution", "mc-sjd:window=64,init=neighbour_distribution"]
+LATENCY_B8 = ["ar", "mc-sjd:window=16", "mc-sjd:window=32", "mc-sjd:window=16,batch_mode=lockstep"]
+
+
+def reference_jobs(out: Path, model: str, llamagen_repo: str | None, sjd_repo: str | None) -> list[Job]:
+    """The reference implementations on the same weights: LlamaGen's generate() against arvis AR (one
+    thread and every core, batch 1 and 8), the SJD authors' scheduler against arvis SJD."""
+    jobs = []
+    if llamagen_repo:
+        for threads in (1, 0):
+            for batch in (1, 8):
+                name = f"llamagen-reference-b{batch}-{'all' if threads == 0 else threads}threads"
+                path = out / "latency" / f"{name}.json"
+                args = ["eval/compare_llamagen_reference.py", "--reference-repo", llamagen_repo, "--model", model,
+                        "--batch", str(batch), "--repeats", "5", "--json", str(path)]
+                if threads:
+                    args += ["--threads", str(threads)]
+                jobs.append(Job(f"latency/{name}", "script", args, path))
+    if sjd_repo:
+        for threads in (1, 0):
+            name = f"sjd-reference-{'all' if threads == 0 else threads}threads"
+            path = out / "latency" / f"{name}.json"
+            args = ["eval/compare_sjd_reference.py", "--reference-repo", sjd_repo, "--model", model,
+                    "--repeats", "5", "--json", str(path)]
+            if threads:
+                args += ["--threads", str(threads)]
+            jobs.append(Job(f"latency/{name}", "script", args, path))
+    return jobs
+
+
+def latency_jobs(out: Path, model: str, fid_num: int, samples: int, llamagen_repo: str | None = None,
+                 sjd_repo: str | None = None) -> list[Job]:
+    return [
+        bench_job(out, "latency", "batch1-fp32-allcores", LATENCY_B1, model=model, samples=samples),
+        bench_job(out, "latency", "batch1-fp32-1thread", LATENCY_B1, model=model, samples=samples, threads=1),
+        bench_job(out, "latency", "batch8-fp32-allcores", LATENCY_B8, model=model, samples=8, batch_size=8),
+        bench_job(out, "latency", "batch8-fp32-1thread", LATENCY_B8, model=model, samples=8, batch_size=8, threads=1),
+        *reference_jobs(out, model, llamagen_repo, sjd_repo),
+    ]
+
+
+SUITES = {"sjd": sjd_jobs, "zipar": zipar_jobs, "relaxed": relaxed_jobs, "latency": latency_jobs}
 
 
 # ----------------------------------------------------------------------------- report
@@ -236,12 +294,95 @@ def _setting(records: list[dict]) -> str:
             f"{' (dirty tree)' if r.get('git_dirty') else ''}, {r.get('timestamp', '')[:16]}")
 
 
+def _latency_table(records: list[dict]) -> list[str]:
+    head = ["method", "lossless", "step compr.", "T", "latency s", "speedup", "ideal", "fwd ms", "outside ms",
+            "outside", "syncs / iter"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in records:
+        ideal = r.get("ideal_speedup")
+        lines.append("| " + " | ".join([
+            f"`{r['spec']}`", "yes" if r["lossless"] else "no", f"{r['step_compression']:.2f}x",
+            str(r.get("positions_per_forward") or "–"), f"{r['latency_s']:.3f}", f"**{r['speedup']:.2f}x**",
+            "–" if ideal is None else f"{ideal:.2f}x", f"{r['target_ms_per_forward']:.2f}",
+            f"{r['outside_ms_per_forward']:.2f}", f"{100 * r['outside_share']:.0f}%",
+            f"{r['host_syncs_per_iteration']:.2f}"]) + " |")
+    return lines
+
+
+def _reference_rows(jobs: list[Job]) -> list[str]:
+    rows = []
+    for job in jobs:
+        rec = _load(job.output) if job.kind == "script" else None
+        if not isinstance(rec, dict):
+            continue
+        if "arvis_ar_s" in rec:
+            rows.append(f"| LlamaGen `generate()` vs arvis AR | {rec['batch']} | {rec['threads']} | "
+                        f"{rec['reference_generate_s']:.3f} | {rec['arvis_ar_s']:.3f} | "
+                        f"**{rec['arvis_speedup_over_reference']:.2f}x** | logits max abs diff "
+                        f"{rec['max_abs_logit_diff']:.1e} |")
+        else:
+            rows.append(f"| SJD authors' scheduler vs arvis SJD (window {rec['window']}) | {rec['batch']} | "
+                        f"{rec['threads']} | {rec['reference_s']:.3f} | {rec['arvis_s']:.3f} | "
+                        f"**{rec['arvis_speedup_over_reference']:.2f}x** | step compression "
+                        f"{rec['reference_step_compression']:.2f}x (reference) vs {rec['arvis_step_compression']:.2f}x |")
+    return rows
+
+
+def write_latency_report(jobs: list[Job], out: Path) -> Path:
+    """docs/figures/latency.md: every bench job's table with its forward-cost curve, then the references."""
+    lines = ["# Figures: latency on this machine", "",
+             "Generated by `python eval/figures.py --suite latency` from the JSON records in this folder (run on an "
+             "otherwise idle machine: nothing else may share the CPU; `--list` prints every command). "
+             "Per method: step compression, positions per forward `T`, median latency per sample over 5 "
+             "interleaved rounds, **speedup over arvis AR**, the *ideal* speedup the forward-cost curve allows "
+             "(AR forwards / method forwards × cost(1) / cost(T)), ms inside one target forward and outside "
+             "forwards per target forward, the share of the latency spent outside forwards, and host "
+             "synchronisations per loop iteration (all counted, including the reads when a decode ends).", ""]
+    for job in jobs:
+        if job.kind != "bench":
+            continue
+        records = _load(job.output)
+        lines += [f"## {job.name}", ""]
+        if not isinstance(records, list):
+            lines += ["(not run yet)", ""]
+            continue
+        lines += [_setting(records), ""]
+        lines += _latency_table(records)
+        lines += ["", "Forward cost on this machine (ms inside one target forward, same model, batch and guidance):", ""]
+        lines += _cost_table(records[0].get("forward_cost", [])) + [""]
+    refs = _reference_rows(jobs)
+    lines += ["## Against the reference implementations (same weights, same settings, interleaved)", ""]
+    if refs:
+        lines += ["| comparison | batch | threads | reference s | arvis s | arvis faster by | note |",
+                  "|---|---|---|---|---|---|---|", *refs, ""]
+    else:
+        lines += ["(not run: pass `--llamagen-repo` / `--sjd-repo` checkouts)", ""]
+    path = out / "latency.md"
+    path.write_text("\n".join(lines))
+    return path
+
+
+def _reference_words(jobs: list[Job]) -> str:
+    """How the FIDs of these jobs' model are measured (its data set: photos or emoji)."""
+    from arvis.data.sources import model_data
+    from arvis.hub import TINY_RANDOM, resolve_model
+
+    model = jobs[0].args[jobs[0].args.index("--model") + 1]
+    data = "photos" if model == TINY_RANDOM else model_data(resolve_model(model))
+    if data == "emoji":
+        return "the shipped emoji domain network (`domain-emoji`), held-out emoji (never trained on) as reference"
+    return "the shipped domain network, held-out real crops as reference"
+
+
 def write_report(suite: str, jobs: list[Job], out: Path) -> Path:
+    if suite == "latency":
+        return write_latency_report(jobs, out)
     fids = _fid_records(out)
+    reference = _reference_words(jobs)
     lines = [f"# Figures: {suite}", "",
              f"Generated by `python eval/figures.py --suite {suite}` from the JSON records in this folder "
-             "(re-run it to reproduce; `--list` prints every command). FID: the shipped domain network, "
-             "held-out real crops as reference (see docs/evaluation.md).", ""]
+             f"(re-run it to reproduce; `--list` prints every command). FID: {reference} (see docs/evaluation.md).",
+             ""]
     for job in jobs:
         if job.kind != "bench":
             continue
@@ -277,7 +418,7 @@ def write_report(suite: str, jobs: list[Job], out: Path) -> Path:
                 lines += ["", f"Seed-to-seed noise of AR at N = {n} (same model and method; seeds differ): "
                               f"|ΔFID| = {max(ar) - min(ar):.2f}."]
         lines.append("")
-    lines += ["## Published anchors", "", *(f"- {a}" for a in ANCHORS[suite]), ""]
+    lines += ["## Published anchors", "", *(f"- {a}" for a in ANCHORS.get(suite, ())), ""]
     path = out / f"{suite}.md"
     path.write_text("\n".join(lines))
     return path
@@ -297,26 +438,29 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--only", choices=["bench", "fid"], default=None)
     p.add_argument("--list", action="store_true", help="print the jobs and their commands, run nothing")
     p.add_argument("--report-only", action="store_true")
+    p.add_argument("--llamagen-repo", default=None, help="latency suite: a FoundationVision/LlamaGen checkout")
+    p.add_argument("--sjd-repo", default=None, help="latency suite: a tyshiwo1/Accelerating-T2I-AR-with-SJD checkout")
     args = p.parse_args(argv)
     k, n = (int(x) for x in args.shard.split("/"))
     suites = list(SUITES) if args.suite == "all" else [args.suite]
     jobs: dict[str, Job] = {}
     per_suite = {}
     for suite in suites:
-        per_suite[suite] = SUITES[suite](args.out, args.model, args.fid_num, args.samples)
+        extra = {"llamagen_repo": args.llamagen_repo, "sjd_repo": args.sjd_repo} if suite == "latency" else {}
+        per_suite[suite] = SUITES[suite](args.out, args.model, args.fid_num, args.samples, **extra)
         for job in per_suite[suite]:
             jobs.setdefault(str(job.output), job)  # FID jobs shared between suites run once
     todo = [j for j in jobs.values() if args.only in (None, j.kind)]
     if args.list:
         for job in todo:
             state = "done" if job.output.exists() else "todo"
-            print(f"[{state}] {job.name}: {shlex.join(['arvis', job.kind, *job.args])}")
+            print(f"[{state}] {job.name}: {job.display()}")
         return 0
     if not args.report_only:
         mine = [j for i, j in enumerate(todo) if i % n == k and not j.output.exists()]
         for i, job in enumerate(mine, 1):
             job.output.parent.mkdir(parents=True, exist_ok=True)
-            print(f"[{i}/{len(mine)}] {job.name}: {shlex.join(['arvis', job.kind, *job.args])}", flush=True)
+            print(f"[{i}/{len(mine)}] {job.name}: {job.display()}", flush=True)
             t0 = time.time()
             rc = subprocess.run(job.command()).returncode
             print(f"[{i}/{len(mine)}] {job.name}: exit {rc} after {time.time() - t0:.0f} s", flush=True)

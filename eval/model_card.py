@@ -5,6 +5,8 @@
         --grid docs/llamagen-c2i-photos-samples.png [--num 440 --fid-record docs/figures/fid/ar-seed0-n1000.json]
     python eval/model_card.py --model t2i --samples-dir samples/t2i-ar --json docs/figures/model_card_t2i.json \
         --grid docs/llamagen-t2i-scenes-samples.png
+    python eval/model_card.py --model arvis/weights/llamagen-c2i-emoji --samples-dir samples/emoji-ar \
+        --json docs/figures/model_card_emoji.json --grid docs/llamagen-c2i-emoji-samples.png
 
 Draws N plain-AR samples with ``eval/sample.py`` (resumable; class i mod classes, or the held-out scene
 captions for text-conditional models), then reports: FID (domain network) against held-out real crops
@@ -12,6 +14,9 @@ with the real-vs-real floor at the same N (class-conditional models); class cons
 samples, beside its accuracy on held-out real crops) or CLIP score against the shuffled-caption
 baseline; the latency of one 16x16 image with CFG by plain AR (fp32, median of 5); the next-token
 statistics (class-conditional: :mod:`arvis.eval.token_stats`); and a sample grid PNG.
+
+The data set of the model (its folder's ``evaluation.json``: photos or emoji) picks the held-out images, the
+domain network (FID and class consistency) and, for emoji, a grid captioned with the class names.
 """
 
 from __future__ import annotations
@@ -40,11 +45,11 @@ def draw_samples(model: str, folder: Path, num: int, seed: int, prompts: Path | 
     subprocess.run(cmd, check=True)
 
 
-def class_consistency(folder: Path) -> dict[str, float]:
-    """Top-1 accuracy of the shipped domain classifier on generated images against their class labels."""
+def class_consistency(folder: Path, network: str = "domain") -> dict[str, float]:
+    """Top-1 accuracy of a shipped domain classifier on generated images against their class labels."""
     from arvis.eval.domain import load_domain_network
 
-    net = load_domain_network().eval()
+    net = load_domain_network(network).eval()
     records = json.loads((folder / "manifest.json").read_text())["images"]
     correct = []
     with torch.no_grad():
@@ -57,14 +62,32 @@ def class_consistency(folder: Path) -> dict[str, float]:
     return {"class_consistency": sum(correct) / len(correct), "images": len(correct)}
 
 
-def sample_grid(folder: Path, path: Path, count: int, columns: int) -> Path:
+def sample_grid(folder: Path, path: Path, count: int, columns: int, captions: list[str] | None = None) -> Path:
+    """The first ``count`` samples in rows of ``columns``; with ``captions`` (one per sample, in file order) each
+    tile gets its caption written under it."""
+    from PIL import ImageDraw, ImageFont
+
     files = sorted(folder.glob("[0-9]*.png"))[:count]
     tiles = [Image.open(f).convert("RGB") for f in files]
     w, h = tiles[0].size
+    band = 30 if captions else 0
     rows = -(-len(tiles) // columns)
-    grid = Image.new("RGB", (columns * w, rows * h), "white")
+    grid = Image.new("RGB", (columns * w, rows * (h + band)), "white")
+    draw = ImageDraw.Draw(grid)
+    font = ImageFont.load_default(size=12) if captions else None
     for i, tile in enumerate(tiles):
-        grid.paste(tile, ((i % columns) * w, (i // columns) * h))
+        x, y = (i % columns) * w, (i // columns) * (h + band)
+        grid.paste(tile, (x, y))
+        if captions:
+            words, lines = captions[i].split(), [""]
+            for word in words:  # wrap to the tile width, two lines at most
+                trial = f"{lines[-1]} {word}".strip()
+                if draw.textlength(trial, font=font) <= w - 4 or not lines[-1]:
+                    lines[-1] = trial
+                else:
+                    lines.append(word)
+            for k, line in enumerate(lines[:2]):
+                draw.text((x + w // 2, y + h + 1 + 14 * k), line, fill="black", font=font, anchor="mt")
     path.parent.mkdir(parents=True, exist_ok=True)
     grid.save(path)
     return path
@@ -104,11 +127,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=1)
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
-    from arvis.eval.fid import compute_fid
+    from arvis.data.sources import model_data
+    from arvis.eval.fid import DATA_EXTRACTORS, compute_fid
     from arvis.eval.provenance import provenance
     from arvis.hub import load_pipeline
 
-    pipe, defaults, _ = load_pipeline(args.model, torch.float32, "cpu")
+    pipe, defaults, model = load_pipeline(args.model, torch.float32, "cpu")
+    data = model_data(model.path)
     class_conditional = pipe.transformer.is_class_conditional
     prompts = None
     if not class_conditional:  # held-out captions (never seen in training) cycled over indices
@@ -119,7 +144,8 @@ def main(argv: list[str] | None = None) -> int:
         prompts.write_text("\n".join(sample_scene(3, i, split="heldout").caption for i in range(args.num)) + "\n")
     draw_samples(args.model, args.samples_dir, args.num, args.seed, prompts)
 
-    result: dict = {"model": args.model, "samples_dir": str(args.samples_dir), "num": args.num, "seed": args.seed}
+    result: dict = {"model": args.model, "data": data, "samples_dir": str(args.samples_dir), "num": args.num,
+                    "seed": args.seed}
     # FID against held-out photo crops says nothing about scene images: text-conditional models get CLIP score.
     if class_conditional:
         if args.fid_record:
@@ -127,13 +153,13 @@ def main(argv: list[str] | None = None) -> int:
             result.update(fid=rec["fid"], real_vs_real_floor=rec["real_vs_real_floor"], fid_num=rec["num_generated"],
                           extractor=rec["extractor"], fid_record=str(args.fid_record))
         else:
-            fid = compute_fid(args.samples_dir, floor=True, progress=False)
+            fid = compute_fid(args.samples_dir, floor=True, progress=False, data=data)
             result.update(fid=fid.fid, real_vs_real_floor=fid.floor, fid_num=args.num,
                           extractor=fid.generated.extractor)
-        result.update(class_consistency(args.samples_dir))
+        result.update(class_consistency(args.samples_dir, DATA_EXTRACTORS[data]))
         from arvis.eval.domain import resolve_domain_path
 
-        metrics = json.loads((resolve_domain_path(None) / "metrics.json").read_text())
+        metrics = json.loads((resolve_domain_path(DATA_EXTRACTORS[data]) / "metrics.json").read_text())
         result["classifier_heldout_real_accuracy"] = metrics["heldout_accuracy"]
         from arvis.engine.sampling import SamplingConfig
         from arvis.eval.token_stats import token_statistics
@@ -157,7 +183,12 @@ def main(argv: list[str] | None = None) -> int:
         real = [Image.fromarray(x) for x in build_scenes_images(len(texts))]
         result["clip_score_real_heldout_scenes"] = scorer.score(real, texts).score
     result.update(one_image_latency(pipe, defaults))
-    if args.grid:
+    if args.grid and data == "emoji":  # 2 samples of each of the 52 classes, captioned with the class name
+        names = list(pipe.transformer.config.class_names)
+        records = json.loads((args.samples_dir / "manifest.json").read_text())["images"]
+        captions = [names[r["label"]] for r in sorted(records, key=lambda r: r["file"])]
+        result["grid"] = str(sample_grid(args.samples_dir, args.grid, 2 * len(names), 13, captions))
+    elif args.grid:
         result["grid"] = str(sample_grid(args.samples_dir, args.grid, 44 if class_conditional else 32, 11
                                          if class_conditional else 8))
     result.update(provenance())

@@ -6,11 +6,13 @@ One process:
 Two CPU processes (gloo) or GPUs (nccl), with torch's launcher or accelerate's:
     torchrun --nproc_per_node 2 eval/sample.py --model c2i --num-images 1000 --seed 0 --output samples/c2i-ar
     accelerate launch --multi_gpu --num_processes 2 eval/sample.py --model c2i --num-images 1000 --seed 0 --output ...
-(accelerate's --multi_gpu launcher is torch.distributed.run; on a CPU-only machine the ranks join a gloo group.
-Its --cpu flag instead runs one process.)
-After a crash (any rank, any moment), run the same command with --resume: finished PNGs are kept, the
-missing indices are drawn, and the folder ends with exactly N valid images, byte-identical to an
-uninterrupted run. A method and its options: --method sjd:window=16 (docs/cli.md).
+(accelerate's --multi_gpu launcher is torch.distributed.run; with --device cpu the ranks join a gloo group,
+set up by accelerate's PartialState. Its --cpu flag instead runs one process.)
+After a crash (any rank, any moment) or a write error (disk full…), run the same command with --resume:
+PNGs whose bytes match the sha256 recorded when they were written are kept, anything else is drawn again,
+and the folder ends with exactly N valid images, byte-identical to an uninterrupted run. One job per
+folder at a time: a second job on a folder in use is refused. A method and its options:
+--method sjd:window=16 (docs/cli.md).
 
 Output: {index:06d}.png and manifest.json (the job, then each image's sha256, class label / prompt and
 generator seed). Feed the folder to `arvis fid --folder DIR`.
@@ -55,30 +57,29 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    import os
-
     import torch
 
     from arvis import cli_args as a
-    from arvis.eval.jobs import PipelineSampler, SamplingJob, init_distributed, run_sampling_job
+    from arvis.eval.jobs import PipelineSampler, SamplingJob, distributed_state, run_sampling_job
     from arvis.hub import load_pipeline
 
     a.check_images(args)
     spec = a.parse_methods(args.method, single=True)[0]
+    a.check_device(args.device)
+    labels = a.parse_class_ids(args.class_ids)
+    args.prompt = None
+    prompts = a.read_prompts(args)
+    # accelerate joins the process group (gloo on the CPU, NCCL with cuda:LOCAL_RANK per rank) before the
+    # thread count is set: it sets its own default when OMP_NUM_THREADS is unset.
+    state = distributed_state(args.device)
     dtype = a.setup_runtime(args)
-    device = args.device
-    if device.startswith("cuda") and "LOCAL_RANK" in os.environ:
-        device = f"cuda:{int(os.environ['LOCAL_RANK'])}"
-        torch.cuda.set_device(device)
-    rank, world = init_distributed(device)
+    rank, world = state.process_index, state.num_processes
+    device = state.device if torch.device(args.device).type == "cuda" else args.device
     pipe, _, model = load_pipeline(args.model, dtype, device)
     a.check_specs_fit_model([spec], pipe)
     sampling = {k: v for k, v in vars(pipe.sampling_config(guidance_scale=args.guidance_scale, top_k=args.top_k,
                                                            top_p=args.top_p, temperature=args.temperature)).items()
                 if k in ("guidance_scale", "top_k", "top_p", "temperature")}
-    labels = a.parse_class_ids(args.class_ids)
-    args.prompt = None
-    prompts = a.read_prompts(args)
     options = spec.options_dict
     sampler = PipelineSampler(pipe, args.seed, method=spec.name, method_options=options, labels=labels,
                               prompts=prompts, **sampling)
@@ -87,12 +88,9 @@ def run(args: argparse.Namespace) -> int:
     result = run_sampling_job(sampler, job, args.output, batch_size=args.batch_size, resume=args.resume,
                               progress=not args.no_progress)
     print(json.dumps({"rank": rank, "world_size": world, "written": result.written, "skipped": result.skipped,
-                      "removed_temporaries": result.removed_temporaries,
+                      "replaced": result.replaced, "removed_temporaries": result.removed_temporaries,
                       "manifest": str(result.manifest) if result.manifest else None}))
-    if world > 1:
-        import torch.distributed as dist
-
-        dist.destroy_process_group()
+    state.destroy_process_group()
     return 0
 
 

@@ -1,9 +1,12 @@
-"""rFID of the shipped VQ tokenizer: FID (domain network) of reconstructed held-out crops.
+"""rFID and PSNR of a VQ tokenizer: FID (domain network) of reconstructed held-out images.
 
     python eval/vq_rfid.py --vq arvis/weights/vq-photos --num 1000 --json docs/figures/vq_rfid.json
+    python eval/vq_rfid.py --data emoji --vq arvis/weights/vq-emoji --num 1000 --json docs/figures/emoji/vq_rfid.json
 
-Reconstructions of ``num`` held-out crops (seed 7, disjoint from training pixels) against the held-out
-reference statistics that every arvis FID uses, beside the real-vs-real floor at the same size.
+Reconstructions of ``num`` held-out images (seed 7; photos: crops disjoint from training pixels; emoji:
+augmented views of held-out emoji) against the held-out reference statistics that every arvis FID of that
+data set uses (the data set's domain network), beside the real-vs-real floor at the same size, and the
+mean per-image PSNR of the reconstructions.
 """
 
 from __future__ import annotations
@@ -19,17 +22,17 @@ import torch
 def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--vq", default="arvis/weights/vq-photos")
+    p.add_argument("--data", choices=["photos", "emoji"], default="photos")
     p.add_argument("--num", type=int, default=1000)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
-    from arvis.data.crops import heldout_crops
-    from arvis.eval.fid import compute_fid
+    from arvis.eval.fid import compute_fid, reference_images_fn
     from arvis.tokenizers.llamagen_vq import LlamaGenVQModel
 
     vq = LlamaGenVQModel.from_pretrained(args.vq, dtype=torch.float32).eval()
-    images, _ = heldout_crops(args.num, resolution=128, seed=7)
+    images = reference_images_fn(args.data)(args.num, 128, 7)
     recon = []
     with torch.no_grad():
         for i in range(0, len(images), 32):
@@ -37,10 +40,12 @@ def main(argv: list[str] | None = None) -> dict:
             y = vq.decode_codes(vq.encode(x))
             recon.append(((y + 1) * 127.5).round().clamp(0, 255).byte().permute(0, 2, 3, 1).numpy())
     recon = np.concatenate(recon)
-    original = compute_fid(images, floor=True)
-    rec = compute_fid(recon, floor=False)
-    result = {"vq": args.vq, "num": args.num, "rfid": rec.fid, "fid_of_the_originals": original.fid,
-              "real_vs_real_floor": original.floor, "extractor": rec.generated.extractor}
+    original = compute_fid(images, floor=True, data=args.data)
+    rec = compute_fid(recon, floor=False, data=args.data)
+    mse = np.maximum(((recon.astype(np.float64) - images.astype(np.float64)) / 255.0) ** 2, 0).mean(axis=(1, 2, 3))
+    result = {"vq": args.vq, "data": args.data, "num": args.num, "rfid": rec.fid, "fid_of_the_originals": original.fid,
+              "real_vs_real_floor": original.floor, "extractor": rec.generated.extractor,
+              "psnr": float(np.mean(10 * np.log10(1.0 / np.maximum(mse, 1e-10))))}
     print(json.dumps(result, indent=2))
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)

@@ -46,3 +46,8 @@ def _keep_test_threads():
     threads = torch.get_num_threads()
     yield
     torch.set_num_threads(threads)
+
+
+def pytest_configure(config):
+    # Rows of docs/reliability.md: see tests/reliability_rows.py.
+    config.addinivalue_line("markers", "reliability(area, probe, outcome): the docs/reliability.md row this test proves")

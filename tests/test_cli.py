@@ -129,18 +129,18 @@ def test_each_run_gets_its_own_folder_and_a_used_folder_needs_overwrite(tmp_path
 def test_generate_side_by_side_shows_acceleration_and_gumbel_reproduces_ar(tmp_path, capsys):
     out_dir = tmp_path / "cmp"
     assert run(["generate", "--model", "tiny-random", "--class-ids", "0,3", "--num-images", "2",
-                "--method", "mc-sjd:window=16,coupling=gumbel", "--method", "zipar:window=2",
+                "--method", "mc-sjd:window=16,coupling=gumbel", "--method", "zipar:row_lag=2",
                 "--output", str(out_dir)]) == 0
     text = capsys.readouterr().out
     assert re.search(r"^ar\s", text, re.M) and "identical to AR" in text
     stats = json.loads((out_dir / "stats.json").read_text())
     rows = {m["spec"]: m for m in stats["methods"]}
-    assert list(rows) == ["ar", "mc-sjd:window=16,coupling=gumbel", "zipar:window=2"]  # AR added first
-    gumbel, zipar = rows["mc-sjd:window=16,coupling=gumbel"], rows["zipar:window=2"]
+    assert list(rows) == ["ar", "mc-sjd:window=16,coupling=gumbel", "zipar:row_lag=2"]  # AR added first
+    gumbel, zipar = rows["mc-sjd:window=16,coupling=gumbel"], rows["zipar:row_lag=2"]
     assert gumbel["identical_to_ar"] is True and gumbel["lossless"] and gumbel["target_forwards"] < 256
     assert zipar["lossless"] is False and zipar["target_forwards"] == 60  # 16 + 15*2 + ... ZipAR's schedule
     assert rows["ar"]["identical_to_ar"] is None and rows["ar"]["speedup"] == 1.0
-    for folder in ("ar", "mc-sjd_window-16_coupling-gumbel", "zipar_window-2"):
+    for folder in ("ar", "mc-sjd_window-16_coupling-gumbel", "zipar_row_lag-2"):
         assert sorted(p.name for p in (out_dir / folder).iterdir()) == ["0000.png", "0001.png"]
     for name in ("0000.png", "0001.png"):  # the same PNG bytes as AR (the metadata names the method)
         with PIL.Image.open(out_dir / "ar" / name) as a, \

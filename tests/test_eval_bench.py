@@ -14,7 +14,7 @@ import arvis.eval.bench as bench
 from arvis.cli import main
 from arvis.engine import SamplingConfig
 from arvis.eval.bench import MethodSpec, format_markdown, format_text, parse_method_specs, run_bench
-from arvis.methods import METHODS
+from arvis.methods import METHODS, Option
 from arvis.methods.ar import Autoregressive
 from tests.conftest import tiny_llamagen
 
@@ -27,6 +27,8 @@ class WindowedAR(Autoregressive):
     """AR under another name with a (unused) ``window`` option: a stand-in for windowed methods."""
 
     name: ClassVar[str] = "test-windowed"
+    options: ClassVar[tuple[Option, ...]] = (Option("window", "int", 4, "unused", low=1, high=1024),
+                                             Option("init", "text", "random", "unused"))
     window: int = 4
     init: str = "random"
 
@@ -74,7 +76,8 @@ def test_protocol_interleaves_warms_up_and_times_every_sample(windowed, monkeypa
     result = run_bench(model, specs, SamplingConfig(guidance_scale=2.0), samples=3, batch_size=2, seed=4, repeats=5,
                        forward_cost_sizes=(1, 4, 64), progress=False, context={"model": "tiny"})
     names = [c[0] for c in calls]
-    assert names == (["ar", "ar", "test-windowed", "test-windowed"] * 6)  # warm-up, then 5 interleaved rounds
+    # Warm-up, then 5 interleaved rounds, then one untimed decode per method (first batch) counting host syncs.
+    assert names == (["ar", "ar", "test-windowed", "test-windowed"] * 6) + ["ar", "test-windowed"]
     assert {tuple(c[1]) for c in calls} == {(0, 1), (2,)}  # class i % num_classes, batches of 2
     assert calls[0][2] == calls[2][2] == calls[4][2]  # same per-sample seeds for every method and round
     ar, win = result.records
@@ -85,6 +88,14 @@ def test_protocol_interleaves_warms_up_and_times_every_sample(windowed, monkeypa
         assert r["accepted_per_forward_histogram"] == {"1": 48} and len(r["latency_repeats_s"]) == 5
         assert r["deterministic"] and r["model"] == "tiny" and r["grid"] == [4, 4]
         assert r["commit_forward"] == list(range(16))
+        # The time split adds up, AR's loop syncs the host only at the end, and the ideal is AR's own.
+        assert r["target_forward_s"] > 0 and r["draft_forward_s"] == 0 and 0 <= r["outside_share"] < 1
+        # Inside + outside is the decode calls' own time, within the bench's clock around them (3 samples).
+        assert 0 < r["target_forward_s"] + r["outside_s"] <= 3 * r["latency_s"] * 1.05
+        assert r["target_ms_per_forward"] * r["batch_target_forwards"] == pytest.approx(1e3 * r["target_forward_s"])
+        # AR syncs only when the decode ends (3 reads, over 15 iterations of its first 2-sample batch).
+        assert r["host_syncs_per_iteration"] == pytest.approx(3 / 15) and r["aten_ops_per_forward"] > 0
+        assert r["positions_per_forward"] == 1 and r["ideal_speedup"] == pytest.approx(1.0)
     assert ar["speedup"] == 1.0
     assert [c["positions"] for c in result.forward_cost] == [1, 4]  # 64 > sequence: dropped
     assert result.forward_cost[0]["ratio"] == 1.0 and result.forward_cost[1]["ms"] > 0
@@ -131,19 +142,36 @@ def test_bench_command_writes_json_markdown_and_plots(windowed, tmp_path, capsys
     rc = main(["bench", "--model", "tiny-random", "--method", "ar", "--method", "test-windowed:window=2",
                "--num-images", "1", "--guidance-scale", "1.0", "--json", str(paths["json"]), "--markdown",
                str(paths["markdown"]), "--plots", str(paths["plots"]), "--no-progress", "--threads", "1"])
+    cores = 1
     assert rc == 0
     out = capsys.readouterr().out
-    assert "forward cost on this machine" in out and "threads=1" in out
+    assert "forward cost on this machine" in out and f"threads={cores}" in out
     records = json.loads(paths["json"].read_text())
     assert [r["spec"] for r in records] == ["ar", "test-windowed:window=2"]
     for r in records:
         assert all(k in r for k in FIGURES)
-        assert r["threads"] == torch.get_num_threads() == 1 and r["dtype"] == "float32" and r["seed"] == 0
+        assert r["threads"] == cores and r["dtype"] == "float32" and r["seed"] == 0
         assert r["versions"]["torch"] == torch.__version__ and r["git_commit"] and r["model"] == "tiny-random"
         assert r["tokens"] == 256 and len(r["forward_cost"]) == 7
     assert "| ar | yes | 256.0 |" in paths["markdown"].read_text()
     assert sorted(p.name for p in paths["plots"].iterdir()) == [
         "accepted_per_forward.png", "decode_order.png", "forward_cost.png", "speedup_vs_window.png"]
+
+
+def test_bench_uses_every_core_by_default(monkeypatch):
+    seen = {}
+
+    def fake_run_bench(*args, **kwargs):  # stop before timing anything: only the thread setting is checked
+        seen["threads"] = torch.get_num_threads()
+        raise SystemExit(0)
+
+    monkeypatch.setattr(bench, "run_bench", fake_run_bench)
+    try:
+        with pytest.raises(SystemExit):
+            main(["bench", "--model", "tiny-random", "--method", "ar", "--no-progress"])
+    finally:
+        torch.set_num_threads(1)  # the suite's setting (conftest)
+    assert seen["threads"] == bench.available_cores()
 
 
 def test_bench_command_bad_input_writes_nothing(tmp_path, capsys):
@@ -199,14 +227,16 @@ def test_report_joins_bench_and_fid_records_of_the_same_model_and_settings(tmp_p
 
 
 def test_method_extras_are_aggregated_over_samples():
-    from arvis.engine.stats import DecodeStats
+    from arvis.engine.stats import BatchStats, DecodeStats, summarize
 
     def stats(tv: float, max_tv: float) -> DecodeStats:
         return DecodeStats(method="speculative", tokens=4, target_forwards=2, draft_forwards=8,
                            accepted_per_forward=[2, 2], commit_forward=[0, 0, 1, 1],
                            extra={"mean_tv_per_token": tv, "max_tv_per_token": max_tv, "tv_kind": "realised (exact)"})
 
-    extra = bench.summarize([stats(0.02, 0.05), stats(0.04, 0.09)])["extra"]
+    batch = BatchStats(samples=[stats(0.02, 0.05), stats(0.04, 0.09)], batch_target_forwards=2,
+                       batch_draft_forwards=8, latency_s=1.0, peak_memory_mb=0.0)
+    extra = summarize([batch], details=True)["extra"]
     assert extra["mean_tv_per_token"] == pytest.approx(0.03)
     assert extra["max_tv_per_token"] == pytest.approx(0.09)
     assert extra["tv_kind"] == "realised (exact)"
@@ -234,7 +264,7 @@ def test_figures_jobs_are_real_commands_and_tables_come_from_records(tmp_path, c
     assert figures.main(["--suite", "zipar", "--model", "tiny-random", "--out", str(tmp_path), "--list"]) == 0
     assert capsys.readouterr().out.count("[todo]") == len(jobs)
 
-    record = {"spec": "zipar:window=4", "lossless": False, "target_forwards": 88.0, "draft_forwards": 0.0,
+    record = {"spec": "zipar:row_lag=4", "lossless": False, "target_forwards": 88.0, "draft_forwards": 0.0,
               "step_compression": 256 / 88, "accepted_per_forward": 256 / 88, "latency_s": 0.5, "speedup": 2.5,
               "samples": 2, "batch_size": 1, "repeats": 5, "warmup": 1, "sampling": {"guidance_scale": 3.0},
               "forward_cost": [{"positions": 1, "ms": 2.0, "ratio": None}, {"positions": 2, "ms": 3.0, "ratio": 1.5}]}
@@ -244,11 +274,11 @@ def test_figures_jobs_are_real_commands_and_tables_come_from_records(tmp_path, c
     for seed, value in ((0, 10.0), (1, 10.6)):
         (tmp_path / "fid" / f"ar-seed{seed}.json").write_text(json.dumps(
             {"method": "ar", "options": {}, "seed": seed, "fid": value, "num_generated": 16}))
-    jobs[2].output.write_text(json.dumps({"method": "zipar", "options": {"window": 4}, "seed": 0, "fid": 11.25,
+    jobs[2].output.write_text(json.dumps({"method": "zipar", "options": {"row_lag": 4}, "seed": 0, "fid": 11.25,
                                           "num_generated": 16, "real_vs_real_floor": 1.5}))
     md = figures.write_report("zipar", jobs, tmp_path).read_text()
-    assert "| `zipar:window=4` | no | 88.0 | 0.0 | 2.91x | 2.91 | 0.500 | 2.50x | 11.25 (16) |" in md
-    assert "| `zipar:window=4` | 0 | 16 | 11.25 | 1.50 |" in md and "|ΔFID| = 0.60" in md
+    assert "| `zipar:row_lag=4` | no | 88.0 | 0.0 | 2.91x | 2.91 | 0.500 | 2.50x | 11.25 (16) |" in md
+    assert "| `zipar:row_lag=4` | 0 | 16 | 11.25 | 1.50 |" in md and "|ΔFID| = 0.60" in md
     assert "| ms / forward | 2.00 | 3.00 |" in md
 
 
@@ -266,3 +296,12 @@ def test_relaxed_acceptance_makes_any_method_lossy():
     assert is_lossless("sjd", {"window": 8}) and is_lossless("speculative", {"acceptance": "exact"})
     assert not is_lossless("sjd", {"acceptance": "bounded"}) and not is_lossless("speculative", {"acceptance": "lantern"})
     assert not is_lossless("zipar", {})
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_bench_runs_on_cuda():
+    model = tiny_llamagen(grid=4, vocab=32).to("cuda")
+    result = run_bench(model, parse_method_specs("ar;mc-sjd:window=4"), SamplingConfig(guidance_scale=2.0),
+                       samples=2, repeats=5, forward_cost_sizes=(1, 4), progress=False)
+    for r in result.records:
+        assert r["target_forward_s"] > 0 and r["deterministic"] and r["host_syncs_per_iteration"] <= 1.5

@@ -1,4 +1,5 @@
-"""Relaxed acceptance: the bounded rule keeps TV <= δ for any drafter; published LANTERN does not."""
+"""Relaxed acceptance: the bounded rule keeps TV <= δ per token for any drafter; published LANTERN does not,
+and every rule reports the realised per-token TV exactly; positions without a draft sample ``p`` itself."""
 
 from __future__ import annotations
 
@@ -9,14 +10,18 @@ from arvis.acceptance.neighbours import nearest_neighbours
 from arvis.acceptance.relaxed import (
     AcceptanceRule,
     bounded_relaxed_target,
+    lantern_output_distribution,
     lantern_relaxed_target,
     realised_output_distribution,
+    realised_tv,
     relaxed_step,
 )
+from arvis.acceptance.speculative import acceptance_probability, residual
 from arvis.engine.sampling import SamplingConfig
 from arvis.methods import decode
 from arvis.models.protocol import Condition
 from tests.conftest import tiny_llamagen
+from tests.lossless_harness import TableBackbone, compare, empirical
 
 V = 8
 
@@ -161,3 +166,127 @@ def test_greedy_speculative_equals_ar():
     self_draft, stats = decode(model, cond, SamplingConfig(guidance_scale=2.0), "speculative",
                                torch.Generator().manual_seed(0), draft_model=model, gamma=4)
     assert all(s.target_forwards == 4 for s in stats.samples)  # a perfect drafter: γ + 1 tokens per forward
+
+
+# --------------------------------------------------------------------------- positions without a draft
+ISSUE_P = torch.tensor([0.10, 0.05, 0.30, 0.05, 0.20, 0.30], dtype=torch.float64)
+
+
+def issue_neighbours() -> torch.Tensor:
+    """Token 0's neighbours are {1, 3} (the reproducer of issue 15, item 9); the others have none."""
+    nb = torch.full((6, 2), -1, dtype=torch.long)
+    nb[0] = torch.tensor([1, 3])
+    return nb
+
+
+RELAXED_RULES = [AcceptanceRule("lantern", k=2, delta=0.1), AcceptanceRule("lantern++", k=2, lam=3.0),
+                 AcceptanceRule("bounded", k=2, delta=0.1)]
+
+
+@pytest.mark.parametrize("rule", RELAXED_RULES, ids=lambda r: r.kind)
+def test_position_without_draft_samples_p(rule):
+    """q = 0 (bonus position, undrafted position): the token comes from p, whatever id sits in the draft slot."""
+    nb, p = issue_neighbours(), ISSUE_P
+    if rule.kind != "bounded":  # the case has teeth: lending to token 0 would give [.2, 0, .3, 0, .2, .3]
+        lent, _ = lantern_relaxed_target(p[None], torch.tensor([0]), nb, rule)
+        torch.testing.assert_close(lent[0], torch.tensor([0.2, 0, 0.3, 0, 0.2, 0.3], dtype=torch.float64))
+        kept, moved = lantern_relaxed_target(p[None], torch.tensor([0]), nb, rule, drafted=torch.tensor([False]))
+        assert torch.equal(kept[0], p) and float(moved) == 0
+    none = torch.zeros(6, dtype=torch.float64)
+    assert torch.equal(realised_output_distribution(p, none, nb, rule), p)
+    n = 100_000
+    g = torch.Generator().manual_seed(0)
+    tokens, accepted, reported = relaxed_step(rule, p.float().expand(n, 6), torch.zeros(n, 6),
+                                              torch.zeros(n, dtype=torch.long), torch.rand(n, generator=g),
+                                              torch.empty(n, 6).exponential_(generator=g), nb)
+    freq = torch.bincount(tokens, minlength=6).double() / n
+    assert (freq - p).abs().max() < 0.005, freq  # token 0 at 0.10 (not 0.20); tokens 1 and 3 at 0.05 (not 0)
+    assert not accepted.any() and float(reported.abs().max()) == 0.0
+
+
+@pytest.mark.parametrize("kind", ["lantern", "lantern++"])
+def test_speculative_relaxed_samples_p_at_the_bonus_position(kind):
+    """End to end: the drafter is the target itself (q = p), so LANTERN accepts every draft and leaves
+    the sequence distribution exact — unless it relaxes the bonus position (index 3 for γ = 2 on 6 tokens),
+    where the draft slot holds token 0: that over-samples token 0 there (measured with that bug at this N:
+    z = +7.9 and sequence chi-square p = 1e-47 for LANTERN; z = +3.5, p = 9e-6 for LANTERN++)."""
+    table = TableBackbone(seed=0)
+    nb = torch.tensor([[1, 3], [0, 2], [1, 3], [0, 2]])
+    sampling, n = SamplingConfig(), 30_000
+    tokens, stats = decode(table, Condition(class_labels=torch.full((n,), 1)), sampling, "speculative",
+                           torch.Generator().manual_seed(4), draft_model=table, gamma=2, acceptance=kind,
+                           neighbours=nb, k=2, delta=0.5, lam=10.0)
+    exact = table.sequence_probabilities(1, sampling)
+    codes = torch.arange(4 ** 6)
+    p3 = float(exact[((codes // 4 ** 3) % 4 == 0).numpy()].sum())  # exact P(token 3 = 0)
+    f3 = float((tokens[:, 3] == 0).double().mean())
+    z = (f3 - p3) / (p3 * (1 - p3) / n) ** 0.5
+    tv_seq, p_value = compare(exact, empirical(tokens, 4), n)
+    assert abs(z) < 4 and p_value >= 1e-4, f"bonus position token 0: z = {z:+.1f}; sequence chi-square p {p_value:.1e}"
+    # Every draft is accepted and the bonus comes from p: the realised per-token TV is 0, whatever the
+    # mass LANTERN lends (its nominal c_m* would be up to δ here).
+    assert stats.samples[0].extra["max_tv_per_token"] < 1e-5
+
+
+# --------------------------------------------------------------------------- the realised TV
+def enumerated_output(p: torch.Tensor, q: torch.Tensor, nb: torch.Tensor, rule: AcceptanceRule) -> torch.Tensor:
+    """Reference for :func:`lantern_output_distribution`: enumerate the draft x ~ q one by one (float64)."""
+    out = torch.zeros_like(p)
+    if float(q.sum()) == 0:
+        return p
+    for x in range(p.shape[-1]):
+        if q[x] == 0:
+            continue
+        relaxed, _ = lantern_relaxed_target(p[None], torch.tensor([x]), nb, rule)
+        alpha = float(acceptance_probability(relaxed[0], q, torch.tensor(x)))
+        out[x] += q[x] * alpha
+        out += q[x] * (1 - alpha) * residual(relaxed[0], q)
+    return out
+
+
+@pytest.mark.parametrize("rule", [AcceptanceRule("lantern", k=4, delta=0.1), AcceptanceRule("lantern", k=3, delta=0.4),
+                                  AcceptanceRule("lantern++", k=4, lam=2.0), AcceptanceRule("lantern++", k=4, lam=8.0)],
+                         ids=["lantern-0.1", "lantern-0.4", "lantern++-2", "lantern++-8"])
+def test_closed_form_output_distribution_equals_enumeration(neighbours, rule):
+    instances = list(random_instances(60, seed=21))
+    g = torch.Generator().manual_seed(22)
+    for i, (p, q) in enumerate(instances):
+        if i % 10 == 4:  # a drafter with partial support (top-k drafts)
+            q = torch.where(torch.rand(V, generator=g) < 0.5, 0.0, q)
+            q = q / q.sum() if float(q.sum()) > 0 else q
+        if i % 10 == 7:
+            q = torch.zeros(V, dtype=torch.float64)
+        expected = enumerated_output(p, q, neighbours, rule)
+        assert abs(float(expected.sum()) - 1) < 1e-12
+        torch.testing.assert_close(lantern_output_distribution(p, q, neighbours, rule), expected, rtol=0, atol=1e-12)
+        torch.testing.assert_close(lantern_output_distribution(p, q, neighbours, rule, max_elements=3), expected,
+                                   rtol=0, atol=1e-12)  # chunks of one draft at a time
+    # Vectorised over leading dimensions, in fp32 as in the hot path.
+    ps = torch.stack([p for p, _ in instances]).view(4, 15, V)
+    qs = torch.stack([q for _, q in instances]).view(4, 15, V)
+    batched = lantern_output_distribution(ps.float(), qs.float(), neighbours, rule)
+    one_by_one = torch.stack([enumerated_output(p, q, neighbours, rule) for p, q in instances]).view(4, 15, V)
+    torch.testing.assert_close(batched.double(), one_by_one, rtol=0, atol=2e-6)
+
+
+@pytest.mark.parametrize("kind", ["lantern", "lantern++", "bounded"])
+def test_reported_tv_is_the_realised_tv(neighbours, kind):
+    """200,000 one-step draws with a sampled draft: the empirical output matches the exact mixture, and the TV
+    relaxed_step reports is that mixture's TV to p, which the mass LANTERN lends (c_m*) does not measure."""
+    rule = AcceptanceRule(kind, k=4, delta=0.1, lam=5.0)
+    p, q = list(random_instances(3, seed=11))[2]
+    n = 200_000
+    g = torch.Generator().manual_seed(5)
+    drafts = torch.argmax(q.float() / torch.empty(n, V).exponential_(generator=g), dim=-1)  # x ~ q
+    tokens, _, reported = relaxed_step(rule, p.float().expand(n, V), q.float().expand(n, V), drafts,
+                                 torch.rand(n, generator=g), torch.empty(n, V).exponential_(generator=g), neighbours)
+    expected = realised_output_distribution(p, q, neighbours, rule)
+    freq = torch.bincount(tokens, minlength=V).double() / n
+    assert tv(freq, expected) < 0.006  # sampling noise at this N is ~0.002
+    assert torch.allclose(reported, reported[:1]) and abs(float(reported[0]) - tv(expected, p)) < 1e-5
+    assert abs(float(realised_tv(p, q, neighbours, rule)) - tv(expected, p)) < 1e-12
+    _, lent = lantern_relaxed_target(p.expand(n, V), drafts, neighbours, rule)
+    if kind == "lantern":  # the mass LANTERN lends (its "nominal" TV) understates the realised TV 3x here
+        assert float(reported[0]) > 2.5 * float(lent.double().mean()) and float(reported[0]) > 0.1
+    if kind == "lantern++":  # ... and is not an upper bound either: here it lends only to drafts that are
+        assert float(reported[0]) < 1e-6 < float(lent.double().mean())  # accepted anyway, so nothing changes

@@ -36,7 +36,7 @@ def test_sources_are_decoded_before_they_are_fed():
 def test_method_forward_count_on_a_16x16_model():
     model = tiny_llamagen("c2i", grid=16, vocab=32)
     _, stats = decode(model, Condition(class_labels=torch.tensor([0, 1])), SamplingConfig(guidance_scale=2.0),
-                      "zipar", torch.Generator().manual_seed(0), window=4)
+                      "zipar", torch.Generator().manual_seed(0), row_lag=4)
     assert [s.target_forwards for s in stats.samples] == [88, 88]
     assert all(s.tokens == 256 for s in stats.samples)
 
@@ -47,8 +47,8 @@ def test_window_at_least_width_is_plain_ar(sampling):
     cond = Condition(class_labels=torch.tensor([0, 2, 4]))
     gens = lambda: [torch.Generator().manual_seed(s) for s in (1, 2, 3)]  # noqa: E731
     ar, _ = decode(model, cond, sampling, "ar", gens())
-    for window in (8, 12):
-        zipar, stats = decode(model, cond, sampling, "zipar", gens(), window=window)
+    for row_lag in (8, 12):
+        zipar, stats = decode(model, cond, sampling, "zipar", gens(), row_lag=row_lag)
         assert torch.equal(ar, zipar)
         assert stats.summary()["target_forwards"] == 64
 
@@ -76,7 +76,7 @@ class WriteTrackingBackbone(torch.nn.Module):
     def forward_tokens(self, tokens, slots, cache, attend_mask):
         now = self.written.clone().scatter_(1, slots, True)
         allowed = now[:, None, :] & (torch.arange(cache.slots) <= slots[..., None])
-        if bool((attend_mask & ~allowed).any()):
+        if bool((attend_mask & ~allowed[..., : attend_mask.shape[-1]]).any()):  # masks may be narrow
             raise AssertionError("a query attends to a slot that was never written")
         self.written = now
         return self.inner.forward_tokens(tokens, slots, cache, attend_mask)
@@ -85,7 +85,7 @@ class WriteTrackingBackbone(torch.nn.Module):
 def test_zipar_never_attends_to_unwritten_slots():
     model = WriteTrackingBackbone(tiny_llamagen("c2i", grid=8, vocab=32))
     tokens, _ = decode(model, Condition(class_labels=torch.tensor([1, 3])), SamplingConfig(guidance_scale=2.0),
-                       "zipar", torch.Generator().manual_seed(0), window=2)
+                       "zipar", torch.Generator().manual_seed(0), row_lag=2)
     assert ((tokens >= 0) & (tokens < 32)).all()
 
 
@@ -93,18 +93,21 @@ def test_mask_check_has_teeth(monkeypatch):
     """With a causal-only mask (the reference's zero-K/V holes) the same check fails."""
     original = engine_module.DecodeEngine.evaluate
 
-    def causal_only(self, inputs, input_index, pad=None):
+    def causal_only(self, inputs, input_index, pad=None, extent=None):
         self.slot_valid[:] = True  # pretend every slot were written
-        return original(self, inputs, input_index, pad)
+        return original(self, inputs, input_index, pad, extent)
 
     monkeypatch.setattr(engine_module.DecodeEngine, "evaluate", causal_only)
     model = WriteTrackingBackbone(tiny_llamagen("c2i", grid=8, vocab=32))
     with pytest.raises(AssertionError, match="never written"):
         decode(model, Condition(class_labels=torch.tensor([1])), SamplingConfig(), "zipar",
-               torch.Generator().manual_seed(0), window=2)
+               torch.Generator().manual_seed(0), row_lag=2)
 
 
-def test_bad_window_raises():
-    with pytest.raises(ValueError, match="window"):
+def test_bad_row_lag_raises():
+    with pytest.raises(ValueError, match="row_lag"):
         decode(tiny_llamagen("c2i"), Condition(class_labels=torch.tensor([0])), SamplingConfig(), "zipar", None,
-               window=0)
+               row_lag=0)
+    with pytest.raises(ValueError, match="no option"):  # SJD's `window` means something else
+        decode(tiny_llamagen("c2i"), Condition(class_labels=torch.tensor([0])), SamplingConfig(), "zipar", None,
+               window=4)

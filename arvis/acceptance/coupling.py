@@ -11,6 +11,12 @@ arXiv:2510.24211).
   position for the whole generation. Drafts, verification and commits all use the same ``g``, so a
   draft survives whenever the argmax does not move, and the committed token at a position is exactly
   the Gumbel-max sample of its true conditional — the same token plain AR draws with that noise.
+  Here ``g = −log E`` with ``E ~ Exp(1)``, and the argmax is the exponential race ``argmax(p / E)``
+  (:func:`arvis.utils.random.sample_categorical`), the sampler plain AR uses.
+- *No coupling* (SJD): a fresh independent draw from ``p``.
+
+:func:`refresh_drafts` is the refresh step of every Jacobi method: given a forward's ``p`` and its
+verification, the new draft at each evaluated position.
 """
 
 from __future__ import annotations
@@ -18,21 +24,39 @@ from __future__ import annotations
 import torch
 
 from arvis.acceptance.speculative import speculative_step
+from arvis.utils.random import draw, sample_categorical
+
+COUPLINGS = ("none", "maximal", "gumbel")
 
 
 def maximal_coupling(p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor, uniform: torch.Tensor,
-                     exponential_noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+                     noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Refresh ``drafts [..., L]`` (drawn from ``q [..., L, V]``) into draws from ``p [..., L, V]``.
 
-    Returns ``(new_drafts [..., L], kept [..., L])``; the new drafts' distribution is ``p``.
+    ``uniform [..., L]`` decides the keeps; ``noise`` draws the replacements (``Exp(1) [..., L, V]`` or
+    ``U(0, 1) [..., L]``). Returns ``(new_drafts [..., L], kept [..., L])``; the new drafts' distribution is ``p``.
     """
-    return speculative_step(p, q, drafts, uniform, exponential_noise)
+    return speculative_step(p, q, drafts, uniform, noise)
 
 
-def gumbel_argmax(p: torch.Tensor, gumbel: torch.Tensor) -> torch.Tensor:
-    """``argmax(log p + g)``: a draw from ``p [..., V]`` given Gumbel noise ``g [..., V]``.
+def gumbel_argmax(p: torch.Tensor, exponential_noise: torch.Tensor) -> torch.Tensor:
+    """``argmax(log p + g)`` with ``g = −log E``: a draw from ``p [..., V]`` given fixed ``E [..., V]``."""
+    return sample_categorical(p, exponential_noise)
 
-    Written as ``argmax(p / exp(-g))`` (the exponential race) so zero-probability tokens never win
-    and no ``log 0`` appears.
+
+def refresh_drafts(coupling: str, p: torch.Tensor, coupled: torch.Tensor, fresh_noise: torch.Tensor | None
+                   ) -> torch.Tensor:
+    """New drafts ``[..., L]``, each distributed as ``p [..., L, V]`` (their ``q`` becomes ``p``).
+
+    Args:
+        coupling: ``none`` (an independent draw with ``fresh_noise``: ``Exp(1) [..., L, V]`` or ``U(0, 1) [..., L]``),
+            ``maximal`` or ``gumbel`` (``coupled``: the coupling of the old draft with ``p`` that the
+            verification already computed — :attr:`arvis.acceptance.verify.Verification.coupled`).
     """
-    return torch.argmax(p.float() * torch.exp(gumbel), dim=-1)
+    if coupling == "none":
+        if fresh_noise is None:
+            raise ValueError("coupling 'none' draws fresh drafts: pass fresh_noise")
+        return draw(p, fresh_noise)
+    if coupling not in COUPLINGS:
+        raise ValueError(f"coupling must be one of {COUPLINGS}, got {coupling!r}")
+    return coupled

@@ -8,16 +8,25 @@ the image tokenizer). With ``c_m`` the ``p``-mass of ``x``'s first ``m`` neighbo
 - ``p̃_x`` = ``p`` with those ``m*`` neighbours' mass moved onto ``x``; accept iff
   ``U <= p̃_x(x) / q(x)``, else sample ``normalize(max(0, p̃_x − q))``.
 
-Which bound holds (docs/methods.md): with a deterministic draft (one-hot ``q``) the output is exactly
-``p̃_x``, so ``TV(output, p) = c_{m*} <= δ``. With *sampled* drafts ``p̃_x`` depends on the sampled
-``x``; the output is a mixture whose distance to ``p`` is NOT bounded by ``δ`` (see
-:func:`realised_output_distribution` and the tests for a concrete case).
+A position without a draft (``q = 0``: the bonus position after a fully accepted window, positions
+past the end, undrafted positions) has nothing to lend mass to: its token is drawn from ``p`` itself,
+exactly as in exact acceptance. (Relaxing there would pull mass toward whatever token id happens to
+sit in the draft slot.)
 
-The *bounded relaxation* (arvis) keeps the promise for any drafter: per position it builds ONE
-relaxed target ``π`` from ``p`` and ``q`` only — moving at most ``δ`` of ``p``'s mass along
-latent-neighbour edges, from tokens where ``p > q`` to neighbours where ``q > p``, nearest first —
-then runs exact acceptance toward ``π``. The output is exactly ``π``: ``TV(output, p) <= δ`` for any
-``q``, and the acceptance probability ``1 − TV(π, q)`` rises by exactly the mass moved.
+Which bound holds. Every bound here is *per token, given the prefix*: the distance between the
+distribution of one committed token and the target's conditional ``p`` at that position. Over an
+image of ``n`` relaxed tokens the distance between sequence distributions can grow up to ``n·δ``.
+
+- LANTERN with a deterministic draft (one-hot ``q``): the output is exactly ``p̃_x``, so
+  ``TV(output, p) = c_{m*} <= δ``. With *sampled* drafts ``p̃_x`` depends on the sampled ``x``; the
+  output is a mixture whose distance to ``p`` is NOT bounded by ``δ`` (LANTERN's own ``c_{m*}``
+  understates it several-fold). :func:`realised_output_distribution` computes that mixture exactly
+  (closed form, vectorised), and :func:`relaxed_step` reports its TV to ``p``.
+- The *bounded relaxation* (arvis) keeps the promise for any drafter: per position it builds ONE
+  relaxed target ``π`` from ``p`` and ``q`` only — moving at most ``δ`` of ``p``'s mass along
+  latent-neighbour edges, from tokens where ``p > q`` to neighbours where ``q > p``, nearest first —
+  then runs exact acceptance toward ``π``. The output is exactly ``π``: ``TV(output, p) <= δ`` for any
+  ``q``, and the acceptance probability ``1 − TV(π, q)`` rises by exactly the mass moved.
 
 Only image tokens are ever relaxed: structural tokens (and any token outside the image range) have
 no neighbours here and keep their exact mass.
@@ -40,9 +49,9 @@ class AcceptanceRule:
 
     Attributes:
         kind: ``exact`` (lossless), ``lantern``, ``lantern++`` (published, lossy) or ``bounded``
-            (lossy, ``TV <= delta`` for any drafter).
+            (lossy, ``TV <= delta`` per token given the prefix, for any drafter).
         k: neighbours per token used by the relaxation (<= the stored neighbourhood size).
-        delta: LANTERN's / the bounded rule's total-variation budget, in [0, 1].
+        delta: LANTERN's / the bounded rule's total-variation budget per token, in [0, 1].
         lam: LANTERN++'s λ >= 1.
     """
 
@@ -66,29 +75,48 @@ class AcceptanceRule:
         return self.kind == "exact"
 
 
-def lantern_relaxed_target(p: torch.Tensor, drafts: torch.Tensor, neighbours: torch.Tensor, rule: AcceptanceRule
-                           ) -> tuple[torch.Tensor, torch.Tensor]:
+def _lantern_take(p_nb: torch.Tensor, valid: torch.Tensor, p_draft: torch.Tensor, rule: AcceptanceRule
+                  ) -> torch.Tensor:
+    """The neighbours LANTERN / LANTERN++ lend to a draft: the longest prefix of ``m*`` valid ones.
+
+    Args:
+        p_nb: ``[..., k]`` ``p``-mass of a draft's nearest-first neighbours (0 where not ``valid``).
+        valid: ``[..., k]`` bool. p_draft: ``[...]`` ``p`` of the draft (LANTERN++'s limit).
+
+    Returns:
+        ``[..., k]`` bool.
+    """
+    cum = p_nb.cumsum(-1)
+    if rule.kind == "lantern":
+        limit = torch.full_like(cum[..., :1], rule.delta)
+    else:  # lantern++
+        limit = (rule.lam - 1.0) * p_draft[..., None]
+    return (cum <= limit) & valid & (valid.long().cumprod(-1) > 0)  # c_m nondecreasing: a prefix of m
+
+
+def lantern_relaxed_target(p: torch.Tensor, drafts: torch.Tensor, neighbours: torch.Tensor, rule: AcceptanceRule,
+                           drafted: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """LANTERN / LANTERN++'s ``p̃_x`` for each draft ``x``.
 
     Args:
         p: ``[..., V]`` targets. drafts: ``[...]``. neighbours: ``[V, K]`` nearest-first neighbour ids
             (``-1`` = none, e.g. structural tokens), ``K >= rule.k``.
+        drafted: ``[...]`` bool, where there really is a draft (default: everywhere). Elsewhere
+            ``p̃ = p``: nothing is lent to a token that was not proposed.
 
     Returns:
         ``(p̃ [..., V], moved [...])`` where ``moved = c_{m*}`` is the mass lent to the draft.
     """
     nb = neighbours[drafts][..., : rule.k]  # [..., k]
     valid = nb >= 0
-    raw = p.gather(-1, nb.clamp_min(0))
+    ids = nb.clamp_min(0)
+    raw = p.gather(-1, ids)
     p_nb = torch.where(valid, raw, 0.0)
-    cum = p_nb.cumsum(-1)
-    if rule.kind == "lantern":
-        limit = torch.full_like(cum[..., :1], rule.delta)
-    else:  # lantern++
-        limit = (rule.lam - 1.0) * token_probability(p, drafts)[..., None]
-    take = (cum <= limit) & valid & (valid.long().cumprod(-1) > 0)  # c_m nondecreasing: a prefix of m
+    take = _lantern_take(p_nb, valid, token_probability(p, drafts), rule)
+    if drafted is not None:
+        take = take & drafted[..., None]
     moved = (p_nb * take).sum(-1)
-    relaxed = p.scatter(-1, nb.clamp_min(0), torch.where(take, 0.0, raw))  # untaken entries rewrite themselves
+    relaxed = p.scatter(-1, ids, torch.where(take, 0.0, raw))  # untaken entries rewrite their own value
     relaxed = relaxed.scatter_add(-1, drafts[..., None], moved[..., None])
     return relaxed, moved
 
@@ -96,14 +124,77 @@ def lantern_relaxed_target(p: torch.Tensor, drafts: torch.Tensor, neighbours: to
 def lantern_step(p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor, uniform: torch.Tensor,
                  exponential_noise: torch.Tensor, neighbours: torch.Tensor, rule: AcceptanceRule
                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Published LANTERN / LANTERN++ acceptance at every position.
+    """Published LANTERN / LANTERN++ acceptance at every position that has a draft.
 
-    Returns ``(tokens, accepted, lent_mass)``; ``lent_mass = c_{m*}`` is LANTERN's nominal TV
-    (exact only for one-hot ``q``).
+    Positions without a draft (``q(d) = 0``, e.g. ``q = 0`` at the bonus position) are not relaxed:
+    their token is drawn from ``p``.
+
+    Args:
+        p, q: ``[..., V]``; drafts, uniform: ``[...]``; exponential_noise: ``[..., V]``;
+        neighbours: ``[V, K]``.
+
+    Returns:
+        ``(tokens [...], accepted [...], tv [...])``; ``tv`` is the realised TV of each position's
+        output distribution to ``p`` (per token given the prefix; see :func:`realised_output_distribution`).
     """
-    relaxed, moved = lantern_relaxed_target(p.float(), drafts, neighbours, rule)
+    p, q = p.float(), q.float()
+    drafted = token_probability(q, drafts) > 0
+    relaxed, _ = lantern_relaxed_target(p, drafts, neighbours, rule, drafted)
     tokens, accepted = speculative_step(relaxed, q, drafts, uniform, exponential_noise)
-    return tokens, accepted, moved
+    return tokens, accepted, realised_tv(p, q, neighbours, rule)
+
+
+def lantern_output_distribution(p: torch.Tensor, q: torch.Tensor, neighbours: torch.Tensor, rule: AcceptanceRule,
+                                max_elements: int = 1 << 22) -> torch.Tensor:
+    """Exact output distribution of one LANTERN / LANTERN++ step with the draft ``x ~ q``, in closed form.
+
+    The output is ``Σ_x q(x)·[α_x·1{x} + (1 − α_x)·r_x]`` with ``α_x = min(1, p̃_x(x)/q(x))`` and
+    ``r_x = max(0, p̃_x − q)/Z_x``. ``p̃_x`` differs from ``p`` only at ``x`` and its taken
+    neighbours, so with ``R = max(0, p − q)`` every ``max(0, p̃_x − q)`` is ``R`` plus at most
+    ``k + 1`` corrections and ``Z_x`` follows in ``O(k)``:
+
+        out = min(q, p + c) + W·R + Σ_x w_x·(max(0, p(x) + c_x − q(x)) − R(x))·1{x}
+                                    − Σ_x w_x Σ_{j taken by x} R(j)·1{j}
+
+    with ``c_x`` the mass lent to ``x``, ``w_x = (q(x) − min(q(x), p(x) + c_x)) / Z_x`` and ``W = Σ w_x``.
+    Cost ``O(V·k)`` per position, vectorised over leading dimensions and chunked over ``x`` so that
+    intermediates stay below ``max_elements``. Rows with ``q = 0`` (no draft) output ``p``.
+
+    Args:
+        p, q: ``[..., V]`` (fp32 or fp64; the math runs in that precision). neighbours: ``[V, K]``.
+
+    Returns:
+        ``[..., V]`` the distribution of the token this step commits.
+    """
+    V = p.shape[-1]
+    nb = neighbours[:, : rule.k].to(p.device)
+    k = nb.shape[-1]
+    R = (p - q).clamp_min(0.0)
+    Z = R.sum(-1, keepdim=True)
+    out = torch.empty_like(p)  # every chunk of x writes out[..., x]
+    W = torch.zeros_like(Z)
+    taken_weight = torch.zeros_like(p)  # Σ_x w_x over the drafts x that take each token
+    rows = max(1, p[..., 0].numel())
+    chunk = max(1, min(V, max_elements // max(1, rows * k)))
+    for start in range(0, V, chunk):  # chunks of drafts x: bounded memory, no per-token loop
+        x = slice(start, min(V, start + chunk))
+        px, qx = p[..., x], q[..., x]
+        ids = nb[x].clamp_min(0)  # [c, k]
+        valid = nb[x] >= 0
+        p_nb = torch.where(valid, p[..., ids.flatten()].unflatten(-1, ids.shape), 0.0)  # [..., c, k]
+        take = _lantern_take(p_nb, valid, px, rule) & (qx > 0)[..., None]  # a draft q never proposes lends nothing
+        lent = (p_nb * take).sum(-1)
+        accept = torch.minimum(qx, px + lent)
+        rx_new = (px + lent - qx).clamp_min(0.0)
+        r_taken = (R[..., ids.flatten()].unflatten(-1, ids.shape) * take).sum(-1)
+        zx = Z - R[..., x] + rx_new - r_taken
+        w = torch.where(zx > 0, (qx - accept).clamp_min(0.0) / zx.clamp_min(torch.finfo(p.dtype).tiny), 0.0)
+        W = W + w.sum(-1, keepdim=True)
+        out[..., x] = accept + w * (rx_new - R[..., x])
+        taken_weight = taken_weight.index_add(-1, ids.flatten(), (w[..., None] * take).flatten(-2))
+    out = out + (W - taken_weight) * R
+    has_draft = q.sum(-1, keepdim=True) > 0
+    return torch.where(has_draft, out, p)
 
 
 def bounded_relaxed_target(p: torch.Tensor, q: torch.Tensor, neighbours: torch.Tensor, rule: AcceptanceRule,
@@ -122,8 +213,8 @@ def bounded_relaxed_target(p: torch.Tensor, q: torch.Tensor, neighbours: torch.T
     Returns:
         ``(π [..., V], moved [...])``.
     """
-    p = p.float()
-    q = q.float()
+    p = p if p.dtype == torch.float64 else p.float()  # fp32 math; fp64 inputs stay fp64 (exact checks)
+    q = q.to(p.dtype)
     excess = (p - q).clamp_min(0.0)
     deficit = (q - p).clamp_min(0.0)
     m = min(max_deficit_tokens, p.shape[-1])
@@ -157,20 +248,66 @@ def bounded_relaxed_target(p: torch.Tensor, q: torch.Tensor, neighbours: torch.T
 def bounded_step(p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor, uniform: torch.Tensor,
                  exponential_noise: torch.Tensor, neighbours: torch.Tensor, rule: AcceptanceRule
                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Exact acceptance toward the bounded relaxation: output ~ ``π``, ``TV(π, p) <= δ`` for any ``q``.
+    """Exact acceptance toward the bounded relaxation: output ~ ``π``, ``TV(π, p) <= δ`` for any ``q``
+    (per token given the prefix).
 
-    Returns ``(tokens, accepted, moved)``; ``moved`` is the realised per-step TV to ``p`` (exact).
+    Returns ``(tokens, accepted, moved)``; ``moved`` is the realised per-token TV to ``p`` (exact).
     """
     pi, moved = bounded_relaxed_target(p, q, neighbours, rule)
     tokens, accepted = speculative_step(pi, q, drafts, uniform, exponential_noise)
     return tokens, accepted, moved
 
 
+def realised_output_distribution(p: torch.Tensor, q: torch.Tensor, neighbours: torch.Tensor | None,
+                                 rule: AcceptanceRule) -> torch.Tensor:
+    """Exact distribution of the token one acceptance step commits, with the draft ``x ~ q``.
+
+    ``p`` for exact acceptance, ``π`` for the bounded rule, LANTERN's mixture
+    (:func:`lantern_output_distribution`) for LANTERN / LANTERN++. Per position given the prefix;
+    ``q = 0`` (no draft) gives ``p`` for every rule.
+
+    Args:
+        p, q: ``[..., V]`` (fp64 inputs give fp64 math, for exact checks). neighbours: ``[V, K]``.
+
+    Returns:
+        ``[..., V]``.
+    """
+    if rule.kind == "exact":
+        return p
+    if neighbours is None:
+        raise ValueError(f"acceptance {rule.kind!r} needs the tokenizer's codebook neighbourhoods")
+    if rule.kind == "bounded":
+        return bounded_relaxed_target(p, q, neighbours, rule)[0]
+    return lantern_output_distribution(p, q, neighbours, rule)
+
+
+def realised_tv(p: torch.Tensor, q: torch.Tensor, neighbours: torch.Tensor | None, rule: AcceptanceRule
+                ) -> torch.Tensor:
+    """``TV(output, p)`` of one acceptance step per position, exact (``[..., V]`` → ``[...]``).
+
+    This is the distance per token given the prefix (the draft distributed as ``q``); over a
+    sequence of ``n`` tokens the distances can add up to ``n`` times it.
+    """
+    if rule.kind == "exact":
+        return torch.zeros_like(p[..., 0])
+    return 0.5 * (realised_output_distribution(p, q, neighbours, rule) - p).abs().sum(-1)
+
+
 def relaxed_step(rule: AcceptanceRule, p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor,
                  uniform: torch.Tensor, exponential_noise: torch.Tensor, neighbours: torch.Tensor | None
                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Dispatch on ``rule.kind``; returns ``(tokens, accepted, tv)`` (``tv`` = 0 for exact, the
-    bounded rule's exact realised TV, or LANTERN's nominal ``c_{m*}``)."""
+    """Accept-or-recover under ``rule`` at every position.
+
+    Args:
+        rule: the acceptance rule. p, q: ``[..., V]`` (``q = 0`` where there is no draft);
+        drafts, uniform: ``[...]``; exponential_noise: ``[..., V]``; neighbours: ``[V, K]`` (relaxed rules).
+
+    Returns:
+        ``(tokens [...], accepted [...], tv [...])``: ``tv`` is the realised TV between the distribution
+        of each position's output token and ``p`` — exact for every rule (0 for exact acceptance, the
+        mass moved for the bounded rule, LANTERN's mixture distance for LANTERN / LANTERN++). It is a
+        per-token distance given the prefix; per image it can reach the sum over the image's tokens.
+    """
     if rule.kind == "exact":
         tokens, accepted = speculative_step(p, q, drafts, uniform, exponential_noise)
         return tokens, accepted, torch.zeros_like(uniform)
@@ -179,29 +316,3 @@ def relaxed_step(rule: AcceptanceRule, p: torch.Tensor, q: torch.Tensor, drafts:
     if rule.kind == "bounded":
         return bounded_step(p, q, drafts, uniform, exponential_noise, neighbours, rule)
     return lantern_step(p, q, drafts, uniform, exponential_noise, neighbours, rule)
-
-
-def realised_output_distribution(p: torch.Tensor, q: torch.Tensor, neighbours: torch.Tensor,
-                                 rule: AcceptanceRule) -> torch.Tensor:
-    """Exact output distribution of one LANTERN/LANTERN++/bounded step for ``p, q: [V]`` (float64 math).
-
-    Enumerates the draft ``x ~ q``: ``Σ_x q(x) [α_x 1{x} + (1 − α_x) residual(p̃_x, q)]``. O(V²): for
-    tests and offline measurement of the realised TV.
-    """
-    from arvis.acceptance.speculative import acceptance_probability, residual
-
-    p, q = p.double(), q.double()
-    if rule.kind == "bounded":
-        pi, _ = bounded_relaxed_target(p, q, neighbours, rule)
-        targets = pi.double().expand(p.shape[-1], -1)
-    elif rule.kind == "exact":
-        targets = p.expand(p.shape[-1], -1)
-    else:
-        xs = torch.arange(p.shape[-1])
-        targets, _ = lantern_relaxed_target(p.expand(p.shape[-1], -1), xs, neighbours, rule)
-    xs = torch.arange(p.shape[-1])
-    alpha = acceptance_probability(targets, q.expand_as(targets), xs)  # [V]
-    res = residual(targets, q.expand_as(targets))  # [V, V]
-    out = (q * (1 - alpha)) @ res
-    out = out + q * alpha
-    return out

@@ -12,15 +12,17 @@ Glossary (used across arvis):
   window is the same operation.
 
 Accept-then-recover yields exactly ``p`` for any ``q`` the draft was drawn from. Everything here is
-pure tensor math in fp32 (fp64 inputs stay fp64, for exact checks): no model calls, no state, no Python loops over batch or window; randomness is
-passed in as tensors drawn from the caller's generators.
+pure tensor math in fp32 (fp64 inputs stay fp64, for exact checks): no model calls, no state, no Python
+loops over batch or window; randomness is passed in as tensors drawn from the caller's generators. The
+noise of a recovered token is either ``Exp(1) [..., V]`` (the exponential race) or one ``U(0, 1)`` per
+position (inverse CDF; :func:`arvis.utils.random.draw`).
 """
 
 from __future__ import annotations
 
 import torch
 
-from arvis.utils.random import sample_categorical
+from arvis.utils.random import draw
 
 
 def _math_dtype(t: torch.Tensor) -> torch.dtype:
@@ -79,17 +81,22 @@ def acceptance_probability(p: torch.Tensor, q: torch.Tensor, drafts: torch.Tenso
     return torch.where(q_d > 0, (p_d / q_d.clamp_min(torch.finfo(dtype).tiny)).clamp_max(1.0), 0.0)
 
 
-def sample_residual(p: torch.Tensor, q: torch.Tensor, exponential_noise: torch.Tensor) -> torch.Tensor:
-    """Recovered tokens: draws from ``residual(p, q)`` with the caller's ``Exp(1)`` noise ``[..., V]``."""
-    return sample_categorical(residual(p, q), exponential_noise)
+def sample_residual(p: torch.Tensor, q: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+    """Recovered tokens: draws from ``residual(p, q)`` with the caller's noise (``Exp(1) [..., V]`` or
+    ``U(0, 1) [...]``). The residual is left unnormalised (the samplers do not need it), with the same
+    rounding guard as :func:`residual`."""
+    dtype = _math_dtype(p)
+    r = (p.to(dtype) - q.to(dtype)).clamp_min(0.0)
+    return draw(torch.where(r.sum(-1, keepdim=True) > 0, r, p.to(dtype)), noise)
 
 
 def speculative_step(p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor, uniform: torch.Tensor,
-                     exponential_noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+                     noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Accept-or-recover at every position independently (the kernel of SJD, MC-SJD and SD).
 
     Args:
-        p, q: ``[..., L, V]``; drafts, uniform: ``[..., L]``; exponential_noise: ``[..., L, V]``.
+        p, q: ``[..., L, V]``; drafts, uniform: ``[..., L]``; noise: the recovered tokens' noise, ``Exp(1)
+            [..., L, V]`` or ``U(0, 1) [..., L]`` (independent of ``uniform``).
 
     Returns:
         ``(tokens [..., L], accepted [..., L])``: the draft where accepted, else a recovered token.
@@ -97,5 +104,5 @@ def speculative_step(p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor, uni
         committed prefix of a window is ``tokens[..., : leading_accepted(accepted) + 1]``.
     """
     accepted = accept_drafts(p, q, drafts, uniform)
-    recovered = sample_residual(p, q, exponential_noise)
+    recovered = sample_residual(p, q, noise)
     return torch.where(accepted, drafts, recovered), accepted

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from arvis import cli_args as a
-from arvis.cli import command
+from arvis.cli_args import command
 
 LOOPBACK_NAMES = ("localhost",)
 

@@ -216,8 +216,8 @@ def compare_methods(pipe: Any, specs: Sequence[Any], images: ImageSet, sampling:
     """
     from tqdm.auto import tqdm
 
-    from arvis.eval.bench import MethodSpec
     from arvis.methods import is_lossless
+    from arvis.methods.spec import MethodSpec
 
     if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
         raise ValueError(f"rounds must be an integer >= 1, got {rounds!r}")

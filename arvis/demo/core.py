@@ -729,12 +729,11 @@ def stats_plots(ar: RunResult, other: RunResult, grid: list[int], model: str = "
                                                                                           PIL.Image.Image]:
     """The accepted-per-forward histogram and the decode-order heat map (sample 0), from
     :mod:`arvis.eval.plots`, rendered into temporary files whose names the demo chooses."""
-    from arvis.eval.bench import summarize
     from arvis.eval.plots import plot_accepted_histogram, plot_decode_order
 
     records = []
     for run, label in ((ar, "plain AR"), (other, spec_label(other.method, other.options))):
-        records.append({"spec": label, "grid": grid, "model": model, **summarize(run.stats.samples)})
+        records.append({"spec": label, "grid": grid, "model": model, **run.stats.summary(details=True)})
     with _PLOT_LOCK, tempfile.TemporaryDirectory(prefix="arvis-demo-") as tmp:
         images = []
         for fn, name in ((plot_accepted_histogram, "histogram.png"), (plot_decode_order, "decode_order.png")):

@@ -1,16 +1,22 @@
 """A small AR model as drafter (Leviathan et al., 2023): it proposes γ tokens autoregressively.
 
-The draft model runs through its own :class:`~arvis.engine.engine.DecodeEngine` (its own static
-cache, the CFG pair, the same sampling settings — so ``q`` is exactly the processed distribution
-each draft was drawn from) and shares the target engine's random streams, so per-sample generators
-still make every sample reproducible on its own. Its forwards are counted as draft forwards.
+The draft model runs through its own drafter engine (:class:`~arvis.engine.engine.DecodeEngine` with
+``drafter_of``: its own static cache, the CFG pair, the same sampling settings — so ``q`` is exactly the
+processed distribution each draft was drawn from). It shares the target engine's random streams, so
+per-sample generators still make every sample reproducible on its own, and its forwards are counted
+and timed as draft forwards.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
+from arvis.acceptance.verify import Verification
+from arvis.drafting.base import Proposal
 from arvis.engine.engine import DecodeEngine
+from arvis.engine.schedules import WindowPlan
 from arvis.models.protocol import Backbone
 
 
@@ -33,56 +39,62 @@ class DraftModelSession:
 
     def __init__(self, model: Backbone, target: DecodeEngine):
         self.target = target
-        self.engine = DecodeEngine(model, target.condition, target.sampling, method="draft")
-        self.engine.random = target.random  # one stream per sample, shared with the verifier
+        self.engine = DecodeEngine(model, target.condition, target.sampling, method="draft", drafter_of=target)
         self.N, self.V = target.num_tokens, target.vocab_size
-        self.p_next = None  # [A, V]: the draft model's p for its next position, when known
-        self.fed = None  # [A]: sequence indices < fed have their (final) keys in the draft cache
+        self.engine.prefill()  # p of index 0, which the target has already committed
+        dev = target.device
+        self.fed = torch.zeros(target.num_active, dtype=torch.long, device=dev)  # indices < fed are in its cache
+        self.drafted_upto = self.fed.clone()
+        self._catch_up = torch.arange(2, device=dev)
 
-    def propose(self, committed: torch.Tensor, count: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def window_needed(self, committed: Sequence[int]) -> bool:
+        return True
+
+    def propose(self, committed: torch.Tensor, plan: WindowPlan) -> Proposal:
         e, A, dev = self.engine, committed.shape[0], committed.device
-        if self.fed is None:  # first call: the prefill gives p for index 0, already committed by the target
-            e.prefill()
-            self.target.count_draft_forward()
-            self.fed = torch.zeros(A, dtype=torch.long, device=dev)
-        drafts = torch.zeros(A, count, dtype=torch.long, device=dev)
-        q = torch.zeros(A, count, self.V, device=dev)
-        # Catch up: feed committed tokens the draft model has not read ([fed, committed)), then draft.
-        lag = committed - self.fed  # 1 after a rejection, 2 after a full acceptance (last draft + bonus)
-        width = int(lag.max())  # host sync: once per proposal
-        offsets = torch.arange(width, device=dev)
-        index = self.fed[:, None] + offsets
-        pad = offsets >= lag[:, None]
-        tokens = self.target.tokens[self.target.active].gather(1, index.clamp_max(self.N - 1)).clamp_min(0)
-        probs = e.evaluate(tokens, index, pad=pad)  # [A, width, V]
-        self.target.count_draft_forward()
-        p = probs.gather(1, (lag - 1).clamp_min(0)[:, None, None].expand(-1, 1, self.V))[:, 0]
+        gamma = plan.verified - 1
+        drafts = torch.zeros(A, gamma, dtype=torch.long, device=dev)
+        q = torch.zeros(A, gamma, self.V, device=dev)
+        # Catch up on committed tokens it has not read, [fed, committed): one after a rejection, two after a
+        # full acceptance (the last draft and the bonus token) — always a 2-wide forward, padded.
+        lag = committed - self.fed
+        index = self.fed[:, None] + self._catch_up
+        pad = self._catch_up >= lag[:, None]
+        tokens = self.target.tokens[self.target.active[:, None], index.clamp_max(self.N - 1)]
+        probs = e.evaluate(tokens.clamp_min(0), index, pad=pad, extent=plan.extent)  # [A, 2, V]
+        p = probs.gather(1, (lag - 1).clamp(0, 1)[:, None, None].expand(-1, 1, self.V))[:, 0]
         self.fed = committed.clone()
-        self.drafted_upto = committed + count - 1  # drafts at [committed, drafted_upto) get fed below
-        for j in range(count):
+        self.drafted_upto = committed + gamma - 1  # drafts at [committed, drafted_upto) get fed below
+        for j in range(gamma):
             position = committed + j
-            alive = position < self.N
             token = e.sample(p[:, None])[:, 0]
             drafts[:, j] = token
-            q[:, j] = p * alive[:, None]
-            if j == count - 1:
+            q[:, j] = p * (position < self.N)[:, None]
+            if j == gamma - 1:
                 break
-            feed_pad = ~(position + 1 < self.N)
-            probs = e.evaluate(token[:, None], position[:, None], pad=feed_pad[:, None])
-            self.target.count_draft_forward()
+            probs = e.evaluate(token[:, None], position[:, None], pad=(position + 1 >= self.N)[:, None],
+                               extent=min(plan.extent + j + 1, self.N))
             p = probs[:, 0]
-        return drafts, q
+        last = self.target.tokens[self.target.active, committed - 1]
+        real = plan.real
+        zero = torch.zeros_like(drafts[:, :1])
+        return Proposal(inputs=torch.cat([last[:, None], drafts], dim=1), drafts=torch.cat([drafts, zero], dim=1),
+                        q=torch.cat([q, torch.zeros_like(q[:, :1])], dim=1),
+                        has_draft=real & (torch.arange(gamma + 1, device=dev) < gamma), use=real)
 
-    def update(self, committed: torch.Tensor) -> None:
+    def update(self, committed: torch.Tensor, plan: WindowPlan, p: torch.Tensor, verification: Verification,
+               proposal: Proposal, commit_mask: torch.Tensor) -> None:
         # Fed drafts that the target committed are final; everything after them is stale. The last
         # committed token (recovered or bonus) has not been read by the draft model yet.
         agreed = torch.minimum(committed - 1, self.drafted_upto)
         self.engine.truncate(agreed)
         self.fed = agreed
 
-    def retire(self, kept: torch.Tensor) -> None:
-        keep = torch.zeros(self.engine.num_active, dtype=torch.bool, device=kept.device)
-        keep[kept] = True
-        self.engine.retire(keep)
-        self.fed = self.fed.index_select(0, kept)
-        self.drafted_upto = self.drafted_upto.index_select(0, kept)
+    def retire(self, kept: Sequence[int], kept_index: torch.Tensor) -> None:
+        self.engine.retire(kept)
+        self.fed = self.fed.index_select(0, kept_index)
+        self.drafted_upto = self.drafted_upto.index_select(0, kept_index)
+
+    def nbytes(self) -> int:
+        cache = self.engine.cache
+        return sum(t.numel() * t.element_size() for t in cache.keys + cache.values)

@@ -1,7 +1,10 @@
-"""Initial drafts for Jacobi decoding (SJD, MC-SJD): the proposal for a position drafted for the first time.
+"""Jacobi drafts (SJD, MC-SJD): the target's own previous outputs, refreshed every forward.
 
-Every initialisation records *the distribution the draft was drawn from* — losslessness depends on
-that ``q`` being right:
+Each forward evaluates a window of drafts; afterwards every evaluated position after the commit point
+gets a new draft from this forward's ``p`` — an independent draw (SJD), the maximal coupling of the old
+draft with ``p`` (MC-SJD) or its Gumbel-max with noise fixed per position — and ``q := p``
+(:func:`arvis.acceptance.coupling.refresh_drafts`). A position drafted for the first time gets an
+*initial draft*, recording the distribution it was drawn from (losslessness depends on that ``q``):
 
 - ``random``: ``d ~ Uniform(image vocabulary)`` with a uniform ``q`` (the references pair random drafts
   with a one-hot ``q``: still exact, since any draft independent of the coin may be verified against
@@ -13,83 +16,217 @@ that ``q`` being right:
   row) — the ``p`` it was committed with, or its current draft distribution — with ``q`` = that
   distribution.
 
-Drafts live in absolute per-sequence-index buffers (``tokens [A, N]``, ``q [A, N, V]``) that the
-caller owns; a position's neighbour may itself be initialised in the same call (chains resolve in
-rounds). A position whose neighbour is unknown stays without a draft (``q = 0``).
+A neighbour drafted in the same call (a chain of new positions) passes on its own source: the left
+neighbour's chain ends at the last position holding a token, the upper neighbour's at the last one
+above holding a token — one vectorised pass, no host synchronisation.
+
+State per active sample, bounded by the window, not the sequence (``[A, N, V]`` would be a gigabyte
+per sample for an Emu3-sized layout): the current token per sequence index ``[A, N]`` and a ring of
+distributions ``[A, capacity, V]`` addressed by ``index mod capacity``, holding the drafts' ``q`` in
+the window's reach and — for ``neighbour_distribution`` only — the committed ``p`` of the previous row.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 import torch.nn.functional as F
 
-from arvis.utils.random import sample_categorical
+from arvis.acceptance.coupling import COUPLINGS, gumbel_argmax, refresh_drafts
+from arvis.acceptance.speculative import leading_accepted
+from arvis.acceptance.verify import Verification
+from arvis.drafting.base import Proposal
+from arvis.engine.engine import NO_TOKEN, DecodeEngine
+from arvis.engine.schedules import RasterWindow, WindowPlan
+from arvis.utils.random import PositionNoise, one_hot, sample_inverse_cdf
 
 JACOBI_INITS = ("random", "repeat_horizontal", "repeat_vertical", "neighbour_distribution")
 
 
-def neighbour_index(index: torch.Tensor, width: int, strategy: str) -> torch.Tensor:
-    """The sequence index each position copies from (``repeat_horizontal``: left; else upper, left on row 0)."""
-    if strategy == "repeat_horizontal":
-        return index - 1
-    return torch.where(index >= width, index - width, index - 1)
-
-
-def fill_drafts(strategy: str, index: torch.Tensor, need: torch.Tensor, tokens: torch.Tensor, q: torch.Tensor,
-                width: int, noise: torch.Tensor | None, image_token_range: tuple[int, int] | None = None) -> None:
-    """Draft the positions ``index[a, m]`` where ``need[a, m]``, in place.
+class JacobiDrafter:
+    """Jacobi drafting configuration.
 
     Args:
-        strategy: one of :data:`JACOBI_INITS`.
-        index: ``[A, M]`` sequence indices (entries where ``need`` is false are ignored; they must
-            still lie in ``[0, N)``).
-        need: ``[A, M]`` bool.
-        tokens: ``[A, N]`` current token per index (committed or drafted; -1 where unknown); drafts
-            are written here.
-        q: ``[A, N, V]`` distribution per index (the committing ``p``, or the draft distribution;
-            zeros where unknown); the drafts' ``q`` is written here.
-        width: grid width (vertical neighbours).
-        noise: ``[A, M, V]`` Exp(1) noise for the sampled initialisations (``random``,
-            ``neighbour_distribution``); with Gumbel coupling, the fixed noise of those positions.
-        image_token_range: ``[lo, hi)`` of image tokens (random drafts stay inside it).
+        init: one of :data:`JACOBI_INITS`.
+        coupling: one of :data:`arvis.acceptance.coupling.COUPLINGS`.
+        interval: draft only sequence indices in ``[lo, hi)`` (plain AR steps elsewhere); ``None``: all.
+        lockstep: the batch advances by its minimum commit (drafts accepted past the cut are redrawn,
+            since given their acceptance they are not draws from ``p``).
     """
-    if strategy not in JACOBI_INITS:
-        raise ValueError(f"init must be one of {JACOBI_INITS}, got {strategy!r}")
-    if not bool(need.any()):  # host sync, once per call
-        return
-    V = q.shape[-1]
-    rows = torch.arange(index.shape[0], device=index.device)[:, None].expand_as(index)
 
-    def write(mask: torch.Tensor, new_tokens: torch.Tensor, new_q: torch.Tensor) -> None:
-        # Boolean selection, not scatter: padding entries may repeat an index that is being written.
-        a, i = rows[mask], index[mask]
-        tokens[a, i] = new_tokens[mask]
-        q[a, i] = new_q[mask] if new_q.dim() == 3 else new_q
+    def __init__(self, init: str = "random", coupling: str = "none", interval: tuple[int, int] | None = None,
+                 lockstep: bool = False):
+        if init not in JACOBI_INITS:
+            raise ValueError(f"init must be one of {JACOBI_INITS}, got {init!r}")
+        if coupling not in COUPLINGS:
+            raise ValueError(f"coupling must be one of {COUPLINGS}, got {coupling!r}")
+        self.init, self.coupling, self.interval, self.lockstep = init, coupling, interval, lockstep
 
-    if strategy == "random":
-        lo, hi = image_token_range or (0, V)
-        uniform = torch.zeros(V, device=q.device)
-        uniform[lo:hi] = 1.0 / (hi - lo)
-        write(need, sample_categorical(uniform.expand(*index.shape, V), noise), uniform)
-        return
+    def start(self, engine: DecodeEngine, schedule: RasterWindow, first_p: torch.Tensor,
+              noise: PositionNoise | None = None) -> JacobiSession:
+        """A session after the prefill: ``first_p [A, V]`` is the ``p`` index 0 was committed with;
+        ``noise``: the fixed per-position noise (Gumbel coupling)."""
+        return JacobiSession(self, engine, schedule, first_p, noise)
 
-    nb = neighbour_index(index, width, strategy).clamp(0, tokens.shape[1] - 1)
-    nb_full = nb[..., None].expand(-1, -1, V)
-    pending = need.clone()
-    # Each round drafts the positions whose neighbour is known; a chain of k new positions takes k rounds.
-    for _ in range(index.shape[1]):
-        nb_tok = tokens.gather(1, nb)
-        ready = pending & (nb_tok >= 0)
-        if strategy == "neighbour_distribution":
-            nb_dist = q.gather(1, nb_full)  # [A, M, V]
-            ready &= nb_dist.sum(-1) > 0
-            new = sample_categorical(nb_dist, noise)
-            new_q = nb_dist
+
+class JacobiSession:
+    """One request's Jacobi drafts (see the module docstring for the state kept)."""
+
+    def __init__(self, drafter: JacobiDrafter, engine: DecodeEngine, schedule: RasterWindow, first_p: torch.Tensor,
+                 noise: PositionNoise | None):
+        self.drafter, self.engine, self.schedule, self.noise = drafter, engine, schedule, noise
+        self.gumbel = drafter.coupling == "gumbel"
+        if self.gumbel != (noise is not None):
+            raise ValueError("Gumbel coupling needs the fixed per-position noise (and only it uses it)")
+        layout = engine.layout
+        N, V, A, dev = engine.num_tokens, engine.vocab_size, engine.num_active, engine.device
+        self.N, self.V = N, V
+        # Row period of the sequence (grid width, plus any per-row structural token).
+        self.stride = N // layout.grid[0] if len(layout.grid) >= 2 and N % layout.grid[0] == 0 else layout.grid[-1]
+        lo, hi = drafter.interval or (0, N)
+        self.lo, self.hi = max(lo, 1), min(hi, N)  # index 0 comes from the prefill
+        self.limited = (self.lo, self.hi) != (1, N)  # else every real position after the prefix is draftable
+        back = self.stride if drafter.init == "neighbour_distribution" else 1
+        self.capacity = schedule.reach + back + 1
+        self.image_range = layout.image_token_range or (0, V)
+        self._index = torch.arange(N + 1, device=dev)
+        # Current token per sequence index (committed or draft; NO_TOKEN: none), plus a scratch column.
+        self.tokens = torch.full((A, N + 1), NO_TOKEN, dtype=torch.long, device=dev)
+        self.tokens[:, 0] = engine.tokens.index_select(0, engine.active)[:, 0]
+        # Distribution per index in the ring (index mod capacity), plus a scratch slot.
+        self.dist = torch.zeros(A, self.capacity + 1, V, device=dev)
+        self.dist[:, 0] = first_p
+        self._rows = torch.arange(A, device=dev)[:, None]
+        lo, hi = self.image_range
+        self._uniform_q = torch.zeros(V, device=dev)
+        self._uniform_q[lo:hi] = 1.0 / (hi - lo)
+        self._columns: dict[tuple[int, int], tuple[torch.Tensor, ...]] = {}
+
+    # ------------------------------------------------------------------ buffers
+    def _draftable(self, mask: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+        """``mask`` restricted to the Jacobi interval (a no-op without one: positions after the committed
+        prefix and inside the sequence are all draftable)."""
+        return mask & (index >= self.lo) & (index < self.hi) if self.limited else mask
+
+    def _window_columns(self, T: int, K: int) -> tuple[torch.Tensor, ...]:
+        """Constants of a plan shape: column ids ``[T]``, raster columns, not-bonus columns, first band columns."""
+        if (T, K) not in self._columns:
+            column = torch.arange(T, device=self.dist.device)
+            first_of_band = (column >= K) & ((column - K) % self.schedule.window == 0)
+            self._columns[T, K] = (column, column < K, column != K - 1, first_of_band)
+        return self._columns[T, K]
+
+    def store(self, index: torch.Tensor, mask: torch.Tensor, tokens: torch.Tensor, dist: torch.Tensor) -> None:
+        """Set the token and distribution of sequence ``index [A, M]`` where ``mask``: ``tokens [A, M]``,
+        ``dist [A, M, V]`` (or ``[V]``, broadcast). No host synchronisation (masked entries go to scratch)."""
+        rows = self._rows.expand_as(index)
+        self.tokens.index_put_((rows, torch.where(mask, index, self.N)), tokens)
+        slot = torch.where(mask, index % self.capacity, self.capacity)
+        self.dist.index_put_((rows, slot), dist.expand(*index.shape, self.V))
+
+    def distribution_at(self, index: torch.Tensor) -> torch.Tensor:
+        """``[A, M, V]``: the stored distribution of ``index [A, M]`` (valid inside the ring's reach)."""
+        return self.dist.gather(1, (index % self.capacity)[..., None].expand(-1, -1, self.V))
+
+    # ------------------------------------------------------------------ initial drafts
+    def _sources(self, index: torch.Tensor) -> torch.Tensor:
+        """The index each new position ``index [A, M]`` copies from / draws after (chains followed)."""
+        known = torch.where(self.tokens[:, : self.N] != NO_TOKEN, self._index[: self.N], -1)  # [A, N]
+        left = known.cummax(1).values  # last index <= j holding a token
+        left_of = left.gather(1, (index - 1).clamp_min(0))
+        if self.drafter.init == "repeat_horizontal":
+            return left_of
+        S = self.stride
+        rows = -(-self.N // S)
+        column = F.pad(known, (0, rows * S - self.N), value=-1).view(-1, rows, S).cummax(1).values.flatten(1)
+        above = column.gather(1, (index - S).clamp_min(0))  # last index at or above j - S in j's column
+        # Nothing known above: the chain reaches row 0, whose positions draw after their left neighbour.
+        row0_left = left.gather(1, ((index % S) - 1).clamp_min(0))
+        return torch.where(index < S, left_of, torch.where(above >= 0, above, row0_left))
+
+    def initialise(self, index: torch.Tensor, want: torch.Tensor, committed: torch.Tensor) -> None:
+        """Initial drafts at ``index [A, M]`` where ``want`` and there is no token yet."""
+        init = self.drafter.init
+        want = self._draftable(want, index) & (self.tokens.gather(1, index) == NO_TOKEN)
+        if init == "random":
+            lo, hi = self.image_range
+            uniform_q = self._uniform_q
+            if self.gumbel:  # the Gumbel-max of the uniform q with the position's own fixed noise
+                drafts = gumbel_argmax(uniform_q, self.noise.at(index))
+            else:
+                drafts = lo + (self.engine.uniform((index.shape[1],)) * (hi - lo)).long().clamp_max(hi - lo - 1)
+            self.store(index, want, drafts, uniform_q)
         else:
-            new = nb_tok.clamp_min(0)
-            new_q = F.one_hot(new, V).to(q.dtype)
-        write(ready, new, new_q)
-        pending &= ~ready
-        # host sync per round (rounds ≈ positions newly drafted in a row this iteration)
-        if not bool(pending.any()) or not bool(ready.any()):
-            break
+            source = self._sources(index)
+            if init in ("repeat_horizontal", "repeat_vertical"):
+                drafts = self.tokens.gather(1, source.clamp_min(0))
+                self.store(index, want & (source >= 0), drafts, one_hot(drafts, self.V))
+            else:  # neighbour_distribution: the source's distribution must still be in the ring
+                in_ring = source >= committed[:, None] - (self.capacity - self.schedule.reach - 1)
+                dist = self.distribution_at(source.clamp_min(0))
+                if self.gumbel:
+                    drafts = gumbel_argmax(dist, self.noise.at(index))
+                else:
+                    drafts = sample_inverse_cdf(dist, self.engine.uniform((index.shape[1],)))
+                self.store(index, want & (source >= 0) & in_ring, drafts, dist)
+        forced_tokens = self.engine.forced_tokens
+        if forced_tokens is not None:  # structural tokens: the forced id, certain
+            forced = forced_tokens[index]
+            self.store(index, want & (forced >= 0), forced.clamp_min(0), one_hot(forced.clamp_min(0), self.V))
+
+    # ------------------------------------------------------------------ the protocol
+    def window_needed(self, committed: Sequence[int]) -> bool:
+        if self.schedule.positions_per_forward > self.schedule.verified:  # staircase bands: always
+            return True
+        return any(self.lo <= n < self.hi for n in committed)
+
+    def propose(self, committed: torch.Tensor, plan: WindowPlan) -> Proposal:
+        targets, real, K = plan.targets, plan.real, plan.verified
+        T = targets.shape[1]
+        column, raster, not_bonus, first_of_band = self._window_columns(T, K)
+        after = targets >= committed[:, None]
+        want = real & after & not_bonus
+        # Draft every position this forward reads or predicts (drafted positions keep their drafts). Each
+        # call writes distinct positions (deterministic): the raster inputs are its targets shifted by one,
+        # a band's inputs are its targets shifted by one except the input of its first column.
+        self.initialise(targets, want, committed)
+        inputs_index = plan.inputs_index
+        if T > K:
+            self.initialise(inputs_index, real & first_of_band & (inputs_index >= committed[:, None]), committed)
+        drafts = self.tokens.gather(1, targets)
+        has_draft = self._draftable((drafts != NO_TOKEN) & want, targets)
+        # The raster window stops at the first position without a draft (nothing after it could commit);
+        # band queries need their input drafted.
+        lead = leading_accepted(has_draft[:, : K - 1])
+        inputs = self.tokens.gather(1, inputs_index)
+        in_window = column <= lead[:, None]
+        use = real & (torch.where(raster, in_window, inputs != NO_TOKEN) if T > K else in_window)
+        return Proposal(inputs=inputs.clamp_min(0), drafts=drafts.clamp_min(0), q=self.distribution_at(targets),
+                        has_draft=has_draft & use, use=use)
+
+    def update(self, committed: torch.Tensor, plan: WindowPlan, p: torch.Tensor, verification: Verification,
+               proposal: Proposal, commit_mask: torch.Tensor) -> None:
+        targets, K = plan.targets, plan.verified
+        fresh = self.engine.uniform((p.shape[1],)) if self.drafter.coupling == "none" else None
+        refreshed = refresh_drafts(self.drafter.coupling, p, verification.coupled, fresh)
+        if self.drafter.lockstep and self.drafter.coupling == "maximal":
+            # Accepted or recovered tokens past the batch cut are conditioned on the verification: redraw them.
+            column, raster = self._window_columns(targets.shape[1], K)[:2]
+            redraw = raster & (column <= verification.accepted_count[:, None]) & ~commit_mask
+            refreshed = torch.where(redraw, sample_inverse_cdf(p, self.engine.uniform((p.shape[1],))), refreshed)
+        # Committed positions keep their token and the p they were committed with; evaluated positions
+        # after the commit point get the refreshed draft, with q := this forward's p.
+        update = proposal.use & (commit_mask | self._draftable(targets >= committed[:, None], targets))
+        self.store(targets, update, torch.where(commit_mask, verification.tokens, refreshed), p)
+
+    def retire(self, kept: Sequence[int], kept_index: torch.Tensor) -> None:
+        self.tokens = self.tokens.index_select(0, kept_index)
+        self.dist = self.dist.index_select(0, kept_index)
+        self._rows = self._rows[: len(kept)]
+        if self.noise is not None:
+            self.noise.retire(kept, kept_index)
+
+    def nbytes(self) -> int:
+        total = sum(t.numel() * t.element_size() for t in (self.tokens, self.dist))
+        return total + (self.noise.nbytes() if self.noise is not None else 0)

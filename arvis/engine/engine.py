@@ -8,9 +8,10 @@ A method (plain AR, SJD, ZipAR, speculative decoding…) drives the engine throu
   the index after each input;
 - :meth:`DecodeEngine.sample` — draw tokens from ``p`` with the request's generators;
 - :meth:`DecodeEngine.commit` — fix tokens as final (this is where the statistics are counted);
-- :meth:`DecodeEngine.truncate` / :meth:`DecodeEngine.invalidate` — roll back cache slots that hold
-  rejected drafts (a mask update: the static cache is never copied);
-- :meth:`DecodeEngine.retire` — drop finished samples from later forwards (ragged batches).
+- :meth:`DecodeEngine.truncate` — roll back cache slots that hold rejected drafts (a mask update:
+  the static cache is never copied);
+- :meth:`DecodeEngine.retire` — drop finished samples from later forwards (ragged batches);
+- :meth:`DecodeEngine.check_finite` — raise if a sample's target distribution was ever non-finite.
 
 State, all per request and never on the model: the static KV cache, the slot-validity mask, the
 committed tokens, the active-sample list, the random streams and the statistics recorder.
@@ -21,24 +22,43 @@ position ``a`` in :attr:`DecodeEngine.active`.
 
 The last sequence index ``N - 1`` is never an input (nothing follows it), so its slot doubles as a
 scratch slot for padding: ragged windows pad with ``index = N - 1``; those queries are ignored.
+
+Host synchronisation: none of the verbs reads a tensor value on the host except :meth:`retire`'s
+caller-provided list and :meth:`finish`. Methods synchronise once per iteration, on purpose, through
+:meth:`DecodeEngine.status`.
+
+Non-finite numbers: every forward checks its logits and its target distribution for NaN / inf
+(vectorised, flags kept on the device); the flags are read at the method's once-per-iteration
+synchronisation (:meth:`status`) and at :meth:`finish`, and a request with a bad sample fails as a
+whole with :class:`NonFiniteError`, naming the sample(s) and the probable cause. The healthy samples
+of the batch were never affected (rows do not mix), so re-running them alone reproduces them.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 
 from arvis.engine.sampling import SamplingConfig, logits_to_probs
-from arvis.engine.stats import BatchStats, StatsRecorder, peak_memory_mb
-from arvis.models.protocol import Backbone, Condition
+from arvis.engine.stats import BatchStats, ForwardClock, StatsRecorder, peak_memory_mb
+from arvis.models.protocol import MASK_WIDTH_STEP, Backbone, Condition
 from arvis.utils.random import GeneratorArg, RandomStreams, sample_categorical
+
+NO_TOKEN = -1  # token id stored where a sequence index has no token (not committed, no draft)
+
+
+class NonFiniteError(ValueError):
+    """A sample's logits or target distribution held NaN or infinity (see the engine's module docstring)."""
 
 
 class DecodeEngine:
     """Per-request decode state and the primitives every method is built from.
+
+    Class attribute ``host_syncs_total`` counts the deliberate host reads of device values made by every
+    engine in the process (the bench reports them per iteration).
 
     Args:
         backbone: a model implementing :class:`arvis.models.protocol.Backbone`.
@@ -47,11 +67,16 @@ class DecodeEngine:
         generator: one ``torch.Generator`` for the batch, one per sample, or ``None``.
         method: the method name recorded in the statistics.
         on_commit: called after every commit with the engine (progress bars, streaming previews).
+        drafter_of: make this engine a *drafter engine* of another request's engine (a draft model's
+            own cache and masks): it shares that engine's random streams, and its forwards are counted
+            and timed as that engine's draft forwards.
     """
+
+    host_syncs_total = 0
 
     def __init__(self, backbone: Backbone, condition: Condition, sampling: SamplingConfig,
                  generator: GeneratorArg = None, method: str = "ar",
-                 on_commit: Callable[[DecodeEngine], None] | None = None):
+                 on_commit: Callable[[DecodeEngine], None] | None = None, drafter_of: DecodeEngine | None = None):
         self.backbone = backbone
         self.layout = backbone.layout
         self.sampling = sampling
@@ -62,29 +87,51 @@ class DecodeEngine:
         self.condition = condition
         self.batch_size = B = condition.batch_size
         self.num_tokens = N = self.layout.num_tokens
-        self.condition_length = self.layout.condition_length
+        self.condition_length = C = self.layout.condition_length
         self.vocab_size = self.layout.vocab_size
         self.cfg = sampling.uses_cfg
         if self.cfg and not getattr(backbone, "supports_cfg", True):
             raise ValueError("guidance_scale must be 1.0: this model has no unconditional embedding")
 
-        self.random = RandomStreams(generator, B, self.device)
+        self.drafter_of = drafter_of
+        self.random = drafter_of.random if drafter_of else RandomStreams(generator, B, self.device)
+        self.clock = drafter_of.clock if drafter_of else ForwardClock(self.device)
+        self._role = "draft" if drafter_of else "target"
         self.cache = backbone.allocate_cache(2 * B if self.cfg else B, param.dtype, self.device)
+        self.narrow_masks = bool(getattr(backbone, "narrow_masks", False))
         self.slot_valid = torch.zeros(self.cache.rows, self.cache.slots, dtype=torch.bool, device=self.device)
         self._slot_ids = torch.arange(self.cache.slots, device=self.device)
-        self.tokens = torch.full((B, N), -1, dtype=torch.long, device=self.device)
-        self.known = torch.zeros(B, N, dtype=torch.bool, device=self.device)
+        # Sequence index of each slot; condition slots get -1 so that no rollback length drops them.
+        self._slot_index = (self._slot_ids - C).clamp_min(-1)
+        # Token buffers carry one scratch column (index N) that masked-out commits write to, so that a
+        # selective commit needs no boolean indexing (no host synchronisation).
+        self._tokens = torch.full((B, N + 1), NO_TOKEN, dtype=torch.long, device=self.device)
+        self.tokens = self._tokens[:, :N]  # [B, N] committed token per sequence index (NO_TOKEN: not yet)
         self.active = torch.arange(B, device=self.device)  # sample ids of the active rows
         self.active_list: list[int] = list(range(B))
-        forced = torch.full((N,), -1, dtype=torch.long, device=self.device)
+        forced = torch.full((N,), NO_TOKEN, dtype=torch.long, device=self.device)
         for index, token in self.layout.structural_tokens.items():
             forced[index] = token
         self.forced_tokens = forced if self.layout.structural_tokens else None
         self.stats = StatsRecorder(B, N, self.device)
+        # Per sample, summed over forwards: its logits (entries [0, B)) and its target distributions
+        # (entries [B, 2B)). A sum is NaN / non-finite iff some entry was (see _probs).
+        self._health = drafter_of._health if drafter_of else torch.zeros(2 * B, device=self.device)
+        self._health_index = self._health_slots()
         self._t0 = time.perf_counter()
         self._prefilled = False
 
     # ------------------------------------------------------------------ forwards
+    @property
+    def known(self) -> torch.Tensor:
+        """``[B, N]`` bool: the sequence indices committed so far."""
+        return self.tokens != NO_TOKEN
+
+    def _health_slots(self) -> torch.Tensor:
+        """Where each forward's per-row sums accumulate: logit rows (CFG pair included), then p rows."""
+        rows = self._rows(self.active)
+        return torch.cat([rows, self.active + self.batch_size])
+
     @property
     def pad_index(self) -> int:
         """Sequence index whose slot serves as scratch for padded queries."""
@@ -98,10 +145,33 @@ class DecodeEngine:
         """Per-active-sample tensor → per-row tensor (duplicated for the CFG pair)."""
         return torch.cat([x, x]) if self.cfg else x
 
+    def _forward(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run a backbone call, timed and counted under this engine's role (target or draft)."""
+        with self.clock.measure(self._role):
+            out = fn(*args)
+        if self.drafter_of is None:
+            self.stats.target_forward(self.active_list)
+        else:
+            self.drafter_of.stats.draft_forward(self.drafter_of.active_list)
+        return out
+
     def _probs(self, logits: torch.Tensor, target_index: torch.Tensor) -> torch.Tensor:
         A = target_index.shape[0]
         cond, uncond = (logits[:A], logits[A:]) if self.cfg else (logits, None)
-        return logits_to_probs(cond, uncond, self.sampling, target_index, self.forced_tokens)
+        probs = logits_to_probs(cond, uncond, self.sampling, target_index, self.forced_tokens)
+        # Non-finite check, vectorised and on the device (4 ops, no sync): per row, the sum of its logits
+        # and of its target distributions accumulates over forwards; NaN anywhere keeps the logit sum NaN,
+        # NaN or ±inf anywhere keeps the p sum non-finite. Read at the next status() or at finish().
+        self._health.index_add_(0, self._health_index, torch.cat([logits.sum((1, 2)), probs.sum((1, 2))]))
+        return probs
+
+    def _mask_width(self, extent: int | None) -> int:
+        """Slots a forward's mask covers: all of them, or (narrow masks) the condition plus ``extent``
+        sequence indices, rounded up to :data:`MASK_WIDTH_STEP`."""
+        if extent is None or not self.narrow_masks:
+            return self.cache.slots
+        width = self.condition_length + extent
+        return min(self.cache.slots, -(-width // MASK_WIDTH_STEP) * MASK_WIDTH_STEP)
 
     @torch.no_grad()
     def prefill(self) -> torch.Tensor:
@@ -117,23 +187,25 @@ class DecodeEngine:
                 embeddings=None if cond.embeddings is None else torch.cat([cond.embeddings, null.embeddings]),
                 mask=None if cond.mask is None else torch.cat([cond.mask, null.mask]),
             )
-        logits, valid = self.backbone.prefill(cond, self.cache)
+        logits, valid = self._forward(self.backbone.prefill, cond, self.cache)
         self.slot_valid[:, : self.condition_length] = valid
-        self.stats.target_forward(self.active)
         B = self.batch_size
         return self._probs(logits[:, None], torch.zeros(B, 1, dtype=torch.long, device=self.device))[:, 0]
 
     @torch.no_grad()
-    def evaluate(self, inputs: torch.Tensor, input_index: torch.Tensor, pad: torch.Tensor | None = None
-                 ) -> torch.Tensor:
+    def evaluate(self, inputs: torch.Tensor, input_index: torch.Tensor, pad: torch.Tensor | None = None,
+                 extent: int | None = None) -> torch.Tensor:
         """One target forward.
 
         Args:
             inputs: ``[A, T]`` token ids fed at sequence indices ``input_index`` (committed tokens or drafts).
             input_index: ``[A, T]`` sequence indices of the inputs; each input is written to its slot
-                and stays valid until :meth:`truncate` / :meth:`invalidate` says otherwise.
+                and stays valid until :meth:`truncate` says otherwise.
             pad: ``[A, T]`` bool, queries that are padding (their index is replaced by :attr:`pad_index`
                 and their output is meaningless).
+            extent: a host-side bound, greater than every non-padded input index (lets a backbone with
+                narrow masks attend over the prefix only; padded queries may then see only part of it,
+                which does not matter); ``None``: no bound known.
 
         Returns:
             ``[A, T, V]`` fp32: ``p`` of the sequence index ``input_index + 1`` given every valid slot
@@ -143,15 +215,13 @@ class DecodeEngine:
             input_index = input_index.masked_fill(pad, self.pad_index)
             inputs = inputs.masked_fill(pad, 0)
         slots = self._rows(input_index + self.condition_length)  # [R, T]
-        written = torch.zeros_like(self.slot_valid).scatter_(1, slots, True)
-        if pad is not None:  # the scratch slot never becomes valid
-            written[:, self.condition_length + self.pad_index] = False
-        self.slot_valid |= written
-        causal = self._slot_ids <= slots[..., None]  # [R, T, S]
-        mask = causal & self.slot_valid[:, None, :]
-        mask |= self._slot_ids == slots[..., None]  # every query sees itself (padding included)
-        logits = self.backbone.forward_tokens(self._rows(inputs), slots, self.cache, mask)
-        self.stats.target_forward(self.active)
+        # Written slots become valid. Padding writes the scratch slot, which no real query can see (it
+        # lies after every real input), so marking it valid is harmless; a padded query always sees the
+        # condition, so its attention row is never empty.
+        self.slot_valid.scatter_(1, slots, True)
+        width = self._mask_width(extent)
+        mask = (self._slot_ids[:width] <= slots[..., None]) & self.slot_valid[:, None, :width]  # [R, T, W]
+        logits = self._forward(self.backbone.forward_tokens, self._rows(inputs), slots, self.cache, mask)
         return self._probs(logits, input_index + 1)
 
     # ------------------------------------------------------------------ sampling and commits
@@ -171,70 +241,89 @@ class DecodeEngine:
     def commit(self, index: torch.Tensor, values: torch.Tensor, mask: torch.Tensor | None = None) -> None:
         """Fix ``values`` at sequence ``index`` (both ``[A, T]``) for the active samples where ``mask``.
 
-        Commits are attributed to the latest target forward (the one that produced them).
+        Commits are attributed to the latest target forward (the one that produced them). No host
+        synchronisation: masked-out entries are written to a scratch column.
         """
-        samples = self.active[:, None].expand_as(index)
-        if mask is None:  # no selection: no host synchronisation (plain AR's per-token path)
-            s, i, v = samples, index, values
-        else:  # boolean selection syncs once per call; padded entries never reach the buffers
-            s, i, v = samples[mask], index[mask], values[mask]
-        self.tokens[s, i] = v
-        self.known[s, i] = True
-        self.stats.commit_forward[s, i] = self.stats.forward_index - 1
+        if mask is not None:
+            index = torch.where(mask, index, self.num_tokens)
+        where = (self.active[:, None].expand_as(index), index)
+        self._tokens.index_put_(where, values)
+        self.stats.commit_forward.index_put_(where, torch.full((), self.stats.forward_index - 1,
+                                                               dtype=torch.long, device=self.device))
         if self.on_commit is not None:
             self.on_commit(self)
 
     def truncate(self, lengths: torch.Tensor) -> None:
         """Keep valid only the input slots of sequence indices ``< lengths[a]`` (raster rollback)."""
-        token_slot = self._slot_ids - self.condition_length  # sequence index of each slot (<0: condition)
-        keep = (token_slot < 0) | (token_slot < self._rows(lengths)[:, None])
-        self.slot_valid &= keep
-        self.backbone_rollback(lengths)
+        rows = self._rows(lengths)
+        self.slot_valid &= self._slot_index < rows[:, None]
+        self.cache.rollback(rows + self.condition_length)
 
-    def invalidate(self, index: torch.Tensor, mask: torch.Tensor) -> None:
-        """Mark the input slots of sequence ``index[a, t]`` (where ``mask``) as not holding valid keys."""
-        slots = self._rows(index + self.condition_length)
-        drop = torch.zeros_like(self.slot_valid).scatter_(1, slots, self._rows(mask))
-        self.slot_valid &= ~drop
+    # ------------------------------------------------------------------ the once-per-iteration sync
+    def status(self, *values: torch.Tensor) -> list[list[int]]:
+        """Read small per-active-sample integer tensors (``[A]`` each) on the host in ONE synchronisation,
+        and raise :class:`NonFiniteError` if a sample's distribution was non-finite so far.
 
-    def backbone_rollback(self, lengths: torch.Tensor) -> None:
-        self.cache.rollback(self._rows(lengths + self.condition_length))
+        Returns one list of ``A`` ints per tensor given.
+        """
+        B = self.batch_size
+        health = self._health.view(2, B).index_select(1, self.active)  # [2, A]
+        flags = torch.stack([torch.isnan(health[0]), ~torch.isfinite(health[1])]).long()
+        stacked = self.to_host(torch.cat([torch.stack([v.long() for v in values]), flags]) if values else flags)
+        self._raise_nonfinite(stacked[-2], stacked[-1], self.active_list)
+        return stacked[:-2]
 
-    def count_draft_forward(self, count: int = 1) -> None:
-        """Record ``count`` drafter forwards over the active samples."""
-        self.stats.draft_forward(self.active, count)
+    @staticmethod
+    def to_host(tensor: torch.Tensor) -> Any:
+        """``tensor.tolist()``: a deliberate host synchronisation, counted in :attr:`host_syncs_total`."""
+        DecodeEngine.host_syncs_total += 1
+        return tensor.tolist()
+
+    def _raise_nonfinite(self, bad_logits: Sequence[int], bad_probs: Sequence[int], samples: Sequence[int]) -> None:
+        ids = [s for s, a, b in zip(samples, bad_logits, bad_probs, strict=True) if a or b]
+        if not ids:
+            return
+        if any(bad_logits):
+            cause = ("the model's logits were NaN: check the weights (a NaN checkpoint or output head) "
+                     "and the inputs (e.g. NaN prompt_embeds)")
+        else:
+            cause = (f"the target distribution was not finite although the logits had no NaN: guidance_scale="
+                     f"{self.sampling.guidance_scale!r} or temperature={self.sampling.temperature!r} overflows fp32, "
+                     f"or the model produced infinite logits")
+        raise NonFiniteError(f"sample(s) {ids} of the batch: {cause}. The whole request fails; the other samples "
+                             f"were unaffected and reproduce alone with their own generators.")
 
     # ------------------------------------------------------------------ ragged batches
-    def retire(self, keep: torch.Tensor) -> torch.Tensor:
-        """Drop active samples where ``keep`` is false from all later forwards.
+    def retire(self, kept: Sequence[int]) -> torch.Tensor:
+        """Keep only the active samples at positions ``kept`` (host list, in the old active order).
 
-        Compacts the cache and masks to the kept rows (one copy per call; call it only when some
-        sample finished). Returns the positions (in the old active order) that were kept, so the
-        method can compact its own per-row state the same way.
+        Compacts the cache (:meth:`~arvis.models.protocol.KVCacheProtocol.select_rows`) and the masks to
+        the kept rows: one copy per call, so call it only when some sample finished. Returns ``kept``
+        as a tensor so the method can compact its own per-row state the same way.
         """
-        kept = keep.nonzero().squeeze(1)
-        if kept.numel() == self.num_active:
-            return kept
-        rows = torch.cat([kept, kept + self.num_active]) if self.cfg else kept
-        for layer in range(len(self.cache.keys)):
-            self.cache.keys[layer] = self.cache.keys[layer].index_select(0, rows)
-            self.cache.values[layer] = self.cache.values[layer].index_select(0, rows)
-        self.cache.rows = rows.numel()
+        kept_t = torch.tensor(list(kept), dtype=torch.long, device=self.device)
+        if len(kept) == self.num_active:
+            return kept_t
+        rows = torch.cat([kept_t, kept_t + self.num_active]) if self.cfg else kept_t
+        self.cache.select_rows(rows)
         self.slot_valid = self.slot_valid.index_select(0, rows)
-        self.active = self.active.index_select(0, kept)
-        self.active_list = self.active.tolist()  # host sync: once per retirement, not per token
-        return kept
+        self.active = self.active.index_select(0, kept_t)
+        self.active_list = [self.active_list[p] for p in kept]
+        self._health_index = self._health_slots()
+        return kept_t
 
     # ------------------------------------------------------------------ results
-    def finished(self) -> bool:
-        return bool(self.known.all())
-
     def finish(self, extra: dict[str, Any] | None = None) -> BatchStats:
-        """Stop the clock and return the statistics (raises if a token was never committed)."""
+        """Stop the clock and return the statistics (raises if a token was never committed, or
+        :class:`NonFiniteError` if a sample's distribution was non-finite)."""
         latency = time.perf_counter() - self._t0
-        missing = (~self.known).sum().item()
+        DecodeEngine.host_syncs_total += 1  # the statistics' own read (StatsRecorder.finish)
+        health = self._health.view(2, self.batch_size)
+        bad_logits, bad_probs = self.to_host(torch.stack([torch.isnan(health[0]), ~torch.isfinite(health[1])]))
+        self._raise_nonfinite(bad_logits, bad_probs, range(self.batch_size))
+        missing = int((~self.known).sum())
         if missing:
             raise RuntimeError(f"method {self.method!r} left {missing} tokens uncommitted")
         if extra:
             self.stats.extra.update(extra)
-        return self.stats.finish(self.method, latency, peak_memory_mb(self.device))
+        return self.stats.finish(self.method, latency, peak_memory_mb(self.device), self.clock)

@@ -14,10 +14,12 @@ speculative methods all sample from the same distribution. Semantics follow Llam
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
+
+from arvis.utils.random import one_hot
 
 
 @dataclass(frozen=True)
@@ -25,11 +27,15 @@ class SamplingConfig:
     """How the target distribution is formed from the model's logits.
 
     Attributes:
-        temperature: >= 0; 0 means greedy.
+        temperature: finite, >= 0; 0 means greedy.
         top_k: >= 0; 0 disables top-k.
         top_p: in (0, 1]; 1 disables nucleus filtering.
-        guidance_scale: >= 0; 1 disables CFG (no unconditional rows are run).
+        guidance_scale: finite, >= 0; 1 disables CFG (no unconditional rows are run).
         cfg_interval: -1 (guide every token) or >= 0 (see module docstring).
+
+    Temperature and guidance scale must also be representable in fp32 (|x| <= 3.4e38), where the
+    target distribution is computed. Values that are finite but still overflow the logits (e.g. a
+    guidance scale of 1e30) are caught while decoding (:class:`arvis.engine.engine.NonFiniteError`).
     """
 
     temperature: float = 1.0
@@ -39,6 +45,13 @@ class SamplingConfig:
     cfg_interval: int = -1
 
     def __post_init__(self) -> None:
+        fp32_max = float(torch.finfo(torch.float32).max)
+        for name in ("temperature", "guidance_scale"):
+            value = getattr(self, name)
+            if isinstance(value, int | float) and not isinstance(value, bool) and not (
+                    math.isfinite(value) and abs(value) <= fp32_max):
+                raise ValueError(f"{name} must be a finite number (at most {fp32_max:.3g}, the fp32 range the "
+                                 f"target distribution is computed in), got {value!r}")
         if not (isinstance(self.temperature, int | float) and self.temperature >= 0):
             raise ValueError(f"temperature must be >= 0 (0 = greedy), got {self.temperature!r}")
         if not (isinstance(self.top_k, int) and not isinstance(self.top_k, bool) and self.top_k >= 0):
@@ -111,12 +124,13 @@ def logits_to_probs(cond_logits: torch.Tensor, uncond_logits: torch.Tensor | Non
         elif active:
             logits = guided
     if config.greedy:
-        probs = F.one_hot(logits.argmax(-1), logits.shape[-1]).float()
+        probs = one_hot(logits.argmax(-1), logits.shape[-1])
     else:
-        logits = filter_logits(logits / config.temperature, config.top_k, config.top_p)
+        if config.temperature != 1.0:
+            logits = logits / config.temperature
+        logits = filter_logits(logits, config.top_k, config.top_p)
         probs = logits.softmax(-1)
     if forced_tokens is not None:
         forced = forced_tokens[target_index.clamp_max(forced_tokens.shape[0] - 1)]  # [B, T]
-        one_hot = F.one_hot(forced.clamp_min(0), probs.shape[-1]).float()
-        probs = torch.where((forced >= 0)[..., None], one_hot, probs)
+        probs = torch.where((forced >= 0)[..., None], one_hot(forced.clamp_min(0), probs.shape[-1]), probs)
     return probs

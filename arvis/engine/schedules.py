@@ -1,4 +1,13 @@
-"""Schedules: which sequence positions each forward evaluates (pure index math, no tensors, no model).
+"""Schedules: which sequence positions each forward evaluates (index math, no model).
+
+Three schedules, all used through the engine's one primitive ("evaluate these positions"):
+
+- :class:`RasterWindow` — the verification window of SJD / MC-SJD and draft-model speculative decoding:
+  a forward over ``[x_{n−1}, d_n … d_{n+L−1}]`` predicts ``n … n+L`` (``L`` drafts, then the *bonus*
+  position, which has no draft);
+- :class:`StaircaseWindow` — the raster window plus ZipAR's staircase as refresh-only *bands* in the
+  next rows (an arvis composition: spatial parallelism with every token still verified in raster order);
+- :func:`zipar_schedule` — ZipAR's own lossy schedule (below).
 
 ZipAR (He et al., ICML 2025, arXiv:2412.04062): spatially parallel decoding on an ``H × W`` grid
 with window ``w``. Every active row decodes one token per forward; row ``r + 1`` starts once row
@@ -13,6 +22,8 @@ waits for row 0 to finish (as in the reference LlamaGen code). Forwards, prefill
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+import torch
 
 
 @dataclass(frozen=True)
@@ -90,3 +101,104 @@ def zipar_forward_count(height: int, width: int, window: int) -> int:
     if window >= width or height == 1:
         return height * width
     return 2 * width + (height - 2) * window
+
+
+# ----------------------------------------------------------------------------- verification windows
+@dataclass(frozen=True)
+class WindowPlan:
+    """What one verification forward evaluates, per active sample.
+
+    Attributes:
+        targets: ``[A, T]`` sequence index each query predicts (its input is at ``targets − 1``).
+        real: ``[A, T]`` bool, the query lies inside the sequence (others are padding).
+        verified: the first ``verified`` columns are the raster window, verified left to right (the
+            last of them is the bonus position); later columns are refresh-only bands.
+        extent: host-side bound on the input indices (``> (targets − 1).max()`` over real queries).
+    """
+
+    targets: torch.Tensor
+    real: torch.Tensor
+    verified: int
+    extent: int
+
+    @property
+    def inputs_index(self) -> torch.Tensor:
+        """``[A, T]`` sequence index of each query's input (``targets − 1``, 0 for padding at index 0)."""
+        return (self.targets - 1).clamp_min(0)
+
+
+class RasterWindow:
+    """``window`` drafts after the committed prefix, plus the bonus position: ``window + 1`` queries.
+
+    Args:
+        window: drafts verified per forward (``L``).
+        num_tokens: sequence length ``N``.
+    """
+
+    def __init__(self, window: int, num_tokens: int):
+        self.window, self.num_tokens = window, num_tokens
+        self.verified = window + 1
+        self._offsets: dict[torch.device, torch.Tensor] = {}
+
+    @property
+    def positions_per_forward(self) -> int:
+        return self.verified
+
+    @property
+    def reach(self) -> int:
+        """Targets lie in ``[n, n + reach)`` for a sample with ``n`` committed tokens."""
+        return self.verified
+
+    def _offsets_on(self, device: torch.device) -> torch.Tensor:
+        if device not in self._offsets:
+            self._offsets[device] = torch.arange(self.verified, device=device)
+        return self._offsets[device]
+
+    def plan(self, committed: torch.Tensor, max_committed: int, single: bool = False) -> WindowPlan:
+        """The plan for samples with ``committed [A]`` tokens (``max_committed`` its host-side max);
+        ``single``: only the first query (a plain AR step, when no sample has drafts to verify)."""
+        N = self.num_tokens
+        offsets = self._offsets_on(committed.device)[: 1 if single else None]
+        targets = committed[:, None] + offsets  # [A, K]
+        real = targets < N
+        extent = min(max_committed + offsets.shape[0], N)
+        return WindowPlan(targets.clamp_max(N - 1), real, offsets.shape[0], extent)
+
+
+class StaircaseWindow(RasterWindow):
+    """The raster window plus bands of ``window`` positions in each of the next ``rows`` rows, shifted
+    left by ``step`` columns per row (ZipAR's staircase). Band queries are refresh-only: their ``p``
+    conditions on the committed prefix and this forward's inputs (holes masked), so it only seeds the
+    drafts there; every token is still verified by the raster window.
+    """
+
+    def __init__(self, window: int, num_tokens: int, width: int, rows: int, step: int):
+        super().__init__(window, num_tokens)
+        self.width, self.rows, self.step = width, rows, step
+        self._bands: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    @property
+    def positions_per_forward(self) -> int:
+        return self.verified + self.rows * self.window
+
+    @property
+    def reach(self) -> int:
+        # A band position of row r0 + i lies at most i·W + window − 1 after n = r0·W + c0.
+        return max(self.verified, self.rows * self.width + self.window)
+
+    def plan(self, committed: torch.Tensor, max_committed: int, single: bool = False) -> WindowPlan:
+        window = super().plan(committed, max_committed)
+        device = committed.device
+        if device not in self._bands:
+            self._bands[device] = (torch.arange(1, self.rows + 1, device=device).repeat_interleave(self.window),
+                                   torch.arange(self.window, device=device).repeat(self.rows))
+        band_row, band_col = self._bands[device]
+        N, W = self.num_tokens, self.width
+        rows = (committed // W)[:, None] + band_row
+        cols = ((committed % W)[:, None] - band_row * self.step).clamp_min(0) + band_col
+        band = rows * W + cols
+        # A band position must lie in its row, inside the grid, after the raster window.
+        real = (cols < W) & (band < N) & (band > window.targets[:, -1:])
+        targets = torch.cat([window.targets, band.masked_fill(~real, N - 1)], dim=1)
+        extent = min(max_committed + self.reach, N)
+        return WindowPlan(targets, torch.cat([window.real, real], dim=1), window.verified, extent)

@@ -8,12 +8,22 @@
 - ``accepted_per_forward``: tokens committed by each of those forwards (mean and histogram).
 - ``commit_forward``: for every sequence index, the forward that committed it (decode-order heat map).
 - ``latency_s``: wall time of the whole batch decode; ``peak_memory_mb``: see :func:`peak_memory_mb`.
+- the time split of ``latency_s`` (batch level): ``target_forward_s`` inside target-model forwards,
+  ``draft_forward_s`` inside drafter forwards, ``outside_s`` everything else (acceptance math, drafting
+  bookkeeping, sampling, masks — what an implementation controls), also per target forward.
+
+:func:`summarize` is the one place these figures are aggregated (a pipeline's ``stats.summary()``,
+``arvis generate`` and ``arvis bench`` records all come from it).
 """
 
 from __future__ import annotations
 
+import contextlib
 import resource
 import sys
+import time
+from collections import Counter
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -55,29 +65,24 @@ class DecodeStats:
 
 @dataclass
 class BatchStats:
-    """Statistics of one batched decode: per sample, plus batch-level forwards and wall time."""
+    """Statistics of one batched decode: per sample, plus batch-level forwards, wall time and its split."""
 
     samples: list[DecodeStats]
     batch_target_forwards: int
     batch_draft_forwards: int
     latency_s: float
     peak_memory_mb: float
+    target_forward_s: float = 0.0
+    draft_forward_s: float = 0.0
 
-    def summary(self) -> dict[str, float]:
-        """Means over samples of the headline figures, plus the batch's own counts."""
-        n = max(len(self.samples), 1)
-        return {
-            "method": self.samples[0].method if self.samples else "",
-            "samples": len(self.samples),
-            "tokens": sum(s.tokens for s in self.samples) / n,
-            "target_forwards": sum(s.target_forwards for s in self.samples) / n,
-            "draft_forwards": sum(s.draft_forwards for s in self.samples) / n,
-            "step_compression": sum(s.step_compression for s in self.samples) / n,
-            "accepted_per_forward": sum(s.mean_accepted_per_forward for s in self.samples) / n,
-            "batch_target_forwards": self.batch_target_forwards,
-            "latency_s": self.latency_s,
-            "peak_memory_mb": self.peak_memory_mb,
-        }
+    @property
+    def outside_s(self) -> float:
+        """Wall time outside every target and drafter forward."""
+        return max(self.latency_s - self.target_forward_s - self.draft_forward_s, 0.0)
+
+    def summary(self, details: bool = False) -> dict[str, Any]:
+        """:func:`summarize` of this batch."""
+        return summarize([self], details=details)
 
     def format(self) -> str:
         s = self.summary()
@@ -85,7 +90,106 @@ class BatchStats:
                 f"target_forwards={s['target_forwards']:.1f} draft_forwards={s['draft_forwards']:.1f} "
                 f"step_compression={s['step_compression']:.2f}x accepted_per_forward={s['accepted_per_forward']:.2f} "
                 f"batch_forwards={s['batch_target_forwards']} latency_s={s['latency_s']:.3f} "
-                f"peak_memory_mb={s['peak_memory_mb']:.0f}")
+                f"outside_forwards={100 * s['outside_share']:.0f}% peak_memory_mb={s['peak_memory_mb']:.0f}")
+
+
+def summarize(batches: Sequence[BatchStats], details: bool = False) -> dict[str, Any]:
+    """The figures of one or more batched decodes of the same method (names of docs/measurement.md).
+
+    Means over all samples: ``tokens``, ``target_forwards``, ``draft_forwards``, ``step_compression``,
+    ``accepted_per_forward``. Sums over batches: ``batch_target_forwards``, ``batch_draft_forwards``,
+    ``latency_s`` and its split ``target_forward_s`` / ``draft_forward_s`` / ``outside_s`` (also per
+    batch target forward, in ms, and ``outside_share`` of the latency). ``peak_memory_mb``: the max.
+
+    With ``details``: the accepted-per-forward histogram of all samples, sample 0's decode order
+    (``commit_forward``), ``per_sample`` headline figures and the method's ``extra`` figures
+    (:func:`summarize_extra`).
+    """
+    samples = [s for b in batches for s in b.samples]
+    n = max(len(samples), 1)
+    forwards = sum(b.batch_target_forwards for b in batches)
+    latency = sum(b.latency_s for b in batches)
+    target = sum(b.target_forward_s for b in batches)
+    draft = sum(b.draft_forward_s for b in batches)
+    outside = sum(b.outside_s for b in batches)
+    out: dict[str, Any] = {
+        "method": samples[0].method if samples else "",
+        "samples": len(samples),
+        **{k: sum(getattr(s, k) for s in samples) / n for k in ("tokens", "target_forwards", "draft_forwards",
+                                                                   "step_compression")},
+        "accepted_per_forward": sum(s.mean_accepted_per_forward for s in samples) / n,
+        "batch_target_forwards": forwards,
+        "batch_draft_forwards": sum(b.batch_draft_forwards for b in batches),
+        "latency_s": latency,
+        "target_forward_s": target,
+        "draft_forward_s": draft,
+        "outside_s": outside,
+        "target_ms_per_forward": 1e3 * target / max(forwards, 1),
+        "draft_ms_per_forward": 1e3 * draft / max(forwards, 1),
+        "outside_ms_per_forward": 1e3 * outside / max(forwards, 1),
+        "outside_share": outside / latency if latency > 0 else 0.0,
+        "peak_memory_mb": max((b.peak_memory_mb for b in batches), default=0.0),
+    }
+    if details and samples:
+        hist: Counter[int] = Counter()
+        for s in samples:
+            hist.update(s.accepted_per_forward)
+        out["accepted_per_forward_histogram"] = {str(k): v for k, v in sorted(hist.items())}
+        out["commit_forward"] = samples[0].commit_forward
+        out["per_sample"] = [{"tokens": s.tokens, "target_forwards": s.target_forwards,
+                              "draft_forwards": s.draft_forwards, "step_compression": s.step_compression,
+                              "accepted_per_forward": s.mean_accepted_per_forward} for s in samples]
+        out["extra"] = summarize_extra(samples)
+    return out
+
+
+def summarize_extra(samples: Sequence[DecodeStats]) -> dict[str, Any]:
+    """Method-specific figures (``DecodeStats.extra``) over samples: ``max_*`` keys by max, other numbers by mean,
+    anything else kept when all samples agree (e.g. ``tv_kind``)."""
+    out: dict[str, Any] = {}
+    for key in samples[0].extra:
+        values = [s.extra.get(key) for s in samples]
+        if all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
+            out[key] = max(values) if key.startswith("max_") else sum(values) / len(values)
+        elif all(v == values[0] for v in values):
+            out[key] = values[0]
+    return out
+
+
+class ForwardClock:
+    """Wall time spent inside backbone forwards, per role (``"target"``, ``"draft"``).
+
+    On the CPU a forward runs synchronously, so ``perf_counter`` around the call is exact. On CUDA the
+    call only queues kernels: CUDA events are recorded around it and read once, at the end of the
+    decode (no synchronisation per forward).
+    """
+
+    def __init__(self, device: torch.device):
+        self.cuda = device.type == "cuda"
+        self.seconds: dict[str, float] = {}
+        self._events: list[tuple[str, Any, Any]] = []
+
+    @contextlib.contextmanager
+    def measure(self, role: str) -> Iterator[None]:
+        if self.cuda:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            yield
+            end.record()
+            self._events.append((role, start, end))
+            return
+        t0 = time.perf_counter()
+        yield
+        self.seconds[role] = self.seconds.get(role, 0.0) + time.perf_counter() - t0
+
+    def totals(self) -> dict[str, float]:
+        """Seconds per role (synchronises once on CUDA)."""
+        if self._events:
+            self._events[-1][2].synchronize()
+            for role, start, end in self._events:
+                self.seconds[role] = self.seconds.get(role, 0.0) + start.elapsed_time(end) / 1e3
+            self._events.clear()
+        return dict(self.seconds)
 
 
 def peak_memory_mb(device: torch.device) -> float:
@@ -101,34 +205,39 @@ def peak_memory_mb(device: torch.device) -> float:
 
 
 class StatsRecorder:
-    """Counts forwards and commits for a batch; tensors stay on the device until :meth:`finish`."""
+    """Counts forwards and commits for a batch. Forward counts are kept on the host (the engine knows
+    which samples are active without reading the device); the decode order stays on the device until
+    :meth:`finish`."""
 
     def __init__(self, batch_size: int, num_tokens: int, device: torch.device):
         self.forward_index = 0  # batch-level target forwards so far
         self.draft_forwards = 0
-        self.sample_forwards = torch.zeros(batch_size, dtype=torch.long, device=device)
-        self.sample_draft_forwards = torch.zeros(batch_size, dtype=torch.long, device=device)
-        self.commit_forward = torch.full((batch_size, num_tokens), -1, dtype=torch.long, device=device)
+        self.sample_forwards = [0] * batch_size
+        self.sample_draft_forwards = [0] * batch_size
+        # [B, N + 1]: the forward that committed each index; column N is a scratch column (see the engine).
+        self._commit_forward = torch.full((batch_size, num_tokens + 1), -1, dtype=torch.long, device=device)
+        self.commit_forward = self._commit_forward
         self.extra: dict[str, Any] = {}
 
-    def target_forward(self, samples: torch.Tensor) -> int:
+    def target_forward(self, samples: Sequence[int]) -> int:
         """A target forward over ``samples`` (sample ids); returns its index."""
-        self.sample_forwards.index_add_(0, samples, torch.ones_like(samples))
+        for b in samples:
+            self.sample_forwards[b] += 1
         self.forward_index += 1
         return self.forward_index - 1
 
-    def draft_forward(self, samples: torch.Tensor, count: int = 1) -> None:
-        self.sample_draft_forwards.index_add_(0, samples, torch.full_like(samples, count))
+    def draft_forward(self, samples: Sequence[int], count: int = 1) -> None:
+        for b in samples:
+            self.sample_draft_forwards[b] += count
         self.draft_forwards += count
 
-    def finish(self, method: str, latency_s: float, peak_mb: float) -> BatchStats:
-        commit = self.commit_forward.cpu()
+    def finish(self, method: str, latency_s: float, peak_mb: float, clock: ForwardClock | None = None) -> BatchStats:
+        commit = self._commit_forward[:, :-1].cpu()
         B = commit.shape[0]
         F = max(self.forward_index, 1)
         # Tokens committed by each forward, for every sample at once: [B, F].
         counts = torch.zeros(B, F, dtype=torch.long).scatter_add_(1, commit.clamp_min(0), (commit >= 0).long())
-        forwards = self.sample_forwards.tolist()
-        drafts = self.sample_draft_forwards.tolist()
+        forwards, drafts = self.sample_forwards, self.sample_draft_forwards
         tokens = (commit >= 0).sum(1).tolist()
         counts_l, commit_l = counts.tolist(), commit.tolist()
         per_sample = {k: v for k, v in self.extra.items() if isinstance(v, list) and len(v) == B}
@@ -140,5 +249,7 @@ class StatsRecorder:
                         extra={**shared, **{k: v[b] for k, v in per_sample.items()}})
             for b in range(B)
         ]
+        seconds = clock.totals() if clock is not None else {}
         return BatchStats(samples=samples, batch_target_forwards=self.forward_index,
-                          batch_draft_forwards=self.draft_forwards, latency_s=latency_s, peak_memory_mb=peak_mb)
+                          batch_draft_forwards=self.draft_forwards, latency_s=latency_s, peak_memory_mb=peak_mb,
+                          target_forward_s=seconds.get("target", 0.0), draft_forward_s=seconds.get("draft", 0.0))

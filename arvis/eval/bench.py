@@ -10,16 +10,16 @@ run, even when not asked for. The decode statistics (``tokens``, ``target_forwar
 ``draft_forwards``, ``step_compression``, ``accepted_per_forward``, ``commit_forward``,
 ``peak_memory_mb``) come from the engine and are the same in every round.
 
-Beside every latency table goes this machine's *forward-cost curve*: milliseconds per target forward
-against the number of positions it evaluates (``T = 1, 2, 4 … 64``), measured on the same model, batch
-and guidance through :meth:`arvis.engine.DecodeEngine.evaluate`. A method's latency speedup is roughly
-its step compression divided by the cost ratio at its typical ``T``.
+Beside every latency table goes this machine's *forward-cost curve*: milliseconds inside one target
+forward against the number of positions it evaluates (``T = 1, 2, 4 … 64`` plus every method's own
+``T``), measured on the same model, batch and guidance through :meth:`arvis.engine.DecodeEngine.evaluate`
+at a mid-image position. Every record shows the *ideal speedup* that curve allows — AR's forwards over
+the method's, times ``cost(1) / cost(T)`` — beside the measured one; the gap is the time the loop spends
+outside forwards, which every record also splits out: seconds inside target forwards, inside drafter
+forwards, and outside both (total, per target forward, and as a share). One extra, untimed decode per
+method counts the host synchronisations and the aten ops per iteration (:func:`count_host_syncs`).
 
-Method specs (:func:`parse_method_specs`): ``name`` or ``name:key=value,key=value`` with values parsed
-as JSON (``sjd:window=16``, ``mc-sjd:window=32,init="random"``; a bare word stays a string). Several specs
-are joined by ``;`` or by ``,``: a comma-separated item that contains ``=`` but no ``:`` before it
-continues the options of the spec before it, anything else starts a new spec. So
-``ar,sjd:window=16,init=random,mc-sjd:window=32`` is three specs. Brackets and quotes nest (``x=[1,2]``).
+Method specs (``sjd:window=16``…): :mod:`arvis.methods.spec`.
 """
 
 from __future__ import annotations
@@ -27,9 +27,9 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 import statistics
 import time
-from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,129 +38,22 @@ import torch
 from tqdm.auto import tqdm
 
 from arvis.engine import DecodeEngine, SamplingConfig
+from arvis.engine.stats import BatchStats, summarize
 from arvis.eval.jobs import image_generator
 from arvis.methods import (
-    METHODS,
-    available_methods,
     build_method,
     decode,
-    is_lossless,
-    validate_method,
     with_resources,
 )
+from arvis.methods.spec import MethodSpec, parse_method_specs  # noqa: F401  (re-exported)
 from arvis.models.protocol import Condition
 
 FORWARD_COST_SIZES: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
 MIN_REPEATS = 5
 
-# Figures copied from each sample's DecodeStats and averaged over samples (names of docs/measurement.md).
-FIGURES = ("tokens", "target_forwards", "draft_forwards", "step_compression", "accepted_per_forward")
-
-
-# ----------------------------------------------------------------------------- method specs
-@dataclass(frozen=True)
-class MethodSpec:
-    """A method name plus options, e.g. ``sjd:window=16``."""
-
-    name: str
-    options: tuple[tuple[str, Any], ...] = ()
-
-    @property
-    def options_dict(self) -> dict[str, Any]:
-        return dict(self.options)
-
-    @property
-    def label(self) -> str:
-        if not self.options:
-            return self.name
-        return self.name + ":" + ",".join(f"{k}={_format_value(v)}" for k, v in self.options)
-
-    @property
-    def window(self) -> int | None:
-        w = self.options_dict.get("window")
-        return w if isinstance(w, int) and not isinstance(w, bool) else None
-
-
-def _format_value(v: Any) -> str:
-    return v if isinstance(v, str) else json.dumps(v)
-
-
-def _split_top_level(text: str, seps: str) -> list[str]:
-    """Split on any of ``seps`` outside brackets and quotes."""
-    parts, depth, quote, cur = [], 0, "", []
-    for ch in text:
-        if quote:
-            quote = "" if ch == quote else quote
-        elif ch in "\"'":
-            quote = ch
-        elif ch in "[{(":
-            depth += 1
-        elif ch in "]})":
-            depth -= 1
-        elif ch in seps and depth == 0:
-            parts.append("".join(cur))
-            cur = []
-            continue
-        cur.append(ch)
-    parts.append("".join(cur))
-    return parts
-
-
-def _parse_value(text: str) -> Any:
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        return text
-
-
-def parse_method_specs(texts: str | Sequence[str]) -> list[MethodSpec]:
-    """Parse and validate method specs (module docstring); ``ValueError`` names the bad part.
-
-    Every spec is checked with :func:`arvis.methods.build_method` (unknown method → the list of
-    available methods; unknown option → the method's options). Duplicates are an error.
-    """
-    if isinstance(texts, str):
-        texts = [texts]
-    specs: list[MethodSpec] = []
-    for text in texts:
-        for group in _split_top_level(text, ";"):
-            current: tuple[str, dict[str, Any]] | None = None
-            for item in (s.strip() for s in _split_top_level(group, ",")):
-                if not item:
-                    continue
-                colon, eq = item.find(":"), item.find("=")
-                if eq >= 0 and (colon < 0 or colon > eq):  # key=value continuing the previous spec
-                    if current is None:
-                        raise ValueError(f"methods: option {item!r} comes before any method name")
-                    key, value = item.split("=", 1)
-                    current[1][key.strip().replace("-", "_")] = _parse_value(value.strip())
-                    continue
-                if current is not None:
-                    specs.append(_make_spec(*current))
-                name, _, first = item.partition(":")
-                options: dict[str, Any] = {}
-                if first:
-                    if "=" not in first:
-                        raise ValueError(f"methods: expected key=value after {name!r}:, got {first!r}")
-                    key, value = first.split("=", 1)
-                    options[key.strip().replace("-", "_")] = _parse_value(value.strip())
-                current = (name.strip(), options)
-            if current is not None:
-                specs.append(_make_spec(*current))
-    if not specs:
-        raise ValueError(f"methods: no method given; available methods: {', '.join(available_methods())}")
-    labels = [s.label for s in specs]
-    dupes = sorted({x for x in labels if labels.count(x) > 1})
-    if dupes:
-        raise ValueError(f"methods: {dupes} given more than once")
-    return specs
-
-
-def _make_spec(name: str, options: dict[str, Any]) -> MethodSpec:
-    if name not in METHODS:
-        raise ValueError(f"methods: unknown method {name!r}; available methods: {', '.join(available_methods())}")
-    validate_method(name, options)  # raises ValueError naming unknown or invalid options
-    return MethodSpec(name, tuple(options.items()))
+# aten ops that make the host wait for the device (on a GPU); a boolean index hides a nonzero().
+_SYNC_OPS = frozenset({"_local_scalar_dense", "nonzero", "masked_select", "unique", "_unique2", "unique_dim"})
+_INDEX_OPS = frozenset({"index", "index_put", "index_put_", "_index_put_impl_"})
 
 
 # ----------------------------------------------------------------------------- conditions
@@ -179,40 +72,111 @@ def class_conditions(num_classes: int, samples: int, batch_size: int, device: to
 def forward_cost_curve(backbone: Any, condition: Condition, sampling: SamplingConfig,
                        sizes: Sequence[int] = FORWARD_COST_SIZES, repeats: int = 15, warmup: int = 3
                        ) -> list[dict[str, float]]:
-    """Milliseconds per target forward against positions evaluated, on ``backbone`` as it decodes.
+    """Milliseconds inside one target forward against positions evaluated, on ``backbone`` as it decodes.
 
     One engine is prefilled with ``condition``; then, ``repeats`` times round-robin over ``sizes``, one
-    :meth:`DecodeEngine.evaluate` over sequence indices ``0 … T-1`` is timed (median reported). Sizes
-    larger than the sequence allows are dropped.
+    :meth:`DecodeEngine.evaluate` over ``T`` consecutive sequence indices in the middle of the image is
+    run, and the time inside the backbone call (the engine's forward clock: the same measure as a
+    record's ``target_ms_per_forward``) is kept; the median is reported. Sizes larger than the
+    sequence allows are dropped.
 
     Returns:
         ``[{"positions": T, "ms": median_ms, "ratio": ms / ms(T=1)}, ...]`` (ratio ``None`` without T=1).
     """
-    sizes = sorted({int(t) for t in sizes if 1 <= int(t) <= backbone.layout.num_tokens - 1})
+    N = backbone.layout.num_tokens
+    sizes = sorted({int(t) for t in sizes if 1 <= int(t) <= N - 1})
     if not sizes:
         raise ValueError("sizes: no size fits the model's sequence")
     B = condition.batch_size
     engine = DecodeEngine(backbone, condition, sampling, generator=torch.Generator().manual_seed(0))
     engine.prefill()
     device = engine.device
-    calls = {t: (torch.zeros(B, t, dtype=torch.long, device=device),
-                 torch.arange(t, device=device).expand(B, t).contiguous()) for t in sizes}
+    calls = {}
+    for t in sizes:
+        start = (N - 1 - t) // 2
+        calls[t] = (torch.zeros(B, t, dtype=torch.long, device=device),
+                    (start + torch.arange(t, device=device)).expand(B, t).contiguous(), start + t)
     times: dict[int, list[float]] = {t: [] for t in sizes}
     for r in range(warmup + repeats):
         for t in sizes:
-            inputs, index = calls[t]
-            _sync(device)
-            t0 = time.perf_counter()
-            engine.evaluate(inputs, index)
-            _sync(device)
+            inputs, index, extent = calls[t]
+            before = engine.clock.totals().get("target", 0.0)
+            engine.evaluate(inputs, index, extent=extent)
             if r >= warmup:
-                times[t].append(time.perf_counter() - t0)
+                times[t].append(engine.clock.totals()["target"] - before)
     base = statistics.median(times[sizes[0]]) if sizes[0] == 1 else None
     curve = []
     for t in sizes:
         ms = statistics.median(times[t]) * 1e3
         curve.append({"positions": t, "ms": ms, "ratio": ms / (base * 1e3) if base else None})
     return curve
+
+
+def curve_cost(curve: Sequence[Mapping[str, float]], positions: int) -> float | None:
+    """ms of a ``positions``-wide forward from the curve (linear between measured sizes), or ``None``."""
+    points = sorted((c["positions"], c["ms"]) for c in curve)
+    for t, m in points:
+        if t == positions:
+            return m
+    for (t0, m0), (t1, m1) in zip(points, points[1:], strict=False):
+        if t0 < positions < t1:
+            return m0 + (m1 - m0) * (positions - t0) / (t1 - t0)
+    return None
+
+
+def count_host_syncs(run: Callable[[], BatchStats]) -> dict[str, float]:
+    """Host synchronisations and aten ops per loop iteration of one decode (``run`` returns its stats).
+
+    Counts the engine's deliberate synchronisations (``DecodeEngine.host_syncs_total``: the
+    once-per-iteration :meth:`~arvis.engine.DecodeEngine.status`, the final check) plus every aten op that
+    would block the host on a GPU (``item``/``bool()``, ``nonzero``, boolean indexing…), seen through a
+    dispatch mode; aten ops are split into those inside backbone forwards (per forward, drafter included)
+    and outside them (per iteration). Iterations: the batch's target forwards after the prefill.
+    """
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from arvis.engine import engine as engine_module
+
+    inside = [0]
+
+    class Counter(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ops = {"inside": 0, "outside": 0}
+            self.syncs = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            name = func.overloadpacket.__name__
+            self.ops["inside" if inside[0] else "outside"] += 1
+            if name in _SYNC_OPS or (name in _INDEX_OPS and len(args) > 1 and any(
+                    isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in (args[1] or ()))):
+                self.syncs += 1
+            return func(*args, **(kwargs or {}))
+
+    original = engine_module.DecodeEngine._forward
+
+    def counted(self, fn, *args):
+        inside[0] += 1
+        try:
+            return original(self, fn, *args)
+        finally:
+            inside[0] -= 1
+
+    counter = Counter()
+    engine_module.DecodeEngine._forward = counted
+    deliberate_before = engine_module.DecodeEngine.host_syncs_total
+    try:
+        with counter:
+            stats = run()
+    finally:
+        engine_module.DecodeEngine._forward = original
+    deliberate = engine_module.DecodeEngine.host_syncs_total - deliberate_before
+    iterations = max(stats.batch_target_forwards - 1, 1)
+    forwards = max(stats.batch_target_forwards + stats.batch_draft_forwards, 1)
+    return {"host_syncs": counter.syncs + deliberate, "iterations": iterations,
+            "host_syncs_per_iteration": (counter.syncs + deliberate) / iterations,
+            "aten_ops_per_iteration_outside_forwards": counter.ops["outside"] / iterations,
+            "aten_ops_per_forward": counter.ops["inside"] / forwards}
 
 
 def _sync(device: torch.device) -> None:
@@ -230,6 +194,14 @@ class BenchResult:
     context: dict[str, Any] = field(default_factory=dict)
 
 
+def available_cores() -> int:
+    """CPU cores this process may run on (the bench's default thread count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
 def check_settings(samples: int, repeats: int, warmup: int, batch_size: int) -> None:
     """``ValueError`` naming the first bench setting out of range."""
     for name, value, low in (("samples", samples, 1), ("repeats", repeats, MIN_REPEATS), ("warmup", warmup, 1),
@@ -244,7 +216,8 @@ def run_bench(backbone: Any, specs: Sequence[MethodSpec], sampling: SamplingConf
               conditions: Sequence[tuple[list[int], Condition]] | None = None,
               forward_cost_sizes: Sequence[int] = FORWARD_COST_SIZES, context: Mapping[str, Any] | None = None,
               draft_model: Any = None, neighbours: Callable[[int], torch.Tensor] | None = None,
-              progress: bool = True, clock: Callable[[], float] = time.perf_counter) -> BenchResult:
+              progress: bool = True, count_syncs: bool = True,
+              clock: Callable[[], float] = time.perf_counter) -> BenchResult:
     """Time ``specs`` (plus the AR baseline) on ``backbone`` and collect their figures.
 
     Args:
@@ -256,10 +229,12 @@ def run_bench(backbone: Any, specs: Sequence[MethodSpec], sampling: SamplingConf
         seed: sample ``i`` uses ``seed_for(seed, i)``.
         repeats: timed rounds (>= 5; the median is reported). warmup: untimed rounds first (>= 1).
         conditions: batches of ``(sample indices, Condition)`` (default: class ``i % num_classes``).
-        forward_cost_sizes: ``T`` values of the forward-cost curve (empty: skip it).
-        context: fields copied into every record (model name, dtype, provenance…).
+        forward_cost_sizes: ``T`` values of the forward-cost curve (empty: skip it and the ideal speedups);
+            every method's own ``T`` is added.
+        context: fields copied into every record (model name, dtype, threads, provenance…).
         draft_model, neighbours: resources methods may need (the pipeline's draft transformer and
             codebook neighbourhoods; see :func:`arvis.methods.with_resources`).
+        count_syncs: run each method once more, untimed, counting host syncs and aten ops per iteration.
         clock: the timer (tests replace it).
     """
     check_settings(samples=samples, repeats=repeats, warmup=warmup, batch_size=batch_size)
@@ -276,8 +251,8 @@ def run_bench(backbone: Any, specs: Sequence[MethodSpec], sampling: SamplingConf
     methods = {s.label: build_method(s.name, **with_resources(s.name, s.options_dict, draft_model, neighbours))
                for s in specs}
 
-    def run_once(spec: MethodSpec) -> tuple[float, list[Any], str]:
-        elapsed, stats, digest = 0.0, [], hashlib.sha256()
+    def run_once(spec: MethodSpec) -> tuple[float, list[BatchStats], str]:
+        elapsed, batches, digest = 0.0, [], hashlib.sha256()
         for idx, cond in conditions:
             gens = [image_generator(seed, i, device) for i in idx]
             _sync(device)
@@ -285,9 +260,9 @@ def run_bench(backbone: Any, specs: Sequence[MethodSpec], sampling: SamplingConf
             tokens, batch_stats = decode(backbone, cond, sampling, methods[spec.label], gens)
             _sync(device)
             elapsed += clock() - t0
-            stats.extend(batch_stats.samples)
+            batches.append(batch_stats)
             digest.update(tokens.cpu().numpy().tobytes())
-        return elapsed / samples, stats, digest.hexdigest()
+        return elapsed / samples, batches, digest.hexdigest()
 
     total = (warmup + repeats) * len(specs)
     bar = tqdm(total=total, desc="bench", unit="run", disable=not progress)
@@ -296,31 +271,42 @@ def run_bench(backbone: Any, specs: Sequence[MethodSpec], sampling: SamplingConf
             run_once(spec)
             bar.update(1)
     latencies: dict[str, list[float]] = {s.label: [] for s in specs}
-    first: dict[str, list[Any]] = {}
+    rounds: dict[str, list[list[BatchStats]]] = {s.label: [] for s in specs}
     digests: dict[str, set[str]] = {s.label: set() for s in specs}
     for _ in range(repeats):
         for spec in specs:  # interleaved: every round runs every method once
-            latency, stats, digest = run_once(spec)
+            latency, batches, digest = run_once(spec)
             latencies[spec.label].append(latency)
-            first.setdefault(spec.label, stats)
+            rounds[spec.label].append(batches)
             digests[spec.label].add(digest)
             bar.update(1)
     bar.close()
 
+    positions = {s.label: getattr(methods[s.label], "positions_per_forward", None) for s in specs}
     curve: list[dict[str, float]] = []
     if forward_cost_sizes:
-        curve = forward_cost_curve(backbone, conditions[0][1], sampling, forward_cost_sizes)
+        extra_sizes = [t for t in positions.values() if isinstance(t, int)]
+        curve = forward_cost_curve(backbone, conditions[0][1], sampling, [*forward_cost_sizes, *extra_sizes])
+    syncs: dict[str, dict[str, float]] = {}
+    if count_syncs:
+        idx, cond = conditions[0]
+        for spec in specs:
+            gens = [image_generator(seed, i, device) for i in idx]
+            syncs[spec.label] = count_host_syncs(
+                lambda spec=spec, gens=gens: decode(backbone, cond, sampling, methods[spec.label], gens)[1])
 
     ar_latency = statistics.median(latencies["ar"])
     records = []
     for spec in specs:
         lat = latencies[spec.label]
-        samples_stats = first[spec.label]
+        median_round = sorted(range(len(lat)), key=lat.__getitem__)[len(lat) // 2]
+        figures = summarize(rounds[spec.label][median_round], details=True)
+        figures.pop("latency_s")  # the decode calls' own sum; the record's latency is the median per sample
         record = {
             "method": spec.name,
             "spec": spec.label,
             "options": spec.options_dict,
-            "lossless": is_lossless(spec.name, spec.options_dict),
+            "lossless": methods[spec.label].lossless,
             **dict(context or {}),
             "seed": seed,
             "samples": samples,
@@ -329,50 +315,34 @@ def run_bench(backbone: Any, specs: Sequence[MethodSpec], sampling: SamplingConf
             "warmup": warmup,
             "sampling": dataclasses.asdict(sampling),
             "grid": list(backbone.layout.grid),
-            **summarize(samples_stats),
+            **figures,
             "latency_s": statistics.median(lat),
             "latency_repeats_s": lat,
             "speedup": ar_latency / statistics.median(lat),
+            "positions_per_forward": positions[spec.label],
+            **syncs.get(spec.label, {}),
             "deterministic": len(digests[spec.label]) == 1,
             "forward_cost": curve,
         }
         records.append(record)
+    ar_forwards = records[[s.label for s in specs].index("ar")]["target_forwards"]
+    for record in records:  # the speedup the forward-cost curve allows, beside the measured one
+        record["ideal_speedup"] = ideal_speedup(record, ar_forwards, curve)
     return BenchResult(records=records, forward_cost=curve, context=dict(context or {}))
 
 
-def summarize(samples: Sequence[Any]) -> dict[str, Any]:
-    """Figures of a list of :class:`~arvis.engine.DecodeStats`: means, histogram, sample 0's decode order."""
-    n = len(samples)
-    hist: Counter[int] = Counter()
-    for s in samples:
-        hist.update(s.accepted_per_forward)
-    out: dict[str, Any] = {
-        "tokens": sum(s.tokens for s in samples) / n,
-        "target_forwards": sum(s.target_forwards for s in samples) / n,
-        "draft_forwards": sum(s.draft_forwards for s in samples) / n,
-        "step_compression": sum(s.step_compression for s in samples) / n,
-        "accepted_per_forward": sum(s.mean_accepted_per_forward for s in samples) / n,
-        "accepted_per_forward_histogram": {str(k): v for k, v in sorted(hist.items())},
-        "peak_memory_mb": max(s.peak_memory_mb for s in samples),
-        "commit_forward": samples[0].commit_forward,
-        "per_sample": [{k: getattr(s, k) if k != "accepted_per_forward" else s.mean_accepted_per_forward
-                        for k in FIGURES} for s in samples],
-        "extra": summarize_extra(samples),
-    }
-    return out
-
-
-def summarize_extra(samples: Sequence[Any]) -> dict[str, Any]:
-    """Method-specific figures (``DecodeStats.extra``) over samples: ``max_*`` keys by max, other numbers by mean,
-    anything else kept when all samples agree (e.g. ``tv_kind``)."""
-    out: dict[str, Any] = {}
-    for key in samples[0].extra:
-        values = [s.extra.get(key) for s in samples]
-        if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
-            out[key] = max(values) if key.startswith("max_") else sum(values) / len(values)
-        elif all(v == values[0] for v in values):
-            out[key] = values[0]
-    return out
+def ideal_speedup(record: Mapping[str, Any], ar_forwards: float, curve: Sequence[Mapping[str, float]]
+                  ) -> float | None:
+    """AR's target forwards over the method's, times ``cost(1) / cost(T)`` from the curve (``T``: the
+    method's positions per forward). Drafter forwards are not in it (they are timed separately);
+    ``None`` for methods with a varying ``T`` (ZipAR) or without a curve."""
+    T = record.get("positions_per_forward")
+    if not curve or not isinstance(T, int):
+        return None
+    one, wide = curve_cost(curve, 1), curve_cost(curve, T)
+    if one is None or wide is None:
+        return None
+    return ar_forwards / record["target_forwards"] * one / wide
 
 
 # ----------------------------------------------------------------------------- tables
@@ -380,17 +350,27 @@ def _fmt(x: float, digits: int = 2) -> str:
     return f"{x:.{digits}f}"
 
 
-TABLE_COLUMNS = ("spec", "lossless", "target_forwards", "draft_forwards", "step_compression",
-                 "accepted_per_forward", "latency_s", "speedup", "peak_memory_mb")
+TABLE_COLUMNS = ("spec", "lossless", "target_forwards", "draft_forwards", "step_compression", "T",
+                 "latency_s", "speedup", "ideal", "fwd_ms", "draft_ms", "outside_ms", "outside", "syncs/it")
+
+
+def _opt(x: Any, digits: int = 2, suffix: str = "") -> str:
+    return "-" if x is None else _fmt(x, digits) + suffix
 
 
 def table_rows(records: Sequence[Mapping[str, Any]]) -> list[list[str]]:
+    """One row per record: forwards, step compression, positions per forward, latency, measured and ideal
+    speedup, ms per target forward inside target / drafter forwards and outside both, outside share, host
+    syncs per iteration."""
     rows = []
     for r in records:
         rows.append([r["spec"], "yes" if r["lossless"] else "no", _fmt(r["target_forwards"], 1),
                      _fmt(r["draft_forwards"], 1), _fmt(r["step_compression"]) + "x",
-                     _fmt(r["accepted_per_forward"]), _fmt(r["latency_s"], 4), _fmt(r["speedup"]) + "x",
-                     _fmt(r["peak_memory_mb"], 0)])
+                     str(r.get("positions_per_forward") or "-"), _fmt(r["latency_s"], 4), _fmt(r["speedup"]) + "x",
+                     _opt(r.get("ideal_speedup"), 2, "x"), _opt(r.get("target_ms_per_forward")),
+                     _opt(r.get("draft_ms_per_forward")), _opt(r.get("outside_ms_per_forward")),
+                     _opt(None if r.get("outside_share") is None else 100 * r["outside_share"], 0, "%"),
+                     _opt(r.get("host_syncs_per_iteration"))])
     return rows
 
 
@@ -443,7 +423,11 @@ def format_markdown(result: BenchResult) -> str:
     lines = ["# arvis bench", "", f"`{_header_line(result)}`", "",
              f"Sampling: {json.dumps(r0['sampling'])}. latency_s = median wall time per sample over "
              f"{r0['repeats']} interleaved rounds; speedup = AR latency / method latency (same process, "
-             f"seeds, dtype, threads).", "", *md(TABLE_COLUMNS, table_rows(result.records))]
+             f"seeds, dtype, threads); ideal = AR forwards / method forwards x cost(1) / cost(T) from the curve "
+             f"below (T = positions per forward); fwd_ms / draft_ms / outside_ms = time inside target forwards, "
+             f"inside drafter forwards and outside both, per target forward; outside = share of the latency; "
+             f"syncs/it = host synchronisations per loop iteration.", "",
+             *md(TABLE_COLUMNS, table_rows(result.records))]
     if result.forward_cost:
         lines += ["", "Forward cost on this machine (ms per target forward vs positions evaluated; "
                   "same model, batch and guidance):", "",

@@ -2,12 +2,14 @@
 
 Examples::
 
-    arvis bench --method "mc-sjd:window=16,coupling=gumbel;zipar:window=2" --num-images 2
+    arvis bench --method "mc-sjd:window=16,coupling=gumbel;zipar:row_lag=2" --num-images 2
     arvis bench --model tiny-random --method "sjd:window=16;mc-sjd:window=32,init=random" \\
         --num-images 8 --json bench.json --markdown bench.md --plots plots/
     arvis fid --folder samples/c2i-ar --floor                   # domain network vs held-out crops
     arvis fid --model c2i --num-images 1000 --floor --json fid.json   # sample in-process, no files
     arvis clip-score --folder samples/t2i-ar                    # captions from manifest.json
+    arvis clip-score --folder samples/emoji --clip-model clip-emoji   # emoji images and their names
+    arvis fid --model emoji --num-images 1000 --floor           # emoji model: held-out emoji, domain-emoji
 
 The flags come from :mod:`arvis.cli_args` (docs/cli.md). Nothing is written before the arguments are
 validated, and every output is written atomically.
@@ -15,12 +17,11 @@ validated, and every output is written atomically.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from arvis import cli_args as a
-from arvis.cli import command
+from arvis.cli_args import command
 
 if TYPE_CHECKING:
     import argparse
@@ -113,9 +114,13 @@ def _fid_arguments(p: argparse.ArgumentParser) -> None:
                    help="reference: 'heldout' (held-out real crops, cached), a folder, or a statistics .npz")
     p.add_argument("--ref-num", type=int, default=5000, help="held-out crops in the reference (default 5000)")
     p.add_argument("--floor", action="store_true", help="also report the real-vs-real floor at the same N")
-    p.add_argument("--extractor", default="domain",
-                   help="'domain' (shipped domain network), a domain-network folder, or "
-                        "'inception:PATH' (clean-fid's clean-mode Inception TorchScript file)")
+    p.add_argument("--extractor", default=None,
+                   help="'domain' / 'domain-emoji' (shipped domain networks), a domain-network folder, or "
+                        "'inception:PATH' (clean-fid's clean-mode Inception TorchScript file); default: the "
+                        "domain network of --data")
+    p.add_argument("--data", choices=["photos", "emoji"], default=None,
+                   help="what the images are: picks the held-out reference and the default extractor (default: "
+                        "the --model folder's evaluation.json, else photos)")
     p.add_argument("--feature-batch-size", type=int, default=64, help="images per feature-extractor call (default 64)")
     _add_outputs(p, "save_stats", "json")
     a.add_sampling(p)
@@ -147,8 +152,14 @@ def run_fid_command(args: argparse.Namespace) -> int:
     spec = a.parse_methods(args.method, single=True)[0] if args.model is not None else None
     _check_outputs(args, "json", "save_stats")
     dtype = a.setup_runtime(args)
-    extractor = load_extractor(args.extractor, device=args.device)
-    record: dict[str, Any] = {}
+    from arvis.data.sources import model_data
+    from arvis.eval.fid import DATA_EXTRACTORS
+
+    data = args.data
+    if data is None:
+        data = "photos" if args.model is None else model_data(_model_folder(args.model))
+    extractor = load_extractor(args.extractor or DATA_EXTRACTORS[data], device=args.device)
+    record: dict[str, Any] = {"data": data}
     source: Any
     num = None
     if args.model is not None:
@@ -168,7 +179,7 @@ def run_fid_command(args: argparse.Namespace) -> int:
         source = args.folder
     result = compute_fid(source, args.ref, extractor, num=num, reference_num=args.ref_num, floor=args.floor,
                          batch_size=args.feature_batch_size, source_batch_size=args.batch_size,
-                         device=args.device, progress=not args.no_progress)
+                         device=args.device, progress=not args.no_progress, data=data)
     record.update(result.to_dict())
     record.update(provenance(args.device, dtype))
     floor = f"   real-vs-real floor (N={result.generated.count}): {result.floor:.4f}" if result.floor is not None else ""
@@ -183,12 +194,20 @@ def run_fid_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def _model_folder(model: str) -> str | None:
+    """The folder of a model alias or path (``None`` for the tiny random model)."""
+    from arvis.hub import TINY_RANDOM, resolve_model
+
+    return None if model == TINY_RANDOM else str(resolve_model(model))
+
+
 # ----------------------------------------------------------------------------- clip score
 def _clip_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--folder", required=True, help="folder of images (captions from its manifest.json)")
     p.add_argument("--captions", default=None, help="JSON {file name: caption} instead of the manifest")
     p.add_argument("--clip-model", default=None,
-                   help="shipped CLIP (default), an open_clip folder, or an open_clip architecture (e.g. ViT-B-32)")
+                   help="shipped CLIP: 'clip' (scenes, default) or 'clip-emoji'; an open_clip folder; or an open_clip "
+                        "architecture (e.g. ViT-B-32) with --weights")
     p.add_argument("--weights", default=None, help="local weights file for an open_clip architecture")
     p.add_argument("--feature-batch-size", type=int, default=32, help="images per CLIP call (default 32)")
     _add_outputs(p, "json")
@@ -214,9 +233,3 @@ def run_clip_command(args: argparse.Namespace) -> int:
         write_json_atomic(args.json, {**result.to_dict(), **provenance(args.device, dtype)})
         print(f"wrote {args.json}")
     return 0
-
-
-if __name__ == "__main__":  # pragma: no cover
-    from arvis.cli import main
-
-    sys.exit(main())

@@ -142,12 +142,26 @@ def load_extractor(spec: str | os.PathLike | None = None, device: str | torch.de
         device: where the network runs.
     """
     from arvis.eval.domain import DomainFeatures, load_domain_network
+    from arvis.models.domain_net import DOMAIN_NETWORKS
 
     text = None if spec is None else str(spec)
     if text is not None and (text.startswith("inception:") or text.endswith(".pt")):
         return InceptionFeatures(text.removeprefix("inception:")).to(device)
     net = load_domain_network(text, device=device)
-    return DomainFeatures(net, name="domain" if text in (None, "domain") else f"domain:{display_path(text)}")
+    name = "domain" if text is None else text if text in DOMAIN_NETWORKS else f"domain:{display_path(text)}"
+    return DomainFeatures(net, name=name)
+
+
+#: Each data set's FID setting: the shipped domain network of its classes (an alias of ``load_extractor``).
+DATA_EXTRACTORS = {"photos": "domain", "emoji": "domain-emoji"}
+
+
+def reference_images_fn(data: str = "photos") -> Callable[[int, int, int], np.ndarray]:
+    """The held-out real images FID compares ``data`` with: ``(num, resolution, seed) -> uint8 [num, R, R, 3]``
+    (photos: crops of the held-out strips; emoji: augmented views of held-out emoji)."""
+    from arvis.data.sources import check_data, heldout_images_fn
+
+    return heldout_images if check_data(data) == "photos" else heldout_images_fn(data)
 
 
 def extractor_name(extractor: Any) -> str:
@@ -348,7 +362,7 @@ def heldout_statistics(extractor: Any, num: int = DEFAULT_REFERENCE_COUNT, resol
     path = None
     if cache and fingerprint:
         params = {"num": int(num), "resolution": int(resolution), "seed": int(seed), "extractor": fingerprint,
-                  "input_size": _input_size(extractor), "images": getattr(images_fn, "__qualname__", "custom")}
+                  "input_size": _input_size(extractor), "images": _images_key(images_fn)}
         path = cache_path("fid-stats", params, cache_dir)
         if path.is_file():
             return FIDStatistics.load(path)
@@ -359,6 +373,13 @@ def heldout_statistics(extractor: Any, num: int = DEFAULT_REFERENCE_COUNT, resol
     if path is not None:
         stats.save(path)
     return stats
+
+
+def _images_key(images_fn: Callable) -> str:
+    """Names the held-out image maker in cache keys (module-qualified except the photos' default, whose key
+    predates the emoji data and must keep naming the same cached statistics)."""
+    name = getattr(images_fn, "__qualname__", "custom")
+    return name if images_fn is heldout_images else f"{getattr(images_fn, '__module__', '')}.{name}"
 
 
 def real_floor(reference: FIDStatistics, extractor: Any, num: int, seed: int = FLOOR_SEED,
@@ -393,8 +414,8 @@ def compute_fid(source: str | os.PathLike | np.ndarray | ImageSource,
                 num: int | None = None, reference_num: int = DEFAULT_REFERENCE_COUNT, floor: bool = False,
                 batch_size: int = 64, source_batch_size: int = 16, device: str | torch.device = "cpu",
                 cache_dir: str | os.PathLike | None = None,
-                images_fn: Callable[[int, int, int], np.ndarray] = heldout_images, progress: bool = True
-                ) -> FIDResult:
+                images_fn: Callable[[int, int, int], np.ndarray] | None = None, progress: bool = True,
+                data: str = "photos") -> FIDResult:
     """FID of generated images against a reference.
 
     Args:
@@ -402,20 +423,24 @@ def compute_fid(source: str | os.PathLike | np.ndarray | ImageSource,
             ``indices -> uint8 [B, H, W, 3]`` (then ``num`` is required).
         reference: ``"heldout"`` (held-out real crops at the source's resolution, cached), a folder of
             images, a statistics ``.npz`` written by :meth:`FIDStatistics.save`, or statistics.
-        extractor: a feature extractor (default: the shipped domain network).
+        extractor: a feature extractor (default: the shipped domain network of ``data``).
         num: images to draw from an image source.
         reference_num: held-out crops in the reference.
         floor: also compute the real-vs-real floor at the source's size.
         batch_size, device: feature extraction (CPU, no worker processes by default).
         source_batch_size: indices per call of an image source (images do not depend on it).
         cache_dir: where held-out statistics are cached.
-        images_fn: the held-out image maker (tests replace it).
+        images_fn: the held-out image maker (default: ``data``'s, :func:`reference_images_fn`; tests replace it).
+        data: the data set the images belong to, ``"photos"`` or ``"emoji"``: picks the default extractor
+            (:data:`DATA_EXTRACTORS`) and the held-out reference images.
     """
+    if images_fn is None:
+        images_fn = reference_images_fn(data)
     if floor and (isinstance(reference, FIDStatistics) or str(reference) != "heldout"):
         raise ValueError("floor: the real-vs-real floor is defined against the held-out reference "
                          "(reference='heldout')")
     if extractor is None:
-        extractor = load_extractor(None, device=device)
+        extractor = load_extractor(DATA_EXTRACTORS[data], device=device)
     kw = dict(batch_size=batch_size, device=device, progress=progress)
     if isinstance(source, np.ndarray):
         gen = array_statistics(source, extractor, **kw)

@@ -8,28 +8,46 @@ The rules that make a job reproducible and resumable (docs/measurement.md, docs/
   grids are decoded to pixels one image at a time: the VQ decoder's batched convolutions differ in
   the last float bits with the batch size, which can flip a rounded pixel and so the PNG bytes.
 - Rank ``r`` of ``W`` draws the indices ``i`` with ``i % W == r`` (no padding, no duplicates; unlike
-  ``accelerate``'s ``split_between_processes``, which pads by repeating samples).
+  ``accelerate``'s ``split_between_processes``, which pads by repeating samples). The process group
+  is accelerate's (:class:`accelerate.PartialState`: ``torchrun`` / ``accelerate launch``, gloo on
+  the CPU, NCCL on GPUs); a plain ``python`` launch is rank 0 of 1.
 - Each image is written as ``{index:06d}.png`` through a hidden temporary file and an atomic rename,
-  so a reader (clean-fid globs ``*.png``) only ever sees finished images. ``manifest.json`` (written
-  atomically) records the job at the start and every image's sha256 at the end.
-- ``resume=True`` keeps every PNG that decodes completely, removes temporaries a killed writer left,
-  and draws only the missing indices. A finished job resumed with a larger ``num_samples`` extends it.
+  so a reader (clean-fid globs ``*.png``) only ever sees finished images, with the permissions the
+  umask gives. Right after, its sha256 and size are appended to the rank's hidden journal
+  (``.journal-{rank}.jsonl``). ``manifest.json`` (written atomically) records the job at the start
+  and every image's sha256, seed and condition at the end (the journals are then folded into it).
+- ``resume=True`` keeps exactly the PNGs whose bytes hash to what the manifest or a journal recorded
+  for their index, removes temporaries a killed writer left, and draws everything else again: a
+  missing, truncated or foreign file (even a valid PNG of the right size) is replaced, never
+  certified. A finished job resumed with a larger ``num_samples`` extends it.
+- One job at a time per folder: rank 0 holds an exclusive OS lock (``flock`` on ``.arvis-job.lock``)
+  for the job's lifetime; a second job on the same folder is refused (:class:`~arvis.errors.JobError`)
+  instead of deleting the first one's files. The kernel drops the lock when a process dies, so a
+  killed job can always be resumed.
+- A write the file system refuses (disk full, quota, read-only, file-size limit) stops the job with a
+  :class:`~arvis.errors.StorageError` that says what happened; the images already written are kept
+  and ``--resume`` continues.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import hashlib
+import json
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+from PIL import Image
 from tqdm.auto import tqdm
 
+from arvis.errors import ArvisError, JobError, StorageError
 from arvis.eval.files import (
-    is_valid_image,
     png_bytes,
     remove_stale_temporaries,
     sha256_file,
@@ -39,6 +57,10 @@ from arvis.eval.files import (
 from arvis.utils.random import image_generator, seed_for  # noqa: F401  (the per-image seed rule, re-exported)
 
 MANIFEST = "manifest.json"
+LOCK_FILE = ".arvis-job.lock"
+JOURNAL_GLOB = ".journal-*.jsonl"
+RESUME_ADVICE = ("The images already written are kept: fix the cause, then run the same command with --resume "
+                 "(resume=True) to continue")
 
 
 def shard(indices: Sequence[int], rank: int, world_size: int) -> list[int]:
@@ -122,44 +144,130 @@ class PipelineSampler:
 
 
 # ----------------------------------------------------------------------------- distributed helpers
-def init_distributed(device: str | torch.device = "cpu") -> tuple[int, int]:
-    """``(rank, world_size)``; joins the process group when launched by ``torchrun`` / ``accelerate launch``.
+def distributed_state(device: str | torch.device | None = None) -> Any:
+    """accelerate's process state: joins the process group when launched by ``torchrun`` / ``accelerate launch``.
 
-    Backend: ``gloo`` on the CPU, ``nccl`` on CUDA. A plain ``python`` launch is rank 0 of 1.
+    Args:
+        device: the sampling device; on the CPU the ranks join a gloo group (accelerate only does so
+            when told the job runs on the CPU), on CUDA an NCCL group with ``cuda:LOCAL_RANK`` per rank.
+            ``None`` reuses the state already initialised in this process (or initialises the default).
+
+    Returns:
+        :class:`accelerate.PartialState` (``process_index``, ``num_processes``, ``wait_for_everyone``).
     """
-    import torch.distributed as dist
+    from accelerate import PartialState
 
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world > 1 and not dist.is_initialized():
-        backend = "nccl" if torch.device(device).type == "cuda" else "gloo"
-        dist.init_process_group(backend=backend)
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return 0, 1
-
-
-def _distributed() -> bool:
-    import torch.distributed as dist
-
-    return dist.is_available() and dist.is_initialized()
-
-
-def _barrier() -> None:
-    if _distributed():
-        import torch.distributed as dist
-
-        dist.barrier()
+    if device is None:
+        return PartialState()
+    return PartialState(cpu=torch.device(device).type == "cpu")
 
 
 def _share_from_rank0(value: Any) -> Any:
     """Rank 0's ``value`` on every rank (identity without a process group)."""
-    if not _distributed():
-        return value
-    import torch.distributed as dist
+    from accelerate.utils import broadcast_object_list
 
-    box = [value]
-    dist.broadcast_object_list(box, src=0)
-    return box[0]
+    return broadcast_object_list([value], from_process=0)[0]
+
+
+@contextlib.contextmanager
+def storage_errors(action: str) -> Iterator[None]:
+    """Turn an ``OSError`` met while ``action`` into a :class:`StorageError` saying how to continue."""
+    try:
+        yield
+    except OSError as err:
+        raise StorageError.from_os_error(err, action, RESUME_ADVICE) from err
+
+
+class JobLock:
+    """An exclusive OS lock (``flock``) on ``{folder}/.arvis-job.lock``, held while a job runs.
+
+    The lock file holds the owner's pid (for the refusal message) and is removed on release. A
+    finishing job unlinks the file while a starting one may already have opened it; the starter then
+    holds a lock on a file that is no longer in the folder, so :meth:`acquire` checks that the file it
+    locked is still the one at the path, and retries otherwise.
+    """
+
+    def __init__(self, path: Path, fd: int):
+        self.path, self._fd = path, fd
+
+    @classmethod
+    def acquire(cls, folder: Path) -> JobLock:
+        """Lock ``folder`` (created if needed) or raise :class:`JobError` naming the holder's pid."""
+        path = folder / LOCK_FILE
+        while True:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.read(fd, 32).decode(errors="replace").strip() or "unknown"
+                os.close(fd)
+                raise JobError(f"output: {str(folder)!r} is being written by another sampling job (pid {holder}); "
+                               f"wait for it to finish, or choose another folder") from None
+            try:
+                current = os.stat(path).st_ino == os.fstat(fd).st_ino
+            except FileNotFoundError:
+                current = False
+            if current:
+                break
+            os.close(fd)
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        return cls(path, fd)
+
+    def release(self) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self.path.unlink()
+        os.close(self._fd)
+
+
+class Journal:
+    """A rank's append-only record of the images it wrote: one JSON line per image (index, sha256, size).
+
+    Lines are appended right after an image's atomic rename; a line torn by a kill does not parse and
+    is skipped (its image is then drawn again), and the next run starts on a fresh line.
+    """
+
+    def __init__(self, folder: Path, rank: int):
+        self.path = folder / f".journal-{rank}.jsonl"
+        self._file = open(self.path, "ab")
+        if self._file.tell() and not self.path.read_bytes().endswith(b"\n"):
+            self._file.write(b"\n")
+
+    def record(self, index: int, digest: str, height: int, width: int) -> None:
+        line = json.dumps({"index": index, "sha256": digest, "height": height, "width": width})
+        self._file.write(line.encode() + b"\n")
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def recorded_images(folder: Path) -> dict[int, dict[str, Any]]:
+    """Index → record (``sha256``, ``height``, ``width``) from the manifest and every rank's journal."""
+    records: dict[int, dict[str, Any]] = {}
+    manifest = folder / MANIFEST
+    if manifest.is_file():
+        with contextlib.suppress(ValueError, TypeError, KeyError):
+            for r in json.loads(manifest.read_text()).get("images", []):
+                records[int(r["index"])] = r
+    for journal in sorted(folder.glob(JOURNAL_GLOB)):
+        for line in journal.read_bytes().splitlines():
+            try:
+                r = json.loads(line)
+                records[int(r["index"])] = r
+            except (ValueError, TypeError, KeyError):
+                continue  # a line torn by a kill
+    return records
+
+
+def _verified(path: Path, record: dict[str, Any] | None) -> bool:
+    """Whether ``path`` holds exactly the bytes ``record`` certifies."""
+    if record is None or not path.is_file():
+        return False
+    try:
+        return sha256_file(path) == record.get("sha256")
+    except OSError:
+        return False
 
 
 # ----------------------------------------------------------------------------- the job
@@ -191,49 +299,53 @@ class SamplingJob:
 @dataclass
 class JobResult:
     written: int  # images this rank drew in this run
-    skipped: int  # images of this rank's shard already present
+    skipped: int  # images of this rank's shard already present with their recorded bytes
+    replaced: int  # files of this rank's shard that were present but not certified, drawn again
     removed_temporaries: int
     manifest: Path | None  # rank 0 only
 
 
-def _prepare(job: SamplingJob, output: Path, resume: bool) -> tuple[str | None, int]:
-    """Rank 0: check the folder against the job, clear temporaries, write the opening manifest."""
-    manifest_path = output / MANIFEST
-    removed = 0
-    if output.exists() and not output.is_dir():
-        return f"output: {str(output)!r} exists and is not a folder", 0
-    if manifest_path.is_file():
-        import json
+def _prepare(job: SamplingJob, output: Path, resume: bool) -> int:
+    """Rank 0, holding the folder's lock: check the folder against the job, clear temporaries, write the
+    opening manifest (keeping the image records of a finished job being extended).
 
+    Returns:
+        How many stale temporaries were removed.
+
+    Raises:
+        JobError: the folder holds another job, foreign PNGs, this job without ``resume``, or more images.
+    """
+    manifest_path = output / MANIFEST
+    previous: dict[str, Any] = {}
+    if manifest_path.is_file():
         try:
             previous = json.loads(manifest_path.read_text())
             old = SamplingJob(**previous["job"])
         except (ValueError, KeyError, TypeError) as err:
-            return f"output: {str(manifest_path)!r} is not an arvis sampling manifest ({err})", 0
+            raise JobError(f"output: {str(manifest_path)!r} is not an arvis sampling manifest ({err})") from None
         if not resume:
-            return (f"output: {str(output)!r} already holds a sampling job ({old.num_samples} images); pass "
-                    f"--resume to continue it, or choose an empty folder"), 0
+            raise JobError(f"output: {str(output)!r} already holds a sampling job ({old.num_samples} images); pass "
+                           f"--resume to continue it, or choose an empty folder")
         if old.identity() != job.identity():
             diff = sorted(k for k, v in job.identity().items() if old.identity().get(k) != v)
-            return (f"output: the job in {str(output)!r} differs from this one in {diff}; resuming would mix "
-                    f"images of two jobs. Use the same settings or another folder"), 0
-    elif output.is_dir() and any(output.glob("*.png")):
-        return (f"output: {str(output)!r} holds PNGs but no {MANIFEST}; refusing to mix them with a new job. "
-                f"Choose an empty folder"), 0
-    beyond = [p.name for p in output.glob("*.png") if p.stem.isdigit() and int(p.stem) >= job.num_samples] \
-        if output.is_dir() else []
+            raise JobError(f"output: the job in {str(output)!r} differs from this one in {diff}; resuming would mix "
+                           f"images of two jobs. Use the same settings or another folder")
+    elif any(output.glob("*.png")):
+        raise JobError(f"output: {str(output)!r} holds PNGs but no {MANIFEST}; refusing to mix them with a new job. "
+                       f"Choose an empty folder")
+    beyond = [p.name for p in output.glob("*.png") if p.stem.isdigit() and int(p.stem) >= job.num_samples]
     if beyond:
-        return (f"num_samples: the folder already holds images with index >= {job.num_samples} "
-                f"(e.g. {sorted(beyond)[0]}); a job can be extended, not shrunk"), 0
-    output.mkdir(parents=True, exist_ok=True)
+        raise JobError(f"num_samples: the folder already holds images with index >= {job.num_samples} "
+                       f"(e.g. {sorted(beyond)[0]}); a job can be extended, not shrunk")
     removed = len(remove_stale_temporaries(output))
-    write_json_atomic(manifest_path, {"job": asdict(job), "complete": False})
-    return None, removed
+    images = previous.get("images", []) if isinstance(previous.get("images"), list) else []
+    write_json_atomic(manifest_path, {"job": asdict(job), "complete": False, "images": images})
+    return removed
 
 
 def run_sampling_job(sampler: Callable[[Sequence[int]], np.ndarray], job: SamplingJob, output: str | os.PathLike,
                      batch_size: int = 8, resume: bool = False, progress: bool = True) -> JobResult:
-    """Draw the job's images into ``output`` (this process's shard when a process group is initialised).
+    """Draw the job's images into ``output`` (this process's shard when launched on several ranks).
 
     Args:
         sampler: ``indices -> uint8 [B, H, W, 3]``, each image a pure function of ``(job.seed, index)``
@@ -245,60 +357,114 @@ def run_sampling_job(sampler: Callable[[Sequence[int]], np.ndarray], job: Sampli
         progress: a tqdm bar per rank.
 
     Raises:
-        ValueError: the folder holds another job, foreign PNGs, or (without ``resume``) this job.
+        JobError: another job is writing to the folder; the folder holds another job, foreign PNGs, or
+            (without ``resume``) this job.
+        StorageError: the file system refused a write (the images written so far are kept).
     """
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
     output = Path(output)
-    rank, world = (0, 1)
-    if _distributed():
-        import torch.distributed as dist
+    state = distributed_state()
+    rank, world = state.process_index, state.num_processes
+    lock: JobLock | None = None
+    outcome: ArvisError | int = 0
+    if rank == 0:
+        try:
+            if output.exists() and not output.is_dir():
+                raise JobError(f"output: {str(output)!r} exists and is not a folder")
+            with storage_errors(f"preparing the output folder {str(output)!r}"):
+                output.mkdir(parents=True, exist_ok=True)
+                lock = JobLock.acquire(output)
+                outcome = _prepare(job, output, resume)
+        except ArvisError as err:
+            outcome = err
+    outcome = _share_from_rank0(outcome)  # the refusal (or the count of removed temporaries) on every rank
+    try:
+        if isinstance(outcome, ArvisError):
+            raise outcome
+        state.wait_for_everyone()
+        result = _draw_shard(sampler, job, output, batch_size, progress, rank, world)
+        result.removed_temporaries = outcome
+        state.wait_for_everyone()
+        if rank == 0:
+            with storage_errors(f"writing {MANIFEST} in {str(output)!r}"):
+                result.manifest = write_manifest(job, output, sampler)
+        state.wait_for_everyone()
+        return result
+    finally:
+        if lock is not None:
+            lock.release()
 
-        rank, world = dist.get_rank(), dist.get_world_size()
-    error, removed = _prepare(job, output, resume) if rank == 0 else (None, 0)
-    error = _share_from_rank0(error)
-    if error:
-        raise ValueError(error)
-    _barrier()
 
+def _draw_shard(sampler: Callable[[Sequence[int]], np.ndarray], job: SamplingJob, output: Path, batch_size: int,
+                progress: bool, rank: int, world: int) -> JobResult:
+    """Draw this rank's indices that are not already present with their recorded bytes."""
+    records = recorded_images(output)
     mine = shard(range(job.num_samples), rank, world)
-    pending = [i for i in mine if not is_valid_image(image_path(output, i))]
+    pending = [i for i in mine if not _verified(image_path(output, i), records.get(i))]
+    replaced = sum(image_path(output, i).exists() for i in pending)
     bar = tqdm(total=len(pending), desc=f"sampling rank {rank}/{world}", unit="img", disable=not progress,
                position=rank)
-    for start in range(0, len(pending), batch_size):
-        indices = pending[start:start + batch_size]
-        images = sampler(indices)
-        if images.shape[0] != len(indices) or images.dtype != np.uint8:
-            raise RuntimeError(f"sampler returned {images.shape} {images.dtype} for {len(indices)} indices")
-        for i, image in zip(indices, images, strict=True):
-            write_bytes_atomic(image_path(output, i), png_bytes(image))
-        bar.update(len(indices))
-    bar.close()
-    _barrier()
-
-    manifest = None
-    if rank == 0:
-        manifest = write_manifest(job, output, sampler)
-    _barrier()
-    return JobResult(written=len(pending), skipped=len(mine) - len(pending), removed_temporaries=removed,
-                     manifest=manifest)
+    with storage_errors(f"opening the journal in {str(output)!r}"):
+        journal = Journal(output, rank)
+    try:
+        for start in range(0, len(pending), batch_size):
+            indices = pending[start:start + batch_size]
+            images = sampler(indices)
+            if images.shape[0] != len(indices) or images.dtype != np.uint8:
+                raise RuntimeError(f"sampler returned {images.shape} {images.dtype} for {len(indices)} indices")
+            for i, image in zip(indices, images, strict=True):
+                data = png_bytes(image)
+                path = image_path(output, i)
+                with storage_errors(f"writing {path.name} in {str(output)!r}"):
+                    write_bytes_atomic(path, data)
+                    journal.record(i, hashlib.sha256(data).hexdigest(), int(image.shape[0]), int(image.shape[1]))
+            bar.update(len(indices))
+    finally:
+        bar.close()
+        with contextlib.suppress(OSError):
+            journal.close()
+    return JobResult(written=len(pending), skipped=len(mine) - len(pending), replaced=replaced,
+                     removed_temporaries=0, manifest=None)
 
 
 def write_manifest(job: SamplingJob, output: Path, sampler: Any = None) -> Path:
-    """Check that all ``num_samples`` images are present and valid; write the closing manifest."""
-    records = []
-    missing = []
+    """Certify the job: every image present with the bytes, size and mode recorded when it was written;
+    write the closing manifest and fold the journals into it.
+
+    Raises:
+        JobError: an image is missing or differs from its record (changed while the job ran).
+    """
+    records = recorded_images(output)
+    certified = []
+    bad = []
+    size = None
     for i in tqdm(range(job.num_samples), desc="manifest", unit="img", disable=job.num_samples < 2000):
         path = image_path(output, i)
-        if not is_valid_image(path):
-            missing.append(i)
+        record = records.get(i)
+        if not _verified(path, record):
+            bad.append(i)
             continue
-        record: dict[str, Any] = {"index": i, "file": path.name, "sha256": sha256_file(path),
-                                  "seed": seed_for(job.seed, i)}
+        assert record is not None
+        with Image.open(path) as im:
+            shape = (im.height, im.width, im.mode)
+        if size is None:
+            size = shape
+        if shape != size or (record.get("height"), record.get("width")) not in ((None, None), shape[:2]):
+            bad.append(i)
+            continue
+        entry: dict[str, Any] = {"index": i, "file": path.name, "sha256": record["sha256"],
+                                 "seed": seed_for(job.seed, i)}
         if hasattr(sampler, "condition"):
-            record.update(sampler.condition(i))
-        records.append(record)
-    if missing:
-        raise RuntimeError(f"{len(missing)} images missing after sampling (e.g. index {missing[0]})")
-    return write_json_atomic(output / MANIFEST, {"job": asdict(job), "complete": True, "count": len(records),
-                                                 "images": records})
+            entry.update(sampler.condition(i))
+        certified.append(entry)
+    if bad:
+        raise JobError(f"{len(bad)} images are missing or differ from what this job wrote (e.g. index {bad[0]}); "
+                       f"run the same command with --resume to draw them again")
+    assert size is not None
+    manifest = write_json_atomic(output / MANIFEST, {
+        "job": asdict(job), "complete": True, "count": len(certified),
+        "image": {"height": size[0], "width": size[1], "mode": size[2]}, "images": certified})
+    for journal in output.glob(JOURNAL_GLOB):
+        journal.unlink()
+    return manifest

@@ -1,12 +1,13 @@
 """Decoding methods and the one entry point that runs them: :func:`decode`.
 
 Every method is registered by name; :func:`build_method` turns ``(name, options)`` into a validated
-method object and raises ``ValueError`` naming the unknown method or option.
+method object and raises ``ValueError`` naming the unknown method or option. Each method declares its
+options once (``METHODS[name].options``, :mod:`arvis.methods.options`); :func:`method_options` lists
+them for the CLI, the demo and the bench.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -17,22 +18,44 @@ from arvis.engine.sampling import SamplingConfig
 from arvis.engine.stats import BatchStats
 from arvis.methods.ar import Autoregressive
 from arvis.methods.base import DecodingMethod, MissingResourceError
+from arvis.methods.options import Option, method_arguments
+from arvis.methods.sjd import CoupledJacobi, SpeculativeJacobi
+from arvis.methods.speculative import SpeculativeDecoding
+from arvis.methods.zipar import ZipAR
 from arvis.models.protocol import Backbone, Condition
 from arvis.utils.random import GeneratorArg
 
 METHODS: dict[str, type[DecodingMethod]] = {
-    Autoregressive.name: Autoregressive,
+    cls.name: cls for cls in (Autoregressive, SpeculativeJacobi, CoupledJacobi, ZipAR, SpeculativeDecoding)
 }
 
 
 def register_method(cls: type[DecodingMethod]) -> type[DecodingMethod]:
-    """Class decorator adding a method to the registry under ``cls.name``."""
+    """Class decorator adding a method to the registry under ``cls.name`` (for methods defined elsewhere)."""
     METHODS[cls.name] = cls
     return cls
 
 
 def available_methods() -> list[str]:
     return sorted(METHODS)
+
+
+def method_options(name: str) -> tuple[Option, ...]:
+    """The declared options of method ``name`` (kind, default, choices or range, help)."""
+    return _method_class(name).options
+
+
+def describe_methods() -> str:
+    """Every method, whether it is lossless with its defaults, and its declared options (``arvis methods``)."""
+    lines = []
+    for name in available_methods():
+        default = METHODS[name]()
+        kind = "lossless" if default.lossless else "lossy"
+        if any(o.name == "acceptance" for o in default.options):
+            kind += " (lossy with a relaxed acceptance rule)"
+        lines.append(f"{name}: {kind}")
+        lines += [f"    {o.describe()}" for o in default.options]
+    return "\n".join(lines)
 
 
 def build_method(name: str | DecodingMethod, **options: Any) -> DecodingMethod:
@@ -42,52 +65,46 @@ def build_method(name: str | DecodingMethod, **options: Any) -> DecodingMethod:
             raise ValueError(f"method options {sorted(options)} given together with a method object; "
                              f"set them on the object instead")
         return name
-    return _method_class(name, options)(**options)
+    cls = _method_class(name)
+    return cls(**method_arguments(name, cls.options, options))
 
 
 def validate_method(name: str, options: dict[str, Any]) -> None:
-    """Check a method and its option values before a pipeline exists: everything :func:`build_method`
-    checks except the resources only a pipeline provides (draft model, codebook neighbourhoods)."""
-    try:
-        build_method(name, **options)
-    except MissingResourceError:
-        pass
+    """Check a method and its option values before a pipeline exists (resources such as a draft model or
+    codebook neighbourhoods are only required when the decode starts)."""
+    build_method(name, **options)
 
 
 def is_lossless(name: str, options: dict[str, Any] | None = None) -> bool:
-    """Whether method ``name`` with ``options`` samples exactly the target distribution: the method is
-    lossless and its acceptance rule (if it has one) is ``"exact"`` — a relaxed rule makes any method lossy."""
-    return bool(getattr(METHODS[name], "lossless", False)) and (options or {}).get("acceptance", "exact") == "exact"
+    """Whether method ``name`` with ``options`` samples exactly the target distribution (a relaxed
+    acceptance rule makes any method lossy)."""
+    return build_method(name, **(options or {})).lossless
 
 
-def _method_class(name: str, options: dict[str, Any]) -> type:
-    """The method class of ``name`` after checking that it exists and has every option named in ``options``."""
+def _method_class(name: str) -> type[DecodingMethod]:
     if name not in METHODS:
         raise ValueError(f"method: unknown method {name!r}; available methods: {', '.join(available_methods())}")
-    cls = METHODS[name]
-    fields = {f.name for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else set()
-    unknown = sorted(set(options) - fields)
-    if unknown:
-        raise ValueError(f"method {name!r} has no option(s) {unknown}; its options are {sorted(fields) or 'none'}")
-    return cls
+    return METHODS[name]
 
 
 def with_resources(method: str | DecodingMethod, options: dict[str, Any], draft_model: Any = None,
                    neighbours: Callable[[int], torch.Tensor] | None = None) -> dict[str, Any]:
     """``options`` completed with what a method needs from its pipeline, when not given explicitly.
 
-    A method with a ``draft_model`` field gets ``draft_model``; one with a relaxed ``acceptance`` gets
-    ``neighbours(k)``, the tokenizer's codebook neighbourhoods. Returns a new dict.
+    A method declaring a ``draft_model`` option gets ``draft_model``; one with a relaxed ``acceptance``
+    gets ``neighbours(k)``, the tokenizer's codebook neighbourhoods. Returns a new dict.
     """
     options = dict(options)
-    if not isinstance(method, str) or method not in METHODS or not dataclasses.is_dataclass(METHODS[method]):
+    if not isinstance(method, str) or method not in METHODS:
         return options
-    fields = {f.name for f in dataclasses.fields(METHODS[method])}
-    if "draft_model" in fields and options.get("draft_model") is None and draft_model is not None:
+    declared = {o.name: o for o in METHODS[method].options}
+    if "draft_model" in declared and options.get("draft_model") is None and draft_model is not None:
         options["draft_model"] = draft_model
-    if ("neighbours" in fields and options.get("acceptance", "exact") != "exact"
-            and options.get("neighbours") is None and neighbours is not None):
-        options["neighbours"] = neighbours(int(options.get("k", 10)))
+    acceptance = options.get("acceptance", "exact")
+    kind = getattr(acceptance, "kind", acceptance)
+    if "neighbours" in declared and kind != "exact" and options.get("neighbours") is None and neighbours is not None:
+        k = getattr(acceptance, "k", options.get("k", declared["k"].default))
+        options["neighbours"] = neighbours(int(k))
     return options
 
 
@@ -108,6 +125,10 @@ def decode(backbone: Backbone, condition: Condition, sampling: SamplingConfig,
 
     Returns:
         ``(tokens [B, N] int64, statistics)``.
+
+    Raises:
+        arvis.engine.engine.NonFiniteError: a sample's logits or target distribution held NaN or inf
+            (the whole request fails; the error names the samples and the probable cause).
     """
     method_obj = build_method(method, **options)
     engine = DecodeEngine(backbone, condition, sampling, generator, method=method_obj.name, on_commit=on_commit)
@@ -116,18 +137,5 @@ def decode(backbone: Backbone, condition: Condition, sampling: SamplingConfig,
     return engine.tokens, stats
 
 
-__all__ = ["METHODS", "DecodingMethod", "MissingResourceError", "available_methods", "build_method", "decode",
-           "is_lossless", "register_method", "validate_method", "with_resources"]
-
-from arvis.methods.sjd import CoupledJacobi, SpeculativeJacobi  # noqa: E402  (registers after the registry exists)
-
-register_method(SpeculativeJacobi)
-register_method(CoupledJacobi)
-
-from arvis.methods.zipar import ZipAR  # noqa: E402
-
-register_method(ZipAR)
-
-from arvis.methods.speculative import SpeculativeDecoding  # noqa: E402
-
-register_method(SpeculativeDecoding)
+__all__ = ["METHODS", "DecodingMethod", "MissingResourceError", "Option", "available_methods", "build_method",
+           "decode", "describe_methods", "is_lossless", "method_options", "register_method", "validate_method", "with_resources"]

@@ -16,15 +16,19 @@ class Autoregressive(DecodingMethod):
     """Raster-order decoding, one token per forward, on the static cache (LlamaGen's ``generate``)."""
 
     name: ClassVar[str] = "ar"
-    lossless: ClassVar[bool] = True
+    positions_per_forward: ClassVar[int] = 1
+
+    @property
+    def lossless(self) -> bool:
+        return True
 
     def run(self, engine: DecodeEngine) -> None:
         probs = engine.prefill()  # [B, V]: p of sequence index 0
         token = engine.sample(probs[:, None])  # [B, 1]
         index = torch.zeros_like(token)
         engine.commit(index, token)
-        for _ in range(1, engine.num_tokens):
-            probs = engine.evaluate(token, index)  # feed index j-1 → p of index j, [B, 1, V]
+        for j in range(1, engine.num_tokens):
+            probs = engine.evaluate(token, index, extent=j)  # feed index j-1 → p of index j, [B, 1, V]
             token = engine.sample(probs)
             index = index + 1
             engine.commit(index, token)

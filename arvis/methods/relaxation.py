@@ -1,4 +1,4 @@
-"""Shared pieces of the relaxed-acceptance options: validation and cached codebook neighbourhoods."""
+"""Shared pieces of relaxed acceptance for methods: the neighbourhoods check and cached codebook neighbourhoods."""
 
 from __future__ import annotations
 
@@ -45,13 +45,14 @@ def codebook_neighbourhoods(embeddings: torch.Tensor, k: int, cache_dir: str | o
     return table
 
 
-def acceptance_rule(kind: str, k: int, delta: float, lam: float, neighbours: torch.Tensor | None) -> AcceptanceRule:
-    """Validated rule; relaxed rules need neighbourhoods with at least ``k`` columns."""
-    rule = AcceptanceRule(kind=kind, k=k, delta=delta, lam=lam)
-    if not rule.lossless:
-        if neighbours is None:
-            raise MissingResourceError(f"acceptance={kind!r} needs the tokenizer's codebook neighbourhoods (neighbours=…); "
-                             f"the pipelines pass them automatically")
-        if neighbours.shape[1] < k:
-            raise ValueError(f"k={k} but the neighbourhoods have only {neighbours.shape[1]} columns")
-    return rule
+def checked_neighbours(rule: AcceptanceRule, neighbours: torch.Tensor | None) -> torch.Tensor | None:
+    """The neighbourhoods a relaxed rule runs with; :class:`MissingResourceError` when they are missing,
+    ``ValueError`` when they have fewer than ``k`` columns. Exact rules need none (``None`` returned)."""
+    if rule.lossless:
+        return None
+    if neighbours is None:
+        raise MissingResourceError(f"acceptance={rule.kind!r} needs the tokenizer's codebook neighbourhoods "
+                                   f"(neighbours=…); the pipelines pass them automatically")
+    if neighbours.shape[1] < rule.k:
+        raise ValueError(f"k={rule.k} but the neighbourhoods have only {neighbours.shape[1]} columns")
+    return neighbours

@@ -1,7 +1,8 @@
 """ZipAR: spatially parallel decoding (He et al., ICML 2025, arXiv:2412.04062). LOSSY.
 
 Rows of the token grid decode in parallel: every active row decodes one token per forward, and a
-row starts once the row above has ``window`` tokens (see :func:`arvis.engine.schedules.zipar_schedule`
+row starts once the row above has ``row_lag`` tokens (the paper's "window"; renamed here because SJD's
+``window`` is something else) (see :func:`arvis.engine.schedules.zipar_schedule`
 for the exact schedule, proxies and re-feeds). Tokens are sampled from the model's conditionals
 given the tokens decoded so far — the tails of the rows above are *not yet decoded*, so the
 output distribution differs from the model's; its cost is measured by FID, not bounded.
@@ -9,7 +10,7 @@ output distribution differs from the model's; its cost is measured by FID, not b
 What the reference gets wrong and arvis does not: undecoded slots are masked explicitly (the
 engine's attention mask only admits written slots; the reference attends to zero K/V there), the
 schedule lives in the method's per-request loop (not on the model), and batches > 1 and CFG work.
-With ``window >= grid width`` it is plain AR, token for token.
+With ``row_lag >= grid width`` it is plain AR, token for token.
 """
 
 from __future__ import annotations
@@ -22,20 +23,27 @@ import torch
 from arvis.engine.engine import DecodeEngine
 from arvis.engine.schedules import zipar_schedule
 from arvis.methods.base import DecodingMethod
+from arvis.methods.options import Option
 
 
 @dataclass(frozen=True)
 class ZipAR(DecodingMethod):
-    """ZipAR with window ``window`` (a row starts when the row above has ``window`` tokens)."""
+    """ZipAR: a row starts when the row above has ``row_lag`` tokens (lossy)."""
 
     name: ClassVar[str] = "zipar"
-    lossless: ClassVar[bool] = False
+    options: ClassVar[tuple[Option, ...]] = (
+        Option("row_lag", "int", 4, "a row starts once the row above has this many tokens (the paper's window)",
+               low=1, high=4096),
+    )
 
-    window: int = 4
+    row_lag: int = 4
 
     def __post_init__(self) -> None:
-        if not isinstance(self.window, int) or isinstance(self.window, bool) or self.window < 1:
-            raise ValueError(f"window must be an integer >= 1, got {self.window!r}")
+        self._check_declared()
+
+    @property
+    def lossless(self) -> bool:
+        return False
 
     def run(self, engine: DecodeEngine) -> dict[str, Any]:
         grid = engine.layout.grid
@@ -46,14 +54,15 @@ class ZipAR(DecodingMethod):
         probs = engine.prefill()
         first = engine.sample(probs[:, None])
         engine.commit(torch.zeros(B, 1, dtype=torch.long, device=device), first)
-        for forward in zipar_schedule(height, width, self.window):
+        for forward in zipar_schedule(height, width, self.row_lag):
             queries = forward.queries
             input_index = torch.tensor([q.input_index for q in queries], device=device).expand(B, -1)
             source = torch.tensor([q.source_index for q in queries], device=device).expand(B, -1)
             inputs = engine.tokens.gather(1, source)  # every source token is decoded by construction
-            probs = engine.evaluate(inputs, input_index)  # [B, T, V]
+            extent = max(q.input_index for q in queries) + 1
+            probs = engine.evaluate(inputs, input_index, extent=extent)  # [B, T, V]
             decodes = [t for t, q in enumerate(queries) if q.predicts is not None]
             targets = torch.tensor([queries[t].predicts for t in decodes], device=device).expand(B, -1)
             tokens = engine.sample(probs[:, decodes])
             engine.commit(targets, tokens)
-        return {"window": self.window}
+        return {"row_lag": self.row_lag}

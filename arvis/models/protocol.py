@@ -24,7 +24,16 @@ caller's :class:`StaticKVCache` and masks):
 
 Rollback is a property of the caller's masks: a slot written by a rejected draft is simply never
 attended again until it is rewritten. Caches that must be cropped (a transformers ``DynamicCache``)
-implement :meth:`KVCacheProtocol.rollback`; the static cache's is a no-op.
+implement :meth:`KVCacheProtocol.rollback`; the static cache's is a no-op. When samples of a ragged
+batch finish, the engine keeps only the remaining rows with :meth:`KVCacheProtocol.select_rows`.
+
+Optional, additive (a backbone without them works unchanged):
+
+- ``narrow_masks = True`` (class attribute): the backbone accepts an ``attend_mask`` narrower than
+  ``cache.slots`` — slots at and beyond the mask's width are never attended. The engine then passes
+  masks only as wide as the slots that can hold valid keys (rounded up to a multiple of
+  :data:`MASK_WIDTH_STEP`, so that a decode sees a handful of shapes), which keeps attention cost
+  proportional to the prefix instead of the whole cache.
 """
 
 from __future__ import annotations
@@ -34,6 +43,8 @@ from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 import torch
+
+MASK_WIDTH_STEP = 32  # narrow masks grow in steps of this many slots (few distinct shapes per decode)
 
 
 @dataclass(frozen=True)
@@ -114,7 +125,15 @@ class Condition:
 
 @runtime_checkable
 class KVCacheProtocol(Protocol):
-    def rollback(self, lengths: torch.Tensor) -> None: ...
+    rows: int
+
+    def rollback(self, lengths: torch.Tensor) -> None:
+        """Forget every slot at or after ``lengths[r]`` in row ``r`` (``[rows]`` int64)."""
+        ...
+
+    def select_rows(self, rows: torch.Tensor) -> None:
+        """Keep only rows ``rows`` (``[R']`` int64, in that order); later calls see ``R'`` rows."""
+        ...
 
 
 class StaticKVCache:
@@ -142,6 +161,12 @@ class StaticKVCache:
 
     def rollback(self, lengths: torch.Tensor) -> None:
         """No-op: positional caches roll back through the attention mask (see module docstring)."""
+
+    def select_rows(self, rows: torch.Tensor) -> None:
+        """Keep only rows ``rows`` (``[R']`` int64): one copy of every buffer (samples left the batch)."""
+        self.keys = [k.index_select(0, rows) for k in self.keys]
+        self.values = [v.index_select(0, rows) for v in self.values]
+        self.rows = int(rows.shape[0])
 
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in self.keys + self.values)

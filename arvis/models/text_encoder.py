@@ -13,8 +13,19 @@ from diffusers import ConfigMixin, ModelMixin
 from diffusers.configuration_utils import register_to_config
 from torch import nn
 
+from arvis.utils.config_check import Bound, CheckedFolderMixin, check_config
 
-class WordTextEncoder(ModelMixin, ConfigMixin):
+# What each configuration field may hold (arvis.utils.config_check), checked before anything is allocated.
+TEXT_ENCODER_CONFIG_BOUNDS: dict[str, Bound] = {
+    "vocabulary": Bound.strings(1_000_000),
+    "dim": Bound.integer(1, 16384),
+    "num_layers": Bound.integer(1, 256),
+    "num_heads": Bound.integer(1, 256),
+    "max_length": Bound.integer(1, 65536),
+}
+
+
+class WordTextEncoder(CheckedFolderMixin, ModelMixin, ConfigMixin):
     """Word embeddings + a small Transformer encoder (pre-norm), padding masked out.
 
     Args:
@@ -24,10 +35,15 @@ class WordTextEncoder(ModelMixin, ConfigMixin):
         max_length: longest prompt, in words.
     """
 
+    config_bounds = TEXT_ENCODER_CONFIG_BOUNDS
+
     @register_to_config
     def __init__(self, vocabulary: list[str], dim: int = 128, num_layers: int = 2, num_heads: int = 4,
                  max_length: int = 32):
         super().__init__()
+        check_config(self.config, TEXT_ENCODER_CONFIG_BOUNDS, source=type(self).__name__)
+        if dim % num_heads:
+            raise ValueError(f"dim ({dim}) must be divisible by num_heads ({num_heads})")
         if len(set(vocabulary)) != len(vocabulary) or not vocabulary:
             raise ValueError("vocabulary must be a non-empty list of distinct words")
         self.word_to_id = {w: i + 1 for i, w in enumerate(vocabulary)}

@@ -40,6 +40,7 @@ from arvis.models.llamagen import LlamaGenTransformer
 from arvis.models.protocol import Condition
 from arvis.models.text_encoder import WordTextEncoder
 from arvis.tokenizers.llamagen_vq import LlamaGenVQModel
+from arvis.utils.config_check import CheckedPipelineMixin
 from arvis.utils.random import GeneratorArg
 
 OUTPUT_TYPES = ("pil", "np", "pt", "latent")
@@ -68,7 +69,7 @@ class LlamaGenPipelineOutput(BaseOutput):
     stats: BatchStats
 
 
-class LlamaGenPipeline(DiffusionPipeline):
+class LlamaGenPipeline(CheckedPipelineMixin, DiffusionPipeline):
     """Class- or text-conditional generation with a LlamaGen GPT and its VQ tokenizer.
 
     Components:

@@ -32,7 +32,9 @@ import torch.nn.functional as F
 from diffusers.configuration_utils import ConfigMixin, register_to_config
 from diffusers.models.modeling_utils import ModelMixin
 
-__all__ = ["VQ_PRESETS", "LlamaGenVQModel", "VQLosses"]
+from arvis.utils.config_check import Bound, CheckedFolderMixin, check_config
+
+__all__ = ["VQ_CONFIG_BOUNDS", "VQ_PRESETS", "LlamaGenVQModel", "VQLosses"]
 
 # Length of the rolling window of recent code ids kept in ``quantize.codebook_used`` (official value).
 _USAGE_WINDOW = 65536
@@ -41,6 +43,27 @@ VQ_PRESETS: dict[str, dict[str, Any]] = {
     # Official LlamaGen tokenizers (tokenizer/tokenizer_image/vq_model.py: VQ_8 / VQ_16).
     "VQ-8": {"encoder_ch_mult": (1, 2, 2, 4), "decoder_ch_mult": (1, 2, 2, 4)},
     "VQ-16": {"encoder_ch_mult": (1, 1, 2, 2, 4), "decoder_ch_mult": (1, 1, 2, 2, 4)},
+}
+
+
+# What each configuration field may hold (arvis.utils.config_check), checked before anything is
+# allocated; generous next to the official VQ-16 (128 base channels, z 256, 16384 codes of width 8).
+_CH_MULT = Bound.integers(1, 64, max_items=8, note="one multiplier per resolution level")
+VQ_CONFIG_BOUNDS: dict[str, Bound] = {
+    "codebook_size": Bound.integer(2, 1 << 20),
+    "codebook_embed_dim": Bound.integer(1, 4096),
+    "codebook_l2_norm": Bound.boolean(),
+    "codebook_show_usage": Bound.boolean(),
+    "commit_loss_beta": Bound.number(0.0, 100.0),
+    "entropy_loss_ratio": Bound.number(0.0, 100.0),
+    "encoder_ch_mult": _CH_MULT,
+    "decoder_ch_mult": _CH_MULT,
+    "z_channels": Bound.integer(1, 4096),
+    "dropout_p": Bound.number(0.0, 1.0, open_high=True),
+    "base_channels": Bound.integer(1, 4096),
+    "encoder_num_res_blocks": Bound.integer(1, 64),
+    "decoder_num_res_blocks": Bound.integer(0, 64),
+    "norm_num_groups": Bound.integer(1, 4096),
 }
 
 
@@ -317,7 +340,7 @@ def _entropy_loss(affinity: torch.Tensor, temperature: float = 0.01) -> torch.Te
     return sample_entropy - batch_entropy
 
 
-class LlamaGenVQModel(ModelMixin, ConfigMixin):
+class LlamaGenVQModel(CheckedFolderMixin, ModelMixin, ConfigMixin):
     """LlamaGen VQ tokenizer (``VQ-8`` / ``VQ-16``), loadable from official state dicts.
 
     Images are ``[B, 3, H, W]`` floats in ``[-1, 1]`` with ``H`` and ``W`` divisible by
@@ -328,6 +351,8 @@ class LlamaGenVQModel(ModelMixin, ConfigMixin):
         >>> codes = vq.encode(torch.zeros(1, 3, 256, 256))  # [1, 16, 16]
         >>> images = vq.decode_codes(codes)  # [1, 3, 256, 256] in [-1, 1]
     """
+
+    config_bounds = VQ_CONFIG_BOUNDS
 
     @register_to_config
     def __init__(
@@ -348,23 +373,8 @@ class LlamaGenVQModel(ModelMixin, ConfigMixin):
         norm_num_groups: int = 32,
     ) -> None:
         super().__init__()
+        check_config(self.config, VQ_CONFIG_BOUNDS, source=type(self).__name__)
         enc_mult, dec_mult = tuple(encoder_ch_mult), tuple(decoder_ch_mult)
-        _check_int("codebook_size", codebook_size, 2, 2**31 - 1)
-        _check_int("codebook_embed_dim", codebook_embed_dim, 1, 4096)
-        _check_int("z_channels", z_channels, 1, 65536)
-        _check_int("base_channels", base_channels, 1, 65536)
-        _check_int("encoder_num_res_blocks", encoder_num_res_blocks, 1, 64)
-        _check_int("decoder_num_res_blocks", decoder_num_res_blocks, 0, 64)
-        _check_int("norm_num_groups", norm_num_groups, 1, 65536)
-        if not 0.0 <= dropout_p < 1.0:
-            raise ValueError(f"dropout_p must be in [0, 1), got {dropout_p}")
-        if commit_loss_beta < 0 or entropy_loss_ratio < 0:
-            raise ValueError(
-                f"commit_loss_beta and entropy_loss_ratio must be >= 0, got {commit_loss_beta}, {entropy_loss_ratio}"
-            )
-        for name, mult in (("encoder_ch_mult", enc_mult), ("decoder_ch_mult", dec_mult)):
-            if len(mult) < 1 or any(int(m) != m or m < 1 for m in mult):
-                raise ValueError(f"{name} must be a non-empty sequence of positive ints, got {mult}")
         if len(enc_mult) != len(dec_mult):
             raise ValueError(
                 f"encoder_ch_mult and decoder_ch_mult must have the same length (same down-sampling), "
@@ -506,7 +516,3 @@ class LlamaGenVQModel(ModelMixin, ConfigMixin):
         quant, _, losses = self.encode_with_quant(images)
         return self.decode(quant), losses
 
-
-def _check_int(name: str, value: Any, lo: int, hi: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
-        raise ValueError(f"{name} must be an int in [{lo}, {hi}], got {value!r}")

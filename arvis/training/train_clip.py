@@ -1,9 +1,14 @@
-"""Train the small CLIP arvis ships for CLIP score (``arvis/weights/clip-scenes``).
+"""Train the small CLIPs arvis ships for CLIP score (``arvis/weights/clip-scenes``, ``arvis/weights/clip-emoji``).
+
+``--data scenes`` (default) trains on the captioned scenes described below; ``--data emoji`` on the OpenMoji
+emoji of :mod:`arvis.data.emoji` (CC BY-SA 4.0) and their Unicode-name captions (the pool of augmented
+training views with caption variants, plain CLIP loss), evaluated by caption retrieval over every held-out
+emoji (never seen in training) and matched vs shuffled captions.
 
 An open_clip ``CLIP`` (ViT image tower, causal text transformer, open_clip's own code and state-dict
 layout) built by ``open_clip.create_model`` from a small custom config, trained contrastively on the
 captioned scenes of :mod:`arvis.data.scenes` (train split; held-out scenes for evaluation only) and saved in
-the folder format of :mod:`arvis.eval.clip_score` (``open_clip_config.json`` + fp16
+the folder format of :mod:`arvis.models.clip` (``open_clip_config.json`` + fp16
 ``open_clip_model.safetensors``), which ``arvis clip-score`` and ``arvis.eval.clip_score.load_clip()`` read
 by default. Text goes through open_clip's ``SimpleTokenizer`` (BPE vocabulary of 49408 shipped inside the
 open_clip wheel), so the folder works offline.
@@ -46,7 +51,7 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from arvis.data.scenes import BACKGROUNDS, COLOURS, PLACES, SHAPES, SIZES, build_scenes, parse_caption
-from arvis.eval.clip_score import SIMPLE_TOKENIZER_VOCAB, ClipScorer, load_clip, save_clip_folder
+from arvis.models.clip import SIMPLE_TOKENIZER_VOCAB, ClipModel, load_clip_model, write_clip_folder
 from arvis.training.common import (
     EMA,
     atomic_torch_save,
@@ -63,6 +68,10 @@ __all__ = ["ATTRIBUTES", "ClipTrainConfig", "PRESETS", "evaluate", "export", "ma
 
 #: What a hard negative may change. "bind" exchanges the colours of two objects of different colours.
 ATTRIBUTES: tuple[str, ...] = ("colour", "shape", "size", "place", "background", "bind")
+
+
+#: What a CLIP can be trained on: captioned scenes or emoji with their names.
+CLIP_DATA: tuple[str, ...] = ("scenes", "emoji")
 
 
 @dataclass(frozen=True)
@@ -83,6 +92,7 @@ class ClipTrainConfig:
     mean: tuple[float, float, float] = (0.5, 0.5, 0.5)
     std: tuple[float, float, float] = (0.5, 0.5, 0.5)
     # data
+    data: str = "scenes"  # "scenes" (arvis.data.scenes) or "emoji" (arvis.data.emoji)
     num_train: int = 30000
     num_val: int = 500
     data_seed: int = 0
@@ -119,6 +129,10 @@ class ClipTrainConfig:
             raise ValueError(f"retrieval_batch ({self.retrieval_batch}) must be <= final_eval_size and num_val")
         if self.context_length < 8:
             raise ValueError(f"context_length must be >= 8, got {self.context_length}")
+        if self.data not in CLIP_DATA:
+            raise ValueError(f"data must be one of {CLIP_DATA}, got {self.data!r}")
+        if self.data == "emoji" and self.hard_negatives:
+            raise ValueError("hard_negatives: the attribute swaps follow the scene grammar; emoji train without them")
 
     def model_cfg(self) -> dict[str, Any]:
         """The open_clip model config (``open_clip.model.CLIP(**model_cfg)``)."""
@@ -138,6 +152,11 @@ class ClipTrainConfig:
 
 PRESETS: dict[str, ClipTrainConfig] = {
     "default": ClipTrainConfig(),
+    # Emoji: a smaller CLIP (the data is ~1.7k emoji), no hard negatives (they follow the scene grammar); the
+    # training pairs are the cached pool of 8192 augmented views (arvis.data.sources.EMOJI_POOL).
+    "emoji": ClipTrainConfig(data="emoji", hard_negatives=False, num_train=8192, vision_width=128, vision_layers=3,
+                             text_width=64, text_layers=2, context_length=32, steps=400, batch_size=64, warmup=40,
+                             ema_decay=0.98, eval_every=100, final_eval_size=500),
     "smoke": ClipTrainConfig(embed_dim=16, image_size=32, patch_size=8, vision_width=32, vision_layers=1,
                              vision_head_width=16, text_width=16, text_heads=2, text_layers=1, num_train=16,
                              num_val=8, steps=4, batch_size=4, warmup=1, final_eval_size=8, retrieval_batch=4,
@@ -202,6 +221,20 @@ def hard_negative(caption: str, rng: np.random.Generator) -> str:
 
 
 # ---------------------------------------------------------------------------------------------- data and model
+def load_pairs(cfg: ClipTrainConfig, scratch: Path, split: str, n: int | None, seed: int
+               ) -> tuple[np.ndarray, list[str]]:
+    """Images ``uint8 [n, S, S, 3]`` and captions of ``cfg.data`` (emoji: ``n=None`` is every emoji of the split
+    once, unaugmented, with its plain name; ``train`` with ``n == EMOJI_POOL``, seed 0, is the cached pool)."""
+    if cfg.data == "scenes":
+        if n is None:
+            raise ValueError("n: scenes have no fixed list; give a count")
+        return load_scenes(cfg, scratch, split, n, seed)
+    from arvis.data.sources import labelled_images
+
+    images, _, captions = labelled_images("emoji", n, split, cfg.image_size, seed)
+    return images, captions
+
+
 def load_scenes(cfg: ClipTrainConfig, scratch: Path, split: str, n: int, seed: int) -> tuple[np.ndarray, list[str]]:
     """``uint8 [n, S, S, 3]`` scenes and their captions, cached as ``.npz`` in ``scratch``."""
     path = scratch / f"scenes-{split}-{n}-{seed}-{cfg.image_size}.npz"
@@ -262,12 +295,12 @@ def clip_loss(model: torch.nn.Module, images: torch.Tensor, tokens: torch.Tensor
 
 # ---------------------------------------------------------------------------------------------- evaluation
 @torch.no_grad()
-def _image_embeddings(scorer: ClipScorer, images: np.ndarray, batch: int = 100) -> torch.Tensor:
+def _image_embeddings(scorer: ClipModel, images: np.ndarray, batch: int = 100) -> torch.Tensor:
     return torch.cat([scorer.image_embeddings(images[i:i + batch]) for i in range(0, len(images), batch)])
 
 
 @torch.no_grad()
-def _text_embeddings(scorer: ClipScorer, captions: list[str], batch: int = 100) -> torch.Tensor:
+def _text_embeddings(scorer: ClipModel, captions: list[str], batch: int = 100) -> torch.Tensor:
     return torch.cat([scorer.text_embeddings(captions[i:i + batch]) for i in range(0, len(captions), batch)])
 
 
@@ -283,7 +316,7 @@ def retrieval(img: torch.Tensor, txt: torch.Tensor, group: int) -> dict[str, flo
     return {"image_to_text_top1": i2t / n, "text_to_image_top1": t2i / n, "group": group, "pairs": n}
 
 
-def evaluate(scorer: ClipScorer, images: np.ndarray, captions: list[str], group: int, seed: int = 0,
+def evaluate(scorer: ClipModel, images: np.ndarray, captions: list[str], group: int, seed: int = 0,
              attributes: bool = True) -> dict[str, Any]:
     """Retrieval, matched-vs-shuffled CLIP score and attribute sensitivity of ``scorer`` on scenes.
 
@@ -322,13 +355,13 @@ def evaluate(scorer: ClipScorer, images: np.ndarray, captions: list[str], group:
     return out
 
 
-def _scorer_of(model: torch.nn.Module, cfg: ClipTrainConfig) -> ClipScorer:
-    """A :class:`ClipScorer` around an in-memory model with the folder's preprocessing and tokenizer."""
+def _scorer_of(model: torch.nn.Module, cfg: ClipTrainConfig) -> ClipModel:
+    """A :class:`ClipModel` around an in-memory model with the folder's preprocessing and tokenizer."""
     from open_clip.tokenizer import SimpleTokenizer
     from open_clip.transform import PreprocessCfg, image_transform_v2
 
     pre = image_transform_v2(PreprocessCfg(**cfg.preprocess_cfg()), is_train=False)
-    return ClipScorer(model, pre, SimpleTokenizer(context_length=cfg.context_length), name="training")
+    return ClipModel(model, pre, SimpleTokenizer(context_length=cfg.context_length), name="training")
 
 
 # ---------------------------------------------------------------------------------------------- training
@@ -363,8 +396,10 @@ def train(cfg: ClipTrainConfig, scratch: str | os.PathLike, threads: int = 1, co
     else:
         log.info("new run: %d parameters, config %s", sum(p.numel() for p in params), dumps(dataclasses.asdict(cfg)))
 
-    train_images, train_captions = load_scenes(cfg, scratch, "train", cfg.num_train, cfg.data_seed)
-    val_images, val_captions = load_scenes(cfg, scratch, "heldout", cfg.num_val, cfg.data_seed + 1)
+    train_images, train_captions = load_pairs(cfg, scratch, "train", cfg.num_train, cfg.data_seed)
+    # emoji: every held-out emoji once (retrieval over all of them); scenes: num_val held-out scenes
+    val_images, val_captions = load_pairs(cfg, scratch, "heldout", None if cfg.data == "emoji" else cfg.num_val,
+                                          cfg.data_seed + 1)
     log.info("data: %d train / %d held-out scenes ready (%.0f s)", len(train_captions), len(val_captions),
              time.time() - t_prep)
 
@@ -425,13 +460,13 @@ def train(cfg: ClipTrainConfig, scratch: str | os.PathLike, threads: int = 1, co
             log.info("train %s", dumps(entry))
             window = {}
         if step % cfg.eval_every == 0 or step == cfg.steps:
-            group = min(cfg.retrieval_batch, cfg.num_val)
+            group = len(val_captions) if cfg.data == "emoji" else min(cfg.retrieval_batch, cfg.num_val)
             m = evaluate(_scorer_of(ema_copy(), cfg), val_images, val_captions, group, attributes=False)
             entry = {"step": step, "eval": {"i2t_top1": m["retrieval"]["image_to_text_top1"],
                                             "t2i_top1": m["retrieval"]["text_to_image_top1"],
                                             "matched": m["clip_score_matched"], "shuffled": m["clip_score_shuffled"]}}
             history.append(entry)
-            log.info("eval step %d (ema, %d held-out scenes): %s", step, cfg.num_val, dumps(entry["eval"]))
+            log.info("eval step %d (ema, %d held-out pairs): %s", step, len(val_captions), dumps(entry["eval"]))
             t_last = time.time()
         if step % cfg.ckpt_every == 0 or step == cfg.steps:
             save_checkpoint()
@@ -457,18 +492,25 @@ def export(model: torch.nn.Module, cfg: ClipTrainConfig, out: str | os.PathLike,
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}.") as tmp:
         staged = Path(tmp) / "folder"
-        save_clip_folder(copy.deepcopy(model).half(), cfg.model_cfg(), staged, preprocess_cfg=cfg.preprocess_cfg())
-        scorer = load_clip(staged)  # what users get: fp16 file, fp32 model, the folder's own preprocessing
+        write_clip_folder(copy.deepcopy(model).half(), cfg.model_cfg(), staged, preprocess_cfg=cfg.preprocess_cfg())
+        scorer = load_clip_model(staged)  # what users get: fp16 file, fp32 model, the folder's own preprocessing
         t0 = time.time()
-        images, captions = load_scenes(cfg, Path(scratch), "heldout", cfg.final_eval_size, cfg.data_seed + 2)
-        metrics_eval = evaluate(scorer, images, captions, cfg.retrieval_batch, seed=cfg.data_seed)
-        # The same scorer through the public CLIP-score API (per-pair values must agree with evaluate's).
-        api = scorer.score(images[:64], captions[:64], batch_size=32)
+        extra: dict[str, Any] = {}
+        if cfg.data == "emoji":
+            # Headline: every held-out emoji once with its plain name, retrieval over all of them; then augmented
+            # held-out views with caption variants (matched vs shuffled; the same emoji can recur, so no retrieval).
+            images, captions = load_pairs(cfg, Path(scratch), "heldout", None, cfg.data_seed)
+            metrics_eval = evaluate(scorer, images, captions, len(captions), seed=cfg.data_seed, attributes=False)
+            views, view_captions = load_pairs(cfg, Path(scratch), "heldout", cfg.final_eval_size, cfg.data_seed + 2)
+            extra["heldout_views"] = evaluate(scorer, views, view_captions, 1, seed=cfg.data_seed, attributes=False)
+        else:
+            images, captions = load_scenes(cfg, Path(scratch), "heldout", cfg.final_eval_size, cfg.data_seed + 2)
+            metrics_eval = evaluate(scorer, images, captions, cfg.retrieval_batch, seed=cfg.data_seed)
         weights = staged / "open_clip_model.safetensors"
         n_params = sum(p.numel() for p in scorer.model.parameters())
         metrics = {
             "heldout": metrics_eval,
-            "clip_score_api_first64": api.score,
+            **extra,
             "params": n_params,
             "token_embedding_params": int(scorer.model.token_embedding.weight.numel()),
             "safetensors_mb": os.path.getsize(weights) / 1e6,
@@ -484,7 +526,8 @@ def export(model: torch.nn.Module, cfg: ClipTrainConfig, out: str | os.PathLike,
             "export_command": command,
         }
         (staged / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
-        (staged / "README.md").write_text(model_card(cfg, metrics))
+        (staged / "README.md").write_text(model_card(cfg, metrics) if cfg.data == "scenes" else
+                                          emoji_model_card(cfg, metrics, out.name))
         metrics["eval_history"] = [h for h in summary["history"] if "eval" in h]
         staged.chmod(0o755)  # tempfile directories are private
         if out.exists():
@@ -571,6 +614,66 @@ training negatives, on held-out scenes):
 """
 
 
+def emoji_model_card(cfg: ClipTrainConfig, m: dict[str, Any], name: str) -> str:
+    """Markdown model card of a CLIP folder trained on emoji (``name``: the folder's name)."""
+    from arvis.data.sources import data_recipe
+
+    e, v = m["heldout"], m["heldout_views"]
+    r = e["retrieval"]
+    tl = m["final_train"]
+    n_tok = cfg.image_size // cfg.patch_size
+    return f"""# {name}: arvis's small CLIP for emoji
+
+An open_clip `CLIP` (open_clip's own ViT image tower and causal text transformer; state dict in open_clip's
+layout) trained by `arvis.training.train_clip --data emoji` on OpenMoji emoji and their Unicode-name captions
+("red apple", "an emoji of a red apple", "a fruit emoji: red apple"). It scores emoji images against captions:
+`arvis clip-score --clip-model clip-emoji`, or `arvis.eval.clip_score.load_clip("clip-emoji")`. Scores are only
+meaningful for OpenMoji-style emoji and their names; they are not comparable with OpenAI/LAION CLIP scores.
+
+```python
+from arvis.eval.clip_score import load_clip
+scorer = load_clip("clip-emoji")                 # this folder; fp16 file, fp32 model
+result = scorer.score(images_uint8, captions)     # 100 * cosine per pair, mean
+```
+
+## Architecture (`open_clip_config.json`)
+Image tower: ViT, {cfg.image_size} px input, patch {cfg.patch_size} ({n_tok}x{n_tok} tokens + class token), width
+{cfg.vision_width}, {cfg.vision_layers} layers, head width {cfg.vision_head_width}. Text tower: width {cfg.text_width},
+{cfg.text_layers} layers, {cfg.text_heads} heads, context length {cfg.context_length}, open_clip's `SimpleTokenizer`
+(vocabulary 49408, shipped inside the open_clip wheel). Embedding dimension {cfg.embed_dim}. {m['params']:,}
+parameters, of which {m['token_embedding_params']:,} are the token-embedding table; {m['safetensors_mb']:.2f} MB as
+fp16 safetensors.
+
+## Data (no leakage)
+{data_recipe("emoji", cfg.image_size)} Each view carries one of five caption variants of its emoji's name.
+
+## Training
+```
+{m['command']}
+```
+{export_note(m)}Symmetric CLIP (InfoNCE) loss with a learned temperature (capped at 100), batch {cfg.batch_size}, no hard
+negatives. AdamW (betas 0.9/0.98, lr {cfg.lr}, weight decay {cfg.weight_decay} on matrices, {cfg.warmup} warm-up
+steps, cosine to {cfg.min_lr_ratio}x), grad-norm clip {cfg.grad_clip}, EMA {cfg.ema_decay} (the EMA weights are
+shipped). {m['steps']} steps ({m['train_pairs_seen']:,} pairs, {m['epochs']:.1f} passes over the pool),
+{m['train_minutes']:.1f} min of training wall time on one CPU thread (2-core machine shared with other
+trainings). Final training figures (mean of the last {cfg.log_every} steps): loss {tl.get('loss', float('nan')):.4f},
+in-batch image-to-text accuracy {100 * tl.get('i2t_acc', float('nan')):.1f}%, logit scale
+{tl.get('scale', float('nan')):.1f}.
+
+## Evaluation (the shipped fp16 folder, reloaded through `load_clip_model`)
+Held-out emoji only: emoji whose SVG was never rendered for training.
+
+| metric | value |
+|---|---|
+| caption retrieval: image-to-text top-1 over all {r['group']} held-out emoji, plain names (chance {100 / r['group']:.2f}%) | **{100 * r['image_to_text_top1']:.1f}%** |
+| text-to-image top-1 over the same {r['group']} | {100 * r['text_to_image_top1']:.1f}% |
+| CLIP score, matched plain names | **{e['clip_score_matched']:.2f}** (std {e['matched_std']:.2f}) |
+| CLIP score, shuffled names (another held-out emoji's) | **{e['clip_score_shuffled']:.2f}** (std {e['shuffled_std']:.2f}) |
+| matched > shuffled, per emoji | {100 * e['matched_beats_shuffled']:.1f}% |
+| {v['pairs']} augmented held-out views with caption variants: CLIP score matched / shuffled | {v['clip_score_matched']:.2f} / {v['clip_score_shuffled']:.2f} (matched wins {100 * v['matched_beats_shuffled']:.1f}%) |
+"""
+
+
 # ---------------------------------------------------------------------------------------------- CLI
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m arvis.training.train_clip", description=__doc__.split("\n\n")[0])
@@ -582,6 +685,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--lr", type=float, default=None)
     p.add_argument("--num-train", type=int, default=None)
     p.add_argument("--no-hard-negatives", action="store_true", help="plain CLIP loss")
+    p.add_argument("--data", choices=CLIP_DATA, default="scenes",
+                   help="training pairs: captioned scenes (default) or emoji (no hard negatives)")
+    p.add_argument("--final-eval-size", type=int, default=None)
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     p.add_argument("--export-only", action="store_true", help="export the checkpoint in --scratch without training")
     return p.parse_args(argv)
@@ -592,14 +698,20 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = _parse(argv)
     cfg = PRESETS[args.preset]
     overrides: dict[str, Any] = {k: v for k, v in (("steps", args.steps), ("batch_size", args.batch_size),
-                                                   ("lr", args.lr), ("num_train", args.num_train)) if v is not None}
+                                                   ("lr", args.lr), ("num_train", args.num_train),
+                                                   ("final_eval_size", args.final_eval_size)) if v is not None}
     for name, value in overrides.items():
         if value <= 0:
             raise ValueError(f"--{name.replace('_', '-')} must be > 0, got {value}")
     if args.threads < 1:
         raise ValueError(f"--threads must be >= 1, got {args.threads}")
-    if args.no_hard_negatives:
+    if args.no_hard_negatives or args.data == "emoji":
         overrides["hard_negatives"] = False
+    if args.data == "emoji":
+        from arvis.data.sources import EMOJI_POOL
+
+        overrides["data"] = "emoji"
+        overrides.setdefault("num_train", EMOJI_POOL)  # the cached pool of augmented training views
     cfg = dataclasses.replace(cfg, **overrides)
     out = Path(args.out)
     scratch = Path(args.scratch) if args.scratch else out.parent / f".{out.name}-scratch"

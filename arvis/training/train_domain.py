@@ -1,8 +1,10 @@
-"""Train the domain feature network arvis ships for FID (``arvis/weights/domain-classifier``).
+"""Train the domain feature networks arvis ships for FID (``arvis/weights/domain-classifier``, ``domain-emoji``).
 
-A :class:`arvis.eval.domain.DomainClassifier` learns to tell the 22 photos of
-:data:`arvis.data.photos.PHOTO_CLASSES` apart from 128-px crops; its pooled penultimate features are the
-FID feature space of :mod:`arvis.eval.fid` (Inception weights are not reachable offline).
+A :class:`arvis.models.domain_net.DomainClassifier` learns to tell the classes of a data set apart
+(``--data photos``: the 22 photos of :data:`arvis.data.photos.PHOTO_CLASSES`, from 128-px crops;
+``--data emoji``: the 52 classes of :data:`arvis.data.emoji.EMOJI_CLASSES`, from 128-px renders of the
+training emoji, evaluated on held-out emoji); its pooled penultimate features are the FID feature space of
+:mod:`arvis.eval.fid` (Inception weights are not reachable offline).
 
 Recipe:
 
@@ -15,8 +17,7 @@ Recipe:
   centres), AdamW, warm-up + cosine learning rate, EMA of the weights (the EMA is evaluated and shipped);
 * checkpoints every ``ckpt_every`` steps into ``--scratch`` (atomic) and automatic resume.
 
-Export: fp16 safetensors through :func:`arvis.eval.domain.save_domain_network`, reloaded through
-:func:`arvis.eval.domain.load_domain_network` and evaluated: held-out accuracy, the real-vs-real FID
+Export: fp16 safetensors, reloaded through :func:`arvis.models.domain_net.load_domain_network` and evaluated: held-out accuracy, the real-vs-real FID
 floor, train-vs-held-out FID and the FID of degraded held-out crops (blur, noise, JPEG, down/up-sampling),
 all through :mod:`arvis.eval.fid`. Usage::
 
@@ -46,9 +47,16 @@ import torch.nn.functional as F
 from PIL import Image, ImageFilter
 from tqdm.auto import tqdm
 
-from arvis.data.crops import build_crops, render_crops, sample_crop_specs
-from arvis.data.photos import PHOTO_CLASSES
-from arvis.eval.domain import DomainClassifier, DomainFeatures, load_domain_network, save_domain_network
+from arvis.data.sources import (
+    DATA_CHOICES,
+    check_data,
+    class_names,
+    data_recipe,
+    heldout_images_fn,
+    labelled_images,
+    stream_batch,
+)
+from arvis.models.domain_net import DomainClassifier, DomainFeatures, load_domain_network
 from arvis.training.common import (
     EMA,
     atomic_torch_save,
@@ -75,6 +83,7 @@ class DomainTrainConfig:
     dropout: float = 0.1
     image_size: int = 128
     # data
+    data: str = "photos"  # arvis.data.sources: "photos" or "emoji"
     crop_scale: tuple[float, float] = (0.25, 1.0)
     data_seed: int = 0
     # optimisation
@@ -107,9 +116,11 @@ class DomainTrainConfig:
             raise ValueError(f"image_size must be >= 16, got {self.image_size}")
         if not 0.0 < self.lr < 1.0:
             raise ValueError(f"lr must be in (0, 1), got {self.lr}")
+        check_data(self.data)
 
     def model_kwargs(self) -> dict[str, Any]:
-        return dict(num_classes=len(PHOTO_CLASSES), class_names=list(PHOTO_CLASSES), image_size=self.image_size,
+        names = class_names(self.data)
+        return dict(num_classes=len(names), class_names=list(names), image_size=self.image_size,
                     channels=tuple(self.channels), convs_per_stage=self.convs_per_stage,
                     norm_groups=self.norm_groups, dropout=self.dropout)
 
@@ -133,9 +144,9 @@ def to_input(images: np.ndarray) -> torch.Tensor:
 
 
 def train_batch(rng: np.random.Generator, cfg: DomainTrainConfig) -> tuple[torch.Tensor, torch.Tensor]:
-    """Fresh train-region crops ``[B, 3, S, S]`` and their labels ``[B]``."""
-    specs = sample_crop_specs(cfg.batch_size, "train", rng, cfg.crop_scale, flip=True)
-    return to_input(render_crops(specs, cfg.image_size, progress=False)), torch.from_numpy(specs.labels)
+    """Fresh training images of ``cfg.data`` ``[B, 3, S, S]`` and their labels ``[B]``."""
+    images, labels, _ = stream_batch(cfg.data, rng, cfg.batch_size, cfg.image_size, cfg.crop_scale)
+    return to_input(images), torch.from_numpy(labels)
 
 
 @torch.no_grad()
@@ -152,8 +163,8 @@ def evaluate_accuracy(net: DomainClassifier, images: np.ndarray, labels: np.ndar
         preds.append(logits.argmax(-1).numpy())
     net.train(was_training)
     pred = np.concatenate(preds)
-    per_class = {name: float((pred[labels == k] == k).mean()) for k, name in enumerate(PHOTO_CLASSES)
-                 if (labels == k).any()}
+    names = net.config.class_names or [str(k) for k in range(net.config.num_classes)]
+    per_class = {name: float((pred[labels == k] == k).mean()) for k, name in enumerate(names) if (labels == k).any()}
     return {"accuracy": float((pred == labels).mean()), "nll": nll / len(images), "per_class": per_class}
 
 
@@ -208,8 +219,8 @@ def train(cfg: DomainTrainConfig, scratch: str | os.PathLike, threads: int = 1, 
         return ema_model
 
     # Held-out crops for monitoring (seed data_seed + 3: not the seeds of the exported FID figures).
-    eval_images, eval_labels = build_crops(cfg.eval_size, "heldout", cfg.image_size, seed=cfg.data_seed + 3,
-                                           scale=cfg.crop_scale, progress=False)
+    eval_images, eval_labels, _ = labelled_images(cfg.data, cfg.eval_size, "heldout", cfg.image_size,
+                                                  cfg.data_seed + 3, cfg.crop_scale)
     torch.manual_seed(cfg.data_seed * 1000 + step)  # nn.Dropout draws from the global RNG (training script)
     bar = tqdm(total=cfg.steps, initial=step, desc="train_domain", mininterval=10 if sys.stderr.isatty() else 60)
     window: dict[str, float] = {}
@@ -318,11 +329,13 @@ def fid_figures(net: DomainClassifier, cfg: DomainTrainConfig, vq: str | None = 
     def stats(images: np.ndarray, source: str) -> fidlib.FIDStatistics:
         return fidlib.array_statistics(images, extractor, source=source, **kw)
 
-    held_a = fidlib.heldout_images(n, s, fidlib.REFERENCE_SEED)
-    held_b = fidlib.heldout_images(n, s, fidlib.FLOOR_SEED)
-    train_c, _ = build_crops(n, "train", s, seed=cfg.data_seed + 5, scale=cfg.crop_scale, progress=False)
+    images_fn = heldout_images_fn(cfg.data)
+    held_a = images_fn(n, s, fidlib.REFERENCE_SEED)
+    held_b = images_fn(n, s, fidlib.FLOOR_SEED)
+    train_c, _, _ = labelled_images(cfg.data, n, "train", s, cfg.data_seed + 5, cfg.crop_scale)
     a, b, c = stats(held_a, "heldout-a"), stats(held_b, "heldout-b"), stats(train_c, "train")
-    reference = fidlib.heldout_statistics(extractor, num=cfg.fid_reference_size, resolution=s, cache=False, **kw)
+    reference = fidlib.heldout_statistics(extractor, num=cfg.fid_reference_size, resolution=s, cache=False,
+                                          images_fn=images_fn, **kw)
     out: dict[str, Any] = {
         "fid_size": n,
         "reference_size": cfg.fid_reference_size,
@@ -367,8 +380,8 @@ def export(model: DomainClassifier, cfg: DomainTrainConfig, out: str | os.PathLi
            command: str, vq: str | None = None, progress: bool = True) -> dict[str, Any]:
     """Write fp16 weights, evaluate the reloaded shipped file, add ``metrics.json`` and ``README.md``.
 
-    The folder is assembled in a temporary directory and moved onto ``out`` in one rename
-    (:func:`arvis.eval.domain.save_domain_network`), so ``out`` is never half-written.
+    The folder is assembled in a temporary directory and moved onto ``out`` in one rename, so ``out`` is
+    never half-written.
     """
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -376,14 +389,14 @@ def export(model: DomainClassifier, cfg: DomainTrainConfig, out: str | os.PathLi
         staged = Path(tmp) / "folder"
         fp16 = DomainClassifier(**cfg.model_kwargs())
         fp16.load_state_dict(model.state_dict())
-        save_domain_network(fp16.half(), staged)
+        fp16.half().save_pretrained(str(staged), safe_serialization=True)
         shipped = load_domain_network(staged)  # what users get: fp16 file, fp32 network
         t0 = time.time()
-        images, labels = build_crops(cfg.final_eval_size, "heldout", cfg.image_size, seed=cfg.data_seed + 4,
-                                     scale=cfg.crop_scale, progress=False)
+        images, labels, _ = labelled_images(cfg.data, cfg.final_eval_size, "heldout", cfg.image_size,
+                                            cfg.data_seed + 4, cfg.crop_scale)
         acc = evaluate_accuracy(shipped, images, labels)
-        train_images, train_labels = build_crops(cfg.final_eval_size, "train", cfg.image_size,
-                                                 seed=cfg.data_seed + 6, scale=cfg.crop_scale, progress=False)
+        train_images, train_labels, _ = labelled_images(cfg.data, cfg.final_eval_size, "train", cfg.image_size,
+                                                        cfg.data_seed + 6, cfg.crop_scale)
         train_acc = evaluate_accuracy(shipped, train_images, train_labels)
         fids = fid_figures(shipped, cfg, vq=vq, progress=progress)
         weights = staged / "diffusion_pytorch_model.safetensors"
@@ -408,7 +421,7 @@ def export(model: DomainClassifier, cfg: DomainTrainConfig, out: str | os.PathLi
             "export_command": command,
         }
         (staged / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
-        (staged / "README.md").write_text(model_card(cfg, metrics))
+        (staged / "README.md").write_text(model_card(cfg, metrics, out.name))
         history = [h for h in summary["history"] if "eval" in h]
         metrics["eval_history"] = history
         staged.chmod(0o755)  # tempfile directories are private
@@ -418,8 +431,24 @@ def export(model: DomainClassifier, cfg: DomainTrainConfig, out: str | os.PathLi
     return metrics
 
 
-def model_card(cfg: DomainTrainConfig, m: dict[str, Any]) -> str:
-    """Markdown model card of the exported network."""
+def _data_section(cfg: DomainTrainConfig, m: dict[str, Any]) -> str:
+    if cfg.data == "emoji":
+        return (data_recipe("emoji", cfg.image_size) + f" {m['train_crops_seen']:,} training views seen in all "
+                f"(batch {cfg.batch_size}). No colour jitter and no blur or noise augmentation (the features must "
+                f"stay sensitive to them). All evaluation below uses held-out emoji only (augmented views of "
+                f"emoji the network never saw), except the train-vs-held-out row: held-out accuracy measures how "
+                f"well the network names the *class* of an emoji it has never seen.")
+    return f"""`arvis.data.crops`: every photo is split into a train region and a disjoint held-out vertical strip on
+its right (25% of the width, at least 128 px). Training sees only train-region crops, drawn fresh every
+step: square side {cfg.crop_scale[0]}-{cfg.crop_scale[1]} x the region's short side, random position,
+random left-right flip, PIL bicubic (antialiased) resize to {cfg.image_size} px; {m['train_crops_seen']:,}
+crops in all (batch {cfg.batch_size}). No colour jitter (the class is the photo, colour included), no blur
+or noise augmentation (the features must stay sensitive to them). All evaluation below uses held-out
+crops only, except the train-vs-held-out row."""
+
+
+def model_card(cfg: DomainTrainConfig, m: dict[str, Any], name: str = "domain-classifier") -> str:
+    """Markdown model card of the exported network (``name``: the folder's name)."""
     f = m["fid"]
     tl = m["final_train"]
     rows = "\n".join(f"| {k} | {v['vs_heldout']:.2f} | {v['vs_reference']:.2f} |" for k, v in f["degraded"].items())
@@ -428,19 +457,25 @@ def model_card(cfg: DomainTrainConfig, m: dict[str, Any]) -> str:
         v = f["vq_reconstruction"]
         vq_row = f"| VQ reconstruction (`{v['folder']}`) | {v['vs_heldout']:.2f} | {v['vs_reference']:.2f} |\n"
     worst = sorted(m["heldout_per_class_accuracy"].items(), key=lambda kv: kv[1])[:4]
-    return f"""# domain-classifier: arvis's FID feature network
+    names = class_names(cfg.data)
+    what = (f"to classify {len(names)}-way which offline photo (`arvis.data.photos.PHOTO_CLASSES`) a\n"
+            f"{cfg.image_size}-px crop comes from" if cfg.data == "photos" else
+            f"to classify {len(names)}-way which emoji class (`arvis.data.emoji.EMOJI_CLASSES`) a\n"
+            f"{cfg.image_size}-px OpenMoji render belongs to")
+    alias = "domain" if cfg.data == "photos" else "domain-emoji"
+    unit = "crops" if cfg.data == "photos" else "emoji views"
+    return f"""# {name}: arvis's FID feature network for {cfg.data}
 
-A `DomainClassifier` (`arvis.eval.domain`; a small GroupNorm CNN) trained by `arvis.training.train_domain`
-to classify {len(PHOTO_CLASSES)}-way which offline photo (`arvis.data.photos.PHOTO_CLASSES`) a
-{cfg.image_size}-px crop comes from. Its global-average-pooled last stage ({f['feature_dim']}-d) is the
+A `DomainClassifier` (`arvis.models.domain_net`; a small GroupNorm CNN) trained by `arvis.training.train_domain`
+{what}. Its global-average-pooled last stage ({f['feature_dim']}-d) is the
 feature space of arvis's FID (`arvis fid`, `arvis.eval.fid`), standing in for Inception, which cannot be
 downloaded here. FIDs in this space are *not* comparable with Inception FIDs from papers; compare them with
 the floor below.
 
 ```python
 from arvis.eval.fid import compute_fid, load_extractor
-extractor = load_extractor("domain")          # this folder; fp16 file, fp32 network
-result = compute_fid(images_uint8, extractor=extractor, floor=True)   # vs 5000 held-out crops
+extractor = load_extractor("{alias}")          # this folder; fp16 file, fp32 network
+result = compute_fid(images_uint8, extractor=extractor, floor=True{'' if cfg.data == 'photos' else ', data="emoji"'})   # vs 5000 held-out {unit}
 ```
 
 ## Architecture
@@ -450,13 +485,7 @@ average pooling, dropout {cfg.dropout}, linear head. {m['params']:,} parameters,
 as fp16 safetensors. Input: `[B, 3, {cfg.image_size}, {cfg.image_size}]` pixel values in 0..255.
 
 ## Data (no leakage)
-`arvis.data.crops`: every photo is split into a train region and a disjoint held-out vertical strip on
-its right (25% of the width, at least 128 px). Training sees only train-region crops, drawn fresh every
-step: square side {cfg.crop_scale[0]}-{cfg.crop_scale[1]} x the region's short side, random position,
-random left-right flip, PIL bicubic (antialiased) resize to {cfg.image_size} px; {m['train_crops_seen']:,}
-crops in all (batch {cfg.batch_size}). No colour jitter (the class is the photo, colour included), no blur
-or noise augmentation (the features must stay sensitive to them). All evaluation below uses held-out
-crops only, except the train-vs-held-out row.
+{_data_section(cfg, m)}
 
 ## Training
 ```
@@ -470,20 +499,20 @@ CPU thread (2-core machine shared with other trainings). Final training loss (me
 {tl.get('acc', float('nan')):.3f}.
 
 ## Evaluation (the shipped fp16 file, reloaded through `load_domain_network`)
-Held-out accuracy: **{100 * m['heldout_accuracy']:.2f}%** on {m['accuracy_crops']} held-out crops (seed
-{cfg.data_seed + 4}; NLL {m['heldout_nll']:.3f}); on {m['accuracy_crops']} train-region crops
+Held-out accuracy: **{100 * m['heldout_accuracy']:.2f}%** on {m['accuracy_crops']} held-out {unit} (seed
+{cfg.data_seed + 4}; NLL {m['heldout_nll']:.3f}); on {m['accuracy_crops']} training {unit}
 {100 * m['train_crop_accuracy']:.2f}%. Hardest classes: {', '.join(f'{k} {100 * v:.0f}%' for k, v in worst)}.
 
-FID (clean-fid's Fréchet distance through `arvis.eval.fid`, {f['fid_size']} images per set, 128-px crops;
-"A" = held-out crops seed 0, "B" = held-out crops seed 1, "reference" = the {f['reference_size']}
-held-out crops (seed 0) that `compute_fid` uses by default):
+FID (clean-fid's Fréchet distance through `arvis.eval.fid`, {f['fid_size']} images per set, {cfg.image_size}-px {unit};
+"A" = held-out {unit} seed 0, "B" = held-out {unit} seed 1, "reference" = the {f['reference_size']}
+held-out {unit} (seed 0) that `compute_fid` uses by default):
 
 | sets | FID |
 |---|---|
 | held-out A vs held-out B (**real-vs-real floor**, 1k vs 1k) | {f['heldout_vs_heldout']:.2f} |
 | held-out B vs reference (the floor `compute_fid(..., floor=True)` reports for 1k images) | {f['heldout_vs_reference']:.2f} |
-| train crops (seed {cfg.data_seed + 5}) vs held-out A | {f['train_vs_heldout']:.2f} |
-| train crops vs reference | {f['train_vs_reference']:.2f} |
+| training {unit} (seed {cfg.data_seed + 5}) vs held-out A | {f['train_vs_heldout']:.2f} |
+| training {unit} vs reference | {f['train_vs_reference']:.2f} |
 
 Degraded held-out B (the same crops, degraded) against held-out A and against the reference:
 
@@ -504,12 +533,18 @@ Fingerprint (sha256 over config and weights; names the feature space in cached s
 # ---------------------------------------------------------------------------------------------- CLI
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m arvis.training.train_domain", description=__doc__.split("\n\n")[0])
-    p.add_argument("--out", required=True, help="export folder (arvis.eval.domain folder format)")
+    p.add_argument("--out", required=True, help="export folder (arvis.models.domain_net folder format)")
+    p.add_argument("--data", choices=DATA_CHOICES, default="photos", help="training data (default photos)")
     p.add_argument("--scratch", default=None, help="checkpoints and log (default: <out>/../.<name>-scratch)")
     p.add_argument("--preset", choices=sorted(PRESETS), default="default")
     p.add_argument("--steps", type=int, default=None)
     p.add_argument("--batch-size", type=int, default=None)
     p.add_argument("--lr", type=float, default=None)
+    p.add_argument("--warmup", type=int, default=None)
+    p.add_argument("--ema-decay", type=float, default=None, help="EMA of the weights (short runs need less than 0.998)")
+    p.add_argument("--channels", default=None, help="stage widths, e.g. 16,32,64,128 (default 32,64,128,256)")
+    p.add_argument("--eval-size", type=int, default=None, help="held-out images of the periodic evaluations")
+    p.add_argument("--final-eval-size", type=int, default=None, help="held-out images of the exported accuracy")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     p.add_argument("--vq", default=None, help="also report the rFID of this VQ tokenizer folder's reconstructions")
     p.add_argument("--export-only", action="store_true", help="export the checkpoint in --scratch without training")
@@ -520,14 +555,18 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     """CLI entry point; returns the exported metrics."""
     args = _parse(argv)
     cfg = PRESETS[args.preset]
-    overrides = {k: v for k, v in (("steps", args.steps), ("batch_size", args.batch_size), ("lr", args.lr))
-                 if v is not None}
+    overrides: dict[str, Any] = {k: v for k, v in (("steps", args.steps), ("batch_size", args.batch_size),
+                                                   ("lr", args.lr), ("warmup", args.warmup), ("ema_decay", args.ema_decay),
+                                                   ("eval_size", args.eval_size),
+                                                   ("final_eval_size", args.final_eval_size)) if v is not None}
     for name, value in overrides.items():
-        if value <= 0:
+        if value <= 0:  # every numeric override is a count or a rate
             raise ValueError(f"--{name.replace('_', '-')} must be > 0, got {value}")
     if args.threads < 1:
         raise ValueError(f"--threads must be >= 1, got {args.threads}")
-    cfg = dataclasses.replace(cfg, **overrides)
+    if args.channels:
+        overrides["channels"] = tuple(int(c) for c in args.channels.split(","))
+    cfg = dataclasses.replace(cfg, **overrides, data=args.data)
     out = Path(args.out)
     scratch = Path(args.scratch) if args.scratch else out.parent / f".{out.name}-scratch"
     if args.export_only:

@@ -3,7 +3,8 @@
 Presets (``--preset``):
 
 - ``c2i``: the class-conditional model (the default of ``arvis generate``): photo crops labelled by
-  source photo (:mod:`arvis.data.crops`), 22 classes + the null class for CFG;
+  source photo (:mod:`arvis.data.crops`), 22 classes + the null class for CFG; with ``--data emoji`` the
+  OpenMoji emoji of :mod:`arvis.data.emoji` (52 classes, validation on held-out emoji);
 - ``draft``: a much smaller class-conditional GPT on the same data (draft-model speculative decoding);
 - ``t2i``: the caption-conditioned model (LlamaGen's t2i layout: caption features through
   ``cls_embedding.cap_proj``, an unconditional embedding, left padding + embedding mask) trained jointly
@@ -42,6 +43,7 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
+from arvis.data.sources import DATA_CHOICES, EMOJI_POOL, check_data, class_names, labelled_images
 from arvis.models.llamagen import LlamaGenTransformer
 from arvis.models.protocol import Condition
 from arvis.models.text_encoder import WordTextEncoder
@@ -52,6 +54,7 @@ from arvis.training.common import EMA, atomic_torch_save, cosine_lr, dumps, load
 @dataclass(frozen=True)
 class GPTTrainConfig:
     kind: str = "c2i"  # "c2i" or "t2i"
+    data: str = "photos"  # arvis.data.sources: "photos" or "emoji" (class-conditional only)
     dim: int = 256
     n_layer: int = 6
     n_head: int = 4
@@ -80,6 +83,10 @@ class GPTTrainConfig:
     def __post_init__(self) -> None:
         if self.kind not in ("c2i", "t2i"):
             raise ValueError(f"kind must be 'c2i' or 't2i', got {self.kind!r}")
+        check_data(self.data)
+        if self.kind == "t2i" and self.data != "photos":
+            raise ValueError("data: the t2i presets train on the captioned scenes; emoji captions are the Emu3 "
+                             "trainer's (arvis.training.train_emu3)")
         for name in ("dim", "n_layer", "n_head", "steps", "batch_size", "num_train", "num_val"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
@@ -108,15 +115,13 @@ def _encode(vq: LlamaGenVQModel, images: np.ndarray, batch: int = 64) -> np.ndar
 
 def build_dataset(cfg: GPTTrainConfig, vq: LlamaGenVQModel, scratch: Path, split: str, n: int) -> dict[str, np.ndarray]:
     """Codes ``[n, 256]`` plus labels (c2i) or captions (t2i), cached in ``scratch``."""
-    path = scratch / f"data-{cfg.kind}-{split}-{n}-{cfg.data_seed}-{cfg.resolution}.npz"
+    path = scratch / f"data-{cfg.kind}-{cfg.data}-{split}-{n}-{cfg.data_seed}-{cfg.resolution}.npz"
     if path.exists():
         data = dict(np.load(path, allow_pickle=False))
         return data
     seed = cfg.data_seed if split == "train" else cfg.data_seed + 1
     if cfg.kind == "c2i":
-        from arvis.data.crops import build_crops
-
-        images, labels = build_crops(n, split, cfg.resolution, seed=seed, cache=True)
+        images, labels, _ = labelled_images(cfg.data, n, split, cfg.resolution, seed)
         data = {"codes": _encode(vq, images), "labels": labels.astype(np.int64)}
     else:
         from arvis.data.scenes import build_scenes
@@ -131,7 +136,6 @@ def build_dataset(cfg: GPTTrainConfig, vq: LlamaGenVQModel, scratch: Path, split
 
 # ----------------------------------------------------------------------------- models
 def build_models(cfg: GPTTrainConfig, vocab_size: int, grid: int) -> tuple[LlamaGenTransformer, WordTextEncoder | None]:
-    from arvis.data.photos import PHOTO_CLASSES
     from arvis.data.scenes import VOCABULARY
 
     common = dict(dim=cfg.dim, n_layer=cfg.n_layer, n_head=cfg.n_head, multiple_of=cfg.multiple_of,
@@ -139,8 +143,8 @@ def build_models(cfg: GPTTrainConfig, vocab_size: int, grid: int) -> tuple[Llama
                   resid_dropout_p=cfg.dropout, ffn_dropout_p=cfg.dropout, class_dropout_prob=cfg.class_dropout)
     g = torch.Generator().manual_seed(cfg.data_seed)
     if cfg.kind == "c2i":
-        model = LlamaGenTransformer(model_type="c2i", num_classes=len(PHOTO_CLASSES), class_names=list(PHOTO_CLASSES),
-                                    **common)
+        names = class_names(cfg.data)
+        model = LlamaGenTransformer(model_type="c2i", num_classes=len(names), class_names=list(names), **common)
         text = None
     else:
         model = LlamaGenTransformer(model_type="t2i", caption_dim=cfg.text_dim, cls_token_num=cfg.caption_length,
@@ -329,12 +333,27 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--vq", default="arvis/weights/vq-photos", help="the VQ tokenizer folder")
     p.add_argument("--steps", type=int, default=None)
     p.add_argument("--batch-size", type=int, default=None)
-    p.add_argument("--num-train", type=int, default=None)
+    p.add_argument("--num-train", type=int, default=None,
+                   help=f"training images (default: the preset's; with --data emoji the {EMOJI_POOL}-view pool)")
+    p.add_argument("--data", choices=DATA_CHOICES, default="photos", help="class-conditional training data")
+    p.add_argument("--dim", type=int, default=None, help="model width (default: the preset's)")
+    p.add_argument("--n-layer", type=int, default=None)
+    p.add_argument("--n-head", type=int, default=None)
+    p.add_argument("--lr", type=float, default=None)
+    p.add_argument("--num-val", type=int, default=None)
+    p.add_argument("--eval-every", type=int, default=None)
     p.add_argument("--threads", type=int, default=1)
     args = p.parse_args(argv)
     cfg = PRESETS[args.preset]
     overrides = {k: v for k, v in (("steps", args.steps), ("batch_size", args.batch_size),
-                                   ("num_train", args.num_train)) if v is not None}
+                                   ("num_train", args.num_train), ("dim", args.dim), ("n_layer", args.n_layer),
+                                   ("n_head", args.n_head), ("lr", args.lr), ("num_val", args.num_val),
+                                   ("eval_every", args.eval_every)) if v is not None}
+    overrides["data"] = args.data
+    if args.data == "emoji" and args.num_train is None:
+        from arvis.data import sources
+
+        overrides["num_train"] = sources.EMOJI_POOL  # the cached pool of augmented training views
     cfg = dataclasses.replace(cfg, **overrides)
     command = "python -m arvis.training.train_gpt " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
     result = train(cfg, args.vq, Path(args.scratch), args.threads)

@@ -42,7 +42,7 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from arvis.data.crops import build_crops, render_crops, sample_crop_specs
+from arvis.data.sources import DATA_CHOICES, check_data, data_recipe, labelled_images, stream_batch
 from arvis.tokenizers.llamagen_vq import LlamaGenVQModel
 from arvis.training.common import (
     EMA,
@@ -72,6 +72,7 @@ class VQTrainConfig:
     norm_num_groups: int = 8
     commit_loss_beta: float = 0.25
     # data
+    data: str = "photos"  # arvis.data.sources: "photos" or "emoji"
     resolution: int = 128
     patch_size: int = 64
     batch_size: int = 32
@@ -91,6 +92,7 @@ class VQTrainConfig:
     restart_every: int = 200
     restart_until: float = 0.75
     init_seed: int = 0
+    init_from: str = ""  # a VQ folder to fine-tune from (same architecture), e.g. arvis/weights/vq-photos
     # bookkeeping
     eval_size: int = 256
     final_eval_size: int = 1024
@@ -101,6 +103,7 @@ class VQTrainConfig:
     def __post_init__(self) -> None:
         if self.steps < 1:
             raise ValueError(f"steps must be >= 1, got {self.steps}")
+        check_data(self.data)
         f = 2 ** (len(self.ch_mult) - 1)
         for name in ("resolution", "patch_size"):
             v = getattr(self, name)
@@ -171,10 +174,9 @@ def to_uint8(images: torch.Tensor) -> np.ndarray:
 
 
 def train_batch(rng: np.random.Generator, cfg: VQTrainConfig, full_res: bool) -> torch.Tensor:
-    """One batch of fresh train-region crops (random patches unless ``full_res``), ``[B, 3, S, S]``."""
+    """One batch of training images of ``cfg.data`` (random patches unless ``full_res``), ``[B, 3, S, S]``."""
     n = cfg.full_res_batch_size if full_res else cfg.batch_size
-    specs = sample_crop_specs(n, "train", rng, cfg.crop_scale, flip=True)
-    images = render_crops(specs, cfg.resolution, progress=False)
+    images, _, _ = stream_batch(cfg.data, rng, n, cfg.resolution, cfg.crop_scale)
     if not full_res and cfg.patch_size < cfg.resolution:
         p = cfg.patch_size
         offs = rng.integers(0, cfg.resolution - p + 1, size=(n, 2))
@@ -257,6 +259,9 @@ def _restart_dead_codes(
 
 def _new_state(cfg: VQTrainConfig) -> dict[str, Any]:
     model = LlamaGenVQModel(**cfg.model_kwargs()).init_weights(torch.Generator().manual_seed(cfg.init_seed))
+    if cfg.init_from:
+        start = LlamaGenVQModel.from_pretrained(cfg.init_from, torch_dtype=torch.float32)
+        model.load_state_dict(start.state_dict())  # strict: the architectures must match
     return {"model": model, "step": 0, "rng": np.random.default_rng([cfg.data_seed, 12345]), "history": [],
             "elapsed": 0.0}
 
@@ -314,8 +319,8 @@ def train(
             ckpt_path,
         )
 
-    eval_images, _ = build_crops(cfg.eval_size, "heldout", cfg.resolution, seed=cfg.data_seed + 1,
-                                 scale=cfg.crop_scale, progress=False)
+    eval_images, _, _ = labelled_images(cfg.data, cfg.eval_size, "heldout", cfg.resolution, cfg.data_seed + 1,
+                                        cfg.crop_scale)
     ema_model = LlamaGenVQModel(**cfg.model_kwargs()).eval()
 
     def ema_eval(images: np.ndarray) -> dict[str, Any]:
@@ -448,8 +453,8 @@ def export(
         fp16.load_state_dict(model.state_dict())
         fp16.half().save_pretrained(tmp, safe_serialization=True)
         shipped = LlamaGenVQModel.from_pretrained(tmp, torch_dtype=torch.float32).eval()
-        images, _ = build_crops(cfg.final_eval_size, "heldout", cfg.resolution, seed=cfg.data_seed + 2,
-                                scale=cfg.crop_scale, progress=False)
+        images, _, _ = labelled_images(cfg.data, cfg.final_eval_size, "heldout", cfg.resolution, cfg.data_seed + 2,
+                                       cfg.crop_scale)
         metrics = evaluate(shipped, images)
         recon = metrics.pop("recon")
         size_mb = os.path.getsize(Path(tmp) / "diffusion_pytorch_model.safetensors") / 1e6
@@ -464,7 +469,7 @@ def export(
             final_train_losses={k: v for k, v in summary["final_train"].items() if k not in ("step",)},
         )
         (Path(tmp) / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
-        (Path(tmp) / "README.md").write_text(model_card(cfg, metrics, command))
+        (Path(tmp) / "README.md").write_text(model_card(cfg, metrics, command, out.name, grid_png))
         out.mkdir(parents=True, exist_ok=True)
         for name in ("config.json", "diffusion_pytorch_model.safetensors", "metrics.json", "README.md"):
             os.replace(Path(tmp) / name, out / name)
@@ -473,21 +478,41 @@ def export(
     return metrics
 
 
-def model_card(cfg: VQTrainConfig, m: dict[str, Any], command: str) -> str:
-    """Markdown model card for the exported tokenizer."""
+def _data_section(cfg: VQTrainConfig) -> str:
+    if cfg.data == "emoji":
+        return (data_recipe("emoji", cfg.resolution) + f" The first {100 * (1 - cfg.full_res_fraction):.0f}% of "
+                f"steps use random {cfg.patch_size}x{cfg.patch_size} patches of those renders (batch {cfg.batch_size}), "
+                f"the rest whole {cfg.resolution}px images (batch {cfg.full_res_batch_size}).")
+    return f"""`arvis.data.crops`: the {len(__import__('arvis.data.photos', fromlist=['x']).PHOTO_CLASSES)} photos of
+`arvis.data.photos.PHOTO_CLASSES` (scikit-image and scikit-learn sample images, all offline). Each photo
+is split into a train region and a disjoint held-out vertical strip on the right (25% of the width,
+at least 128 px). Training draws fresh crops every step from the train regions only: square crops of
+side {cfg.crop_scale[0]}-{cfg.crop_scale[1]} x the region's short side, random position, random
+horizontal flip, resized to {cfg.resolution} px (PIL bicubic, antialiased); the first
+{100 * (1 - cfg.full_res_fraction):.0f}% of steps use random {cfg.patch_size}x{cfg.patch_size} patches of those renders
+(batch {cfg.batch_size}), the rest whole {cfg.resolution}px crops (batch {cfg.full_res_batch_size})."""
+
+
+def model_card(cfg: VQTrainConfig, m: dict[str, Any], command: str, name: str = "vq-photos",
+               grid_png: str | os.PathLike | None = None) -> str:
+    """Markdown model card for the exported tokenizer (``name``: the folder's name)."""
     f = 2 ** (len(cfg.ch_mult) - 1)
     g = cfg.resolution // f
     tl = m["final_train_losses"]
-    return f"""# vq-photos: arvis's small LlamaGen-style VQ tokenizer
+    source = "OpenMoji emoji" if cfg.data == "emoji" else "offline natural photos"
+    held = "held-out emoji (never rendered for training)" if cfg.data == "emoji" else \
+        "held-out crops (never overlapping training pixels)"
+    grid = f"`{Path(grid_png).as_posix()}`" if grid_png else "not written by this export"
+    return f"""# {name}: arvis's small LlamaGen-style VQ tokenizer
 
 A `LlamaGenVQModel` (`arvis.tokenizers.llamagen_vq`, the architecture of LlamaGen's VQ-8 at reduced
-width) trained by `arvis.training.train_vq` on offline natural photos. It turns a
+width) trained by `arvis.training.train_vq` on {source}. It turns a
 {cfg.resolution}x{cfg.resolution} RGB image into a {g}x{g} grid of codes from a {cfg.codebook_size}-entry,
 l2-normalised codebook of dimension {cfg.codebook_embed_dim}, and back.
 
 ```python
 from arvis.tokenizers.llamagen_vq import LlamaGenVQModel
-vq = LlamaGenVQModel.from_pretrained("arvis/weights/vq-photos")    # fp16 file, loads as fp32
+vq = LlamaGenVQModel.from_pretrained("arvis/weights/{name}")    # fp16 file, loads as fp32
 codes = vq.encode(images)          # images [B, 3, {cfg.resolution}, {cfg.resolution}] in [-1, 1] -> [B, {g}, {g}]
 images = vq.decode_codes(codes)    # -> [B, 3, {cfg.resolution}, {cfg.resolution}] in [-1, 1]
 ```
@@ -501,14 +526,7 @@ codebook {cfg.codebook_size} x {cfg.codebook_embed_dim} (l2-normalised). {m['par
 (fp32, {m['torch_threads']} CPU threads, median of 10).
 
 ## Data
-`arvis.data.crops`: the {len(__import__('arvis.data.photos', fromlist=['x']).PHOTO_CLASSES)} photos of
-`arvis.data.photos.PHOTO_CLASSES` (scikit-image and scikit-learn sample images, all offline). Each photo
-is split into a train region and a disjoint held-out vertical strip on the right (25% of the width,
-at least 128 px). Training draws fresh crops every step from the train regions only: square crops of
-side {cfg.crop_scale[0]}-{cfg.crop_scale[1]} x the region's short side, random position, random
-horizontal flip, resized to {cfg.resolution} px (PIL bicubic, antialiased); the first
-{100 * (1 - cfg.full_res_fraction):.0f}% of steps use random {cfg.patch_size}x{cfg.patch_size} patches of those renders
-(batch {cfg.batch_size}), the rest whole {cfg.resolution}px crops (batch {cfg.full_res_batch_size}).
+{_data_section(cfg)}
 
 ## Training
 ```
@@ -517,7 +535,7 @@ horizontal flip, resized to {cfg.resolution} px (PIL bicubic, antialiased); the 
 AdamW (betas 0.9/0.99, lr {cfg.lr}, {cfg.warmup} warm-up steps, cosine to {cfg.min_lr_ratio}x), grad-norm
 clip 1.0, loss = {cfg.l1_weight} x L1 + {cfg.l2_weight} x L2 + vq + {cfg.commit_loss_beta} x commitment,
 dead-code restarts every {cfg.restart_every} steps for the first {100 * cfg.restart_until:.0f}% of training,
-EMA {cfg.ema_decay} of the weights (the EMA weights are shipped). No perceptual (LPIPS/VGG) or adversarial
+EMA {cfg.ema_decay} of the weights (the EMA weights are shipped).{f" Initialised from `{cfg.init_from}` (fine-tuned)." if cfg.init_from else ""} No perceptual (LPIPS/VGG) or adversarial
 loss: no pretrained feature network is available offline. {m['steps']} steps, {m['train_hours']:.2f} h of
 training wall time on 2 CPU cores (shared with other work).
 
@@ -526,7 +544,7 @@ L2 {tl.get('l2', float('nan')):.5f}, vq {tl.get('vq', float('nan')):.5f}, commit
 {tl.get('commit', float('nan')):.5f}.
 
 ## Evaluation (the shipped fp16 weights)
-{m['eval_crops']} held-out crops ({cfg.resolution} px, seed {cfg.data_seed + 2}, never overlapping training pixels):
+{m['eval_crops']} {held} ({cfg.resolution} px, seed {cfg.data_seed + 2}):
 
 | metric | value |
 |---|---|
@@ -536,9 +554,9 @@ L2 {tl.get('l2', float('nan')):.5f}, vq {tl.get('vq', float('nan')):.5f}, commit
 | codebook usage (entries used / {cfg.codebook_size}) | {100 * m['usage']:.1f}% |
 | code perplexity | {m['perplexity']:.0f} |
 
-rFID with the arvis domain feature network will be added by the evaluation work (the Inception
-network of standard FID is not available offline). Reconstructions of held-out crops (originals above
-reconstructions): `docs/vq-photos-reconstructions.png`.
+rFID (in the domain feature network's space; Inception is not available offline):
+`python eval/vq_rfid.py --data {cfg.data} --vq <this folder>`. Reconstructions of held-out images (originals above
+reconstructions): {grid}.
 """
 
 
@@ -549,10 +567,17 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--scratch", default=None, help="checkpoint / log directory (default: <out>/../.vq-scratch)")
     p.add_argument("--steps", type=int, default=None, help="training steps")
     p.add_argument("--smoke", action="store_true", help="tiny model, a few steps (seconds)")
+    p.add_argument("--data", choices=DATA_CHOICES, default="photos", help="training data (default photos)")
     p.add_argument("--batch-size", type=int, default=None)
     p.add_argument("--lr", type=float, default=None)
     p.add_argument("--base-channels", type=int, default=None)
     p.add_argument("--codebook-size", type=int, default=None)
+    p.add_argument("--init-from", default=None, help="fine-tune from this VQ folder (same architecture)")
+    p.add_argument("--warmup", type=int, default=None)
+    p.add_argument("--ema-decay", type=float, default=None)
+    p.add_argument("--eval-size", type=int, default=None, help="held-out images of the periodic evaluations")
+    p.add_argument("--final-eval-size", type=int, default=None, help="held-out images of the exported figures")
+    p.add_argument("--full-res-batch-size", type=int, default=None)
     p.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     p.add_argument("--grid-png", default=None, help="write a reconstruction grid PNG here")
     p.add_argument("--export-only", action="store_true", help="export the checkpoint in --scratch without training")
@@ -564,12 +589,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = _parse(argv)
     cfg = SMOKE_CONFIG if args.smoke else VQTrainConfig()
     overrides = {k: v for k, v in (("steps", args.steps), ("batch_size", args.batch_size), ("lr", args.lr),
-                                   ("base_channels", args.base_channels), ("codebook_size", args.codebook_size))
+                                   ("base_channels", args.base_channels), ("codebook_size", args.codebook_size),
+                                   ("warmup", args.warmup), ("full_res_batch_size", args.full_res_batch_size),
+                                   ("ema_decay", args.ema_decay), ("eval_size", args.eval_size),
+                                   ("final_eval_size", args.final_eval_size))
                  if v is not None}
+    if args.init_from:
+        overrides["init_from"] = args.init_from
     for name, value in overrides.items():
         if isinstance(value, (int, float)) and value <= 0:
             raise ValueError(f"--{name.replace('_', '-')} must be > 0, got {value}")
-    cfg = dataclasses.replace(cfg, **overrides)
+    cfg = dataclasses.replace(cfg, **overrides, data=args.data)
     out = Path(args.out)
     scratch = Path(args.scratch) if args.scratch else out.parent / f".{out.name}-scratch"
     command = "python -m arvis.training.train_vq " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))

@@ -90,10 +90,6 @@ class RandomStreams:
             self.shared = None
             self.per_sample = generators
 
-    @property
-    def is_per_sample(self) -> bool:
-        return self.per_sample is not None
-
     def _draw(self, kind: str, rows: Sequence[int] | None, shape: Sequence[int]) -> torch.Tensor:
         shape = tuple(shape)
         if self.shared is not None:
@@ -129,10 +125,6 @@ class RandomStreams:
         """Exp(1) draws, fp32, shape ``[len(rows), *shape]``."""
         return self._draw("exponential", rows, shape)
 
-    def gumbel(self, shape: Sequence[int], rows: Sequence[int] | None = None) -> torch.Tensor:
-        """Standard Gumbel draws (−log Exp(1)), fp32, shape ``[len(rows), *shape]``."""
-        return -torch.log(self.exponential(shape, rows))
-
 
 def sample_categorical(probs: torch.Tensor, exponential_noise: torch.Tensor) -> torch.Tensor:
     """Sample from categorical ``probs`` with the exponential race: ``argmax(p / E)``, ``E ~ Exp(1)``.
@@ -150,3 +142,78 @@ def sample_categorical(probs: torch.Tensor, exponential_noise: torch.Tensor) -> 
     """
     # Exp(1) can be exactly 0 (u == 0); 0/0 would be NaN, so keep the noise strictly positive.
     return torch.argmax(probs / exponential_noise.clamp_min(1e-30), dim=-1)
+
+
+def draw(probs: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+    """A draw from categorical ``probs [..., V]`` (non-negative weights, need not be normalised) with the
+    caller's noise: ``Exp(1)`` noise ``[..., V]`` → the exponential race (:func:`sample_categorical`, the
+    sampler plain AR uses, needed wherever noise is shared, e.g. Gumbel coupling); ``U(0, 1)`` noise
+    ``[...]`` → inverse CDF (:func:`sample_inverse_cdf`: one random number per draw instead of ``V``)."""
+    if noise.dim() == probs.dim():
+        return sample_categorical(probs, noise)
+    return sample_inverse_cdf(probs, noise)
+
+
+def one_hot(index: torch.Tensor, num_classes: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """``F.one_hot(index, num_classes)`` as ``dtype`` without its range check (which reads the indices on the
+    host): ``index`` must already lie in ``[0, num_classes)``."""
+    return torch.zeros(*index.shape, num_classes, dtype=dtype, device=index.device).scatter_(-1, index[..., None], 1.0)
+
+
+def sample_inverse_cdf(probs: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
+    """Sample from categorical ``probs [..., V]`` with one ``U(0, 1)`` draw per row (``uniform [...]``).
+
+    Uses one random number per draw instead of ``V`` (for draws nothing else needs to share noise with,
+    e.g. initial drafts). Zero-probability entries are never chosen: the search returns the first index
+    whose cumulative mass exceeds ``u · total``.
+    """
+    cdf = probs.to(torch.float64 if probs.dtype == torch.float64 else torch.float32).cumsum(-1)
+    point = uniform.to(cdf.dtype).unsqueeze(-1) * cdf[..., -1:]
+    return torch.searchsorted(cdf, point, right=True).squeeze(-1).clamp_max(probs.shape[-1] - 1)
+
+
+class PositionNoise:
+    """``Exp(1)`` noise ``[V]`` fixed per (sample, sequence index) for Gumbel coupling, memory-bounded.
+
+    Each sample's noise is drawn lazily, one ``[V]`` vector per sequence index in increasing order,
+    from that sample's stream — exactly the draws plain AR's sampler makes — and kept in a ring of
+    ``capacity`` indices (``[A, capacity, V]``), enough for the indices a method reads at once.
+
+    Args:
+        streams: the request's random streams.
+        samples: sample id of each active row.
+        vocab_size: ``V``.
+        capacity: indices kept per sample; reading index ``j`` needs ``j >= drawn − capacity``.
+    """
+
+    def __init__(self, streams: RandomStreams, samples: Sequence[int], vocab_size: int, capacity: int):
+        self.streams, self.samples = streams, list(samples)
+        self.capacity, self.vocab_size = capacity, vocab_size
+        self.ring = torch.zeros(len(self.samples), capacity, vocab_size, device=streams.device)
+        self.drawn = [0] * len(self.samples)  # per active row: indices [0, drawn) have been drawn
+
+    def advance(self, upto: Sequence[int]) -> None:
+        """Draw the noise of indices ``[drawn[a], upto[a])`` for every active row ``a`` (host ints)."""
+        for a, (sample, start, stop) in enumerate(zip(self.samples, self.drawn, upto, strict=True)):
+            if stop <= start:
+                continue
+            if stop - start > self.capacity:
+                raise AssertionError("PositionNoise: a read window wider than the ring")
+            draws = torch.cat([self.streams.exponential((self.vocab_size,), rows=[sample]) for _ in range(start, stop)])
+            index = torch.arange(start, stop, device=self.ring.device) % self.capacity
+            self.ring[a].index_copy_(0, index, draws)
+            self.drawn[a] = stop
+
+    def at(self, index: torch.Tensor) -> torch.Tensor:
+        """The noise of sequence ``index [A, M]`` (already drawn, still in the ring) → ``[A, M, V]``."""
+        slot = (index % self.capacity)[..., None].expand(-1, -1, self.vocab_size)
+        return self.ring.gather(1, slot)
+
+    def retire(self, kept: Sequence[int], kept_index: torch.Tensor) -> None:
+        """Keep the rows at positions ``kept`` (as :meth:`arvis.engine.DecodeEngine.retire`)."""
+        self.ring = self.ring.index_select(0, kept_index)
+        self.samples = [self.samples[p] for p in kept]
+        self.drawn = [self.drawn[p] for p in kept]
+
+    def nbytes(self) -> int:
+        return self.ring.numel() * self.ring.element_size()

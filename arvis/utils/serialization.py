@@ -4,6 +4,15 @@ Safetensors is the default everywhere. Pickled checkpoints (the official LlamaGe
 and ``.pth`` files) are read only through ``torch.load(weights_only=True)`` with an explicit, short
 allowlist of globals: a pickle that asks for anything else (``os.system``, arbitrary classes…) is
 refused before any of its code can run.
+
+Loaded tensors are checked before they reach a model (:func:`check_tensor_values`): every value a
+tensor, every tensor floating point. A safetensors file's names, shapes and dtypes can be read from its
+header without loading a tensor (:func:`read_safetensors_header`), so a configuration can be checked
+against the file before anything is allocated (:mod:`arvis.utils.config_check`). Every refusal is a
+:class:`~arvis.errors.CheckpointError` naming the file and the tensor.
+
+Written files appear whole or not at all (:func:`atomic_path`) and get the permissions the process's
+umask gives a new file, as ``open()`` would.
 """
 
 from __future__ import annotations
@@ -11,12 +20,15 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import tempfile
+import secrets
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from arvis.errors import CheckpointError
 
 # The only non-tensor, non-builtin objects official checkpoints pickle: LlamaGen stores its
 # training arguments as an argparse.Namespace under "args".
@@ -34,12 +46,11 @@ def load_pickle_checkpoint(path: str | os.PathLike, extra_safe_globals: tuple[An
         extra_safe_globals: further classes the caller vouches for (default none).
 
     Raises:
-        ValueError: the file is missing, truncated/corrupt, or asks to unpickle a global that is
-            not on the allowlist (in which case nothing from it was executed).
+        CheckpointError: the file is missing, unreadable, truncated/corrupt, or asks to unpickle a
+            global that is not on the allowlist (in which case nothing from it was executed).
     """
     path = Path(path)
-    if not path.is_file():
-        raise ValueError(f"checkpoint: no such file {str(path)!r}")
+    _check_is_file(path)
     allow = list(SAFE_PICKLE_GLOBALS) + list(extra_safe_globals)
     try:
         with torch.serialization.safe_globals(allow):
@@ -47,15 +58,22 @@ def load_pickle_checkpoint(path: str | os.PathLike, extra_safe_globals: tuple[An
     except Exception as err:  # torch raises UnpicklingError, RuntimeError, EOFError… depending on damage
         message = str(err).splitlines()[0] if str(err) else type(err).__name__
         if "Unsupported global" in str(err) or "weights_only" in str(err):
-            raise ValueError(
+            raise CheckpointError(
                 f"checkpoint {str(path)!r} was refused: it asks to unpickle an object that is not on arvis's "
                 f"allowlist ({message}). arvis never unpickles arbitrary objects; convert the file to "
                 f"safetensors, or pass the class in extra_safe_globals if you trust it."
             ) from None
-        raise ValueError(
+        raise CheckpointError(
             f"checkpoint {str(path)!r} could not be read ({type(err).__name__}: {message}); "
-            f"is it truncated or not a torch checkpoint?"
+            f"is it unreadable, truncated or not a torch checkpoint?"
         ) from None
+
+
+def _check_is_file(path: Path) -> None:
+    if not path.exists():
+        raise CheckpointError(f"checkpoint: no such file {str(path)!r}")
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint: {str(path)!r} is not a file")
 
 
 def load_state_dict_file(path: str | os.PathLike) -> dict[str, Any]:
@@ -63,24 +81,27 @@ def load_state_dict_file(path: str | os.PathLike) -> dict[str, Any]:
 
     Returns the raw top-level object for pickles (a dict; the caller picks the state dict inside) and
     the flat tensor dict for safetensors.
+
+    Raises:
+        CheckpointError: missing, unreadable or damaged file, or an unknown file type.
     """
     path = Path(path)
-    if not path.is_file():
-        raise ValueError(f"checkpoint: no such file {str(path)!r}")
+    _check_is_file(path)
     if path.suffix in SAFETENSORS_SUFFIXES:
         from safetensors import SafetensorError
         from safetensors.torch import load_file
 
         try:
             return load_file(str(path), device="cpu")
-        except (SafetensorError, OSError, ValueError) as err:
-            raise ValueError(f"checkpoint {str(path)!r} could not be read as safetensors: {err}") from None
+        except (SafetensorError, OSError, ValueError, RuntimeError) as err:
+            raise CheckpointError(f"checkpoint {str(path)!r} could not be read as safetensors: {err}") from None
     if path.suffix in PICKLE_SUFFIXES:
         obj = load_pickle_checkpoint(path)
         if not isinstance(obj, Mapping):
-            raise ValueError(f"checkpoint {str(path)!r}: expected a dict at the top level, got {type(obj).__name__}")
+            raise CheckpointError(
+                f"checkpoint {str(path)!r}: expected a dict at the top level, got {type(obj).__name__}")
         return dict(obj)
-    raise ValueError(
+    raise CheckpointError(
         f"checkpoint {str(path)!r}: unknown file type {path.suffix!r}; expected one of "
         f"{SAFETENSORS_SUFFIXES + PICKLE_SUFFIXES}"
     )
@@ -91,20 +112,43 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary path next to ``path``; on success it is renamed onto ``path`` atomically.
 
     Readers never see a half-written file: on error the temporary file is removed and ``path`` is
-    untouched. The temporary name ends in ``.tmp`` so folder scanners can skip it.
+    untouched. The temporary name ends in ``.tmp`` so folder scanners can skip it. The file gets the
+    mode a plain ``open(path, "w")`` would give it (0666 less the umask; ``tempfile.mkstemp``'s 0600
+    would make every output private whatever the user's umask says).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    tmp_path = Path(tmp)
+    tmp_path = create_temporary(path)
+    mode = os.stat(tmp_path).st_mode & 0o777
     try:
         yield tmp_path
+        if os.stat(tmp_path).st_mode & 0o777 != mode:  # a writer replaced the file (safetensors writes 0600)
+            os.chmod(tmp_path, mode)
         os.replace(tmp_path, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             tmp_path.unlink()
         raise
+
+
+def create_temporary(path: str | os.PathLike, directory: bool = False) -> Path:
+    """Create a new hidden ``.{name}.{random}.tmp`` file (or folder) next to ``path``, umask-respecting.
+
+    Exclusive creation (``O_EXCL``) with a random name, as ``tempfile.mkstemp`` / ``mkdtemp`` do, but
+    with mode 0666 / 0777 so that the process's umask decides the permissions.
+    """
+    path = Path(path)
+    for _ in range(100):
+        tmp = path.parent / f".{path.name}.{secrets.token_hex(6)}.tmp"
+        try:
+            if directory:
+                os.mkdir(tmp, 0o777)
+            else:
+                os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+            return tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"could not create a temporary name next to {str(path)!r}")
 
 
 def save_pickle_checkpoint(obj: Any, path: str | os.PathLike) -> None:
@@ -143,6 +187,8 @@ def extract_state_dict(obj: Mapping[str, Any], key: str = "auto", source: str = 
     """
     if key != "auto" and key not in CHECKPOINT_WEIGHT_KEYS:
         raise ValueError(f"key must be 'auto' or one of {CHECKPOINT_WEIGHT_KEYS}, got {key!r}")
+    if not isinstance(obj, Mapping):
+        raise CheckpointError(f"{source}: expected a dict at the top level, got {type(obj).__name__}")
     args = obj.get("args")
     if key == "auto":
         if obj and all(isinstance(v, torch.Tensor) for v in obj.values()):
@@ -150,30 +196,41 @@ def extract_state_dict(obj: Mapping[str, Any], key: str = "auto", source: str = 
         for candidate in CHECKPOINT_WEIGHT_KEYS:
             if isinstance(obj.get(candidate), Mapping):
                 return dict(obj[candidate]), args
-        raise ValueError(
-            f"{source}: found no weights; top-level keys are {sorted(obj)[:10]}, expected a flat "
+        raise CheckpointError(
+            f"{source}: found no weights; top-level keys are {sorted(map(str, obj))[:10]}, expected a flat "
             f"state dict or one of {CHECKPOINT_WEIGHT_KEYS}"
         )
     if not isinstance(obj.get(key), Mapping):
-        raise ValueError(f"{source}: no {key!r} entry; top-level keys are {sorted(obj)[:10]}")
+        raise CheckpointError(f"{source}: no {key!r} entry; top-level keys are {sorted(map(str, obj))[:10]}")
     return dict(obj[key]), args
 
 
 def check_state_dict(module: torch.nn.Module, state_dict: Mapping[str, torch.Tensor], source: str,
                      ignore_prefixes: tuple[str, ...] = (), ignore_substrings: tuple[str, ...] = ()) -> None:
-    """Raise one clear ``ValueError`` listing missing keys, unexpected keys and shape mismatches."""
+    """Raise one :class:`CheckpointError` listing missing keys, unexpected keys and shape mismatches."""
 
     def ignored(k: str) -> bool:
         return k.startswith(ignore_prefixes) or any(s in k for s in ignore_substrings)
 
-    expected = {k: v for k, v in module.state_dict().items() if not ignored(k)}
-    given = {k: v for k, v in state_dict.items() if not ignored(k)}
+    expected = {k: tuple(v.shape) for k, v in module.state_dict().items() if not ignored(k)}
+    given = {k: tuple(v.shape) for k, v in state_dict.items() if not ignored(k)}
+    compare_shapes(expected, given, f"{source} does not fit {type(module).__name__}")
+
+
+def compare_shapes(expected: Mapping[str, tuple[int, ...]], given: Mapping[str, tuple[int, ...]], what: str) -> None:
+    """Raise one :class:`CheckpointError` ``"{what}: …"`` listing missing, unexpected and mis-shaped tensors.
+
+    Args:
+        expected: tensor name → shape the model needs.
+        given: tensor name → shape the file holds.
+        what: the start of the message, naming the file (and the model).
+    """
     missing = sorted(set(expected) - set(given))
     unexpected = sorted(set(given) - set(expected))
     mismatched = [
-        f"{k}: checkpoint {tuple(given[k].shape)} vs model {tuple(expected[k].shape)}"
+        f"{k}: checkpoint {tuple(given[k])} vs model {tuple(expected[k])}"
         for k in sorted(set(expected) & set(given))
-        if tuple(given[k].shape) != tuple(expected[k].shape)
+        if tuple(given[k]) != tuple(expected[k])
     ]
     if missing or unexpected or mismatched:
         parts = []
@@ -183,4 +240,83 @@ def check_state_dict(module: torch.nn.Module, state_dict: Mapping[str, torch.Ten
             parts.append(f"{len(unexpected)} unexpected keys (e.g. {unexpected[:5]})")
         if mismatched:
             parts.append(f"{len(mismatched)} shape mismatches (e.g. {mismatched[:3]})")
-        raise ValueError(f"{source} does not fit {type(module).__name__}: " + "; ".join(parts))
+        raise CheckpointError(f"{what}: " + "; ".join(parts))
+
+
+# Floating-point dtypes a weight may have, as torch dtypes and as safetensors header names.
+FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
+SAFETENSORS_FLOAT_DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16, "F64": torch.float64}
+
+
+def check_tensor_values(state_dict: Mapping[str, Any], source: str) -> torch.dtype:
+    """Check that every value is a floating-point tensor; return the dtype to load them in.
+
+    Weights of integer, bool or complex dtype would load into a model "successfully" (``assign=True``
+    keeps them) and give a wrong model or a confusing error at the first forward; non-tensor values
+    would fail deep inside ``load_state_dict``. Both are refused here, naming the key.
+
+    Returns:
+        The common dtype; ``torch.float32`` when the file mixes floating dtypes (e.g. fp16 weights with
+        fp32 norms), so that every parameter of the model has one dtype.
+
+    Raises:
+        CheckpointError: a value is not a tensor, or a tensor is not floating point.
+    """
+    dtypes: set[torch.dtype] = set()
+    for key, value in state_dict.items():
+        if not isinstance(value, torch.Tensor):
+            raise CheckpointError(f"{source}: {key!r} is a {type(value).__name__}, not a tensor")
+        if value.dtype not in FLOAT_DTYPES:
+            raise CheckpointError(f"{source}: {key!r} has dtype {value.dtype}; weights must be floating point "
+                                  f"({', '.join(str(d) for d in FLOAT_DTYPES)})")
+        dtypes.add(value.dtype)
+    return dtypes.pop() if len(dtypes) == 1 else torch.float32
+
+
+def to_common_dtype(state_dict: Mapping[str, torch.Tensor], dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    """``state_dict`` with every tensor of another dtype cast to ``dtype`` (others shared, not copied)."""
+    return {k: v if v.dtype == dtype else v.to(dtype) for k, v in state_dict.items()}
+
+
+@dataclass(frozen=True)
+class SafetensorsHeader:
+    """What a safetensors file declares, read without loading a tensor.
+
+    Attributes:
+        shapes: tensor name → shape.
+        dtypes: tensor name → safetensors dtype name (``"F32"``, ``"BF16"``, ``"I64"``…).
+        metadata: the free-form string metadata (``{}`` when absent).
+    """
+
+    shapes: dict[str, tuple[int, ...]]
+    dtypes: dict[str, str]
+    metadata: dict[str, str]
+
+    def check_floating(self, source: str) -> None:
+        """Raise :class:`CheckpointError` naming the first tensor whose dtype is not floating point."""
+        for key, dtype in self.dtypes.items():
+            if dtype not in SAFETENSORS_FLOAT_DTYPES:
+                raise CheckpointError(f"{source}: {key!r} has dtype {dtype}; weights must be floating point "
+                                      f"({', '.join(SAFETENSORS_FLOAT_DTYPES)})")
+
+
+def read_safetensors_header(path: str | os.PathLike) -> SafetensorsHeader:
+    """Names, shapes, dtypes and metadata of a safetensors file; no tensor is loaded.
+
+    Raises:
+        CheckpointError: the file is missing, unreadable or not a valid safetensors file.
+    """
+    from safetensors import SafetensorError, safe_open
+
+    path = Path(path)
+    _check_is_file(path)
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            shapes, dtypes = {}, {}
+            for key in f.keys():
+                info = f.get_slice(key)
+                shapes[key], dtypes[key] = tuple(int(n) for n in info.get_shape()), str(info.get_dtype())
+            metadata = dict(f.metadata() or {})
+    except (SafetensorError, OSError, ValueError, RuntimeError) as err:
+        raise CheckpointError(f"checkpoint {str(path)!r} could not be read as safetensors: {err}") from None
+    return SafetensorsHeader(shapes=shapes, dtypes=dtypes, metadata=metadata)

