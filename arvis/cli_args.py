@@ -209,7 +209,7 @@ def parse_methods(values: str | Sequence[str] | None, *, single: bool = False):
     texts = [values] if isinstance(values, str) else list(values or ["ar"])
     try:
         specs = parse_method_specs(texts)
-    except TypeError as err:  # e.g. jacobi_interval=5 where a pair is expected
+    except (TypeError, ValueError) as err:  # e.g. jacobi_interval=5 where a pair is expected
         raise ValueError(f"--method {';'.join(texts)!r}: {err}") from None
     if single and len(specs) != 1:
         raise ValueError(f"--method: give exactly one method spec here, got {len(specs)}")

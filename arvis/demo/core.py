@@ -25,11 +25,9 @@ import dataclasses
 import math
 import queue
 import statistics
-import sys
 import tempfile
 import threading
 import time
-import typing
 import unicodedata
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -39,7 +37,7 @@ from typing import Any
 import PIL.Image
 import torch
 
-from arvis.methods import METHODS, available_methods, is_lossless, with_resources
+from arvis.methods import METHODS, available_methods, build_method, is_lossless, with_resources
 
 SIDES = ("ar", "method")
 PREVIEW_GREY = 0.5  # colour of not-yet-committed token cells in the previews
@@ -238,60 +236,24 @@ class OptionSpec:
         return (defaults.get(option) if chosen is None else chosen) in allowed
 
 
+# Which relaxed rules read which parameter (the others ignore it): the page shows a parameter only
+# while a rule that reads it is chosen.
+RULE_PARAMETERS = {"k": ("lantern", "lantern++", "bounded"), "delta": ("lantern", "bounded"), "lam": ("lantern++",)}
+
+
 def method_option_specs(method: str) -> list[OptionSpec]:
-    """The options of ``method`` the demo offers (plain ints, floats, bools, strings), with their choices
-    and when they apply. Options of other types (intervals, draft models…) keep their defaults.
-
-    This is the demo's one source of option knowledge: it reads the method's dataclass fields (string
-    choices from module-level tuples of the method's module that contain the default, kept where the
-    method's own validation accepts them) and the acceptance rules' parameters. When methods declare an
-    option schema, this function reads it instead.
+    """The options of ``method`` the demo offers, read from the method's declared options
+    (:mod:`arvis.methods.options`): numbers, choices and text, with when they apply. Intervals and
+    resources (a draft model, codebook neighbourhoods) are not user input here: they keep their defaults
+    or come from the pipeline.
     """
-    from arvis.acceptance.relaxed import RULES
-
-    rule_parameters = {"k": ("lantern", "lantern++", "bounded"), "delta": ("lantern", "bounded"),
-                       "lam": ("lantern++",)}
-    cls = METHODS[method]
-    if not dataclasses.is_dataclass(cls):
-        return []
-    hints = typing.get_type_hints(cls)
-    module = sys.modules.get(cls.__module__)
-    names = {f.name for f in dataclasses.fields(cls)}
     specs = []
-    for f in dataclasses.fields(cls):
-        if not f.init or f.default is dataclasses.MISSING:
+    for option in METHODS[method].options:
+        if option.kind not in ("int", "float", "choice", "text"):
             continue
-        hint = hints.get(f.name)
-        when = ("acceptance", rule_parameters[f.name]) if "acceptance" in names and f.name in rule_parameters else None
-        if hint is bool:
-            specs.append(OptionSpec(f.name, "bool", f.default, shown_when=when))
-        elif hint is int:
-            specs.append(OptionSpec(f.name, "int", f.default, shown_when=when))
-        elif hint is float:
-            specs.append(OptionSpec(f.name, "float", f.default, shown_when=when))
-        elif hint is str:
-            if f.name == "acceptance":
-                candidates = list(RULES)
-            else:
-                candidates = [v for value in (vars(module).values() if module else ())
-                              if isinstance(value, tuple) and value and all(isinstance(x, str) for x in value)
-                              and f.default in value for v in value]
-            choices = tuple(dict.fromkeys(v for v in candidates if _accepted(cls, f.name, v)))
-            specs.append(OptionSpec(f.name, "choice" if choices else "text", f.default, choices, when))
+        when = ("acceptance", RULE_PARAMETERS[option.name]) if option.name in RULE_PARAMETERS else None
+        specs.append(OptionSpec(option.name, option.kind, option.default, tuple(option.choices), when))
     return specs
-
-
-def _accepted(cls: type, name: str, value: str) -> bool:
-    """Whether ``cls`` accepts ``name=value`` by itself (a missing pipeline resource does not count)."""
-    from arvis.methods import MissingResourceError
-
-    try:
-        cls(**{name: value})
-    except MissingResourceError:
-        return True
-    except (ValueError, TypeError):
-        return False
-    return True
 
 
 def all_option_specs(methods: list[str]) -> dict[str, OptionSpec]:
@@ -393,9 +355,16 @@ def validate_options(method: str, values: Mapping[str, Any], limits: DemoLimits,
     try:  # the method's own validation (cross-option rules), with the pipeline's resources
         resources = with_resources(method, out, getattr(pipe, "draft_transformer", None),
                                    getattr(pipe, "codebook_neighbours", None))
-        METHODS[method](**resources)
+        built = build_method(method, **resources)
     except (ValueError, TypeError) as err:
         raise DemoInputError(f"{method} options: {err}") from None
+    # Methods check their resources when the decode starts; the page says so before it runs.
+    if getattr(built, "draft_model", "") is None:
+        raise DemoInputError(f"{method}: this model has no draft model (draft_transformer); choose another method")
+    rule = getattr(built, "acceptance", None)
+    if rule is not None and not rule.lossless and getattr(built, "neighbours", "") is None:
+        raise DemoInputError(f"{method}: acceptance={rule.kind!r} needs the tokenizer's codebook neighbourhoods, "
+                             "which this model does not provide")
     return out
 
 
