@@ -170,6 +170,25 @@ def test_the_t2i_prompts_file_is_the_held_out_captions():
     assert lines[:50] == [sample_scene(3, i, split="heldout").caption for i in range(50)]
 
 
+def test_the_first_screen_table_quotes_the_records_of_make_demos_methods():
+    """README's first table: the methods of the Makefile's demo recipe, with their figures as the committed
+    batch-1 records state them (forwards, step compression, lossless)."""
+    recipe = shlex.split(make_recipe("demo")[0])
+    specs = ["ar", *recipe[recipe.index("--method") + 1].split(";")]
+    records = {r["spec"]: r for name in ("sjd", "zipar")
+               for r in json.loads((ROOT / "docs" / "figures" / name / "batch1-fp32.json").read_text())}
+    readme = (ROOT / "README.md").read_text()
+    table = readme.split("<!-- measured: the table below is docs/figures/{sjd,zipar}/batch1-fp32.json")[1]
+    rows = [[c.strip() for c in line.strip().strip("|").split("|")]
+            for line in table.split("\n\n")[0].splitlines() if line.startswith("| `")]
+    assert [row[0] for row in rows] == [f"`{spec}`" for spec in specs]
+    for row in rows:
+        r = records[row[0].strip("`")]
+        assert r["model"] == "c2i"
+        assert row[1:4] == ["yes" if r["lossless"] else "no (lossy)", f"{r['target_forwards']:.1f}",
+                            f"{r['step_compression']:.2f}x"], row
+
+
 # ----------------------------------------------------------------------------- the repository stands alone
 TEXT = (".py", ".md", ".json", ".txt", ".toml", ".cfg", ".yml", ".yaml")
 ABSOLUTE = re.compile(r"(?<![\w.:/])/(work|home|root|tmp|Users|mnt|scratch)/[\w.-]")
