@@ -81,7 +81,7 @@ def bench_job(out: Path, suite: str, name: str, methods: list[str], *, model: st
               batch_size: int = 1, dtype: str = "fp32", repeats: int = 5, plots: bool = False,
               threads: int | None = None) -> Job:
     base = out / suite / name
-    args = ["--model", model, "--methods", ";".join(methods), "--samples", str(samples),
+    args = ["--model", model, "--method", ";".join(methods), "--num-images", str(samples),
             "--batch-size", str(batch_size), "--dtype", dtype, "--repeats", str(repeats), "--seed", "0",
             "--json", str(base.with_suffix(".json")), "--markdown", str(base.with_suffix(".md")),
             "--no-progress"]
@@ -94,13 +94,10 @@ def bench_job(out: Path, suite: str, name: str, methods: list[str], *, model: st
 
 def fid_job(out: Path, spec: str, *, model: str, num: int, seed: int = 0, floor: bool = False,
             batch_size: int = 16) -> Job:
-    method, _, opts = spec.partition(":")
     slug = spec.replace(":", "_").replace(",", "_").replace("=", "-").replace('"', "")
     path = out / "fid" / f"{slug}-seed{seed}-n{num}.json"
-    args = ["--model", model, "--num-samples", str(num), "--seed", str(seed), "--sample-batch-size",
-            str(batch_size), "--json", str(path), "--no-progress", "--method", method]
-    for opt in filter(None, opts.split(",")):
-        args += ["-o", opt]
+    args = ["--model", model, "--num-images", str(num), "--seed", str(seed), "--batch-size",
+            str(batch_size), "--json", str(path), "--no-progress", "--method", spec]
     if floor:
         args.append("--floor")
     return Job(f"fid/{slug}-seed{seed}", "fid", args, path)
@@ -445,7 +442,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model", default="c2i")
     p.add_argument("--out", default="docs/figures", type=Path)
     p.add_argument("--fid-num", type=int, default=1000,
-                   help="images per FID (BENCHMARKS.md: 1,000); lossless methods use a quarter, against AR at "
+                   help="images per FID (docs/measurement.md: 1,000); lossless methods use a quarter, against AR at "
                         "the same N")
     p.add_argument("--samples", type=int, default=4, help="samples per timed round (batch-1 benches)")
     p.add_argument("--shard", default="0/1", help="K/N: run jobs K, K+N, K+2N … (two processes: 0/2 and 1/2)")

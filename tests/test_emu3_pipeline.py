@@ -168,7 +168,7 @@ def test_cli_generate_and_bench_on_an_emu3_folder(diffusers_folder, tmp_path, ca
 def test_demo_runs_an_emu3_pipeline_side_by_side(pipe):
     """The demo's core (no server): an Emu3 folder's pipeline takes prompts, and AR and a method both finish."""
     pytest.importorskip("gradio")
-    from apps.demo_core import DemoLimits, ModelSet, RunResult, model_info, side_by_side, validate_request
+    from arvis.demo.core import DemoLimits, ModelSet, RunResult, model_info, side_by_side, validate_request
 
     info = model_info(pipe)
     assert not info["class_conditional"] and info["has_text_encoder"] and info["grid"] == [3, 4]

@@ -344,7 +344,7 @@ def test_same_noise_same_tokens_as_the_official_sampler():
 
 def test_demo_runs_a_var_model_side_by_side():
     """The demo's core (no server): plain next-scale decoding and CoDe on the same seed, statistics and plots."""
-    from apps.demo_core import (
+    from arvis.demo.core import (
         DemoLimits,
         DemoModel,
         ModelSet,

@@ -115,6 +115,15 @@ class Emu3Pipeline(DiffusionPipeline):
     accepts_prompts = True  # prompts go straight to the language model (no separate text encoder)
 
     @property
+    def sampling_defaults(self) -> dict[str, Any]:
+        """Sampling settings a call uses when it does not say (none: SamplingConfig's own defaults)."""
+        return {}
+
+    def sampling_config(self, **settings: Any) -> SamplingConfig:
+        """The sampling settings of a call: given values, else :class:`SamplingConfig`'s defaults."""
+        return SamplingConfig(**{k: v for k, v in settings.items() if v is not None})
+
+    @property
     def default_layout(self) -> TokenLayout:
         """The token layout at the default image size (grid, vocabulary, sequence length with the
         structural tokens). Its ``condition_length`` is a placeholder (1): each call sets the prompts' own."""

@@ -33,7 +33,8 @@ from arvis.methods import DecodingMethod, build_method, with_resources
 from arvis.methods.next_scale import NextScaleDecoder, as_next_scale, decode_scales
 from arvis.models.protocol import Condition
 from arvis.models.var import VARTransformer
-from arvis.pipelines.pipeline_llamagen import OUTPUT_TYPES, LlamaGenPipeline, LlamaGenPipelineOutput
+from arvis.pipelines.common import check_output_type
+from arvis.pipelines.pipeline_llamagen import LlamaGenPipeline, LlamaGenPipelineOutput
 from arvis.tokenizers.var_vq import VARVQModel
 from arvis.utils.random import GeneratorArg
 
@@ -126,8 +127,7 @@ class VARPipeline(DiffusionPipeline):
         Returns:
             :class:`VARPipelineOutput` with images, tokens ``[B, L]`` and decode statistics.
         """
-        if output_type not in OUTPUT_TYPES:
-            raise ValueError(f"output_type must be one of {OUTPUT_TYPES}, got {output_type!r}")
+        check_output_type(output_type)
         if not isinstance(num_images_per_prompt, int) or num_images_per_prompt < 1:
             raise ValueError(f"num_images_per_prompt must be an integer >= 1, got {num_images_per_prompt!r}")
         sampling = SamplingConfig(temperature=temperature, top_k=top_k, top_p=top_p, guidance_scale=guidance_scale)
