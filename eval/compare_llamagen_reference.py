@@ -21,8 +21,14 @@ import statistics
 from pathlib import Path
 
 import torch
-from reference_common import (add_to_path, checked_reference_repo, interleaved_times, reference_transformer,
-                              teacher_forced_max_diff, write_record)
+from reference_common import (
+    add_to_path,
+    checked_reference_repo,
+    interleaved_times,
+    reference_transformer,
+    teacher_forced_max_diff,
+    write_record,
+)
 
 
 def load_reference(repo: Path):

@@ -76,8 +76,14 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from reference_common import (add_to_path, checked_reference_repo, interleaved_times, reference_transformer,
-                              teacher_forced_max_diff, write_record)
+from reference_common import (
+    add_to_path,
+    checked_reference_repo,
+    interleaved_times,
+    reference_transformer,
+    teacher_forced_max_diff,
+    write_record,
+)
 
 REPOSITORY = "tyshiwo1/Accelerating-T2I-AR-with-SJD"
 REQUIRED_FILES = ("llamagen/llamagen.py", "llamagen/llamagen_solver.py",
