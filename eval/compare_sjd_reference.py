@@ -13,18 +13,20 @@ Jacobi sampler), run by ``LlamaGenSolver.generate``. The script checks:
 2. speed — their scheduler against arvis SJD (``method="sjd"``, random initial drafts) with the same
    weights, class labels, window, CFG scale, top-k and temperature 1: interleaved repeats (one seed per
    round, the same for both), median wall time of a whole ``generate`` call;
-3. step compression of each — image tokens per target forward (a CFG pair counts once, the prefill
-   counts), mean over the rounds. Their forwards are their own count (``gen loop num (NFE)``, printed by
-   their ``_sample``) plus their prefill forward.
+3. step compression of each — ``N / forwards``, with ``forwards`` the target forwards per image (a CFG
+   pair counts once, the prefill counts) averaged over the rounds. Their forwards are their own count
+   (``gen loop num (NFE)``, printed by their ``_sample``) plus their prefill forward; with ``--batch`` > 1
+   their batch advances in lockstep, so every image takes the batch's forwards (arvis: ragged).
 
 Their settings, as in their scripts: ``prefix_token_sampler_scheme="speculative_jacobi"``,
 ``multi_token_init_scheme="random"`` (for LlamaGen their ``"repeat_horizon"`` falls back to random: it
 needs a row width only Lumina-mGPT's logits processor provides), ``jacobi_loop_interval_l=1``,
 ``jacobi_loop_interval_r=N - window - 2`` (their formula ``latent_size**2 - max_num_new_tokens - 2``:
-the last ``window + 2`` or so tokens are decoded one per forward, so their windows never run past their
-static KV cache). arvis SJD drafts everywhere (its default); ``--arvis-interval reference`` instead
-restricts arvis's drafting to the indices the reference always drafts, ``[3, N - window - 1)`` — their
-interval depends on the acceptance history, so this is the nearest fixed one, and only an approximation.
+their windows shrink to end near token index ``N - window - 1`` and every token after the last window
+is decoded one per forward, so that no window runs past their static KV cache; their first two loop
+iterations decode one token each). arvis SJD drafts everywhere (its default); ``--arvis-interval
+reference`` instead restricts arvis's drafting to token indices ``[3, N - window - 1)`` — their drafted
+span depends on the acceptance history, so this fixed one is the nearest, and only an approximation.
 No top-k (``--top-k 0``) is given to them as ``image_top_k = vocabulary size`` (their solver always
 applies transformers' ``TopKLogitsWarper``, which then keeps every token), top-p 1.
 
@@ -308,7 +310,9 @@ def main(argv: list[str] | None = None) -> dict:
               "arvis_s": statistics.median(times["arvis"]),
               "reference_forwards": ref_forwards, "arvis_forwards": arvis_forwards,
               "reference_step_compression": N / ref_forwards, "arvis_step_compression": N / arvis_forwards,
-              "reference_jacobi_interval": list(interval),
+              # Their jacobi_loop_interval_l / _r (counted from their first generated token), and arvis's
+              # jacobi_interval in token indices (None: drafting everywhere).
+              "reference_jacobi_loop_interval": [1, N - W - 2],
               "arvis_jacobi_interval": list(interval) if args.arvis_interval == "reference" else None}
     result["arvis_speedup_over_reference"] = result["reference_s"] / result["arvis_s"]
     write_record(result, args.json)
