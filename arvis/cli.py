@@ -1,166 +1,119 @@
-"""The ``arvis`` command line: ``arvis generate``, ``arvis bench``, ``arvis demo``… (``arvis --help``)."""
+"""The ``arvis`` command line: ``arvis generate``, ``arvis bench``, ``arvis demo``… (``arvis --help``).
+
+The flags are defined once, in :mod:`arvis.cli_args`, and mean the same in every subcommand (docs/cli.md).
+User errors (``ValueError`` naming the flag and the allowed range) print one line and exit with status 2,
+before any model is loaded or any file written.
+"""
 
 from __future__ import annotations
 
 import argparse
-import json
+import datetime as _dt
 import os
 import sys
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-# Subcommands register here: name → (help, add_arguments, run). Heavy imports happen inside `run`.
-COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]] = {}
-
-
-def command(name: str, help: str, add_arguments: Callable[[argparse.ArgumentParser], None]):
-    def register(run: Callable[[argparse.Namespace], int]):
-        COMMANDS[name] = (help, add_arguments, run)
-        return run
-
-    return register
+from arvis import __version__
+from arvis import cli_args as a
+from arvis.cli_args import COMMANDS, command  # noqa: F401  (subcommands register through these)
 
 
-def parse_option(text: str) -> tuple[str, Any]:
-    """``key=value`` → (key, value) with value parsed as JSON when possible (``window=16``, ``init="random"``)."""
-    if "=" not in text:
-        raise argparse.ArgumentTypeError(f"method options look like key=value, got {text!r}")
-    key, value = text.split("=", 1)
-    try:
-        return key.replace("-", "_"), json.loads(value)
-    except json.JSONDecodeError:
-        return key.replace("-", "_"), value
-
-
-def add_runtime_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--threads", type=int, default=None,
-                   help="torch CPU threads (default: torch's choice; 1 is often fastest for small models)")
-    p.add_argument("--dtype", choices=["fp32", "bf16", "fp16"], default="fp32", help="model dtype")
-    p.add_argument("--device", default="cpu", help="torch device (default cpu)")
-
-
-def setup_runtime(args: argparse.Namespace):
-    import torch
-
-    if args.threads is not None:
-        if args.threads < 1:
-            raise ValueError(f"--threads must be >= 1, got {args.threads}")
-        torch.set_num_threads(args.threads)
-    return {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[args.dtype]
-
-
-def add_sampling_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--guidance-scale", type=float, default=None, help="CFG scale (default: the model's)")
-    p.add_argument("--top-k", type=int, default=None, help="top-k (0 = off; default: the model's)")
-    p.add_argument("--top-p", type=float, default=1.0)
-    p.add_argument("--temperature", type=float, default=1.0)
-    p.add_argument("--method", default="ar", help="decoding method (see `arvis methods`)")
-    p.add_argument("--option", "-o", action="append", type=parse_option, default=[], metavar="KEY=VALUE",
-                   help="method option, repeatable (e.g. -o window=16 -o init=random)")
-
-
-def load_pipeline(model: str | None, dtype, device: str):
-    """The pipeline for ``model`` (alias or folder) and its default sampling settings."""
-    import torch
-
-    from arvis.hub import DEFAULT_MODEL, TINY_RANDOM, resolve_model, shipped_path, tiny_random_pipeline
-    from arvis.pipelines import LlamaGenPipeline
-
-    if model == TINY_RANDOM or (model is None and not (shipped_path(DEFAULT_MODEL) / "model_index.json").is_file()):
-        print("*** UNTRAINED TINY MODEL (random weights): its images are noise; only the decode statistics "
-              "mean anything. ***", file=sys.stderr)
-        pipe = tiny_random_pipeline().to(device)
-        return (pipe if dtype == torch.float32 else pipe.to(dtype=dtype)), {"guidance_scale": 4.0}, TINY_RANDOM
-    path = resolve_model(model)
-    index = json.loads((path / "model_index.json").read_text())
-    if index.get("_class_name") == "VideoPipeline":
-        from arvis.pipelines import VideoPipeline
-
-        pipe = VideoPipeline.from_pretrained(str(path), dtype=dtype).to(device)
-    else:
-        pipe = LlamaGenPipeline.from_pretrained(str(path), dtype=dtype).to(device)
-    defaults_file = path / "sampling_defaults.json"
-    defaults = json.loads(defaults_file.read_text()) if defaults_file.is_file() else {}
-    return pipe, defaults, path
-
-
+# ----------------------------------------------------------------------------- generate
 def _generate_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", default=None, help="shipped model alias (c2i, t2i) or a pipeline folder (default: c2i)")
-    p.add_argument("--class-ids", default=None,
-                   help="comma-separated class ids or names (class-conditional; default: the first 4 classes)")
-    p.add_argument("--prompt", action="append", default=None, help="prompt (text-conditional), repeatable")
-    p.add_argument("--num-images", type=int, default=1, help="images per class id / prompt")
-    p.add_argument("--seed", type=int, default=0, help="seed; image i uses seed + i (one generator per image)")
-    p.add_argument("--output", default="outputs", help="folder for the PNGs and stats.json")
-    p.add_argument("--video-format", choices=["gif", "mp4"], default="gif", help="video models: file format")
-    p.add_argument("--fps", type=float, default=4.0, help="video models: frames per second")
-    p.add_argument("--image", default=None, help="video models: first frame (an image file), image-to-video")
-    add_sampling_arguments(p)
-    add_runtime_arguments(p)
+    a.add_model(p)
+    a.add_conditions(p)
+    a.add_images(p, default=None, what="images per method (eval/sample.py draws more, resumably)",
+                 max_images=a.MAX_GENERATE_IMAGES)
+    a.add_method(p, several=True)
+    p.add_argument("--rounds", type=int, default=1,
+                   help="timed rounds per method, interleaved; the median is reported (default 1: a single run)")
+    p.add_argument("--warmup", action="store_true", help="one untimed image per method first (fairer timings)")
+    p.add_argument("--output", default=None, metavar="FOLDER",
+                   help="folder for the PNGs, stats.json and (several methods) side_by_side.png; must be new or "
+                        "empty (default: outputs/<date-time>)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="write into a non-empty --output, replacing an earlier run's PNGs and stats.json")
+    a.add_sampling(p)
+    a.add_runtime(p)
+    a.add_progress(p)
 
 
-@command("generate", "generate images and print the decode statistics", _generate_arguments)
+def default_output_folder() -> Path:
+    """``outputs/<date-time>``, with a suffix when that exists: every run gets its own folder."""
+    base = Path("outputs") / _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    path, k = base, 2
+    while path.exists():
+        path, k = base.with_name(f"{base.name}-{k}"), k + 1
+    return path
+
+
+@command("generate", "generate images with one or several decoding methods (side by side) and print the figures",
+         _generate_arguments)
 def run_generate(args: argparse.Namespace) -> int:
-    import torch
+    from arvis.demo.compare import ImageSet, compare_methods, remove_previous_outputs, write_comparison
+    from arvis.eval.provenance import provenance
+    from arvis.hub import load_pipeline
 
-    from arvis.utils.random import make_generators
-    from arvis.utils.serialization import atomic_path
-
-    dtype = setup_runtime(args)
-    pipe, defaults, path = load_pipeline(args.model, dtype, args.device)
-    call: dict[str, Any] = {}
-    if pipe.transformer.is_class_conditional:
-        if args.prompt:
+    # Everything the command line alone decides is checked before the model loads.
+    specs = a.parse_methods(args.method)
+    a.check_images(args, a.MAX_GENERATE_IMAGES)
+    a.check_count("--rounds", args.rounds, 1, 20)
+    labels = a.parse_class_ids(args.class_ids)
+    prompts = a.read_prompts(args)
+    if labels is not None and prompts is not None:
+        raise ValueError("--class-ids / --prompt: give class ids (class-conditional) or prompts (text-conditional)")
+    output = Path(args.output) if args.output is not None else default_output_folder()
+    a.check_output_folder("--output", output, overwrite=args.overwrite,
+                          expected_bytes=_png_bytes_estimate(args.num_images or 1, len(specs)))
+    dtype = a.setup_runtime(args)
+    pipe, _, model = load_pipeline(args.model, dtype, args.device)
+    if getattr(pipe.transformer, "is_class_conditional", False):  # Emu3's transformer is a transformers model
+        if prompts is not None:
             raise ValueError("--prompt: this model is class-conditional; use --class-ids")
-        labels = args.class_ids.split(",") if args.class_ids else list(range(min(4, pipe.transformer.config.num_classes)))
-        call["class_labels"] = [int(x) if str(x).strip().lstrip("-").isdigit() else str(x).strip() for x in labels]
-        n_cond = len(labels)
+        conditions = pipe.class_ids(labels) if labels is not None else list(range(pipe.transformer.config.num_classes))
     else:
-        if not args.prompt:
-            raise ValueError("--prompt: this model is text-conditional; give at least one --prompt")
-        call["prompt"] = args.prompt
-        n_cond = len(args.prompt)
-    total = n_cond * args.num_images
-    generators = make_generators([args.seed + i for i in range(total)], device=args.device)
-    guidance = args.guidance_scale if args.guidance_scale is not None else defaults.get("guidance_scale", 4.0)
-    top_k = args.top_k if args.top_k is not None else defaults.get("top_k", 0)
-    settings = dict(generator=generators, guidance_scale=guidance, top_k=top_k, top_p=args.top_p,
-                    temperature=args.temperature, method=args.method, **dict(args.option))
-    folder = Path(args.output)  # created only once generation succeeded (bad input writes nothing)
-    if hasattr(pipe, "num_frames"):  # a video pipeline: one GIF / MP4 per clip
-        from PIL import Image
+        if prompts is None:
+            raise ValueError("--prompt: this model is text-conditional; give --prompt TEXT (repeatable) or --prompts FILE")
+        if labels is not None:
+            raise ValueError("--class-ids: this model is text-conditional; use --prompt")
+        conditions = prompts
+    images = ImageSet(tuple(conditions), args.num_images or len(conditions), args.seed, args.batch_size)
+    a.check_specs_fit_model(specs, pipe)
+    sampling = {"guidance_scale": args.guidance_scale, "top_k": args.top_k, "top_p": args.top_p,
+                "temperature": args.temperature}
+    config = pipe.sampling_config(**sampling)  # bad settings: refused before any decoding
+    a.check_batch_memory(pipe, min(images.batch_size, images.num_images), config.uses_cfg)
+    for spec in specs:  # resources only the pipeline has (draft model, codebook neighbourhoods)
+        from arvis.methods import build_method, with_resources
 
-        from arvis.pipelines.pipeline_video import export_frames
-
-        image = None
-        if args.image is not None:
-            with Image.open(args.image) as im:
-                image = [im.convert("RGB")] * n_cond
-        out = pipe(**call, image=image, num_videos_per_prompt=args.num_images, **settings)
-        outputs = out.frames
-        folder.mkdir(parents=True, exist_ok=True)
-        for i, frames in enumerate(out.frames):
-            export_frames(frames, folder / f"{i:04d}.{args.video_format}", fps=args.fps)
+        build_method(spec.name, **with_resources(spec.name, spec.options_dict, getattr(pipe, "draft_transformer", None),
+                                                 getattr(pipe, "codebook_neighbours", None),
+                                                 getattr(pipe, "lowres_transformer", None),
+                                                 getattr(pipe, "upsampler", None)))
+    comparison = compare_methods(pipe, specs, images, sampling, rounds=args.rounds, warmup=args.warmup,
+                                 progress=not args.no_progress)
+    if args.overwrite:
+        remove_previous_outputs(output)
+    context = {**model.record(), **{k: v for k, v in provenance(args.device, dtype).items() if k != "machine"}}
+    write_comparison(comparison, output, context, class_names=getattr(pipe, "class_names", None))
+    print(f"model: {model}")
+    if len(comparison.results) == 1:
+        r = comparison.results[0]
+        print(f"method={r.spec.label} images={images.num_images} target_forwards/image={r.mean('target_forwards'):.1f} "
+              f"step_compression={r.mean('step_compression'):.2f}x latency_s={r.latency_s:.3f}")
     else:
-        out = pipe(**call, num_images_per_prompt=args.num_images, **settings)
-        outputs = out.images
-        folder.mkdir(parents=True, exist_ok=True)
-        for i, image in enumerate(out.images):
-            with atomic_path(folder / f"{i:04d}.png") as tmp:
-                image.save(tmp, format="PNG")
-    record = {"model": str(path), "method": args.method, "options": dict(args.option), "seed": args.seed,
-              "guidance_scale": guidance, "top_k": top_k, "top_p": args.top_p, "temperature": args.temperature,
-              "dtype": args.dtype, "threads": torch.get_num_threads(), **out.stats.summary(),
-              "per_sample": [s.to_dict(with_lists=False) for s in out.stats.samples]}
-    with atomic_path(folder / "stats.json") as tmp:
-        tmp.write_text(json.dumps(record, indent=2))
-    print(f"model: {path}")
-    print(f"wrote {len(outputs)} {'videos' if hasattr(pipe, 'num_frames') else 'images'} to {folder}/")
-    print(out.stats.format())
+        print(comparison.format_text())
+    print(f"wrote {images.num_images * len(comparison.results)} images and stats.json to {output}/"
+          + (" (side_by_side.png: the methods next to each other)" if len(comparison.results) > 1 else ""))
     return 0
 
 
+def _png_bytes_estimate(num_images: int, methods: int) -> int:
+    """An upper bound on the PNG bytes of a run, before the model is known (512 px RGB, uncompressed)."""
+    return num_images * methods * (512 * 512 * 3 + 4096)
+
+
+# ----------------------------------------------------------------------------- methods
 @command("methods", "list the decoding methods and their options", lambda p: None)
 def run_methods(args: argparse.Namespace) -> int:
     from arvis.methods import describe_methods
@@ -169,11 +122,12 @@ def run_methods(args: argparse.Namespace) -> int:
     return 0
 
 
+# ----------------------------------------------------------------------------- the parser
 def _load_optional_commands() -> None:
     """Subcommands that live with the layers they drive (bench, demo…) register on import."""
     import importlib
 
-    for module in ("arvis.eval.cli_commands", "arvis.demo_command"):
+    for module in ("arvis.eval.cli_commands", "arvis.demo.command"):
         try:
             importlib.import_module(module)
         except ModuleNotFoundError as err:
@@ -183,7 +137,9 @@ def _load_optional_commands() -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     _load_optional_commands()
-    parser = argparse.ArgumentParser(prog="arvis", description="Fast, faithful decoding for visual AR generators.")
+    parser = argparse.ArgumentParser(prog="arvis", description="Fast, faithful decoding for visual AR generators. "
+                                     "The flags mean the same in every subcommand (docs/cli.md).")
+    parser.add_argument("--version", action="version", version=f"arvis {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (help_text, add_arguments, _) in COMMANDS.items():
         add_arguments(sub.add_parser(name, help=help_text, description=help_text))

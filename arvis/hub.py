@@ -1,38 +1,90 @@
 """Where models come from: the shipped folders, or any diffusers-style folder a user points at.
 
-Nothing is downloaded. A model is named by a shipped alias (``"c2i"``, ``"t2i"``…) or by a path to a
-folder written by ``save_pretrained``.
+Nothing is downloaded. A model is named by a shipped alias (``"c2i"``, ``"t2i"``…), by the name of a
+shipped folder (``"llamagen-c2i-photos"``), or by a path to a folder written by ``save_pretrained``
+(a path to a folder holding a ``model_index.json`` wins over an alias of the same name).
+
+- :func:`resolve_model` — name → folder;
+- :func:`load_pipeline` — name → the pipeline (its class read from the folder's ``model_index.json``),
+  with the folder's ``sampling_defaults.json`` on ``pipe.sampling_defaults``;
+- :class:`ModelRef` — how records name a model: an alias, a folder name or a relative path, plus a
+  content hash of the folder (never an absolute path of the machine that wrote the record).
+
+New model families add one line to :data:`SHIPPED_PIPELINES`; their pipeline class is found by the
+``_class_name`` of their ``model_index.json`` among arvis's public names, so loading needs no edit here.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
+import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, NamedTuple
 
 WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"
 
-# Shipped pipelines (folders under arvis/weights), by alias.
-SHIPPED_PIPELINES = {
+# Shipped pipelines (folders under arvis/weights), by alias. One line per model.
+SHIPPED_PIPELINES: dict[str, str] = {
     "c2i": "llamagen-c2i-photos",
     "t2i": "llamagen-t2i-scenes",
-    "video": "video-clips",
+    "var": "var-photos",
 }
 DEFAULT_MODEL = "c2i"
+TINY_RANDOM = "tiny-random"
+SAMPLING_DEFAULTS_FILE = "sampling_defaults.json"
 
 
 def shipped_path(alias: str) -> Path:
+    """The folder of a shipped alias (it may be absent when the model is not trained yet)."""
     return WEIGHTS_DIR / SHIPPED_PIPELINES[alias]
 
 
-def resolve_model(name_or_path: str | None) -> Path:
-    """A model alias or folder → the folder; ``ValueError`` lists the aliases when nothing matches."""
-    name = name_or_path or DEFAULT_MODEL
-    if name in SHIPPED_PIPELINES:
-        path = shipped_path(name)
-        if not (path / "model_index.json").is_file():
-            raise ValueError(f"model: the shipped model {name!r} is not present at {path} (not trained yet?)")
-        return path
+def is_pipeline_folder(path: str | os.PathLike) -> bool:
+    return (Path(path) / "model_index.json").is_file()
+
+
+def _official_model_type(path: Path) -> str | None:
+    """``model_type`` of a transformers-layout folder (``config.json``), if it is one arvis can load."""
+    config = path / "config.json"
+    if not config.is_file():
+        return None
+    try:
+        model_type = json.loads(config.read_text()).get("model_type")
+    except (ValueError, AttributeError):
+        return None
+    return model_type if model_type == "emu3" else None
+
+
+def shipped_names() -> list[str]:
+    """Aliases of the shipped pipelines present in this installation."""
+    return [alias for alias in SHIPPED_PIPELINES if is_pipeline_folder(shipped_path(alias))]
+
+
+def resolve_model(name_or_path: str | os.PathLike | None) -> Path:
+    """A model alias, shipped folder name or pipeline folder → the folder.
+
+    Args:
+        name_or_path: ``"c2i"``, ``"llamagen-c2i-photos"``, a folder path, or ``None`` (the default model).
+
+    Returns:
+        The folder holding ``model_index.json``.
+
+    Raises:
+        ValueError: nothing matches; the message lists the aliases.
+    """
+    name = os.fspath(name_or_path) if name_or_path is not None else DEFAULT_MODEL
     path = Path(name).expanduser()
-    if (path / "model_index.json").is_file():
+    if is_pipeline_folder(path) or _official_model_type(path):  # an official Emu3 folder (BAAI/Emu3-Gen-hf layout)
+        return path
+    folder = SHIPPED_PIPELINES.get(name, name if name in SHIPPED_PIPELINES.values() else None)
+    if folder is not None:
+        path = WEIGHTS_DIR / folder
+        if not is_pipeline_folder(path):
+            raise ValueError(f"model: the shipped model {name!r} is not present in this installation "
+                             f"(arvis/weights/{folder} has no model_index.json)")
         return path
     raise ValueError(
         f"model: {name!r} is neither a shipped model ({', '.join(SHIPPED_PIPELINES)}) nor a folder with a "
@@ -40,15 +92,134 @@ def resolve_model(name_or_path: str | None) -> Path:
     )
 
 
-TINY_RANDOM = "tiny-random"
+# ----------------------------------------------------------------------------- naming models in records
+@dataclass(frozen=True)
+class ModelRef:
+    """How a record names a model.
+
+    Attributes:
+        name: the alias for a shipped model, ``tiny-random``, else the folder as given relative to the
+            working directory, or only its last component when it lies outside it.
+        sha256: content hash of the folder's configs and weights (``None`` for in-memory models).
+        path: the folder (for loading; never written into records).
+    """
+
+    name: str
+    sha256: str | None = None
+    path: Path | None = None
+
+    def __str__(self) -> str:
+        return self.name
+
+    def record(self) -> dict[str, Any]:
+        """The fields every record carries: ``{"model": name, "model_sha256": hash}``."""
+        return {"model": self.name, "model_sha256": self.sha256}
+
+
+def folder_sha256(folder: str | os.PathLike) -> str:
+    """sha256 (first 16 hex digits) over the relative names and bytes of a model folder's configs and
+    weights (``*.json``, ``*.safetensors``, ``*.bin``, ``*.pt``; model cards and other files excluded)."""
+    folder = Path(folder)
+    digest = hashlib.sha256()
+    suffixes = {".json", ".safetensors", ".bin", ".pt", ".model", ".txt"}
+    for file in sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix in suffixes
+                       and p.name != "metrics.json"):
+        digest.update(file.relative_to(folder).as_posix().encode() + b"\0")
+        with open(file, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()[:16]
+
+
+def model_ref(name_or_path: str | os.PathLike | None) -> ModelRef:
+    """The :class:`ModelRef` of a model name as given on a command line (resolved like :func:`resolve_model`)."""
+    name = os.fspath(name_or_path) if name_or_path is not None else DEFAULT_MODEL
+    if name == TINY_RANDOM:
+        return ModelRef(TINY_RANDOM)
+    path = resolve_model(name)
+    if path.resolve().parent == WEIGHTS_DIR:
+        alias = next((a for a, f in SHIPPED_PIPELINES.items() if f == path.name), path.name)
+        return ModelRef(alias, folder_sha256(path), path)
+    from arvis.utils.paths import display_path
+
+    return ModelRef(display_path(path), folder_sha256(path), path)
+
+
+# ----------------------------------------------------------------------------- loading
+def read_sampling_defaults(folder: str | os.PathLike) -> dict[str, Any]:
+    """The folder's ``sampling_defaults.json`` (``{}`` when absent); ``ValueError`` when it is not a JSON object."""
+    file = Path(folder) / SAMPLING_DEFAULTS_FILE
+    if not file.is_file():
+        return {}
+    try:
+        data = json.loads(file.read_text())
+    except (OSError, ValueError) as err:
+        raise ValueError(f"{file.name}: cannot read it ({err})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{file.name}: expected a JSON object, got {type(data).__name__}")
+    return data
+
+
+def pipeline_class(folder: str | os.PathLike) -> type:
+    """The pipeline class a folder's ``model_index.json`` names (``_class_name``), among arvis's public names."""
+    import arvis
+
+    index = Path(folder) / "model_index.json"
+    if not index.is_file() and _official_model_type(Path(folder)) == "emu3":
+        return arvis.Emu3Pipeline
+    try:
+        class_name = json.loads(index.read_text()).get("_class_name")
+    except (OSError, ValueError, AttributeError) as err:
+        raise ValueError(f"model_index.json: cannot read it ({err})") from None
+    if isinstance(class_name, list | tuple) and len(class_name) == 2:  # diffusers' custom-pipeline form
+        class_name = class_name[1]
+    cls = getattr(arvis, class_name, None) if isinstance(class_name, str) else None
+    if cls is None or not hasattr(cls, "from_pretrained"):
+        raise ValueError(f"model_index.json: _class_name {class_name!r} is not a pipeline arvis provides")
+    return cls
+
+
+class LoadedPipeline(NamedTuple):
+    """What :func:`load_pipeline` returns: the pipeline, its sampling defaults and how records name it."""
+
+    pipeline: Any
+    defaults: dict[str, Any]
+    model: ModelRef
+
+
+def load_pipeline(model: str | os.PathLike | None = None, dtype: Any = None, device: str = "cpu") -> LoadedPipeline:
+    """Load a pipeline by alias, shipped folder name or folder; ``tiny-random`` is an untrained test model.
+
+    Args:
+        model: the model (default :data:`DEFAULT_MODEL`; the untrained tiny model when it is absent).
+        dtype: torch dtype of the weights (default float32).
+        device: torch device.
+
+    Returns:
+        :class:`LoadedPipeline` ``(pipeline, defaults, model)``; ``defaults`` is also ``pipeline.sampling_defaults``.
+    """
+    import torch
+
+    dtype = dtype or torch.float32
+    if model == TINY_RANDOM or (model is None and DEFAULT_MODEL not in shipped_names()):
+        print("*** UNTRAINED TINY MODEL (random weights): its images are noise; only the decode statistics "
+              "mean anything. ***", file=sys.stderr)
+        pipe = tiny_random_pipeline().to(device)
+        if dtype != torch.float32:
+            pipe = pipe.to(dtype=dtype)
+        return LoadedPipeline(pipe, dict(pipe.sampling_defaults), ModelRef(TINY_RANDOM))
+    ref = model_ref(model)
+    assert ref.path is not None
+    pipe = pipeline_class(ref.path).from_pretrained(str(ref.path), dtype=dtype).to(device)
+    return LoadedPipeline(pipe, dict(pipe.sampling_defaults), ref)
 
 
 def tiny_random_pipeline(seed: int = 0):
     """A tiny, untrained class-conditional pipeline (random weights) for smoke tests; never for figures."""
     import torch
 
+    import arvis  # the pipeline class through the root package, as pipeline_class finds it (docs/architecture.md)
     from arvis.models.llamagen import LlamaGenTransformer
-    from arvis.pipelines import LlamaGenPipeline
     from arvis.tokenizers.llamagen_vq import LlamaGenVQModel
 
     g = torch.Generator().manual_seed(seed)
@@ -60,4 +231,6 @@ def tiny_random_pipeline(seed: int = 0):
     vqvae = LlamaGenVQModel(codebook_size=256, codebook_embed_dim=8, encoder_ch_mult=(1, 1, 2, 2),
                             decoder_ch_mult=(1, 1, 2, 2), z_channels=32, base_channels=16, norm_num_groups=8)
     vqvae.init_weights(g)
-    return LlamaGenPipeline(transformer.eval(), vqvae.eval())
+    pipe = arvis.LlamaGenPipeline(transformer.eval(), vqvae.eval())
+    pipe.sampling_defaults = {"guidance_scale": 4.0, "top_k": 0}
+    return pipe

@@ -36,7 +36,7 @@ from PIL import Image
 
 
 def draw_samples(model: str, folder: Path, num: int, seed: int, prompts: Path | None) -> None:
-    cmd = [sys.executable, str(Path(__file__).with_name("sample.py")), "--model", model, "--num-samples", str(num),
+    cmd = [sys.executable, str(Path(__file__).with_name("sample.py")), "--model", model, "--num-images", str(num),
            "--seed", str(seed), "--output", str(folder), "--no-progress"]
     if prompts is not None:
         cmd += ["--prompts", str(prompts)]
@@ -127,13 +127,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=1)
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
-    from arvis.cli import load_pipeline
     from arvis.data.sources import model_data
     from arvis.eval.fid import DATA_EXTRACTORS, compute_fid
     from arvis.eval.provenance import provenance
+    from arvis.hub import load_pipeline
 
-    pipe, defaults, path = load_pipeline(args.model, torch.float32, "cpu")
-    data = model_data(path)
+    pipe, defaults, model = load_pipeline(args.model, torch.float32, "cpu")
+    data = model_data(model.path)
     class_conditional = pipe.transformer.is_class_conditional
     prompts = None
     if not class_conditional:  # held-out captions (never seen in training) cycled over indices

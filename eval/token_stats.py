@@ -25,9 +25,9 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--plot", default=None)
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
-    from arvis.cli import load_pipeline
     from arvis.engine.sampling import SamplingConfig
     from arvis.eval.token_stats import token_statistics
+    from arvis.hub import load_pipeline
 
     pipe, defaults, path = load_pipeline(args.model, torch.float32, "cpu")
     sampling = SamplingConfig(guidance_scale=args.guidance_scale if args.guidance_scale is not None

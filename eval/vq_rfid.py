@@ -1,6 +1,7 @@
 """rFID and PSNR of a VQ tokenizer: FID (domain network) of reconstructed held-out images.
 
     python eval/vq_rfid.py --vq arvis/weights/vq-photos --num 1000 --json docs/figures/vq_rfid.json
+    python eval/vq_rfid.py --vq arvis/weights/var-vq-photos --num 1000 --json docs/figures/var/vq_rfid.json
     python eval/vq_rfid.py --data emoji --vq arvis/weights/vq-emoji --num 1000 --json docs/figures/emoji/vq_rfid.json
 
 Reconstructions of ``num`` held-out images (seed 7; photos: crops disjoint from training pixels; emoji:
@@ -30,9 +31,12 @@ def main(argv: list[str] | None = None) -> dict:
     torch.set_num_threads(args.threads)
     from arvis.eval.fid import compute_fid, reference_images_fn
     from arvis.tokenizers.llamagen_vq import LlamaGenVQModel
+    from arvis.tokenizers.var_vq import VARVQModel
 
-    vq = LlamaGenVQModel.from_pretrained(args.vq, dtype=torch.float32).eval()
-    images = reference_images_fn(args.data)(args.num, 128, 7)
+    kind = json.loads((Path(args.vq) / "config.json").read_text()).get("_class_name")
+    cls = VARVQModel if kind == "VARVQModel" else LlamaGenVQModel  # VAR's multi-scale tokenizer, or LlamaGen's
+    vq = cls.from_pretrained(args.vq, dtype=torch.float32).eval()
+    images = reference_images_fn(args.data)(args.num, getattr(vq, "image_size", 128), 7)
     recon = []
     with torch.no_grad():
         for i in range(0, len(images), 32):

@@ -40,6 +40,14 @@ def t2i_model():
     return tiny_llamagen("t2i")
 
 
+@pytest.fixture(autouse=True)
+def _keep_test_threads():
+    """Commands run in-process set torch's thread count (their default: every core); restore it after each test."""
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
+
+
 def pytest_configure(config):
     # Rows of docs/reliability.md: see tests/reliability_rows.py.
     config.addinivalue_line("markers", "reliability(area, probe, outcome): the docs/reliability.md row this test proves")

@@ -1,4 +1,4 @@
-"""The statistical harness that proves a decoding method lossless (BENCHMARKS.md, "Lossless means lossless").
+"""The statistical harness that proves a decoding method lossless (docs/measurement.md, "Lossless means lossless").
 
 A :class:`TableBackbone` is a complete AR model over a tiny grid (2×3 tokens, vocabulary 4 by default):
 its next-token logits for every prefix (and every class, plus the null class for CFG) are stored in a

@@ -144,13 +144,12 @@ return out;
 def test_screenshot_shows_both_images_and_the_statistics(chromium, tmp_path):
     import torch
 
-    from apps.demo import _default_method, build_demo, launch
-    from apps.demo_core import DemoLimits, method_option_specs
-    from arvis.demo_command import default_models, import_app, load_models
+    from arvis.demo.command import default_models, load_models
+    from arvis.demo.core import DemoLimits, method_option_specs
+    from arvis.demo.page import _default_method, build_demo, launch
     from arvis.methods import available_methods
 
     torch.set_num_threads(1)
-    import_app()
     models = load_models(default_models(), torch.float32, "cpu")
     demo = build_demo(models, DemoLimits())
     port = _free_port()

@@ -146,7 +146,7 @@ def test_arvis_fid_cli_judges_emoji_against_heldout_emoji(tmp_path):
     except ValueError:
         pytest.skip("the shipped emoji domain network is not present")
     record = tmp_path / "fid.json"
-    rc = main(["fid", "--model", "tiny-random", "--data", "emoji", "--num-samples", "4", "--sample-batch-size", "4",
+    rc = main(["fid", "--model", "tiny-random", "--data", "emoji", "--num-images", "4", "--batch-size", "4",
                "--ref-num", "8", "--floor", "--json", str(record), "--no-progress"])
     rec = json.loads(record.read_text())
     assert rc == 0 and rec["data"] == "emoji" and rec["extractor"] == "domain-emoji"

@@ -133,14 +133,14 @@ def test_speedup_is_the_ratio_of_median_latencies(windowed):
 
 
 def test_repeats_below_five_are_refused():
-    with pytest.raises(ValueError, match=r"repeats must be an integer >= 5 \(BENCHMARKS.md"):
+    with pytest.raises(ValueError, match=r"repeats must be an integer >= 5 \(docs/measurement.md"):
         run_bench(tiny_llamagen(), [MethodSpec("ar")], SamplingConfig(), repeats=3, progress=False)
 
 
 def test_bench_command_writes_json_markdown_and_plots(windowed, tmp_path, capsys):
     paths = {"json": tmp_path / "b.json", "markdown": tmp_path / "b.md", "plots": tmp_path / "plots"}
-    rc = main(["bench", "--model", "tiny-random", "--methods", "ar", "--methods", "test-windowed:window=2",
-               "--samples", "1", "--guidance-scale", "1.0", "--json", str(paths["json"]), "--markdown",
+    rc = main(["bench", "--model", "tiny-random", "--method", "ar", "--method", "test-windowed:window=2",
+               "--num-images", "1", "--guidance-scale", "1.0", "--json", str(paths["json"]), "--markdown",
                str(paths["markdown"]), "--plots", str(paths["plots"]), "--no-progress", "--threads", "1"])
     cores = 1
     assert rc == 0
@@ -168,7 +168,7 @@ def test_bench_uses_every_core_by_default(monkeypatch):
     monkeypatch.setattr(bench, "run_bench", fake_run_bench)
     try:
         with pytest.raises(SystemExit):
-            main(["bench", "--model", "tiny-random", "--methods", "ar", "--no-progress"])
+            main(["bench", "--model", "tiny-random", "--method", "ar", "--no-progress"])
     finally:
         torch.set_num_threads(1)  # the suite's setting (conftest)
     assert seen["threads"] == bench.available_cores()
@@ -176,38 +176,54 @@ def test_bench_uses_every_core_by_default(monkeypatch):
 
 def test_bench_command_bad_input_writes_nothing(tmp_path, capsys):
     out = tmp_path / "b.json"
-    for args in (["--methods", "ar,nope"], ["--methods", "ar", "--repeats", "2"], ["--methods", "ar:window=2"],
-                 ["--samples", "0"], ["--threads", "0"]):
+    for args in (["--method", "ar,nope"], ["--method", "ar", "--repeats", "2"], ["--method", "ar:window=2"],
+                 ["--num-images", "0"], ["--threads", "0"]):
         rc = main(["bench", "--model", "tiny-random", *args, "--json", str(out), "--plots", str(tmp_path / "p"),
                    "--no-progress", "--no-forward-cost"])
         assert rc == 2, args
         assert not out.exists() and not (tmp_path / "p").exists(), args
     err = capsys.readouterr().err
     assert "unknown method 'nope'; available methods:" in err and "repeats must be" in err
-    assert "has no option(s) ['window']" in err and "samples must be" in err
+    assert "has no option(s) ['window']" in err and "--num-images must be" in err
 
 
-def test_report_joins_bench_and_fid_records(tmp_path):
-    import importlib.util
-    from pathlib import Path
-
-    spec = importlib.util.spec_from_file_location("arvis_eval_report",
-                                                  Path(__file__).resolve().parents[1] / "eval" / "report.py")
-    report = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(report)
-    bench_records = [{"spec": "ar", "step_compression": 1.0, "speedup": 1.0, "model": "m", "threads": 1},
-                     {"spec": "sjd:window=16", "step_compression": 2.5, "speedup": 1.8}]
+def test_report_joins_bench_and_fid_records_of_the_same_model_and_settings(tmp_path, capsys):
+    report = _load_script("report")
+    sampling = {"guidance_scale": 3.0, "top_k": 0, "top_p": 1.0, "temperature": 1.0}
+    same = {"model": "c2i", "model_sha256": "abc", "dtype": "float32"}
+    bench_records = [{"spec": "ar", "step_compression": 1.0, "speedup": 1.0, "threads": 1,
+                      "sampling": {**sampling, "cfg_interval": -1}, **same},
+                     {"spec": "sjd:window=16", "step_compression": 2.5, "speedup": 1.8, "sampling": sampling, **same}]
     (tmp_path / "bench.json").write_text(json.dumps(bench_records))
-    for name, method, options, fid in (("a", "ar", {}, 5.0), ("b", "sjd", {"window": 16}, 5.1)):
-        (tmp_path / f"{name}.json").write_text(json.dumps({
-            "method": method, "options": options, "fid": fid, "num_generated": 1000, "extractor": "domain",
-            "real_vs_real_floor": 1.2}))
+
+    def fid_record(name, method, options, fid, **changes):
+        record = {"method": method, "options": options, "fid": fid, "num_generated": 1000, "extractor": "domain",
+                  "real_vs_real_floor": 1.2, "sampling": dict(sampling), **same}
+        for key, value in changes.items():
+            if key in sampling:
+                record["sampling"][key] = value
+            else:
+                record[key] = value
+        (tmp_path / f"{name}.json").write_text(json.dumps(record))
+        return str(tmp_path / f"{name}.json")
+
+    a, b = fid_record("a", "ar", {}, 5.0), fid_record("b", "sjd", {"window": 16}, 5.1)
     out = tmp_path / "report"
-    assert report.main(["--bench", str(tmp_path / "bench.json"), "--fid", str(tmp_path / "a.json"),
-                        str(tmp_path / "b.json"), "--output", str(out)]) == 0
+    assert report.main(["--bench", str(tmp_path / "bench.json"), "--fid", a, b, "--output", str(out)]) == 0
     md = (out / "report.md").read_text()
     assert "| sjd:window=16 | 2.50x | 1.80x | 5.100 | 1000 | domain |" in md and "floor at the same N: 1.200" in md
-    assert (out / "fid_vs_speed.png").stat().st_size > 0
+    assert (out / "fid_vs_speed.png").stat().st_size > 0 and str(tmp_path) not in md
+    capsys.readouterr()
+    for changes, reason in (({"model": "t2i"}, "model 't2i' (FID) vs 'c2i' (bench)"),
+                            ({"model_sha256": "def"}, "same name, different weights"),
+                            ({"guidance_scale": 4.0}, "sampling guidance_scale 4.0 (FID) vs 3.0 (bench)"),
+                            ({"top_k": 100}, "sampling top_k"), ({"dtype": "bfloat16"}, "dtype 'bfloat16'")):
+        bad = fid_record("bad", "sjd", {"window": 16}, 5.1, **changes)
+        assert report.main(["--bench", str(tmp_path / "bench.json"), "--fid", a, bad, "--output",
+                            str(tmp_path / "refused")]) == 2, changes
+        err = capsys.readouterr().err
+        assert "cannot join the bench record of 'sjd:window=16'" in err and reason in err, (changes, err)
+    assert not (tmp_path / "refused").exists()
 
 
 def test_method_extras_are_aggregated_over_samples():
@@ -243,7 +259,7 @@ def test_figures_jobs_are_real_commands_and_tables_come_from_records(tmp_path, c
     jobs = figures.zipar_jobs(tmp_path, "tiny-random", fid_num=16, samples=2)
     bench_job = jobs[0]
     # Every bench job's method list parses with the real spec parser and names real methods.
-    specs = parse_method_specs(bench_job.args[bench_job.args.index("--methods") + 1])
+    specs = parse_method_specs(bench_job.args[bench_job.args.index("--method") + 1])
     assert [s.name for s in specs][:4] == ["ar", "zipar", "zipar", "zipar"] and all(s.name in METHODS for s in specs)
     assert figures.main(["--suite", "zipar", "--model", "tiny-random", "--out", str(tmp_path), "--list"]) == 0
     assert capsys.readouterr().out.count("[todo]") == len(jobs)

@@ -66,8 +66,8 @@ def model_dir(tmp_path_factory) -> Path:
 
 
 def argv(model_dir: Path, out: Path, *extra: str) -> list[str]:
-    return ["--model", str(model_dir), "--num-samples", str(N), "--seed", "7", "--output", str(out),
-            "--guidance-scale", "2.0", "--no-progress", *extra]
+    return ["--model", str(model_dir), "--num-images", str(N), "--seed", "7", "--output", str(out),
+            "--guidance-scale", "2.0", "--no-progress", "--threads", "1", *extra]
 
 
 def digests(folder: Path) -> dict[str, str]:
@@ -229,7 +229,7 @@ def test_resume_removes_temporaries_and_redraws_damaged_pngs(model_dir, referenc
 def test_resume_can_extend_a_finished_job(model_dir, reference, tmp_path):
     out = tmp_path / "extend"
     small = argv(model_dir, out)
-    small[small.index("--num-samples") + 1] = "5"
+    small[small.index("--num-images") + 1] = "5"
     assert sample_script.main(small) == 0
     assert sample_script.main([*argv(model_dir, out), "--resume"]) == 0
     assert digests(out) == reference
@@ -237,12 +237,12 @@ def test_resume_can_extend_a_finished_job(model_dir, reference, tmp_path):
 
 def test_bad_input_is_refused_without_output(model_dir, tmp_path, capsys):
     out = tmp_path / "bad"
-    for extra in (["--method", "nope"], ["--class-ids", "9"], ["--batch-size", "0"], ["-o", "window=3"],
+    for extra in (["--method", "nope"], ["--class-ids", "9"], ["--batch-size", "0"], ["--method", "ar:window=3"],
                   ["--threads", "0"]):
         assert sample_script.main(argv(model_dir, out, *extra)) == 2, extra
         assert not out.exists(), extra
     err = capsys.readouterr().err
-    assert "unknown method 'nope'" in err and "class_labels: 9" in err and "batch_size" in err
+    assert "unknown method 'nope'" in err and "class_labels: 9" in err and "--batch-size" in err
 
     done = tmp_path / "done"
     assert sample_script.main(argv(model_dir, done)) == 0

@@ -498,7 +498,7 @@ def test_command_lines_print_one_line_and_exit_2(pipeline_dir, tmp_path, capsys)
     assert arvis_main(["generate", "--model", str(folder), "--output", str(tmp_path / "gen")]) == 2
     one_error_line(capsys.readouterr().err)
     # A whole process (the real entry point, imports and all), once.
-    done = subprocess.run([sys.executable, str(ROOT / "eval" / "sample.py"), "--model", str(folder), "--num-samples",
+    done = subprocess.run([sys.executable, str(ROOT / "eval" / "sample.py"), "--model", str(folder), "--num-images",
                            "2", "--output", str(tmp_path / "samples"), "--no-progress"],
                           capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=300)
     assert done.returncode == 2, done.stderr

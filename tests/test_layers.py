@@ -30,10 +30,11 @@ class Layer:
 
 # Top first. A module may import its own layer (unless the layer is independent) and every layer below.
 LAYERS = (
-    Layer("entry points", ("arvis.cli", "arvis.demo_command", "arvis.__main__")),
+    Layer("entry points", ("arvis.cli", "arvis.demo", "arvis.__main__")),
     Layer("applications", ("arvis.eval", "arvis.training"), independent=True),
-    Layer("hub", ("arvis.hub",)),
+    Layer("command line", ("arvis.cli_args",)),
     Layer("pipelines", ("arvis.pipelines",)),
+    Layer("hub", ("arvis.hub", "arvis.weights")),
     Layer("methods", ("arvis.methods",)),
     Layer("drafting", ("arvis.drafting",)),
     Layer("engine", ("arvis.engine",)),
@@ -55,16 +56,6 @@ KNOWN_VIOLATIONS: dict[str, tuple[str, frozenset[tuple[str, str]]]] = {
         "arvis/models, record that report through the eval layer (or lift training above eval in "
         "docs/architecture.md — a decision for the lead)",
         frozenset({("arvis.training.train_domain", "arvis.eval.fid")})),
-    "eval-imports-the-cli": (
-        "issue 21.2: arvis.eval.cli_commands imports load_pipeline and the argument helpers from arvis.cli "
-        "(a cycle: the CLI imports it back through importlib); move loading to arvis.hub and the argument "
-        "helpers to one module below both",
-        frozenset({("arvis.eval.cli_commands", "arvis.cli")})),
-    "demo-loads-apps-by-path": (
-        "issue 21.3: `arvis demo` loads apps/ by file path into sys.modules (works only from a source "
-        "checkout); move the Gradio-free demo core into the package and keep apps/demo.py a thin page",
-        frozenset({("arvis.demo_command", "apps.demo"), ("arvis.demo_command", "apps.demo_core"),
-                   ("arvis.demo_command", "<spec_from_file_location>")})),
 }
 
 
@@ -135,6 +126,10 @@ def violations_in(source: str, module: str, is_package: bool = False) -> list[tu
 def tree_violations() -> list[tuple[str, str, int, str]]:
     found = []
     for path in sorted(PACKAGE.rglob("*.py")):
+        if not all(part.isidentifier() for part in module_name(path).split(".")):
+            # Not an importable module: a shipped model folder's pipeline.py (arvis/weights/llamagen-c2i-photos/),
+            # which diffusers' custom-pipeline loader runs from the folder, outside the package's layers.
+            continue
         found += violations_in(path.read_text(encoding="utf-8"), module_name(path), path.name == "__init__.py")
     return found
 

@@ -19,17 +19,19 @@ import pytest
 import torch
 
 import arvis.acceptance.speculative as spec
+from arvis.acceptance.speculative import acceptance_probability, residual
 from arvis.drafting.draft_model import DraftModelSession
 from arvis.drafting.jacobi import JacobiSession
-from arvis.acceptance.speculative import acceptance_probability, residual
 from arvis.engine.sampling import SamplingConfig
 from arvis.methods import decode
 from arvis.models.protocol import Condition
 from tests.conftest import tiny_llamagen
 from tests.lossless_harness import (
+    NUM_CLASSES,
     TableBackbone,
     check,
     decode_table,
+    empirical,
     run_method,
     sequence_code,
     tv_bound,
@@ -408,6 +410,52 @@ def test_speculative_gamma3_on_3x3_v2_at_a_million_samples(label, sampling):
     """
     sequences, with_forwards = _speculative_3x3_verdicts(label, sampling, 250_000, chunks=4)
     assert sequences.passed and with_forwards.passed, f"sequences {sequences}; with forwards {with_forwards}"
+
+
+# --------------------------------------------------------------------------- issue 14: multi-scale drafting, 3x3 grid, V = 2
+# The drafts come from an up-sampler's q (a 1x1 low-resolution table model, then a random but peaked 1x1 -> 3x3
+# TokenUpsampler, so q differs between positions and low-resolution samples); the Jacobi session stores them as
+# its initial drafts and refreshes them by MC-SJD's coupling after each forward.
+MULO_CASES = [
+    ({"window": 3}, CFG),
+    ({"window": 2, "coupling": "gumbel"}, NO_CFG),
+    ({"window": 4, "temperature": 0.5, "batch_mode": "lockstep"}, CFG_TOPK),
+    ({"window": 2, "jacobi_interval": (3, 8), "lowres_window": 1}, CFG),
+]
+
+
+@pytest.fixture(scope="module")
+def mulo_table():
+    return TableBackbone(seed=3, scale=1.5, class_scale=0.5, **GRID_3X3)
+
+
+@pytest.fixture(scope="module")
+def mulo_parts():
+    from tests.test_mulo import peaked_upsampler
+
+    return {"lowres_model": TableBackbone(seed=4, grid=(1, 1), vocab=2),
+            "upsampler": peaked_upsampler(2, 1, 3, NUM_CLASSES)}
+
+
+def _upsampler_q_misreported(monkeypatch):
+    """Multi-scale drafting proposes the up-sampler's argmax but reports the full q it was not drawn from."""
+    plant(monkeypatch, JacobiSession, "initialise", "self.store(index, want, self._draw(dist, index), dist)",
+          "self.store(index, want, dist.argmax(-1), dist)")
+
+
+@pytest.mark.parametrize("options, sampling", MULO_CASES, ids=[_case_id("mulo", *c) for c in MULO_CASES])
+def test_multiscale_drafting_matches_exact_distribution(mulo_table, mulo_parts, options, sampling):
+    tokens, stats = decode_table(mulo_table, sampling, "mulo", N_SAMPLES, seed=31, **mulo_parts, **options)
+    assert all(s.draft_forwards == 2 for s in stats.samples[:10])  # the 1x1 low-res prefill + the up-sampler
+    verdict = check(mulo_table.sequence_probabilities(1, sampling), empirical(tokens, mulo_table.V), N_SAMPLES)
+    assert verdict.passed, str(verdict)
+
+
+def test_harness_catches_misreported_upsampler_q(mulo_table, mulo_parts, monkeypatch):
+    _upsampler_q_misreported(monkeypatch)
+    tokens, _ = decode_table(mulo_table, CFG, "mulo", N_SAMPLES, seed=32, window=3, **mulo_parts)
+    verdict = check(mulo_table.sequence_probabilities(1, CFG), empirical(tokens, mulo_table.V), N_SAMPLES)
+    assert not verdict.passed, f"planted bug mulo-upsampler-q-misreported went unnoticed: {verdict}"
 
 
 # --------------------------------------------------------------------------- equivalences and edge cases

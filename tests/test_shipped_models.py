@@ -31,8 +31,8 @@ def test_only_fp16_safetensors_within_the_size_budget():
             dtypes = {f.get_slice(k).get_dtype() for k in f.keys()}
         assert dtypes <= {"F16", "I64", "BOOL"}, (path, dtypes)
         assert path.stat().st_size <= 20 * MB, path
-    # Everything shipped so far within the shipped-models budget (60 MB; 100 MB with later models).
-    assert sum(p.stat().st_size for p in files) <= 60 * MB
+    # Everything shipped within the shipped-models budget (200 MB in all, 20 MB per model).
+    assert sum(p.stat().st_size for p in files) <= 200 * MB
 
 
 @pytest.mark.parametrize("folder", sorted(p for p in WEIGHTS_DIR.iterdir() if p.is_dir() and not p.name.startswith(".")),

@@ -20,6 +20,11 @@ draft with ``p`` (MC-SJD) or its Gumbel-max with noise fixed per position — an
   its distribution with ``q`` = that distribution; in the first frame they fall back to
   ``repeat_vertical`` / ``neighbour_distribution``.
 
+A session may instead be given per-request *initial distributions* (:class:`InitialDistributions`,
+e.g. multi-scale drafting's up-sampled ``q``, :mod:`arvis.drafting.multiscale`): every new position then
+gets ``d ~ q`` from its own distribution (Gumbel coupling: the Gumbel-max with the position's fixed
+noise), with ``q`` recorded; refreshes after a forward are unchanged.
+
 A neighbour drafted in the same call (a chain of new positions) passes on its own source: the left
 neighbour's chain ends at the last position holding a token, the upper neighbour's at the last one
 above holding a token, the previous frame's chain at the last frame holding a token in that cell (or,
@@ -37,6 +42,7 @@ committed ``p`` of the previous row / frame.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Protocol
 
 import torch
 import torch.nn.functional as F
@@ -71,11 +77,26 @@ def row_and_frame_period(layout: TokenLayout) -> tuple[int, int | None]:
     rows = 1
     for g in grid[:-1]:
         rows *= g
-    row = N // rows if N % rows == 0 else grid[-1]
+    row = int(layout.row_stride)  # the grid width, plus any end-of-line token (Emu3)
     if len(grid) < 3:
         return row, None
     frame = N // grid[0] if N % grid[0] == 0 else rows // grid[0] * row
     return row, frame
+
+
+class InitialDistributions(Protocol):
+    """A request's own source of initial drafts: the distribution each sequence index is first drafted from.
+
+    It must not depend on the target's unverified tokens (then exact acceptance stays lossless).
+    """
+
+    def at(self, index: torch.Tensor) -> torch.Tensor:
+        """``[A, M, V]`` fp32: the distribution at sequence indices ``index [A, M]`` (active rows)."""
+        ...
+
+    def select(self, kept_index: torch.Tensor) -> InitialDistributions:
+        """The rows ``kept_index [A']`` (finished samples left the batch)."""
+        ...
 
 
 class JacobiDrafter:
@@ -104,18 +125,20 @@ class JacobiDrafter:
                              f"(T, H, W); this model's grid is {tuple(layout.grid)}")
 
     def start(self, engine: DecodeEngine, schedule: RasterWindow, first_p: torch.Tensor,
-              noise: PositionNoise | None = None) -> JacobiSession:
+              noise: PositionNoise | None = None, initial: InitialDistributions | None = None) -> JacobiSession:
         """A session after the prefill: ``first_p [A, V]`` is the ``p`` index 0 was committed with;
-        ``noise``: the fixed per-position noise (Gumbel coupling)."""
-        return JacobiSession(self, engine, schedule, first_p, noise)
+        ``noise``: the fixed per-position noise (Gumbel coupling); ``initial``: the request's initial
+        distributions, replacing ``init`` (see the module docstring)."""
+        return JacobiSession(self, engine, schedule, first_p, noise, initial)
 
 
 class JacobiSession:
     """One request's Jacobi drafts (see the module docstring for the state kept)."""
 
     def __init__(self, drafter: JacobiDrafter, engine: DecodeEngine, schedule: RasterWindow, first_p: torch.Tensor,
-                 noise: PositionNoise | None):
+                 noise: PositionNoise | None, initial: InitialDistributions | None = None):
         self.drafter, self.engine, self.schedule, self.noise = drafter, engine, schedule, noise
+        self.initial = initial
         self.gumbel = drafter.coupling == "gumbel"
         if self.gumbel != (noise is not None):
             raise ValueError("Gumbel coupling needs the fixed per-position noise (and only it uses it)")
@@ -205,7 +228,10 @@ class JacobiSession:
         """Initial drafts at ``index [A, M]`` where ``want`` and there is no token yet."""
         init = self.drafter.init
         want = self._draftable(want, index) & (self.tokens.gather(1, index) == NO_TOKEN)
-        if init == "random":
+        if self.initial is not None:  # the request's own distributions (multi-scale drafting)
+            dist = self.initial.at(index)
+            self.store(index, want, self._draw(dist, index), dist)
+        elif init == "random":
             lo, hi = self.image_range
             uniform_q = self._uniform_q
             if self.gumbel:  # the Gumbel-max of the uniform q with the position's own fixed noise
@@ -221,15 +247,19 @@ class JacobiSession:
             else:  # neighbour / previous-frame distribution: the source's distribution must still be in the ring
                 in_ring = source >= committed[:, None] - (self.capacity - self.schedule.reach - 1)
                 dist = self.distribution_at(source.clamp_min(0))
-                if self.gumbel:
-                    drafts = gumbel_argmax(dist, self.noise.at(index))
-                else:
-                    drafts = sample_inverse_cdf(dist, self.engine.uniform((index.shape[1],)))
+                drafts = self._draw(dist, index)
                 self.store(index, want & (source >= 0) & in_ring, drafts, dist)
         forced_tokens = self.engine.forced_tokens
         if forced_tokens is not None:  # structural tokens: the forced id, certain
             forced = forced_tokens[index]
             self.store(index, want & (forced >= 0), forced.clamp_min(0), one_hot(forced.clamp_min(0), self.V))
+
+    def _draw(self, dist: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+        """Drafts ``d ~ dist [A, M, V]`` at ``index [A, M]``: the Gumbel-max with the positions' fixed noise
+        (Gumbel coupling), else by inverse CDF with fresh uniforms."""
+        if self.gumbel:
+            return gumbel_argmax(dist, self.noise.at(index))
+        return sample_inverse_cdf(dist, self.engine.uniform((index.shape[1],)))
 
     # ------------------------------------------------------------------ the protocol
     def window_needed(self, committed: Sequence[int]) -> bool:
@@ -280,6 +310,8 @@ class JacobiSession:
         self.tokens = self.tokens.index_select(0, kept_index)
         self.dist = self.dist.index_select(0, kept_index)
         self._rows = self._rows[: len(kept)]
+        if self.initial is not None:
+            self.initial = self.initial.select(kept_index)
         if self.noise is not None:
             self.noise.retire(kept, kept_index)
 

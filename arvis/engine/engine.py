@@ -158,7 +158,8 @@ class DecodeEngine:
     def _probs(self, logits: torch.Tensor, target_index: torch.Tensor) -> torch.Tensor:
         A = target_index.shape[0]
         cond, uncond = (logits[:A], logits[A:]) if self.cfg else (logits, None)
-        probs = logits_to_probs(cond, uncond, self.sampling, target_index, self.forced_tokens)
+        probs = logits_to_probs(cond, uncond, self.sampling, target_index, self.forced_tokens,
+                                self.layout.image_token_range)
         # Non-finite check, vectorised and on the device (4 ops, no sync): per row, the sum of its logits
         # and of its target distributions accumulates over forwards; NaN anywhere keeps the logit sum NaN,
         # NaN or ±inf anywhere keeps the p sum non-finite. Read at the next status() or at finish().
@@ -181,12 +182,7 @@ class DecodeEngine:
         self._prefilled = True
         cond = self.condition
         if self.cfg:
-            null = self.backbone.null_condition(cond)
-            cond = Condition(
-                class_labels=None if cond.class_labels is None else torch.cat([cond.class_labels, null.class_labels]),
-                embeddings=None if cond.embeddings is None else torch.cat([cond.embeddings, null.embeddings]),
-                mask=None if cond.mask is None else torch.cat([cond.mask, null.mask]),
-            )
+            cond = cond.concat(self.backbone.null_condition(cond))
         logits, valid = self._forward(self.backbone.prefill, cond, self.cache)
         self.slot_valid[:, : self.condition_length] = valid
         B = self.batch_size

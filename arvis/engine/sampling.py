@@ -99,7 +99,8 @@ def filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tenso
 
 
 def logits_to_probs(cond_logits: torch.Tensor, uncond_logits: torch.Tensor | None, config: SamplingConfig,
-                    target_index: torch.Tensor, forced_tokens: torch.Tensor | None = None) -> torch.Tensor:
+                    target_index: torch.Tensor, forced_tokens: torch.Tensor | None = None,
+                    image_token_range: tuple[int, int] | None = None) -> torch.Tensor:
     """The target distribution ``p`` for each query.
 
     Args:
@@ -110,6 +111,9 @@ def logits_to_probs(cond_logits: torch.Tensor, uncond_logits: torch.Tensor | Non
             structural tokens).
         forced_tokens: ``[N]`` int64, the forced id per sequence index or -1 (structural tokens), or
             ``None`` when the layout has none.
+        image_token_range: ``[lo, hi)``: free positions may only take these ids (Emu3's
+            prefix-constrained decoding); applied after CFG, before temperature and top-k/top-p, as
+            transformers orders its processors. ``None`` = no restriction.
 
     Returns:
         ``[B, T, V]`` fp32 probabilities.
@@ -123,6 +127,11 @@ def logits_to_probs(cond_logits: torch.Tensor, uncond_logits: torch.Tensor | Non
             logits = torch.where(active[..., None], guided, logits)
         elif active:
             logits = guided
+    if image_token_range is not None and tuple(image_token_range) != (0, logits.shape[-1]):
+        lo, hi = image_token_range
+        logits = logits.clone()
+        logits[..., :lo] = float("-inf")
+        logits[..., hi:] = float("-inf")
     if config.greedy:
         probs = one_hot(logits.argmax(-1), logits.shape[-1])
     else:

@@ -103,6 +103,65 @@ def zipar_forward_count(height: int, width: int, window: int) -> int:
     return 2 * width + (height - 2) * window
 
 
+def zipar_schedule_eol(height: int, width: int, row_lag: int, tail: int = 0) -> list[Forward]:
+    """ZipAR on a layout whose rows end with a known end-of-line token (Emu3, Lumina-mGPT): no proxies.
+
+    Sequence index ``r·(W+1) + c`` is cell ``(r, c)``, ``r·(W+1) + W`` row ``r``'s end-of-line; ``tail``
+    structural tokens (end-of-frame, end-of-image) follow the last row. Row ``r + 1`` starts once row ``r``
+    has ``row_lag`` tokens: its first token is predicted by the query at row ``r``'s end-of-line slot, fed
+    with that (known) token while the rest of row ``r`` is still a hole. When row ``r``'s last cell is
+    decoded, it is fed (its query predicts the forced end-of-line) together with the end-of-line again, so
+    that slot's keys see the whole row from then on (LlamaGen's re-feed, without a proxy). The tail is fed
+    in one forward after the last row. With ``row_lag >= W`` every query sees exactly the prefix plain AR
+    sees; forwards after the prefill: ``H·W`` then, about ``W + (H−1)·row_lag`` otherwise.
+    """
+    if height < 1 or width < 1:
+        raise ValueError(f"grid must be positive, got {height}x{width}")
+    if row_lag < 1:
+        raise ValueError(f"row_lag must be >= 1, got {row_lag}")
+    if tail < 0:
+        raise ValueError(f"tail must be >= 0, got {tail}")
+    stride = width + 1
+
+    def eol(r: int) -> int:
+        return r * stride + width
+
+    decoded = [0] * height
+    decoded[0] = 1  # cell (0, 0) comes from the prefill
+    started = 1  # rows [0, started) have begun
+    closed = [False] * height  # the row's last cell has been fed (its end-of-line re-fed)
+    forwards: list[Forward] = []
+    while not closed[height - 1]:
+        queries: list[Query] = []
+        for r in range(started):
+            c = decoded[r]
+            if c < width:
+                queries.append(Query(r * stride + c - 1, r * stride + c - 1, r * stride + c))
+            elif not closed[r]:
+                last = r * stride + width - 1
+                queries.append(Query(last, last, eol(r)))
+                if r + 1 < height:  # re-feed the end-of-line; it starts row r + 1 if that has not begun
+                    queries.append(Query(eol(r), eol(r), (r + 1) * stride if started == r + 1 else None))
+                else:  # the last row: end-of-line, then the tail, all known
+                    for i in range(tail):
+                        queries.append(Query(eol(r) + i, eol(r) + i, eol(r) + i + 1))
+        if started < height and started - 1 >= 0 and row_lag <= decoded[started - 1] < width:
+            queries.append(Query(eol(started - 1), eol(started - 1), started * stride))
+        forwards.append(Forward(tuple(queries)))
+        new_started = started
+        for q in queries:
+            if q.predicts is None:
+                continue
+            r, c = divmod(q.predicts, stride)
+            if r < height and c < width:
+                decoded[r] += 1
+                new_started = max(new_started, r + 1)
+            elif r < height and c == width:
+                closed[r] = True
+        started = new_started
+    return forwards
+
+
 # ----------------------------------------------------------------------------- verification windows
 @dataclass(frozen=True)
 class WindowPlan:

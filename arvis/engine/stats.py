@@ -1,4 +1,4 @@
-"""The figures every method reports, counted once, in the engine (names as in BENCHMARKS.md).
+"""The figures every method reports, counted once, in the engine (names as in docs/measurement.md).
 
 - ``tokens``: generated tokens per sample.
 - ``target_forwards``: target-model forward passes the sample took part in (a CFG pair counts once;
@@ -94,7 +94,7 @@ class BatchStats:
 
 
 def summarize(batches: Sequence[BatchStats], details: bool = False) -> dict[str, Any]:
-    """The figures of one or more batched decodes of the same method (BENCHMARKS.md names).
+    """The figures of one or more batched decodes of the same method (names of docs/measurement.md).
 
     Means over all samples: ``tokens``, ``target_forwards``, ``draft_forwards``, ``step_compression``,
     ``accepted_per_forward``. Sums over batches: ``batch_target_forwards``, ``batch_draft_forwards``,

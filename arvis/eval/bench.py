@@ -1,6 +1,6 @@
 """The speed harness: several decoding methods side by side on one model, timed fairly.
 
-Protocol (BENCHMARKS.md): every method decodes the same conditions with the same per-sample
+Protocol (docs/measurement.md): every method decodes the same conditions with the same per-sample
 generators (image ``i``: class ``i % num_classes``, ``torch.Generator().manual_seed(seed_for(seed, i))``,
 fresh for every repeat, so each repeat decodes identical tokens); one warm-up run per method first;
 then ``repeats`` rounds, each running every method once in turn (``ar, m1, m2, ar, m1, m2, …``) so that
@@ -19,11 +19,7 @@ outside forwards, which every record also splits out: seconds inside target forw
 forwards, and outside both (total, per target forward, and as a share). One extra, untimed decode per
 method counts the host synchronisations and the aten ops per iteration (:func:`count_host_syncs`).
 
-Method specs (:func:`parse_method_specs`): ``name`` or ``name:key=value,key=value`` with values parsed
-as JSON (``sjd:window=16``, ``mc-sjd:window=32,init="random"``; a bare word stays a string). Several specs
-are joined by ``;`` or by ``,``: a comma-separated item that contains ``=`` but no ``:`` before it
-continues the options of the spec before it, anything else starts a new spec. So
-``ar,sjd:window=16,init=random,mc-sjd:window=32`` is three specs. Brackets and quotes nest (``x=[1,2]``).
+Method specs (``sjd:window=16``…): :mod:`arvis.methods.spec`.
 """
 
 from __future__ import annotations
@@ -45,13 +41,11 @@ from arvis.engine import DecodeEngine, SamplingConfig
 from arvis.engine.stats import BatchStats, summarize
 from arvis.eval.jobs import image_generator
 from arvis.methods import (
-    METHODS,
-    available_methods,
     build_method,
     decode,
-    validate_method,
     with_resources,
 )
+from arvis.methods.spec import MethodSpec, parse_method_specs  # noqa: F401  (re-exported)
 from arvis.models.protocol import Condition
 
 FORWARD_COST_SIZES: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
@@ -60,112 +54,6 @@ MIN_REPEATS = 5
 # aten ops that make the host wait for the device (on a GPU); a boolean index hides a nonzero().
 _SYNC_OPS = frozenset({"_local_scalar_dense", "nonzero", "masked_select", "unique", "_unique2", "unique_dim"})
 _INDEX_OPS = frozenset({"index", "index_put", "index_put_", "_index_put_impl_"})
-
-
-# ----------------------------------------------------------------------------- method specs
-@dataclass(frozen=True)
-class MethodSpec:
-    """A method name plus options, e.g. ``sjd:window=16``."""
-
-    name: str
-    options: tuple[tuple[str, Any], ...] = ()
-
-    @property
-    def options_dict(self) -> dict[str, Any]:
-        return dict(self.options)
-
-    @property
-    def label(self) -> str:
-        if not self.options:
-            return self.name
-        return self.name + ":" + ",".join(f"{k}={_format_value(v)}" for k, v in self.options)
-
-    @property
-    def window(self) -> int | None:
-        w = self.options_dict.get("window")
-        return w if isinstance(w, int) and not isinstance(w, bool) else None
-
-
-def _format_value(v: Any) -> str:
-    return v if isinstance(v, str) else json.dumps(v)
-
-
-def _split_top_level(text: str, seps: str) -> list[str]:
-    """Split on any of ``seps`` outside brackets and quotes."""
-    parts, depth, quote, cur = [], 0, "", []
-    for ch in text:
-        if quote:
-            quote = "" if ch == quote else quote
-        elif ch in "\"'":
-            quote = ch
-        elif ch in "[{(":
-            depth += 1
-        elif ch in "]})":
-            depth -= 1
-        elif ch in seps and depth == 0:
-            parts.append("".join(cur))
-            cur = []
-            continue
-        cur.append(ch)
-    parts.append("".join(cur))
-    return parts
-
-
-def _parse_value(text: str) -> Any:
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        return text
-
-
-def parse_method_specs(texts: str | Sequence[str]) -> list[MethodSpec]:
-    """Parse and validate method specs (module docstring); ``ValueError`` names the bad part.
-
-    Every spec is checked with :func:`arvis.methods.build_method` (unknown method → the list of
-    available methods; unknown option → the method's options). Duplicates are an error.
-    """
-    if isinstance(texts, str):
-        texts = [texts]
-    specs: list[MethodSpec] = []
-    for text in texts:
-        for group in _split_top_level(text, ";"):
-            current: tuple[str, dict[str, Any]] | None = None
-            for item in (s.strip() for s in _split_top_level(group, ",")):
-                if not item:
-                    continue
-                colon, eq = item.find(":"), item.find("=")
-                if eq >= 0 and (colon < 0 or colon > eq):  # key=value continuing the previous spec
-                    if current is None:
-                        raise ValueError(f"methods: option {item!r} comes before any method name")
-                    key, value = item.split("=", 1)
-                    current[1][key.strip().replace("-", "_")] = _parse_value(value.strip())
-                    continue
-                if current is not None:
-                    specs.append(_make_spec(*current))
-                name, _, first = item.partition(":")
-                options: dict[str, Any] = {}
-                if first:
-                    if "=" not in first:
-                        raise ValueError(f"methods: expected key=value after {name!r}:, got {first!r}")
-                    key, value = first.split("=", 1)
-                    options[key.strip().replace("-", "_")] = _parse_value(value.strip())
-                current = (name.strip(), options)
-            if current is not None:
-                specs.append(_make_spec(*current))
-    if not specs:
-        raise ValueError(f"methods: no method given; available methods: {', '.join(available_methods())}")
-    labels = [s.label for s in specs]
-    dupes = sorted({x for x in labels if labels.count(x) > 1})
-    if dupes:
-        raise ValueError(f"methods: {dupes} given more than once")
-    return specs
-
-
-def _make_spec(name: str, options: dict[str, Any]) -> MethodSpec:
-    if name not in METHODS:
-        raise ValueError(f"methods: unknown method {name!r}; available methods: {', '.join(available_methods())}")
-    validate_method(name, options)  # raises ValueError naming unknown or invalid options
-    return MethodSpec(name, tuple(options.items()))
 
 
 # ----------------------------------------------------------------------------- conditions
@@ -319,7 +207,7 @@ def check_settings(samples: int, repeats: int, warmup: int, batch_size: int) -> 
     for name, value, low in (("samples", samples, 1), ("repeats", repeats, MIN_REPEATS), ("warmup", warmup, 1),
                              ("batch_size", batch_size, 1)):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            extra = " (BENCHMARKS.md: median of >= 5 interleaved repeats)" if name == "repeats" else ""
+            extra = " (docs/measurement.md: median of >= 5 interleaved repeats)" if name == "repeats" else ""
             raise ValueError(f"{name} must be an integer >= {low}{extra}, got {value!r}")
 
 
@@ -328,8 +216,9 @@ def run_bench(backbone: Any, specs: Sequence[MethodSpec], sampling: SamplingConf
               conditions: Sequence[tuple[list[int], Condition]] | None = None,
               forward_cost_sizes: Sequence[int] = FORWARD_COST_SIZES, context: Mapping[str, Any] | None = None,
               draft_model: Any = None, neighbours: Callable[[int], torch.Tensor] | None = None,
-              progress: bool = True, count_syncs: bool = True,
-              clock: Callable[[], float] = time.perf_counter) -> BenchResult:
+              lowres_model: Any = None, upsampler: Any = None, progress: bool = True, count_syncs: bool = True,
+              clock: Callable[[], float] = time.perf_counter,
+              decode_fn: Callable[..., tuple[torch.Tensor, Any]] | None = None) -> BenchResult:
     """Time ``specs`` (plus the AR baseline) on ``backbone`` and collect their figures.
 
     Args:
@@ -344,10 +233,13 @@ def run_bench(backbone: Any, specs: Sequence[MethodSpec], sampling: SamplingConf
         forward_cost_sizes: ``T`` values of the forward-cost curve (empty: skip it and the ideal speedups);
             every method's own ``T`` is added.
         context: fields copied into every record (model name, dtype, threads, provenance…).
-        draft_model, neighbours: resources methods may need (the pipeline's draft transformer and
-            codebook neighbourhoods; see :func:`arvis.methods.with_resources`).
+        draft_model, neighbours, lowres_model, upsampler: resources methods may need (the pipeline's draft
+            transformer, codebook neighbourhoods, multi-scale drafter; see :func:`arvis.methods.with_resources`).
         count_syncs: run each method once more, untimed, counting host syncs and aten ops per iteration.
         clock: the timer (tests replace it).
+        decode_fn: ``(backbone, condition, sampling, method, generators) -> (tokens, stats)``; ``None``
+            decodes token by token (:func:`arvis.methods.decode`), a next-scale pipeline passes its own
+            (``VARPipeline.decode_condition``).
     """
     check_settings(samples=samples, repeats=repeats, warmup=warmup, batch_size=batch_size)
     specs = list(specs)
@@ -360,7 +252,8 @@ def run_bench(backbone: Any, specs: Sequence[MethodSpec], sampling: SamplingConf
             raise ValueError("conditions: required for a model that is not class-conditional")
         conditions = class_conditions(int(num_classes), samples, batch_size, device)
     samples = sum(len(idx) for idx, _ in conditions)
-    methods = {s.label: build_method(s.name, **with_resources(s.name, s.options_dict, draft_model, neighbours))
+    methods = {s.label: build_method(s.name, **with_resources(s.name, s.options_dict, draft_model, neighbours,
+                                                              lowres_model, upsampler))
                for s in specs}
 
     def run_once(spec: MethodSpec) -> tuple[float, list[BatchStats], str]:
@@ -369,7 +262,7 @@ def run_bench(backbone: Any, specs: Sequence[MethodSpec], sampling: SamplingConf
             gens = [image_generator(seed, i, device) for i in idx]
             _sync(device)
             t0 = clock()
-            tokens, batch_stats = decode(backbone, cond, sampling, methods[spec.label], gens)
+            tokens, batch_stats = (decode_fn or decode)(backbone, cond, sampling, methods[spec.label], gens)
             _sync(device)
             elapsed += clock() - t0
             batches.append(batch_stats)
@@ -405,7 +298,7 @@ def run_bench(backbone: Any, specs: Sequence[MethodSpec], sampling: SamplingConf
         for spec in specs:
             gens = [image_generator(seed, i, device) for i in idx]
             syncs[spec.label] = count_host_syncs(
-                lambda spec=spec, gens=gens: decode(backbone, cond, sampling, methods[spec.label], gens)[1])
+                lambda spec=spec, gens=gens: (decode_fn or decode)(backbone, cond, sampling, methods[spec.label], gens)[1])
 
     ar_latency = statistics.median(latencies["ar"])
     records = []
@@ -426,7 +319,7 @@ def run_bench(backbone: Any, specs: Sequence[MethodSpec], sampling: SamplingConf
             "repeats": repeats,
             "warmup": warmup,
             "sampling": dataclasses.asdict(sampling),
-            "grid": list(backbone.layout.grid),
+            "grid": _grid(backbone),
             **figures,
             "latency_s": statistics.median(lat),
             "latency_repeats_s": lat,
@@ -441,6 +334,15 @@ def run_bench(backbone: Any, specs: Sequence[MethodSpec], sampling: SamplingConf
     for record in records:  # the speedup the forward-cost curve allows, beside the measured one
         record["ideal_speedup"] = ideal_speedup(record, ar_forwards, curve)
     return BenchResult(records=records, forward_cost=curve, context=dict(context or {}))
+
+
+def _grid(backbone: Any) -> list[int]:
+    """The token grid of a record: a token model's layout grid, a next-scale model's last scale."""
+    layout = getattr(backbone, "layout", None)
+    if layout is not None:
+        return list(layout.grid)
+    side = backbone.scale_layout.patch_nums[-1]
+    return [side, side]
 
 
 def ideal_speedup(record: Mapping[str, Any], ar_forwards: float, curve: Sequence[Mapping[str, float]]

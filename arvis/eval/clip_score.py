@@ -37,6 +37,7 @@ from arvis.models.clip import (  # noqa: F401  (re-exported: the public evaluati
     load_clip_model,
     write_clip_folder,
 )
+from arvis.utils.paths import display_path
 
 
 @dataclass
@@ -136,5 +137,5 @@ def clip_score_folder(folder: str | os.PathLike, scorer: ClipScorer, captions: s
                 images.append(im.convert("RGB"))
         per_pair += scorer.score(images, texts[start:start + batch_size], batch_size=batch_size).per_pair
     result = ClipScoreResult(score=max(float(np.mean(per_pair)), 0.0), per_pair=per_pair, model=scorer.name)
-    result.extra["folder"] = str(Path(folder).resolve())
+    result.extra["folder"] = display_path(folder)
     return result

@@ -46,6 +46,7 @@ import torch
 from tqdm.auto import tqdm
 
 from arvis.eval.files import check_same_size, list_images
+from arvis.utils.paths import display_path
 
 # A function producing generated images: sample indices -> uint8 [B, H, W, 3].
 ImageSource = Callable[[Sequence[int]], np.ndarray]
@@ -147,7 +148,7 @@ def load_extractor(spec: str | os.PathLike | None = None, device: str | torch.de
     if text is not None and (text.startswith("inception:") or text.endswith(".pt")):
         return InceptionFeatures(text.removeprefix("inception:")).to(device)
     net = load_domain_network(text, device=device)
-    name = "domain" if text is None else text if text in DOMAIN_NETWORKS else f"domain:{text}"
+    name = "domain" if text is None else text if text in DOMAIN_NETWORKS else f"domain:{display_path(text)}"
     return DomainFeatures(net, name=name)
 
 
@@ -314,7 +315,7 @@ def source_features(source: ImageSource, num: int, extractor: Any, batch_size: i
 
 def folder_statistics(folder: str | os.PathLike, extractor: Any, **kwargs: Any) -> FIDStatistics:
     feats, size = folder_features(folder, extractor, **kwargs)
-    return FIDStatistics.from_features(feats, size, extractor, source=f"folder:{Path(folder).resolve()}")
+    return FIDStatistics.from_features(feats, size, extractor, source=f"folder:{display_path(folder)}")
 
 
 def array_statistics(images: np.ndarray, extractor: Any, source: str = "array", **kwargs: Any) -> FIDStatistics:

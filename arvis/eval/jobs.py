@@ -1,6 +1,6 @@
 """Large sampling jobs: every image a pure function of ``(seed, index)``, sharded over ranks, crash-safe.
 
-The rules that make a job reproducible and resumable (BENCHMARKS.md, reliability notes):
+The rules that make a job reproducible and resumable (docs/measurement.md, docs/reliability.md):
 
 - Image ``i`` uses its own generator ``torch.Generator().manual_seed(seed_for(seed, i))`` and its own
   condition (class ``labels[i % len(labels)]`` or prompt ``prompts[i % len(prompts)]``), so it does not
@@ -54,37 +54,13 @@ from arvis.eval.files import (
     write_bytes_atomic,
     write_json_atomic,
 )
+from arvis.utils.random import image_generator, seed_for  # noqa: F401  (the per-image seed rule, re-exported)
 
 MANIFEST = "manifest.json"
 LOCK_FILE = ".arvis-job.lock"
 JOURNAL_GLOB = ".journal-*.jsonl"
 RESUME_ADVICE = ("The images already written are kept: fix the cause, then run the same command with --resume "
                  "(resume=True) to continue")
-_MASK64 = (1 << 64) - 1
-
-
-def seed_for(seed: int, index: int) -> int:
-    """The generator seed of image ``index`` in a job seeded ``seed`` (splitmix64 of the pair, < 2**63).
-
-    Distinct ``(seed, index)`` pairs give unrelated streams (unlike ``seed + index``, where seed 0 /
-    index 1 and seed 1 / index 0 would coincide).
-    """
-    if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
-        raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
-    if isinstance(index, bool) or not isinstance(index, int | np.integer) or index < 0:
-        raise ValueError(f"index must be an integer >= 0, got {index!r}")
-    z = ((int(seed) & _MASK64) * 0x9E3779B97F4A7C15 + int(index) + 1) & _MASK64
-    for _ in range(2):  # splitmix64 finaliser, applied twice
-        z = (z + 0x9E3779B97F4A7C15) & _MASK64
-        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
-        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
-        z ^= z >> 31
-    return z >> 1
-
-
-def image_generator(seed: int, index: int, device: str | torch.device = "cpu") -> torch.Generator:
-    """``torch.Generator(device).manual_seed(seed_for(seed, index))``: the stream of image ``index``."""
-    return torch.Generator(device=device).manual_seed(seed_for(seed, index))
 
 
 def shard(indices: Sequence[int], rank: int, world_size: int) -> list[int]:
@@ -122,7 +98,8 @@ class PipelineSampler:
         # Validates the method and its options, with the resources the pipeline will pass (draft model,
         # codebook neighbourhoods).
         build_method(method, **with_resources(method, method_options or {}, getattr(pipe, "draft_transformer", None),
-                                              getattr(pipe, "codebook_neighbours", None)))
+                                              getattr(pipe, "codebook_neighbours", None),
+                                              getattr(pipe, "lowres_transformer", None), getattr(pipe, "upsampler", None)))
         self.pipe = pipe
         self.seed = int(seed)
         self.method = method

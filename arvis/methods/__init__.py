@@ -18,6 +18,7 @@ from arvis.engine.sampling import SamplingConfig
 from arvis.engine.stats import BatchStats
 from arvis.methods.ar import Autoregressive
 from arvis.methods.base import DecodingMethod, MissingResourceError
+from arvis.methods.mulo import MultiScaleJacobi, MultiScaleLocal
 from arvis.methods.options import Option, method_arguments
 from arvis.methods.sjd import CoupledJacobi, SpeculativeJacobi
 from arvis.methods.speculative import SpeculativeDecoding
@@ -26,7 +27,8 @@ from arvis.models.protocol import Backbone, Condition
 from arvis.utils.random import GeneratorArg
 
 METHODS: dict[str, type[DecodingMethod]] = {
-    cls.name: cls for cls in (Autoregressive, SpeculativeJacobi, CoupledJacobi, ZipAR, SpeculativeDecoding)
+    cls.name: cls for cls in (Autoregressive, SpeculativeJacobi, CoupledJacobi, ZipAR, SpeculativeDecoding,
+                              MultiScaleJacobi, MultiScaleLocal)
 }
 
 
@@ -88,18 +90,21 @@ def _method_class(name: str) -> type[DecodingMethod]:
 
 
 def with_resources(method: str | DecodingMethod, options: dict[str, Any], draft_model: Any = None,
-                   neighbours: Callable[[int], torch.Tensor] | None = None) -> dict[str, Any]:
+                   neighbours: Callable[[int], torch.Tensor] | None = None, lowres_model: Any = None,
+                   upsampler: Any = None) -> dict[str, Any]:
     """``options`` completed with what a method needs from its pipeline, when not given explicitly.
 
     A method declaring a ``draft_model`` option gets ``draft_model``; one with a relaxed ``acceptance``
-    gets ``neighbours(k)``, the tokenizer's codebook neighbourhoods. Returns a new dict.
+    gets ``neighbours(k)``, the tokenizer's codebook neighbourhoods; one declaring ``lowres_model`` /
+    ``upsampler`` (multi-scale drafting) gets those. Returns a new dict.
     """
     options = dict(options)
     if not isinstance(method, str) or method not in METHODS:
         return options
     declared = {o.name: o for o in METHODS[method].options}
-    if "draft_model" in declared and options.get("draft_model") is None and draft_model is not None:
-        options["draft_model"] = draft_model
+    for name, resource in (("draft_model", draft_model), ("lowres_model", lowres_model), ("upsampler", upsampler)):
+        if name in declared and options.get(name) is None and resource is not None:
+            options[name] = resource
     acceptance = options.get("acceptance", "exact")
     kind = getattr(acceptance, "kind", acceptance)
     if "neighbours" in declared and kind != "exact" and options.get("neighbours") is None and neighbours is not None:
@@ -139,3 +144,8 @@ def decode(backbone: Backbone, condition: Condition, sampling: SamplingConfig,
 
 __all__ = ["METHODS", "DecodingMethod", "MissingResourceError", "Option", "available_methods", "build_method",
            "decode", "describe_methods", "is_lossless", "method_options", "register_method", "validate_method", "with_resources"]
+
+from arvis.methods.next_scale import NEXT_SCALE_METHODS  # noqa: E402  (next-scale / VAR methods)
+
+for _next_scale_method in NEXT_SCALE_METHODS:
+    register_method(_next_scale_method)

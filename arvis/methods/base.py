@@ -1,6 +1,6 @@
 """What a decoding method is: a small object that drives a :class:`~arvis.engine.DecodeEngine`.
 
-``method = schedule × drafter × acceptance rule`` (DESIGN.md §2). A method holds only its options
+``method = schedule × drafter × acceptance rule`` (docs/architecture.md). A method holds only its options
 (a frozen dataclass, validated on construction against its declared :attr:`DecodingMethod.options`);
 all decode state lives in the engine and the method's per-request loop, so one method object can serve
 any number of requests, concurrently.

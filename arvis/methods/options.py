@@ -8,6 +8,7 @@ bench specs such as ``sjd:window=16``), ``arvis methods`` and the demo's widgets
 The acceptance options (``acceptance``, ``k``, ``delta``, ``lam``) are declared once
 (:data:`ACCEPTANCE_OPTIONS`) and folded into one :class:`~arvis.acceptance.relaxed.AcceptanceRule`.
 Kinds: ``int``, ``float``, ``choice`` (one of ``choices``), ``text`` (any string), ``interval`` (a pair of ints),
+``fractions`` (a list of numbers in ``[low, high)``: per-scale ratios of next-scale methods),
 ``resource`` (an object a pipeline passes: a draft model, codebook neighbourhoods — not user input).
 """
 
@@ -20,7 +21,7 @@ from typing import Any
 
 from arvis.acceptance.relaxed import RULES, AcceptanceRule
 
-KINDS = ("int", "float", "choice", "text", "interval", "resource")
+KINDS = ("int", "float", "choice", "text", "interval", "fractions", "resource")
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,8 @@ class Option:
             return "a pair (l, r) of integers with 0 <= l <= r"
         if self.kind == "text":
             return "a string"
+        if self.kind == "fractions":
+            return f"a list of numbers in [{self.low:g}, {self.high:g})"
         return "an object passed by the pipeline"
 
     def check(self, value: Any) -> Any:
@@ -70,6 +73,12 @@ class Option:
                     or not 0 <= pair[0] <= pair[1]):
                 raise ValueError(f"{self.name} must be {self.allowed()}, got {value!r}")
             return pair
+        if self.kind == "fractions":
+            if not isinstance(value, list | tuple) or not all(
+                    isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+                    and self.low <= v < self.high for v in value):
+                raise ValueError(f"{self.name} must be {self.allowed()}, got {value!r}")
+            return tuple(float(v) for v in value)
         if self.kind == "text":
             if not isinstance(value, str):
                 raise ValueError(f"{self.name} must be {self.allowed()}, got {value!r}")

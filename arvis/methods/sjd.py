@@ -114,7 +114,7 @@ class SpeculativeJacobi(DecodingMethod):
 
     def schedule(self, engine: DecodeEngine) -> RasterWindow:
         if self.window_shape == "staircase":
-            return StaircaseWindow(self.window, engine.num_tokens, engine.layout.grid[-1], self.staircase_rows,
+            return StaircaseWindow(self.window, engine.num_tokens, engine.layout.row_stride, self.staircase_rows,
                                    self.staircase_step)
         return RasterWindow(self.window, engine.num_tokens)
 

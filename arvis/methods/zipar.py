@@ -11,6 +11,9 @@ What the reference gets wrong and arvis does not: undecoded slots are masked exp
 engine's attention mask only admits written slots; the reference attends to zero K/V there), the
 schedule lives in the method's per-request loop (not on the model), and batches > 1 and CFG work.
 With ``row_lag >= grid width`` it is plain AR, token for token.
+
+On layouts whose rows end with a known end-of-line token (Emu3) no proxy is needed: a new row's first
+token is predicted from the end-of-line slot of the row above (:func:`~arvis.engine.schedules.zipar_schedule_eol`).
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from typing import Any, ClassVar
 import torch
 
 from arvis.engine.engine import DecodeEngine
-from arvis.engine.schedules import zipar_schedule
+from arvis.engine.schedules import zipar_schedule, zipar_schedule_eol
 from arvis.methods.base import DecodingMethod
 from arvis.methods.options import Option
 
@@ -46,19 +49,30 @@ class ZipAR(DecodingMethod):
         return False
 
     def run(self, engine: DecodeEngine) -> dict[str, Any]:
-        grid = engine.layout.grid
-        if len(grid) != 2 or engine.layout.structural_tokens:
-            raise ValueError("zipar needs a 2-D token grid without structural tokens")
-        height, width = grid
+        layout = engine.layout
+        if len(layout.grid) != 2:
+            raise ValueError("zipar needs a 2-D token grid")
+        height, width = layout.grid
+        if not layout.structural_tokens:
+            schedule = zipar_schedule(height, width, self.row_lag)
+        elif layout.row_stride == width + 1 and all(
+                (i % layout.row_stride == width) or i >= height * layout.row_stride for i in layout.structural_tokens):
+            # Rows end with a known end-of-line token (Emu3): no proxies; the tail is structural too.
+            schedule = zipar_schedule_eol(height, width, self.row_lag, tail=layout.num_tokens - height * (width + 1))
+        else:
+            raise ValueError("zipar needs a 2-D grid without structural tokens, or with an end-of-line token per row")
         B, device = engine.batch_size, engine.device
         probs = engine.prefill()
         first = engine.sample(probs[:, None])
         engine.commit(torch.zeros(B, 1, dtype=torch.long, device=device), first)
-        for forward in zipar_schedule(height, width, self.row_lag):
+        forced = engine.forced_tokens
+        for forward in schedule:
             queries = forward.queries
             input_index = torch.tensor([q.input_index for q in queries], device=device).expand(B, -1)
             source = torch.tensor([q.source_index for q in queries], device=device).expand(B, -1)
-            inputs = engine.tokens.gather(1, source)  # every source token is decoded by construction
+            inputs = engine.tokens.gather(1, source)  # every free source token is decoded by construction
+            if forced is not None:  # structural sources are known before they are decoded
+                inputs = torch.where(forced[source] >= 0, forced[source], inputs)
             extent = max(q.input_index for q in queries) + 1
             probs = engine.evaluate(inputs, input_index, extent=extent)  # [B, T, V]
             decodes = [t for t, q in enumerate(queries) if q.predicts is not None]

@@ -33,6 +33,7 @@ from PIL import Image
 
 from arvis.errors import CheckpointError
 from arvis.utils.config_check import Bound, check_config, expected_shapes
+from arvis.utils.paths import display_path
 from arvis.utils.serialization import compare_shapes, read_safetensors_header
 
 WEIGHTS_DIR = Path(__file__).resolve().parents[1] / "weights"
@@ -204,7 +205,7 @@ def load_clip_model(model: str | os.PathLike | dict[str, Any] | None = None, wei
         model_cfg = check_clip_files(model_cfg, folder / WEIGHTS_FILE, source=f"{config_path} model_cfg")
         tokenizer = _simple_tokenizer(model_cfg)
         net, _, preprocess = open_clip.create_model_and_transforms(f"local-dir:{folder}")
-        name = CLIP_MODELS[text] if shipped else f"open_clip:{folder}"
+        name = CLIP_MODELS[text] if shipped else f"open_clip:{display_path(folder)}"
         return cls(net, preprocess, tokenizer, name=name, device=device)
 
     if text not in open_clip.list_models():

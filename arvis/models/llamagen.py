@@ -144,8 +144,8 @@ _transposed_bytes = [0]
 def linear(layer: nn.Linear, x: torch.Tensor) -> torch.Tensor:
     """``layer(x)`` (no bias), through the transposed-weight copy for CPU inference (see above)."""
     w = layer.weight
-    if w.device.type != "cpu" or layer.training or torch.is_grad_enabled():
-        return layer(x)
+    if w.device.type != "cpu" or layer.training or torch.is_grad_enabled() or torch.compiler.is_compiling():
+        return layer(x)  # (under torch.compile: inductor chooses its own matmul layout)
     key = (w.data_ptr(), w._version, w.dtype)
     entry = _TRANSPOSED.get(layer)
     if entry is None or entry[0] != key:

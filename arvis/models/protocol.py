@@ -39,7 +39,7 @@ Optional, additive (a backbone without them works unchanged):
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Protocol, runtime_checkable
 
 import torch
@@ -58,7 +58,10 @@ class TokenLayout:
         image_token_range: ``[lo, hi)`` ids that are image tokens (relaxed acceptance only ever
             relaxes these); ``None`` = the whole vocabulary.
         structural_tokens: sequence index → forced token id (e.g. Emu3's end-of-line). Positions not
-            listed are free image tokens.
+            listed are free image tokens; the engine gives them no mass outside ``image_token_range``.
+        row_stride: sequence indices between vertically adjacent grid cells: the grid width, plus one
+            when every row ends with an end-of-line token (Emu3: ``W + 1``). ``0`` (default) means the
+            grid width; the attribute always reads as the resolved stride.
     """
 
     grid: tuple[int, ...]
@@ -66,6 +69,7 @@ class TokenLayout:
     condition_length: int
     image_token_range: tuple[int, int] | None = None
     structural_tokens: Mapping[int, int] = field(default_factory=dict)
+    row_stride: int = 0
 
     def __post_init__(self) -> None:
         if not self.grid or any(int(g) <= 0 for g in self.grid):
@@ -74,6 +78,15 @@ class TokenLayout:
             raise ValueError(f"vocab_size must be > 0, got {self.vocab_size}")
         if self.condition_length <= 0:
             raise ValueError(f"condition_length must be > 0, got {self.condition_length}")
+        if self.row_stride == 0:
+            object.__setattr__(self, "row_stride", int(self.grid[-1]))
+        if self.row_stride < self.grid[-1]:
+            raise ValueError(f"row_stride must be >= the grid width {self.grid[-1]}, got {self.row_stride}")
+        if self.image_token_range is not None:
+            lo, hi = self.image_token_range
+            if not 0 <= lo < hi <= self.vocab_size:
+                raise ValueError(f"image_token_range must satisfy 0 <= lo < hi <= vocab_size={self.vocab_size}, "
+                                 f"got {self.image_token_range}")
 
     @property
     def num_image_tokens(self) -> int:
@@ -95,32 +108,39 @@ class TokenLayout:
 
 @dataclass
 class Condition:
-    """What a sample is conditioned on (one of the two forms), batch-first.
+    """What a sample is conditioned on (one of the three forms), batch-first.
 
     Attributes:
         class_labels: ``[B]`` int64 class ids (class-conditional models).
         embeddings: ``[B, C, D]`` caption features (text-conditional models), left-padded.
-        mask: ``[B, C]`` bool, true where ``embeddings`` holds a real token.
+        token_ids: ``[B, C]`` int64 prompt token ids in the model's own vocabulary (models that read
+            their prompt as tokens, e.g. Emu3), left-padded.
+        mask: ``[B, C]`` bool, true where ``embeddings`` / ``token_ids`` hold a real token.
     """
 
     class_labels: torch.Tensor | None = None
     embeddings: torch.Tensor | None = None
     mask: torch.Tensor | None = None
+    token_ids: torch.Tensor | None = None
 
     @property
     def batch_size(self) -> int:
-        if self.class_labels is not None:
-            return int(self.class_labels.shape[0])
-        assert self.embeddings is not None
-        return int(self.embeddings.shape[0])
+        for t in (self.class_labels, self.embeddings, self.token_ids):
+            if t is not None:
+                return int(t.shape[0])
+        raise ValueError("condition: empty (no class_labels, embeddings or token_ids)")
+
+    def _map(self, fn) -> Condition:
+        return Condition(**{f.name: None if getattr(self, f.name) is None else fn(f.name, getattr(self, f.name))
+                            for f in fields(self)})
 
     def repeat_interleave(self, n: int) -> Condition:
         """Each sample repeated ``n`` times in place (``num_images_per_prompt``)."""
-        return Condition(
-            class_labels=None if self.class_labels is None else self.class_labels.repeat_interleave(n, 0),
-            embeddings=None if self.embeddings is None else self.embeddings.repeat_interleave(n, 0),
-            mask=None if self.mask is None else self.mask.repeat_interleave(n, 0),
-        )
+        return self._map(lambda name, t: t.repeat_interleave(n, 0))
+
+    def concat(self, other: Condition) -> Condition:
+        """This batch followed by ``other``'s (the CFG pair: conditional rows, then unconditional rows)."""
+        return self._map(lambda name, t: torch.cat([t, getattr(other, name)]))
 
 
 @runtime_checkable

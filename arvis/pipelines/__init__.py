@@ -1,6 +1,9 @@
 """Diffusers-style pipelines."""
 
+from arvis.pipelines.pipeline_emu3 import Emu3Pipeline, Emu3PipelineOutput
 from arvis.pipelines.pipeline_llamagen import LlamaGenPipeline, LlamaGenPipelineOutput
+from arvis.pipelines.pipeline_var import VARPipeline, VARPipelineOutput
 from arvis.pipelines.pipeline_video import VideoPipeline, VideoPipelineOutput
 
-__all__ = ["LlamaGenPipeline", "LlamaGenPipelineOutput", "VideoPipeline", "VideoPipelineOutput"]
+__all__ = ["Emu3Pipeline", "Emu3PipelineOutput", "LlamaGenPipeline", "LlamaGenPipelineOutput", "VARPipeline",
+           "VARPipelineOutput", "VideoPipeline", "VideoPipelineOutput"]

@@ -7,22 +7,29 @@ methods) or by how much (lossy methods, which say so).
 
 Example:
     >>> from arvis.pipelines import LlamaGenPipeline
-    >>> pipe = LlamaGenPipeline.from_pretrained("arvis/weights/llamagen-c2i-photos")  # doctest: +SKIP
-    >>> out = pipe(class_labels=[3, 7], guidance_scale=3.0, generator=torch.Generator().manual_seed(0))
+    >>> pipe = LlamaGenPipeline.from_pretrained("c2i")  # a shipped alias, or any save_pretrained folder  # doctest: +SKIP
+    >>> out = pipe(class_labels=["coffee", 7], generator=torch.Generator().manual_seed(0))
     >>> out.images[0].save("sample.png"); print(out.stats.format())
+
+Sampling settings left as ``None`` come from the model folder's ``sampling_defaults.json``
+(:attr:`LlamaGenPipeline.sampling_defaults`), then from :class:`~arvis.engine.SamplingConfig`'s defaults.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import PIL.Image
 import torch
 from diffusers import DiffusionPipeline
+from diffusers.callbacks import MultiPipelineCallbacks, PipelineCallback
 from diffusers.utils import BaseOutput
 
 from arvis.engine.engine import DecodeEngine
@@ -32,11 +39,19 @@ from arvis.methods import decode, with_resources
 from arvis.models.llamagen import LlamaGenTransformer
 from arvis.models.protocol import Condition
 from arvis.models.text_encoder import WordTextEncoder
+from arvis.models.upsampler import TokenUpsampler
 from arvis.tokenizers.llamagen_vq import LlamaGenVQModel
 from arvis.utils.config_check import CheckedPipelineMixin
 from arvis.utils.random import GeneratorArg
 
 OUTPUT_TYPES = ("pil", "np", "pt", "latent")
+SAMPLING_FIELDS = ("guidance_scale", "top_k", "top_p", "temperature", "cfg_interval")
+SAMPLING_DEFAULTS_FILE = "sampling_defaults.json"
+PREVIEW_GREY = 0.5  # colour of not-yet-committed token cells in partial images
+
+
+class _Interrupted(Exception):
+    """Raised inside the commit hook when a callback set ``pipe._interrupt``."""
 
 
 @dataclass
@@ -46,7 +61,7 @@ class LlamaGenPipelineOutput(BaseOutput):
     Attributes:
         images: PIL images, ``np.ndarray [B, H, W, 3]`` in [0, 1], ``torch.Tensor [B, 3, H, W]`` in
             [0, 1], or the token grids ``[B, h, w]`` for ``output_type="latent"``.
-        tokens: ``[B, h, w]`` int64 generated token ids.
+        tokens: ``[B, h, w]`` int64 generated token ids (``-1`` where an interrupted decode committed nothing).
         stats: decode statistics (per sample and for the batch).
     """
 
@@ -61,19 +76,36 @@ class LlamaGenPipeline(CheckedPipelineMixin, DiffusionPipeline):
     Components:
         transformer: :class:`~arvis.models.llamagen.LlamaGenTransformer` (the target model).
         vqvae: :class:`~arvis.tokenizers.llamagen_vq.LlamaGenVQModel` (codes ↔ pixels).
-        text_encoder: optional; maps prompts to caption features for ``t2i`` transformers.
+        text_encoder: optional; maps prompts to caption features for ``t2i`` transformers: arvis's
+            :class:`~arvis.models.text_encoder.WordTextEncoder`, or a transformers ``T5EncoderModel``
+            together with ``tokenizer`` (official LlamaGen t2i checkpoints use flan-t5-xl).
+        tokenizer: optional; a transformers tokenizer for a T5 ``text_encoder``.
         draft_transformer: optional smaller GPT for draft-model speculative decoding.
+        lowres_transformer, upsampler: optional low-resolution GPT and token up-sampler for multi-scale
+            drafting (methods ``mulo`` / ``mulo-local``, :mod:`arvis.drafting.multiscale`).
+
+    Loading: ``LlamaGenPipeline.from_pretrained(name_or_folder)`` takes a shipped alias (``"c2i"``, see
+    :mod:`arvis.hub`) or a ``save_pretrained`` folder. diffusers' generic ``DiffusionPipeline.from_pretrained``
+    loads out-of-tree pipelines through a ``pipeline.py`` in the folder (which ``save_pretrained`` writes):
+    ``DiffusionPipeline.from_pretrained(folder, custom_pipeline="pipeline", trust_remote_code=True)``.
     """
 
     model_cpu_offload_seq = "text_encoder->transformer->vqvae"
-    _optional_components = ["text_encoder", "draft_transformer"]
+    _optional_components = ["text_encoder", "tokenizer", "draft_transformer", "lowres_transformer", "upsampler"]
+    _callback_tensor_inputs = ["tokens", "known"]
 
     # text_encoder: arvis's WordTextEncoder (imported above so that from_pretrained can resolve the library
     # a saved model_index.json names) or a transformers T5 encoder for official LlamaGen t2i checkpoints.
     def __init__(self, transformer: LlamaGenTransformer, vqvae: LlamaGenVQModel,
                  text_encoder: WordTextEncoder | Any = None,
-                 draft_transformer: LlamaGenTransformer | None = None):
+                 draft_transformer: LlamaGenTransformer | None = None,
+                 tokenizer: Any = None, lowres_transformer: LlamaGenTransformer | None = None,
+                 upsampler: TokenUpsampler | None = None):
         super().__init__()
+        if tokenizer is not None and text_encoder is None:
+            raise ValueError("tokenizer: given without a text_encoder to feed")
+        if text_encoder is not None and tokenizer is None and not hasattr(text_encoder, "encode"):
+            raise ValueError(f"text_encoder: a {type(text_encoder).__name__} needs its tokenizer (tokenizer=...)")
         if transformer.config.vocab_size != vqvae.config.codebook_size:
             raise ValueError(
                 f"vqvae: its codebook has {vqvae.config.codebook_size} entries but the transformer predicts "
@@ -82,7 +114,80 @@ class LlamaGenPipeline(CheckedPipelineMixin, DiffusionPipeline):
         if draft_transformer is not None and draft_transformer.config.vocab_size != transformer.config.vocab_size:
             raise ValueError("draft_transformer: its vocabulary differs from the transformer's")
         self.register_modules(transformer=transformer, vqvae=vqvae, text_encoder=text_encoder,
-                              draft_transformer=draft_transformer)
+                              draft_transformer=draft_transformer, tokenizer=tokenizer,
+                              lowres_transformer=lowres_transformer, upsampler=upsampler)
+        self._sampling_defaults: dict[str, Any] | None = None
+        self._interrupt = False
+
+    # ------------------------------------------------------------------ loading and saving
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path: str | os.PathLike, **kwargs: Any) -> LlamaGenPipeline:
+        """Load a pipeline from a shipped alias (``"c2i"``, ``"t2i"``; :mod:`arvis.hub`) or a folder.
+
+        A folder holding ``model_index.json`` wins over an alias of the same name. Nothing is downloaded.
+        Other keyword arguments go to ``DiffusionPipeline.from_pretrained`` (``dtype``…).
+        """
+        from arvis.hub import resolve_model
+
+        name = os.fspath(pretrained_model_name_or_path)
+        if not Path(name).is_dir():
+            name = str(resolve_model(name))  # ValueError listing the aliases when nothing matches
+        kwargs.setdefault("local_files_only", True)
+        pipe = super().from_pretrained(name, **kwargs)
+        pipe._sampling_defaults = _read_sampling_defaults(Path(name))
+        return pipe
+
+    def save_pretrained(self, save_directory: str | os.PathLike, **kwargs: Any) -> None:
+        """``DiffusionPipeline.save_pretrained`` plus ``sampling_defaults.json`` and the ``pipeline.py`` that
+        lets diffusers' generic ``DiffusionPipeline.from_pretrained`` load the folder (class docstring)."""
+        super().save_pretrained(save_directory, **kwargs)
+        from arvis.utils.serialization import atomic_path
+
+        folder = Path(save_directory)
+        # diffusers records where each component was loaded from (``_name_or_path``): an absolute path of
+        # this machine. A saved folder stands alone, so the field is dropped (loading sets it again).
+        for config in [folder / "model_index.json", *folder.glob("*/config.json")]:
+            if config.is_file():
+                data = json.loads(config.read_text())
+                if data.pop("_name_or_path", None) is not None:
+                    with atomic_path(config) as tmp:
+                        tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+        if self.sampling_defaults:
+            with atomic_path(folder / SAMPLING_DEFAULTS_FILE) as tmp:
+                tmp.write_text(json.dumps(self.sampling_defaults, indent=2) + "\n")
+        with atomic_path(folder / "pipeline.py") as tmp:
+            tmp.write_text(CUSTOM_PIPELINE_FILE)
+
+    @property
+    def sampling_defaults(self) -> dict[str, Any]:
+        """The model's sampling defaults (``guidance_scale``, ``top_k``…): the folder's
+        ``sampling_defaults.json`` when loaded from one; settable."""
+        if self._sampling_defaults is None:
+            origin = getattr(self.config, "_name_or_path", None)
+            self._sampling_defaults = _read_sampling_defaults(Path(origin)) if origin else {}
+        return self._sampling_defaults
+
+    @sampling_defaults.setter
+    def sampling_defaults(self, value: dict[str, Any]) -> None:
+        unknown = sorted(set(value) - set(SAMPLING_FIELDS))
+        if unknown:
+            raise ValueError(f"sampling_defaults: unknown setting(s) {unknown}; known: {list(SAMPLING_FIELDS)}")
+        self._sampling_defaults = dict(value)
+
+    def sampling_config(self, **settings: Any) -> SamplingConfig:
+        """The sampling settings of a call: given values, else :attr:`sampling_defaults`, else
+        :class:`~arvis.engine.SamplingConfig`'s defaults (``None`` means "not given")."""
+        unknown = sorted(set(settings) - set(SAMPLING_FIELDS))
+        if unknown:
+            raise ValueError(f"unknown sampling setting(s) {unknown}; known: {list(SAMPLING_FIELDS)}")
+        merged = {k: v for k, v in self.sampling_defaults.items() if k in SAMPLING_FIELDS}
+        merged.update({k: v for k, v in settings.items() if v is not None})
+        return SamplingConfig(**merged)
+
+    @property
+    def interrupt(self) -> bool:
+        """Set ``pipe._interrupt = True`` from ``callback_on_step_end`` to stop decoding (diffusers' convention)."""
+        return self._interrupt
 
     # ------------------------------------------------------------------ inputs
     @property
@@ -90,9 +195,44 @@ class LlamaGenPipeline(CheckedPipelineMixin, DiffusionPipeline):
         """Names of the class ids (when the transformer's config carries them)."""
         return getattr(self.transformer.config, "class_names", None)
 
-    def class_ids(self, labels: int | str | Sequence[int | str]) -> list[int]:
-        """Class ids from ids or names; ``ValueError`` names the offending label and the valid range."""
-        if isinstance(labels, int | str):
+    @property
+    def id2label(self) -> dict[int, str]:
+        """Class id → name (like diffusers' ``DiTPipeline.id2label``); empty when the model has no names."""
+        return dict(enumerate(self.class_names or []))
+
+    @property
+    def labels(self) -> dict[str, int]:
+        """Class name → id, sorted by name (like ``DiTPipeline.labels``)."""
+        return dict(sorted((name, i) for i, name in self.id2label.items()))
+
+    def get_label_ids(self, label: str | Sequence[str]) -> list[int]:
+        """Class ids of class names (like ``DiTPipeline.get_label_ids``).
+
+        Args:
+            label: a class name or a list of them.
+
+        Returns:
+            The class ids, in order.
+
+        Raises:
+            ValueError: a name is not a class of this model (the message lists the names).
+        """
+        names = [label] if isinstance(label, str) else list(label)
+        for name in names:
+            if name not in self.labels:
+                raise ValueError(f"label: {name!r} is not a class of this model; choose one of {sorted(self.labels)}")
+        return [self.labels[name] for name in names]
+
+    def class_ids(self, labels: int | str | torch.Tensor | Sequence[int | str]) -> list[int]:
+        """Class ids from ids, names, or an integer tensor; ``ValueError`` names the offending label and the
+        valid range."""
+        if isinstance(labels, torch.Tensor):
+            if labels.dtype.is_floating_point or labels.dtype.is_complex or labels.dtype == torch.bool:
+                raise ValueError(f"class_labels: a tensor of class ids must be of an integer dtype, got {labels.dtype}")
+            if labels.ndim > 1:
+                raise ValueError(f"class_labels: a tensor of class ids must be 0-d or 1-d, got shape {tuple(labels.shape)}")
+            labels = labels.reshape(-1).tolist()
+        if isinstance(labels, int | str | np.integer):
             labels = [labels]
         n = self.transformer.config.num_classes
         names = self.class_names or []
@@ -113,11 +253,34 @@ class LlamaGenPipeline(CheckedPipelineMixin, DiffusionPipeline):
         return ids
 
     def encode_prompt(self, prompt: str | Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Caption features ``[B, C, D]`` and mask ``[B, C]`` (left-padded) from the text encoder."""
+        """Caption features ``[B, C, D]`` and mask ``[B, C]`` (left-padded) from the text encoder.
+
+        With a T5 ``text_encoder`` and its ``tokenizer`` (official LlamaGen t2i), prompts are tokenized to
+        the transformer's condition length ``C`` (``padding="max_length"``, truncated), encoded, and the
+        real tokens moved to the end of the row (LlamaGen's left padding); padding features are zeroed.
+        """
         if self.text_encoder is None:
             raise ValueError("prompt: this pipeline has no text_encoder; pass prompt_embeds instead")
         prompts = [prompt] if isinstance(prompt, str) else list(prompt)
-        return self.text_encoder.encode(prompts, length=self.transformer.config.cls_token_num)
+        if not prompts or not all(isinstance(p, str) for p in prompts):
+            raise ValueError(f"prompt: expected a string or a non-empty list of strings, got {prompt!r}")
+        length = self.transformer.config.cls_token_num
+        if self.tokenizer is None:
+            return self.text_encoder.encode(prompts, length=length)
+        device = self.text_encoder.device
+        tokens = self.tokenizer(prompts, max_length=length, padding="max_length", truncation=True,
+                                return_attention_mask=True, add_special_tokens=True, return_tensors="pt")
+        ids, mask = tokens["input_ids"].to(device), tokens["attention_mask"].to(device).bool()
+        with torch.no_grad():
+            features = self.text_encoder(input_ids=ids, attention_mask=mask.long()).last_hidden_state
+        if getattr(self.tokenizer, "padding_side", "right") == "left":
+            return features * mask[..., None], mask
+        # Right-padded → left-padded: rotate each row so that its real tokens end the row.
+        valid = mask.sum(1)  # [B]
+        source = (torch.arange(length, device=device)[None, :] + valid[:, None]) % length  # [B, C]
+        features = features.gather(1, source[..., None].expand(-1, -1, features.shape[-1]))
+        mask = mask.gather(1, source)
+        return features * mask[..., None], mask
 
     def _condition(self, class_labels, prompt, prompt_embeds, prompt_embeds_mask) -> Condition:
         device = self.transformer.device
@@ -148,13 +311,22 @@ class LlamaGenPipeline(CheckedPipelineMixin, DiffusionPipeline):
         return codebook_neighbourhoods(self.vqvae.codebook_embeddings(), k)
 
     # ------------------------------------------------------------------ outputs
-    def decode_tokens(self, tokens: torch.Tensor, output_type: str = "pil"):
-        """Token grids ``[B, h, w]`` → images in ``output_type``."""
+    def decode_tokens(self, tokens: torch.Tensor, output_type: str = "pil", known: torch.Tensor | None = None):
+        """Token grids ``[B, h, w]`` → images in ``output_type``.
+
+        ``known`` (``[B, h, w]`` bool, optional) marks committed tokens: the other cells are drawn grey
+        (partial images: previews, interrupted decodes).
+        """
         if output_type == "latent":
             return tokens
+        filled = tokens if known is None else torch.where(known, tokens, torch.zeros_like(tokens))
         with torch.no_grad():
-            images = self.vqvae.decode_codes(tokens.to(self.vqvae.device))
+            images = self.vqvae.decode_codes(filled.to(self.vqvae.device))
         images = ((images.float() + 1) / 2).clamp(0, 1).cpu()
+        if known is not None:
+            cells = torch.nn.functional.interpolate(known[:, None].float().cpu(), size=images.shape[-2:],
+                                                    mode="nearest")
+            images = images * cells + PREVIEW_GREY * (1 - cells)
         if output_type == "pt":
             return images
         array = images.permute(0, 2, 3, 1).numpy()
@@ -166,38 +338,50 @@ class LlamaGenPipeline(CheckedPipelineMixin, DiffusionPipeline):
     @torch.no_grad()
     def __call__(
         self,
-        class_labels: int | str | Sequence[int | str] | None = None,
+        class_labels: int | str | torch.Tensor | Sequence[int | str] | None = None,
         prompt: str | Sequence[str] | None = None,
         prompt_embeds: torch.Tensor | None = None,
         prompt_embeds_mask: torch.Tensor | None = None,
-        guidance_scale: float = 4.0,
-        top_k: int = 0,
-        top_p: float = 1.0,
-        temperature: float = 1.0,
-        cfg_interval: int = -1,
+        guidance_scale: float | None = None,
+        top_k: int | None = None,
+        top_p: float | None = None,
+        temperature: float | None = None,
+        cfg_interval: int | None = None,
         num_images_per_prompt: int = 1,
         generator: GeneratorArg = None,
         output_type: str = "pil",
         return_dict: bool = True,
-        callback_on_step_end: Callable[[LlamaGenPipeline, int, torch.Tensor, dict], Any] | None = None,
+        callback_on_step_end: Callable[[LlamaGenPipeline, int, torch.Tensor, dict], dict | None]
+        | PipelineCallback | MultiPipelineCallbacks | None = None,
+        callback_on_step_end_tensor_inputs: Sequence[str] = ("tokens", "known"),
         method: str = "ar",
         **method_options: Any,
     ) -> LlamaGenPipelineOutput | tuple:
         """Generate images.
 
         Args:
-            class_labels: class ids or names (class-conditional models).
+            class_labels: class ids or names, or an integer tensor of ids (class-conditional models).
             prompt: text prompt(s) (text-conditional models with a text encoder).
             prompt_embeds: ``[B, C, D]`` caption features, left-padded; ``prompt_embeds_mask``: ``[B, C]``.
             guidance_scale: classifier-free guidance (>= 0; 1 disables it).
             top_k: keep the k most likely tokens (0 = all). top_p: nucleus mass in (0, 1].
             temperature: >= 0 (0 = greedy). cfg_interval: -1, or guide only the first tokens (LlamaGen).
+                Sampling settings left ``None`` come from :attr:`sampling_defaults` (the model folder's
+                ``sampling_defaults.json``), then from :class:`~arvis.engine.SamplingConfig`.
             num_images_per_prompt: images per class label / prompt (>= 1).
             generator: a ``torch.Generator``, or one per image (``B * num_images_per_prompt``).
             output_type: ``"pil"``, ``"np"``, ``"pt"`` or ``"latent"`` (token grids).
             return_dict: return a :class:`LlamaGenPipelineOutput` (else a tuple ``(images, tokens, stats)``).
-            callback_on_step_end: ``f(pipe, forward_index, committed_per_sample, {"tokens", "known"})``,
-                called after every target forward that committed tokens (streaming previews).
+            callback_on_step_end: diffusers' contract: ``f(pipe, step, committed, callback_kwargs) -> dict | None``
+                after every target forward that committed tokens (``step``: the forward's index;
+                ``committed``: ``[B]`` tokens committed per image, in place of a timestep;
+                ``callback_kwargs``: copies of the tensors named in ``callback_on_step_end_tensor_inputs``).
+                A returned dict is honoured: committed tokens are final, so returning changed ``tokens`` or
+                ``known`` is an error; set ``pipe._interrupt = True`` to stop early (the output then holds
+                the tokens committed so far, ``-1`` elsewhere, drawn grey). ``PipelineCallback`` and
+                ``MultiPipelineCallbacks`` objects work too.
+            callback_on_step_end_tensor_inputs: which of ``_callback_tensor_inputs`` (``"tokens"`` ``[B, N]``
+                int64, ``-1`` where not committed; ``"known"`` ``[B, N]`` bool) the callback receives.
             method: decoding method name (``arvis.methods.available_methods()``).
             **method_options: the method's options (e.g. ``window=16`` for SJD).
 
@@ -208,38 +392,96 @@ class LlamaGenPipeline(CheckedPipelineMixin, DiffusionPipeline):
             raise ValueError(f"output_type must be one of {OUTPUT_TYPES}, got {output_type!r}")
         if not isinstance(num_images_per_prompt, int) or num_images_per_prompt < 1:
             raise ValueError(f"num_images_per_prompt must be an integer >= 1, got {num_images_per_prompt!r}")
-        sampling = SamplingConfig(temperature=temperature, top_k=top_k, top_p=top_p,
-                                  guidance_scale=guidance_scale, cfg_interval=cfg_interval)
+        if isinstance(callback_on_step_end, PipelineCallback | MultiPipelineCallbacks):
+            callback_on_step_end_tensor_inputs = callback_on_step_end.tensor_inputs
+        tensor_inputs = list(callback_on_step_end_tensor_inputs or ())
+        unknown = [k for k in tensor_inputs if k not in self._callback_tensor_inputs]
+        if unknown:
+            raise ValueError(f"callback_on_step_end_tensor_inputs: {unknown} are not among "
+                             f"{self._callback_tensor_inputs}")
+        sampling = self.sampling_config(guidance_scale=guidance_scale, top_k=top_k, top_p=top_p,
+                                        temperature=temperature, cfg_interval=cfg_interval)
         condition = self._condition(class_labels, prompt, prompt_embeds, prompt_embeds_mask)
         condition = condition.repeat_interleave(num_images_per_prompt)
         B, N = condition.batch_size, self.transformer.layout.num_tokens
         if isinstance(generator, list | tuple) and len(generator) != B:
             raise ValueError(f"generator: got {len(generator)} generators for {B} images; pass one, or one per image")
-        method_options = with_resources(method, method_options, self.draft_transformer, self.codebook_neighbours)
+        method_options = with_resources(method, method_options, self.draft_transformer, self.codebook_neighbours,
+                                        self.lowres_transformer, self.upsampler)
 
+        self._interrupt = False
         progress = self.progress_bar(total=B * N)
         committed = [0]
         last_update = [0.0]
+        engines: list[DecodeEngine] = []
 
         def on_commit(engine: DecodeEngine) -> None:
+            if not engines:
+                engines.append(engine)
             now = time.monotonic()
             if now - last_update[0] > 0.1:  # a host sync for the display at most 10 times a second
                 done = int(engine.known.sum())
                 progress.update(done - committed[0])
                 committed[0], last_update[0] = done, now
             if callback_on_step_end is not None:
-                callback_on_step_end(self, engine.stats.forward_index - 1, engine.known.sum(-1),
-                                     {"tokens": engine.tokens, "known": engine.known})
+                self._step_callback(callback_on_step_end, tensor_inputs, engine)
+            if self._interrupt:
+                raise _Interrupted()
 
         try:
             tokens, stats = decode(self.transformer, condition, sampling, method, generator, on_commit, **method_options)
+            known = None
             progress.update(B * N - committed[0])
+        except _Interrupted:
+            engine = engines[0]
+            tokens, known = engine.tokens.clone(), engine.known.clone()
+            stats = engine.stats.finish(engine.method, time.perf_counter() - engine._t0, 0.0)
         finally:
             progress.close()
         grid = self.transformer.layout.grid
         tokens = tokens.view(B, *grid)
-        images = self.decode_tokens(tokens, output_type)
+        images = self.decode_tokens(tokens, output_type, None if known is None else known.view(B, *grid))
         self.maybe_free_model_hooks()
         if not return_dict:
             return images, tokens, stats
         return LlamaGenPipelineOutput(images=images, tokens=tokens, stats=stats)
+
+    def _step_callback(self, callback: Callable[..., Any], tensor_inputs: list[str], engine: DecodeEngine) -> None:
+        """Run ``callback_on_step_end`` once and honour its return value (see :meth:`__call__`)."""
+        state = {"tokens": engine.tokens, "known": engine.known}
+        kwargs = {k: state[k].clone() for k in tensor_inputs}
+        returned = callback(self, engine.stats.forward_index - 1, engine.known.sum(-1), kwargs)
+        if returned is None:
+            return
+        if not isinstance(returned, dict):
+            raise TypeError(f"callback_on_step_end must return a dict or None, got {type(returned).__name__}")
+        for key, value in returned.items():
+            if key in state and not (isinstance(value, torch.Tensor) and torch.equal(value.to(state[key].device),
+                                                                                    state[key])):
+                raise ValueError(f"callback_on_step_end returned a changed {key!r}: committed tokens are final in "
+                                 f"autoregressive decoding; set pipe._interrupt = True to stop early instead")
+
+
+def _read_sampling_defaults(folder: Path) -> dict[str, Any]:
+    from arvis.hub import read_sampling_defaults
+
+    defaults = read_sampling_defaults(folder)
+    unknown = sorted(set(defaults) - set(SAMPLING_FIELDS))
+    if unknown:
+        raise ValueError(f"{SAMPLING_DEFAULTS_FILE}: unknown setting(s) {unknown}; known: {list(SAMPLING_FIELDS)}")
+    return defaults
+
+
+# Written into every saved folder: diffusers' generic loader imports it (custom_pipeline="pipeline",
+# trust_remote_code=True) and finds arvis's own class, so the pipeline is the installed one.
+CUSTOM_PIPELINE_FILE = '''"""Lets diffusers' generic loader open this arvis folder:
+
+    DiffusionPipeline.from_pretrained(folder, custom_pipeline="pipeline", trust_remote_code=True)
+
+It only imports the pipeline class of the installed arvis package (pip install arvis).
+"""
+
+from arvis.pipelines.pipeline_llamagen import LlamaGenPipeline
+
+__all__ = ["LlamaGenPipeline"]
+'''

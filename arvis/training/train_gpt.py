@@ -6,6 +6,8 @@ Presets (``--preset``):
   source photo (:mod:`arvis.data.crops`), 22 classes + the null class for CFG; with ``--data emoji`` the
   OpenMoji emoji of :mod:`arvis.data.emoji` (52 classes, validation on held-out emoji);
 - ``draft``: a much smaller class-conditional GPT on the same data (draft-model speculative decoding);
+- ``lowres``: a small class-conditional GPT on the same crops at 64 px, an 8x8 grid of the same VQ codes
+  (the low-resolution drafter of multi-scale local drafting, :mod:`arvis.drafting.multiscale`);
 - ``t2i``: the caption-conditioned model (LlamaGen's t2i layout: caption features through
   ``cls_embedding.cap_proj``, an unconditional embedding, left padding + embedding mask) trained jointly
   with a small word-level text encoder (:class:`arvis.models.text_encoder.WordTextEncoder`) on the
@@ -95,6 +97,7 @@ class GPTTrainConfig:
 PRESETS: dict[str, GPTTrainConfig] = {
     "c2i": GPTTrainConfig(),
     "draft": GPTTrainConfig(dim=128, n_layer=2, n_head=2, steps=1500),
+    "lowres": GPTTrainConfig(dim=192, n_layer=3, n_head=3, resolution=64, steps=2000),
     "t2i": GPTTrainConfig(kind="t2i"),
     "smoke": GPTTrainConfig(dim=32, n_layer=1, n_head=2, steps=3, batch_size=4, num_train=8, num_val=4,
                             log_every=1, eval_every=3, checkpoint_every=2, text_dim=16, text_layers=1),
@@ -104,7 +107,8 @@ PRESETS: dict[str, GPTTrainConfig] = {
 
 
 # ----------------------------------------------------------------------------- data
-def _encode(vq: LlamaGenVQModel, images: np.ndarray, batch: int = 64) -> np.ndarray:
+def encode_codes(vq: LlamaGenVQModel, images: np.ndarray, batch: int = 64) -> np.ndarray:
+    """VQ codes ``[n, h*w]`` int16 of ``uint8 [n, R, R, 3]`` images (batched, no gradients)."""
     codes = []
     with torch.no_grad():
         for i in tqdm(range(0, len(images), batch), desc="tokenising", unit="batch", disable=len(images) < 256):
@@ -122,12 +126,12 @@ def build_dataset(cfg: GPTTrainConfig, vq: LlamaGenVQModel, scratch: Path, split
     seed = cfg.data_seed if split == "train" else cfg.data_seed + 1
     if cfg.kind == "c2i":
         images, labels, _ = labelled_images(cfg.data, n, split, cfg.resolution, seed)
-        data = {"codes": _encode(vq, images), "labels": labels.astype(np.int64)}
+        data = {"codes": encode_codes(vq, images), "labels": labels.astype(np.int64)}
     else:
         from arvis.data.scenes import build_scenes
 
         images, captions, _ = build_scenes(n, split, cfg.resolution, seed=seed)
-        data = {"codes": _encode(vq, images), "captions": np.array(captions)}
+        data = {"codes": encode_codes(vq, images), "captions": np.array(captions)}
     tmp = path.with_suffix(".tmp.npz")
     np.savez(tmp, **data)
     tmp.replace(path)

@@ -10,9 +10,42 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 
 GeneratorArg = torch.Generator | Sequence[torch.Generator] | None
+_MASK64 = (1 << 64) - 1
+
+
+def seed_for(seed: int, index: int) -> int:
+    """The generator seed of image ``index`` in a run seeded ``seed``: arvis's one per-image seed rule.
+
+    ``arvis generate``, the demo, ``arvis bench``, ``arvis fid`` and ``eval/sample.py`` all give image ``i``
+    its own ``torch.Generator().manual_seed(seed_for(seed, i))`` (recorded in their outputs). It is the
+    splitmix64 mix of the pair, ``< 2**63``: distinct ``(seed, index)`` pairs give unrelated streams
+    (unlike ``seed + index``, where seed 0 / image 1 and seed 1 / image 0 would coincide).
+    """
+    if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
+        raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
+    if isinstance(index, bool) or not isinstance(index, int | np.integer) or index < 0:
+        raise ValueError(f"index must be an integer >= 0, got {index!r}")
+    z = ((int(seed) & _MASK64) * 0x9E3779B97F4A7C15 + int(index) + 1) & _MASK64
+    for _ in range(2):  # splitmix64 finaliser, applied twice
+        z = (z + 0x9E3779B97F4A7C15) & _MASK64
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
+        z ^= z >> 31
+    return z >> 1
+
+
+def image_generator(seed: int, index: int, device: str | torch.device = "cpu") -> torch.Generator:
+    """``torch.Generator(device).manual_seed(seed_for(seed, index))``: the stream of image ``index``."""
+    return torch.Generator(device=device).manual_seed(seed_for(seed, index))
+
+
+def image_generators(seed: int, indices: Sequence[int], device: str | torch.device = "cpu") -> list[torch.Generator]:
+    """One generator per image index (:func:`image_generator`)."""
+    return [image_generator(seed, i, device) for i in indices]
 
 
 def make_generators(seeds: int | Sequence[int], device: str | torch.device = "cpu") -> list[torch.Generator]:

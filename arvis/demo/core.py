@@ -1,17 +1,19 @@
 """The demo's logic without Gradio: limits, input validation, side-by-side runs, previews, statistics.
 
-:mod:`apps.demo` puts a Gradio page on top of this module; everything here is plain Python so that
-it can be tested (and reused) without a browser or a server.
+:mod:`arvis.demo.page` puts a Gradio page on top of this module; everything here is plain Python so
+that it can be tested (and reused) without a browser or a server. Nothing here imports Gradio.
 
 A request runs plain AR and the chosen method on the same model, condition, sampling settings and
-per-image generators (image ``i`` uses ``torch.Generator().manual_seed(seed + i)``), one after the
-other on the same machine. Both runs stream previews from the pipeline's ``callback_on_step_end``.
+per-image generators (image ``i`` uses ``seed_for(seed, i)``, arvis's one per-image seed rule), one
+after the other on the same machine. Both runs stream progress from the pipeline's
+``callback_on_step_end``; the callback only copies the token grid (a few times a second), and the
+previews are rendered outside the decode.
 
-Timing, honestly: the latency reported is the pipeline's own ``stats.latency_s`` (wall time of the
-decode, from the engine) minus the time the demo's callback spent on preview work (rendering the
-partial token grid through the VQ decoder, measured inside the callback). With "live preview" off the
-callback only counts committed tokens a few times a second, and nothing is subtracted. Either way it
-is one run on a shared machine, not a benchmark: ``arvis bench`` gives medians over interleaved repeats.
+Timing, fairly: the latencies shown come from ``timing_rounds`` interleaved rounds (AR, method, AR,
+method…) decoded without any callback, and are the medians of the pipeline's own ``stats.latency_s``
+(decode wall time). With "live preview" off, the visible runs (whose callback only counts tokens) are
+the first round. It is still a few runs on a shared machine, and the table says how many:
+``arvis bench`` gives medians over more repeats.
 
 Nothing a user types ever becomes a file path: models are looked up by name in the mapping the
 operator built the demo with, and the plots go to files whose names the demo makes up.
@@ -22,11 +24,10 @@ from __future__ import annotations
 import dataclasses
 import math
 import queue
-import sys
+import statistics
 import tempfile
 import threading
 import time
-import typing
 import unicodedata
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -36,7 +37,7 @@ from typing import Any
 import PIL.Image
 import torch
 
-from arvis.methods import METHODS, available_methods, is_lossless
+from arvis.methods import METHODS, available_methods, build_method, is_lossless, with_resources
 
 SIDES = ("ar", "method")
 PREVIEW_GREY = 0.5  # colour of not-yet-committed token cells in the previews
@@ -65,7 +66,8 @@ class DemoLimits:
         temperature: allowed temperature range (0 = greedy).
         top_p_max: ``top_p`` must lie in ``(0, top_p_max]``.
         top_k_max: largest ``top_k`` (0 = off); also capped by the model's vocabulary.
-        seed_max: seeds are ``0..seed_max`` (image ``i`` of a request uses ``seed + i``).
+        seed_max: seeds are ``0..seed_max`` (image ``i`` of a request uses ``seed_for(seed, i)``).
+        timing_rounds: allowed range of the interleaved timing rounds per request.
         prompt_chars: longest prompt (text-conditional models).
         concurrency_limit: requests decoded at the same time (1 keeps the timings meaningful on a CPU).
         max_queue: requests waiting beyond those running; more get Gradio's "queue full" error.
@@ -83,6 +85,7 @@ class DemoLimits:
     top_p_max: float = 1.0
     top_k_max: int = 100_000
     seed_max: int = 2**31 - 1
+    timing_rounds: tuple[int, int] = (1, 5)
     prompt_chars: int = 200
     concurrency_limit: int = 1
     max_queue: int = 16
@@ -100,12 +103,14 @@ class DemoLimits:
             lo, hi = getattr(self, name)
             if not lo <= hi:
                 raise ValueError(f"DemoLimits.{name} must be (low, high) with low <= high, got {(lo, hi)}")
+        if not 1 <= self.timing_rounds[0] <= self.timing_rounds[1]:
+            raise ValueError(f"DemoLimits.timing_rounds must be (low, high) with 1 <= low <= high, got {self.timing_rounds}")
         if self.window[0] < 1:
             raise ValueError(f"DemoLimits.window must start at >= 1, got {self.window}")
         if not 0 < self.top_p_max <= 1:
             raise ValueError(f"DemoLimits.top_p_max must be in (0, 1], got {self.top_p_max}")
-        if not 0 <= self.seed_max < 2**63 - self.max_images:
-            raise ValueError(f"DemoLimits.seed_max must be in [0, 2**63 - max_images), got {self.seed_max}")
+        if not 0 <= self.seed_max < 2**63:
+            raise ValueError(f"DemoLimits.seed_max must be in [0, 2**63), got {self.seed_max}")
         if self.preview_interval_s <= 0:
             raise ValueError(f"DemoLimits.preview_interval_s must be > 0, got {self.preview_interval_s}")
 
@@ -118,14 +123,12 @@ class DemoModel:
     Attributes:
         pipeline: a loaded :class:`~arvis.pipelines.LlamaGenPipeline` (or ``None`` with ``loader``).
         loader: builds the pipeline on first use (then cached).
-        defaults: the model's sampling defaults (``guidance_scale``, ``top_k``…).
         untrained: random weights: the page shows a banner saying its images are noise.
         description: one line shown under the model choice.
     """
 
     pipeline: Any = None
     loader: Callable[[], Any] | None = None
-    defaults: Mapping[str, Any] = field(default_factory=dict)
     untrained: bool = False
     description: str = ""
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
@@ -177,19 +180,28 @@ class ModelSet:
         return self.entry(name).get()
 
 
+def pipeline_layout(pipe: Any) -> Any:
+    """The pipeline's token layout: its transformer's (LlamaGen), or the default-size layout of pipelines
+    whose backbone is built per call (Emu3: ``default_layout``)."""
+    layout = getattr(pipe, "default_layout", None)
+    return layout if layout is not None else pipe.transformer.layout
+
+
 def model_info(pipe: Any) -> dict[str, Any]:
     """What the page needs to know about a pipeline: conditioning, classes, vocabulary, grid."""
     t = pipe.transformer
-    class_conditional = bool(t.is_class_conditional)
+    class_conditional = bool(getattr(t, "is_class_conditional", False))  # Emu3's is a transformers model
     names = pipe.class_names if class_conditional else None
     n = int(t.config.num_classes) if class_conditional else 0
+    layout = pipeline_layout(pipe)
     return {
         "class_conditional": class_conditional,
         "num_classes": n,
         "class_choices": [(f"{i}: {names[i]}" if names else str(i), i) for i in range(n)],
-        "vocab_size": int(t.layout.vocab_size),
-        "grid": list(t.layout.grid),
-        "has_text_encoder": getattr(pipe, "text_encoder", None) is not None,
+        "vocab_size": int(layout.vocab_size),
+        "grid": list(layout.grid),
+        "has_text_encoder": bool(getattr(pipe, "accepts_prompts", False))
+        or getattr(pipe, "text_encoder", None) is not None,
     }
 
 
@@ -212,59 +224,44 @@ def warm_up(pipe: Any, methods: list[str] | None = None) -> None:
 # ----------------------------------------------------------------------------- method options
 @dataclass(frozen=True)
 class OptionSpec:
-    """A method option the page offers, derived from the method's dataclass field.
+    """A method option the page offers.
 
     ``kind`` is ``int``, ``float``, ``bool``, ``choice`` or ``text``; ``choices`` lists the values the
-    method accepts (found by trying them on the method's own validation).
+    method accepts. ``shown_when = (option, values)``: the option only applies (and is only shown) while
+    ``option`` has one of ``values`` (e.g. ``delta`` only for the ``lantern`` and ``bounded`` rules).
     """
 
     name: str
     kind: str
     default: Any
     choices: tuple[str, ...] = ()
+    shown_when: tuple[str, tuple[str, ...]] | None = None
+
+    def applies(self, values: Mapping[str, Any], defaults: Mapping[str, Any]) -> bool:
+        if self.shown_when is None:
+            return True
+        option, allowed = self.shown_when
+        chosen = values.get(option)
+        return (defaults.get(option) if chosen is None else chosen) in allowed
 
 
-def _string_choices(cls: type, name: str, default: str) -> tuple[str, ...]:
-    """Candidate values of a string option: module-level tuples of strings (in the method's module)
-    that contain its default, kept where the method's own ``__post_init__`` accepts them."""
-    module = sys.modules.get(cls.__module__)
-    candidates: list[str] = []
-    for value in vars(module).values() if module else ():
-        if (isinstance(value, tuple) and value and all(isinstance(v, str) for v in value) and default in value):
-            candidates += [v for v in value if v not in candidates]
-    accepted = []
-    for v in candidates:
-        try:
-            cls(**{name: v})
-        except (ValueError, TypeError):
-            continue
-        accepted.append(v)
-    return tuple(accepted)
+# Which relaxed rules read which parameter (the others ignore it): the page shows a parameter only
+# while a rule that reads it is chosen.
+RULE_PARAMETERS = {"k": ("lantern", "lantern++", "bounded"), "delta": ("lantern", "bounded"), "lam": ("lantern++",)}
 
 
 def method_option_specs(method: str) -> list[OptionSpec]:
-    """The options of ``method`` the demo can offer (plain ints, floats, bools, strings).
-
-    Options of other types (intervals, draft models…) keep their defaults in the demo.
+    """The options of ``method`` the demo offers, read from the method's declared options
+    (:mod:`arvis.methods.options`): numbers, choices and text, with when they apply. Intervals and
+    resources (a draft model, codebook neighbourhoods) are not user input here: they keep their defaults
+    or come from the pipeline.
     """
-    cls = METHODS[method]
-    if not dataclasses.is_dataclass(cls):
-        return []
-    hints = typing.get_type_hints(cls)
     specs = []
-    for f in dataclasses.fields(cls):
-        if not f.init or f.default is dataclasses.MISSING:
+    for option in METHODS[method].options:
+        if option.kind not in ("int", "float", "choice", "text"):
             continue
-        hint = hints.get(f.name)
-        if hint is bool:
-            specs.append(OptionSpec(f.name, "bool", f.default))
-        elif hint is int:
-            specs.append(OptionSpec(f.name, "int", f.default))
-        elif hint is float:
-            specs.append(OptionSpec(f.name, "float", f.default))
-        elif hint is str:
-            choices = _string_choices(cls, f.name, f.default)
-            specs.append(OptionSpec(f.name, "choice" if choices else "text", f.default, choices))
+        when = ("acceptance", RULE_PARAMETERS[option.name]) if option.name in RULE_PARAMETERS else None
+        specs.append(OptionSpec(option.name, option.kind, option.default, tuple(option.choices), when))
     return specs
 
 
@@ -323,6 +320,7 @@ class DemoRequest:
     top_p: float
     temperature: float
     live_preview: bool
+    timing_rounds: int = 1
 
     def condition_kwargs(self) -> dict[str, Any]:
         return {"class_labels": [self.class_label]} if self.prompt is None else {"prompt": [self.prompt]}
@@ -332,12 +330,19 @@ class DemoRequest:
                 "temperature": self.temperature}
 
 
-def validate_options(method: str, values: Mapping[str, Any], limits: DemoLimits) -> dict[str, Any]:
-    """The options of ``method`` from ``values`` (widget values by option name; missing = default)."""
+def validate_options(method: str, values: Mapping[str, Any], limits: DemoLimits, pipe: Any = None) -> dict[str, Any]:
+    """The options of ``method`` from ``values`` (widget values by option name; missing = default).
+
+    Options that do not apply (e.g. ``delta`` under ``acceptance="exact"``) are ignored. The method
+    validates the result with the resources ``pipe`` provides (its draft model, the codebook
+    neighbourhoods of relaxed acceptance), exactly as the pipeline will run it.
+    """
+    specs = method_option_specs(method)
+    defaults = {spec.name: spec.default for spec in specs}
     out: dict[str, Any] = {}
-    for spec in method_option_specs(method):
+    for spec in specs:
         value = values.get(spec.name)
-        if value is None or (spec.kind in ("int", "float") and value == ""):
+        if value is None or (spec.kind in ("int", "float") and value == "") or not spec.applies(values, defaults):
             continue  # the method's default
         label = f"{method} option {spec.name}"
         if spec.kind == "bool":
@@ -356,19 +361,37 @@ def validate_options(method: str, values: Mapping[str, Any], limits: DemoLimits)
                 raise DemoInputError(f"{label} must be printable text of at most {limits.text_option_chars} "
                                      f"characters, got {_short(value)}")
         out[spec.name] = value
-    try:
-        METHODS[method](**out)  # the method's own validation (cross-option rules)
+    try:  # the method's own validation (cross-option rules), with the pipeline's resources
+        resources = with_resources(method, out, getattr(pipe, "draft_transformer", None),
+                                   getattr(pipe, "codebook_neighbours", None))
+        built = build_method(method, **resources)
     except (ValueError, TypeError) as err:
         raise DemoInputError(f"{method} options: {err}") from None
+    # Methods check their resources when the decode starts; the page says so before it runs.
+    if getattr(built, "draft_model", "") is None:
+        raise DemoInputError(f"{method}: this model has no draft model (draft_transformer); choose another method")
+    rule = getattr(built, "acceptance", None)
+    if rule is not None and not rule.lossless and getattr(built, "neighbours", "") is None:
+        raise DemoInputError(f"{method}: acceptance={rule.kind!r} needs the tokenizer's codebook neighbourhoods, "
+                             "which this model does not provide")
     return out
 
 
 def validate_request(models: ModelSet, limits: DemoLimits, *, model: Any, class_label: Any, prompt: Any,
                      method: Any, seed: Any, num_images: Any, guidance_scale: Any, top_k: Any, top_p: Any,
-                     temperature: Any, live_preview: Any, options: Mapping[str, Any]) -> DemoRequest:
-    """Check every input of a request; :class:`DemoInputError` names the input and its allowed range."""
+                     temperature: Any, live_preview: Any, options: Mapping[str, Any],
+                     timing_rounds: Any = None) -> DemoRequest:
+    """Check every input of a request; :class:`DemoInputError` names the input and its allowed range.
+
+    Sampling inputs left ``None`` take the model's defaults (its ``sampling_defaults.json``).
+    """
     entry = models.entry(model)
     info = model_info(entry.get())
+    defaults = model_sampling_defaults(entry.get())
+    guidance_scale = defaults["guidance_scale"] if guidance_scale is None else guidance_scale
+    top_k = defaults["top_k"] if top_k is None else top_k
+    top_p = defaults["top_p"] if top_p is None else top_p
+    temperature = defaults["temperature"] if temperature is None else temperature
     label: int | None = None
     text: str | None = None
     if info["class_conditional"]:
@@ -388,7 +411,7 @@ def validate_request(models: ModelSet, limits: DemoLimits, *, model: Any, class_
         raise DemoInputError(f"method: {_short(method)} is not available; choose one of {', '.join(available_methods())}")
     if not isinstance(options, Mapping):
         raise DemoInputError("method options must be a mapping of option name to value")
-    opts = validate_options(method, options, limits)
+    opts = validate_options(method, options, limits, entry.get())
     if not isinstance(live_preview, bool):
         raise DemoInputError(f"live_preview must be true or false, got {_short(live_preview)}")
     return DemoRequest(
@@ -400,7 +423,16 @@ def validate_request(models: ModelSet, limits: DemoLimits, *, model: Any, class_
         top_p=_number("top_p", top_p, 0.0, limits.top_p_max, lo_open=True),
         temperature=_number("temperature (0 = greedy)", temperature, *limits.temperature),
         live_preview=live_preview,
+        timing_rounds=_number("timing_rounds", 1 if timing_rounds is None else timing_rounds, *limits.timing_rounds,
+                              integer=True),
     )
+
+
+def model_sampling_defaults(pipe: Any) -> dict[str, Any]:
+    """The sampling settings a request gets when it leaves them out: the model folder's defaults."""
+    if hasattr(pipe, "sampling_config"):
+        return dataclasses.asdict(pipe.sampling_config())
+    return {"guidance_scale": 1.0, "top_k": 0, "top_p": 1.0, "temperature": 1.0, "cfg_interval": -1}
 
 
 def _class_label(value: Any, pipe: Any, info: Mapping[str, Any]) -> int:
@@ -438,20 +470,13 @@ def tile_images(images: list[PIL.Image.Image], display_size: int) -> PIL.Image.I
 
 
 def render_partial(pipe: Any, tokens: torch.Tensor, known: torch.Tensor) -> list[PIL.Image.Image] | None:
-    """Decode a partially committed token grid ``tokens [B, N]`` / ``known [B, N]`` with the VQ decoder;
-    cells not committed yet are grey. ``None`` when the layout is not a plain ``h × w`` grid."""
-    grid = tuple(pipe.transformer.layout.grid)
+    """Decode a partially committed token grid ``tokens [B, N]`` / ``known [B, N]`` (the pipeline's
+    :meth:`decode_tokens`, cells not committed yet grey). ``None`` when the layout is not a plain ``h × w`` grid."""
+    grid = tuple(pipeline_layout(pipe).grid)
     B, N = tokens.shape
     if len(grid) != 2 or grid[0] * grid[1] != N:
         return None
-    h, w = grid
-    filled = torch.where(known, tokens, torch.zeros_like(tokens)).view(B, h, w)
-    images = pipe.decode_tokens(filled, "pt")  # [B, 3, H, W] in [0, 1]
-    mask = torch.nn.functional.interpolate(known.view(B, 1, h, w).float().cpu(), size=images.shape[-2:],
-                                           mode="nearest")
-    images = images * mask + PREVIEW_GREY * (1 - mask)
-    array = (images.permute(0, 2, 3, 1).numpy() * 255).round().astype("uint8")
-    return [PIL.Image.fromarray(a) for a in array]
+    return pipe.decode_tokens(tokens.view(B, *grid), "pil", known=known.view(B, *grid))
 
 
 def placeholder(display_size: int, text: str = "") -> PIL.Image.Image:
@@ -472,7 +497,8 @@ class Progress:
 
 @dataclass
 class RunResult:
-    """One side's finished run."""
+    """One side's finished run; ``latencies_s`` are its timed decodes (module docstring), filled by
+    :func:`side_by_side`."""
 
     side: str
     method: str
@@ -480,83 +506,115 @@ class RunResult:
     images: list[PIL.Image.Image]
     tokens: torch.Tensor
     stats: Any  # arvis.engine.BatchStats
-    preview_s: float
     previews: int
+    latencies_s: list[float] = field(default_factory=list)
 
     @property
     def decode_latency_s(self) -> float:
-        """The pipeline's ``stats.latency_s`` minus the preview rendering measured inside the callback."""
-        return max(self.stats.latency_s - self.preview_s, 1e-9)
+        """Median of the timed decodes (the pipeline's ``stats.latency_s``)."""
+        return statistics.median(self.latencies_s) if self.latencies_s else self.stats.latency_s
+
+
+def _generators(request: DemoRequest) -> list[torch.Generator]:
+    from arvis.utils.random import image_generators
+
+    return image_generators(request.seed, range(request.num_images))
 
 
 def stream_run(pipe: Any, request: DemoRequest, side: str, method: str, options: Mapping[str, Any],
                limits: DemoLimits, cancel: threading.Event) -> Iterator[Progress | RunResult]:
     """Run one side in a worker thread; yield :class:`Progress` while it decodes, then its :class:`RunResult`.
 
-    Closing the iterator early (client gone) sets ``cancel``: the next decode callback raises
-    :class:`RunCancelled` and the worker ends.
+    The decode's callback only copies the token grid (at most every ``preview_interval_s``); previews are
+    rendered here, in the consumer's thread, outside the decode. Closing the iterator early (client gone)
+    sets ``cancel``: the next decode callback raises :class:`RunCancelled` and the worker ends.
     """
-    from arvis.utils.random import make_generators
-
     out: queue.Queue = queue.Queue()
-    total = request.num_images * int(pipe.transformer.layout.num_tokens)
-    spent = {"preview_s": 0.0, "previews": 0, "last": 0.0}
+    total = request.num_images * int(pipeline_layout(pipe).num_tokens)
+    last = [0.0]
 
     def callback(_pipe: Any, _forward: int, committed: torch.Tensor, data: Mapping[str, torch.Tensor]) -> None:
         if cancel.is_set():
             raise RunCancelled()
         now = time.perf_counter()
-        if now - spent["last"] < limits.preview_interval_s:
-            return
-        image = None
-        if request.live_preview:
-            parts = render_partial(pipe, data["tokens"], data["known"])
-            image = tile_images(parts, limits.display_size) if parts else None
-            spent["previews"] += 1
-        out.put(Progress(side, int(committed.sum()), total, image))
-        end = time.perf_counter()
-        if request.live_preview:
-            spent["preview_s"] += end - now
-        spent["last"] = end
+        if now - last[0] >= limits.preview_interval_s:
+            last[0] = now
+            out.put(("snapshot", int(committed.sum()), data["tokens"], data["known"]))
 
     def work() -> None:
         try:
-            generators = make_generators([request.seed + i for i in range(request.num_images)])
             result = pipe(**request.condition_kwargs(), num_images_per_prompt=request.num_images,
-                          generator=generators, **request.sampling_kwargs(), output_type="pil",
-                          callback_on_step_end=callback, method=method, **dict(options))
-            out.put(RunResult(side, method, dict(options), list(result.images), result.tokens, result.stats,
-                              spent["preview_s"], spent["previews"]))
+                          generator=_generators(request), **request.sampling_kwargs(), output_type="pil",
+                          callback_on_step_end=callback, callback_on_step_end_tensor_inputs=["tokens", "known"],
+                          method=method, **dict(options))
+            out.put(("done", result))
         except BaseException as err:  # handed to the consumer, which re-raises it in the request's thread
-            out.put(err)
+            out.put(("error", err))
 
     worker = threading.Thread(target=work, name=f"arvis-demo-{side}", daemon=True)
     worker.start()
     finished = False
+    previews = 0
     try:
         while True:
             item = out.get()
-            if isinstance(item, BaseException):
+            while item[0] == "snapshot" and not out.empty():  # rendering fell behind: show the latest only
+                item = out.get()
+            kind = item[0]
+            if kind == "error":
                 finished = True
-                raise item
-            if isinstance(item, RunResult):
+                raise item[1]
+            if kind == "done":
                 finished = True
-            yield item
-            if finished:
+                result = item[1]
+                yield RunResult(side, method, dict(options), list(result.images), result.tokens, result.stats,
+                                previews)
                 return
+            _, committed, tokens, known = item
+            image = None
+            if request.live_preview:
+                parts = render_partial(pipe, tokens, known)
+                image = tile_images(parts, limits.display_size) if parts else None
+                previews += 1
+            yield Progress(side, committed, total, image)
     finally:
         if not finished:  # abandoned mid-run: stop the decode at its next callback
             cancel.set()
         worker.join(timeout=60)
 
 
+def timed_decode(pipe: Any, request: DemoRequest, method: str, options: Mapping[str, Any]) -> float:
+    """One decode of the request's images without any callback: the pipeline's ``stats.latency_s``."""
+    out = pipe(**request.condition_kwargs(), num_images_per_prompt=request.num_images, generator=_generators(request),
+               **request.sampling_kwargs(), output_type="latent", method=method, **dict(options))
+    return float(out.stats.latency_s)
+
+
 def side_by_side(models: ModelSet, request: DemoRequest, limits: DemoLimits,
                  cancel: threading.Event | None = None) -> Iterator[Progress | RunResult]:
-    """Plain AR, then the chosen method, on the same seed: yields both sides' progress and results."""
+    """Plain AR, then the chosen method, on the same seeds: yields both sides' progress, then both results
+    with their timed decodes (module docstring: the timing rounds)."""
     cancel = cancel or threading.Event()
     pipe = models.pipeline(request.model)
-    yield from stream_run(pipe, request, "ar", "ar", {}, limits, cancel)
-    yield from stream_run(pipe, request, "method", request.method, dict(request.options), limits, cancel)
+    results: dict[str, RunResult] = {}
+    sides = (("ar", "ar", {}), ("method", request.method, dict(request.options)))
+    for side, method, options in sides:
+        for item in stream_run(pipe, request, side, method, options, limits, cancel):
+            if isinstance(item, RunResult):
+                results[side] = item
+            else:
+                yield item
+    if not request.live_preview:  # the visible runs only counted tokens: they are the first round
+        for side in results.values():
+            side.latencies_s.append(float(side.stats.latency_s))
+    for _ in range(request.timing_rounds - len(results["ar"].latencies_s)):
+        for side, method, options in sides:
+            if cancel.is_set():
+                raise RunCancelled()
+            yield Progress(side, -1, -1)  # "timing…" for the page
+            results[side].latencies_s.append(timed_decode(pipe, request, method, options))
+    yield results["ar"]
+    yield results["method"]
 
 
 # ----------------------------------------------------------------------------- statistics
@@ -581,10 +639,9 @@ def _side_record(run: RunResult) -> dict[str, Any]:
         "draft_forwards_per_image": s["draft_forwards"],
         "step_compression": s["step_compression"],
         "mean_accepted_per_forward": s["accepted_per_forward"],
-        "pipeline_latency_s": run.stats.latency_s,
-        "preview_s": run.preview_s,
         "previews": run.previews,
         "decode_latency_s": run.decode_latency_s,
+        "latency_rounds_s": list(run.latencies_s),
         "peak_memory_mb": s["peak_memory_mb"],
     }
 
@@ -605,10 +662,17 @@ def comparison(request: DemoRequest, ar: RunResult, other: RunResult, untrained:
         "speedup": a["decode_latency_s"] / m["decode_latency_s"],
         "forward_reduction": a["batch_target_forwards"] / max(m["batch_target_forwards"], 1),
         "tokens_identical_to_ar": bool(torch.equal(ar.tokens, other.tokens)),
-        "timing": ("one run each, AR first, on this machine; latency = the pipeline's stats.latency_s minus "
-                   "the preview rendering measured inside the callback"
-                   + ("" if request.live_preview else " (live preview off: nothing to subtract)")),
+        "timing_rounds": request.timing_rounds,
+        "timing": timing_note(request),
     }
+
+
+def timing_note(request: DemoRequest) -> str:
+    rounds = request.timing_rounds
+    how = (f"median of {rounds} interleaved decodes per side" if rounds > 1 else
+           "a single decode per side (not a benchmark)")
+    return (f"{how}, AR first, without previews or callbacks; latency = the pipeline's stats.latency_s (tokens "
+            f"only, the VQ decoder excluded)")
 
 
 def stats_markdown(stats: Mapping[str, Any]) -> str:
@@ -622,8 +686,6 @@ def stats_markdown(stats: Mapping[str, Any]) -> str:
         ("latency (decode)", f"{a['decode_latency_s']:.3f} s", f"{m['decode_latency_s']:.3f} s"),
         ("speedup (latency)", "1.00×", f"**{stats['speedup']:.2f}×**"),
     ]
-    if stats["live_preview"]:
-        rows.append(("preview rendering (excluded)", f"{a['preview_s']:.3f} s", f"{m['preview_s']:.3f} s"))
     lossless = "lossless" if m["lossless"] else "**lossy**"
     same = "yes" if stats["tokens_identical_to_ar"] else "no"
     lines = [f"| | plain AR | {m['label']} ({lossless}) |", "|---|---:|---:|"]
@@ -641,14 +703,15 @@ def stats_markdown(stats: Mapping[str, Any]) -> str:
 _PLOT_LOCK = threading.Lock()  # matplotlib's pyplot is not thread-safe
 
 
-def stats_plots(ar: RunResult, other: RunResult, grid: list[int]) -> tuple[PIL.Image.Image, PIL.Image.Image]:
+def stats_plots(ar: RunResult, other: RunResult, grid: list[int], model: str = "") -> tuple[PIL.Image.Image,
+                                                                                          PIL.Image.Image]:
     """The accepted-per-forward histogram and the decode-order heat map (sample 0), from
     :mod:`arvis.eval.plots`, rendered into temporary files whose names the demo chooses."""
     from arvis.eval.plots import plot_accepted_histogram, plot_decode_order
 
     records = []
     for run, label in ((ar, "plain AR"), (other, spec_label(other.method, other.options))):
-        records.append({"spec": label, "grid": grid, **run.stats.summary(details=True)})
+        records.append({"spec": label, "grid": grid, "model": model, **run.stats.summary(details=True)})
     with _PLOT_LOCK, tempfile.TemporaryDirectory(prefix="arvis-demo-") as tmp:
         images = []
         for fn, name in ((plot_accepted_histogram, "histogram.png"), (plot_decode_order, "decode_order.png")):

@@ -1,0 +1,164 @@
+"""Diffusers-style pipeline for VAR (next-scale prediction) class-conditional image generation.
+
+The conventions of :class:`~arvis.pipelines.LlamaGenPipeline`: one ``__call__`` with ``generator`` (one,
+or one per image), ``num_images_per_prompt``, ``output_type``, ``return_dict``, ``callback_on_step_end``,
+a progress bar and the engine's statistics object, plus ``method`` and its options. VAR's own sampling
+conventions are kept: ``guidance_scale`` is VAR's ``cfg`` with its ramp over scales
+(``t_s = guidance_scale · s / (S − 1)``, logits ``(1 + t)·c − t·u``; 0 disables guidance), top-k / top-p
+as in ``autoregressive_infer_cfg``. With the same weights and the same random draws the tokens are the
+official sampler's (``eval/compare_var_reference.py`` checks it).
+
+Methods: ``ar`` (plain next-scale decoding, lossless), ``code`` (large model drafts the first scales,
+``draft_transformer`` refines the rest), ``cfg-cutoff``, ``fastvar`` — all lossy but the first
+(:mod:`arvis.methods.next_scale`).
+
+Example:
+    >>> from arvis.pipelines import VARPipeline
+    >>> pipe = VARPipeline.from_pretrained("arvis/weights/var-photos")  # doctest: +SKIP
+    >>> out = pipe(class_labels=["coffee", 3], guidance_scale=2.0, generator=torch.Generator().manual_seed(0))
+    >>> out.images[0].save("sample.png"); print(out.stats.format())
+    >>> fast = pipe(class_labels=["coffee", 3], method="code", draft_scales=4)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from diffusers import DiffusionPipeline
+
+from arvis.engine.sampling import SamplingConfig
+from arvis.methods import DecodingMethod, build_method, with_resources
+from arvis.methods.next_scale import NextScaleDecoder, as_next_scale, decode_scales
+from arvis.models.protocol import Condition
+from arvis.models.var import VARTransformer
+from arvis.pipelines.common import check_output_type
+from arvis.pipelines.pipeline_llamagen import LlamaGenPipeline, LlamaGenPipelineOutput
+from arvis.tokenizers.var_vq import VARVQModel
+from arvis.utils.random import GeneratorArg
+
+# Same fields as LlamaGen's output: images, tokens ([B, L], every scale concatenated), stats.
+VARPipelineOutput = LlamaGenPipelineOutput
+
+
+class VARPipeline(DiffusionPipeline):
+    """Class-conditional generation with a VAR transformer and its multi-scale VQ tokenizer.
+
+    Components:
+        transformer: :class:`~arvis.models.var.VARTransformer` (the target model).
+        vqvae: :class:`~arvis.tokenizers.var_vq.VARVQModel` (codes ↔ pixels, next-scale inputs).
+        draft_transformer: optional smaller VAR on the same tokenizer (CoDe's refiner).
+    """
+
+    model_cpu_offload_seq = "transformer->vqvae"
+    _optional_components = ["draft_transformer"]
+
+    def __init__(self, transformer: VARTransformer, vqvae: VARVQModel, draft_transformer: VARTransformer | None = None):
+        super().__init__()
+        layout = transformer.scale_layout
+        if layout.vocab_size != vqvae.codebook_size or layout.patch_nums != vqvae.patch_nums:
+            raise ValueError(f"vqvae: its codebook ({vqvae.codebook_size} entries, scales {vqvae.patch_nums}) does not "
+                             f"match the transformer's ({layout.vocab_size}, {layout.patch_nums}); use the tokenizer "
+                             f"the transformer was trained with")
+        if transformer.config.Cvae != vqvae.config.z_channels:
+            raise ValueError(f"vqvae: code dimension {vqvae.config.z_channels}, the transformer reads {transformer.config.Cvae}")
+        if draft_transformer is not None and (draft_transformer.scale_layout != layout
+                                              or draft_transformer.config.num_classes != transformer.config.num_classes):
+            raise ValueError("draft_transformer: its scales, vocabulary or classes differ from the transformer's")
+        self.register_modules(transformer=transformer, vqvae=vqvae, draft_transformer=draft_transformer)
+
+    # Class names and ids are the LlamaGen pipeline's (same config fields).
+    class_names = LlamaGenPipeline.class_names
+    class_ids = LlamaGenPipeline.class_ids
+
+    def decode_tokens(self, tokens: torch.Tensor, output_type: str = "pil"):
+        """Token pyramids ``[B, L]`` (or ``[B, 1, L]``, the ``layout.grid`` view) → images in ``output_type``."""
+        if output_type == "latent":
+            return tokens
+        return LlamaGenPipeline.decode_tokens(self, tokens.reshape(tokens.shape[0], -1), output_type)
+
+    def decode_condition(self, backbone: VARTransformer, condition: Condition, sampling: SamplingConfig,
+                         method: str | DecodingMethod, generator: GeneratorArg = None, **options: Any):
+        """Token pyramids for ``condition.class_labels`` with :func:`arvis.methods.decode`'s signature (what
+        :func:`arvis.eval.bench.run_bench` times); ``backbone`` is ``self.transformer``.
+
+        Returns:
+            ``(tokens [B, L], statistics)``.
+        """
+        if backbone is not self.transformer:
+            raise ValueError("backbone: a VAR pipeline decodes with its own transformer")
+        method_obj = build_method(method, **with_resources(method, options, self.draft_transformer))
+        return decode_scales(self.transformer, self.vqvae.quantize, condition.class_labels, sampling,
+                             as_next_scale(method_obj), generator)
+
+    @torch.no_grad()
+    def __call__(
+        self,
+        class_labels: int | str | Sequence[int | str],
+        guidance_scale: float = 1.5,
+        top_k: int = 0,
+        top_p: float = 1.0,
+        temperature: float = 1.0,
+        num_images_per_prompt: int = 1,
+        generator: GeneratorArg = None,
+        output_type: str = "pil",
+        return_dict: bool = True,
+        callback_on_step_end: Callable[[VARPipeline, int, torch.Tensor, dict], Any] | None = None,
+        method: str = "ar",
+        **method_options: Any,
+    ) -> VARPipelineOutput | tuple:
+        """Generate images.
+
+        Args:
+            class_labels: class ids or names.
+            guidance_scale: VAR's CFG strength (>= 0; ramped over scales; 0 disables guidance).
+            top_k: keep the k most likely tokens (0 = all). top_p: nucleus mass in (0, 1] (1 = off).
+            temperature: >= 0 (0 = greedy).
+            num_images_per_prompt: images per class label (>= 1).
+            generator: a ``torch.Generator``, or one per image (``B * num_images_per_prompt``).
+            output_type: ``"pil"``, ``"np"``, ``"pt"`` or ``"latent"`` (the token pyramid ``[B, L]``).
+            return_dict: return a :class:`VARPipelineOutput` (else ``(images, tokens, stats)``).
+            callback_on_step_end: ``f(pipe, scale, committed_per_sample, {"tokens", "known"})`` after every
+                committed scale.
+            method: ``ar``, ``code``, ``cfg-cutoff`` or ``fastvar`` (see :mod:`arvis.methods.next_scale`).
+            **method_options: the method's options (e.g. ``draft_scales=4`` for ``code``).
+
+        Returns:
+            :class:`VARPipelineOutput` with images, tokens ``[B, L]`` and decode statistics.
+        """
+        check_output_type(output_type)
+        if not isinstance(num_images_per_prompt, int) or num_images_per_prompt < 1:
+            raise ValueError(f"num_images_per_prompt must be an integer >= 1, got {num_images_per_prompt!r}")
+        sampling = SamplingConfig(temperature=temperature, top_k=top_k, top_p=top_p, guidance_scale=guidance_scale)
+        device = self.transformer.device
+        labels = torch.tensor(self.class_ids(class_labels), device=device).repeat_interleave(num_images_per_prompt)
+        B, L = labels.shape[0], self.transformer.scale_layout.num_tokens
+        if isinstance(generator, list | tuple) and len(generator) != B:
+            raise ValueError(f"generator: got {len(generator)} generators for {B} images; pass one, or one per image")
+        method_obj = as_next_scale(build_method(method, **with_resources(method, method_options, self.draft_transformer)))
+
+        progress = self.progress_bar(total=self.transformer.scale_layout.num_scales)
+        known = torch.zeros(B, L, dtype=torch.bool, device=device)
+
+        def on_scale(decoder: NextScaleDecoder) -> None:
+            progress.update(1)
+            if callback_on_step_end is not None:
+                end = decoder.layout.bounds[decoder.committed - 1][1]
+                known[:, :end] = True
+                callback_on_step_end(self, decoder.committed - 1, known.sum(-1), {"tokens": decoder.tokens,
+                                                                                 "known": known})
+
+        try:
+            tokens, stats = decode_scales(self.transformer, self.vqvae.quantize, labels, sampling, method_obj,
+                                          generator, on_scale)
+        finally:
+            progress.close()
+        images = self.decode_tokens(tokens, output_type)
+        self.maybe_free_model_hooks()
+        if not return_dict:
+            return images, tokens, stats
+        return VARPipelineOutput(images=images, tokens=tokens, stats=stats)
+
+
+__all__ = ["VARPipeline", "VARPipelineOutput"]

