@@ -50,7 +50,7 @@ PRESETS: dict[str, GPTTrainConfig] = {
 def clip_codes(vq: Any, clips: np.ndarray, batch: int = 64) -> np.ndarray:
     """Per-frame VQ codes of ``uint8 [n, T, R, R, 3]`` clips → ``int16 [n, T * h * w]`` (frame-major raster)."""
     n, T = clips.shape[:2]
-    codes = train_gpt._encode(vq, clips.reshape(n * T, *clips.shape[2:]), batch)
+    codes = train_gpt.encode_codes(vq, clips.reshape(n * T, *clips.shape[2:]), batch)
     return codes.reshape(n, -1)
 
 
