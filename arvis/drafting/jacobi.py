@@ -14,7 +14,11 @@ draft with ``p`` (MC-SJD) or its Gumbel-max with noise fixed per position — an
   (committed or drafted), one-hot ``q`` (upper falls back to left on the first row);
 - ``neighbour_distribution``: draw from the distribution of the upper neighbour (left on the first
   row) — the ``p`` it was committed with, or its current draft distribution — with ``q`` = that
-  distribution.
+  distribution;
+- ``repeat_temporal`` / ``previous_frame_distribution`` (video layouts ``(T, H, W)`` only): the same with
+  the same cell one frame back (``j − H·W``) as the source — its token with a one-hot ``q``, or a draw from
+  its distribution with ``q`` = that distribution; in the first frame they fall back to
+  ``repeat_vertical`` / ``neighbour_distribution``.
 
 A session may instead be given per-request *initial distributions* (:class:`InitialDistributions`,
 e.g. multi-scale drafting's up-sampled ``q``, :mod:`arvis.drafting.multiscale`): every new position then
@@ -23,12 +27,16 @@ noise), with ``q`` recorded; refreshes after a forward are unchanged.
 
 A neighbour drafted in the same call (a chain of new positions) passes on its own source: the left
 neighbour's chain ends at the last position holding a token, the upper neighbour's at the last one
-above holding a token — one vectorised pass, no host synchronisation.
+above holding a token, the previous frame's chain at the last frame holding a token in that cell (or,
+when none does, at the first frame's cell, which follows the spatial rule) — one vectorised pass, no host
+synchronisation. Rows are the layout's rows (``T·H`` of them for a video: the row above the first row
+of a frame is the previous frame's last row).
 
 State per active sample, bounded by the window, not the sequence (``[A, N, V]`` would be a gigabyte
 per sample for an Emu3-sized layout): the current token per sequence index ``[A, N]`` and a ring of
 distributions ``[A, capacity, V]`` addressed by ``index mod capacity``, holding the drafts' ``q`` in
-the window's reach and — for ``neighbour_distribution`` only — the committed ``p`` of the previous row.
+the window's reach and — for ``neighbour_distribution`` / ``previous_frame_distribution`` only — the
+committed ``p`` of the previous row / frame.
 """
 
 from __future__ import annotations
@@ -45,9 +53,35 @@ from arvis.acceptance.verify import Verification
 from arvis.drafting.base import Proposal
 from arvis.engine.engine import NO_TOKEN, DecodeEngine
 from arvis.engine.schedules import RasterWindow, WindowPlan
+from arvis.models.protocol import TokenLayout
 from arvis.utils.random import PositionNoise, one_hot, sample_inverse_cdf
 
-JACOBI_INITS = ("random", "repeat_horizontal", "repeat_vertical", "neighbour_distribution")
+#: Initial drafts from the previous frame: video layouts ``(T, H, W)`` only.
+TEMPORAL_INITS = ("repeat_temporal", "previous_frame_distribution")
+JACOBI_INITS = ("random", "repeat_horizontal", "repeat_vertical", "neighbour_distribution", *TEMPORAL_INITS)
+_REPEAT_INITS = ("repeat_horizontal", "repeat_vertical", "repeat_temporal")
+_DISTRIBUTION_INITS = ("neighbour_distribution", "previous_frame_distribution")
+
+
+def row_and_frame_period(layout: TokenLayout) -> tuple[int, int | None]:
+    """Sequence-index periods of a layout's rows and frames (structural tokens included).
+
+    Args:
+        layout: a ``(H, W)`` image or ``(T, H, W)`` video layout.
+
+    Returns:
+        ``(row, frame)``: ``j − row`` is the cell above ``j`` (``W``, plus any per-row structural token),
+        ``j − frame`` the same cell one frame back (``H·W`` …); ``frame`` is ``None`` without frames.
+    """
+    N, grid = layout.num_tokens, tuple(int(g) for g in layout.grid)
+    rows = 1
+    for g in grid[:-1]:
+        rows *= g
+    row = int(layout.row_stride)  # the grid width, plus any end-of-line token (Emu3)
+    if len(grid) < 3:
+        return row, None
+    frame = N // grid[0] if N % grid[0] == 0 else rows // grid[0] * row
+    return row, frame
 
 
 class InitialDistributions(Protocol):
@@ -84,6 +118,12 @@ class JacobiDrafter:
             raise ValueError(f"coupling must be one of {COUPLINGS}, got {coupling!r}")
         self.init, self.coupling, self.interval, self.lockstep = init, coupling, interval, lockstep
 
+    def check_layout(self, layout: TokenLayout) -> None:
+        """Raise ``ValueError`` when the initialisation cannot run on ``layout`` (temporal inits need frames)."""
+        if self.init in TEMPORAL_INITS and row_and_frame_period(layout)[1] is None:
+            raise ValueError(f"init={self.init!r} drafts from the previous frame and needs a video layout "
+                             f"(T, H, W); this model's grid is {tuple(layout.grid)}")
+
     def start(self, engine: DecodeEngine, schedule: RasterWindow, first_p: torch.Tensor,
               noise: PositionNoise | None = None, initial: InitialDistributions | None = None) -> JacobiSession:
         """A session after the prefill: ``first_p [A, V]`` is the ``p`` index 0 was committed with;
@@ -103,13 +143,15 @@ class JacobiSession:
         if self.gumbel != (noise is not None):
             raise ValueError("Gumbel coupling needs the fixed per-position noise (and only it uses it)")
         layout = engine.layout
+        drafter.check_layout(layout)
         N, V, A, dev = engine.num_tokens, engine.vocab_size, engine.num_active, engine.device
         self.N, self.V = N, V
-        self.stride = layout.row_stride  # row period of the sequence (grid width, plus an end-of-line token)
+        # Row and frame periods of the sequence (``frame`` is None for images).
+        self.stride, self.frame = row_and_frame_period(layout)
         lo, hi = drafter.interval or (0, N)
         self.lo, self.hi = max(lo, 1), min(hi, N)  # index 0 comes from the prefill
         self.limited = (self.lo, self.hi) != (1, N)  # else every real position after the prefix is draftable
-        back = self.stride if drafter.init == "neighbour_distribution" else 1
+        back = {"neighbour_distribution": self.stride, "previous_frame_distribution": self.frame}.get(drafter.init, 1)
         self.capacity = schedule.reach + back + 1
         self.image_range = layout.image_token_range or (0, V)
         self._index = torch.arange(N + 1, device=dev)
@@ -155,13 +197,28 @@ class JacobiSession:
     def _sources(self, index: torch.Tensor) -> torch.Tensor:
         """The index each new position ``index [A, M]`` copies from / draws after (chains followed)."""
         known = torch.where(self.tokens[:, : self.N] != NO_TOKEN, self._index[: self.N], -1)  # [A, N]
+        if self.drafter.init not in TEMPORAL_INITS:
+            return self._spatial_sources(known, index, vertical=self.drafter.init != "repeat_horizontal")
+        before = self._last_known_every(known, self.frame).gather(1, (index - self.frame).clamp_min(0))
+        # Nothing known in the cell's earlier frames: the chain reaches the first frame's cell, which
+        # follows the spatial rule (the row above).
+        spatial = self._spatial_sources(known, index % self.frame, vertical=True)
+        return torch.where((index >= self.frame) & (before >= 0), before, spatial)
+
+    def _last_known_every(self, known: torch.Tensor, period: int) -> torch.Tensor:
+        """``[A, N]``: for each ``j``, the last index ``<= j`` congruent to ``j`` mod ``period`` holding a token (-1: none)."""
+        count = -(-self.N // period)
+        padded = F.pad(known, (0, count * period - self.N), value=-1).view(-1, count, period)
+        return padded.cummax(1).values.flatten(1)[:, : self.N]
+
+    def _spatial_sources(self, known: torch.Tensor, index: torch.Tensor, vertical: bool) -> torch.Tensor:
+        """Sources of the left (``vertical=False``) or upper-neighbour rule; ``known [A, N]``: index or -1."""
         left = known.cummax(1).values  # last index <= j holding a token
         left_of = left.gather(1, (index - 1).clamp_min(0))
-        if self.drafter.init == "repeat_horizontal":
+        if not vertical:
             return left_of
         S = self.stride
-        rows = -(-self.N // S)
-        column = F.pad(known, (0, rows * S - self.N), value=-1).view(-1, rows, S).cummax(1).values.flatten(1)
+        column = self._last_known_every(known, S)
         above = column.gather(1, (index - S).clamp_min(0))  # last index at or above j - S in j's column
         # Nothing known above: the chain reaches row 0, whose positions draw after their left neighbour.
         row0_left = left.gather(1, ((index % S) - 1).clamp_min(0))
@@ -184,10 +241,10 @@ class JacobiSession:
             self.store(index, want, drafts, uniform_q)
         else:
             source = self._sources(index)
-            if init in ("repeat_horizontal", "repeat_vertical"):
+            if init in _REPEAT_INITS:
                 drafts = self.tokens.gather(1, source.clamp_min(0))
                 self.store(index, want & (source >= 0), drafts, one_hot(drafts, self.V))
-            else:  # neighbour_distribution: the source's distribution must still be in the ring
+            else:  # neighbour / previous-frame distribution: the source's distribution must still be in the ring
                 in_ring = source >= committed[:, None] - (self.capacity - self.schedule.reach - 1)
                 dist = self.distribution_at(source.clamp_min(0))
                 drafts = self._draw(dist, index)

@@ -14,7 +14,8 @@ iteration, per sample with ``n`` committed tokens and drafts ``d_n … d_{n+L−
 3. refresh every evaluated draft after the commit point from this forward's ``p``: independent draws
    (SJD), the maximal coupling of the old draft with ``p`` (MC-SJD), or the Gumbel-max of ``p`` with
    noise fixed per position (Gumbel coupling); then ``q := p``. Positions drafted for the first time
-   get initial drafts (:mod:`arvis.drafting.jacobi`);
+   get initial drafts (:mod:`arvis.drafting.jacobi`: random, from a spatial neighbour, or — on video
+   layouts — from the same cell one frame back);
 4. roll back the cache to the committed prefix (a mask update; both CFG halves).
 
 *Staircase windows* (``window_shape="staircase"``): besides the raster window, each forward evaluates
@@ -121,6 +122,7 @@ class SpeculativeJacobi(DecodingMethod):
         neighbours = checked_neighbours(self.acceptance, self.neighbours)
         schedule = self.schedule(engine)
         drafter = JacobiDrafter(self.init, self.coupling, self.jacobi_interval, lockstep=self.batch_mode == "lockstep")
+        drafter.check_layout(engine.layout)  # before the prefill: temporal inits need frames
         loop = DraftVerifyLoop(engine, schedule, lambda p0, noise: drafter.start(engine, schedule, p0, noise),
                                rule=self.acceptance, neighbours=neighbours, gumbel=self.coupling == "gumbel",
                                lockstep=self.batch_mode == "lockstep")

@@ -200,15 +200,19 @@ def validation_loss(cfg, model, text, data, batch_size: int = 64) -> float:
 
 
 # ----------------------------------------------------------------------------- training
-def train(cfg: GPTTrainConfig, vq_path: str, scratch: Path, threads: int = 1) -> dict[str, Any]:
+def train(cfg: GPTTrainConfig, vq_path: str, scratch: Path, threads: int = 1,
+          dataset_fn: Callable[..., dict[str, np.ndarray]] | None = None,
+          models_fn: Callable[..., tuple[Any, Any]] | None = None) -> dict[str, Any]:
+    """Train (or resume) a GPT; ``dataset_fn`` / ``models_fn`` replace :func:`build_dataset` / :func:`build_models`
+    (same signatures: other model families reuse this loop, e.g. :mod:`arvis.training.train_video`)."""
     torch.set_num_threads(threads)
     scratch.mkdir(parents=True, exist_ok=True)
     log = setup_logging(scratch / "train.log", f"train_gpt.{cfg.kind}")
     vq = LlamaGenVQModel.from_pretrained(vq_path, dtype=torch.float32).eval()
     grid = cfg.resolution // vq.downsample_factor
-    train_data = build_dataset(cfg, vq, scratch, "train", cfg.num_train)
-    val_data = build_dataset(cfg, vq, scratch, "heldout", cfg.num_val)
-    model, text = build_models(cfg, vq.codebook_size, grid)
+    train_data = (dataset_fn or build_dataset)(cfg, vq, scratch, "train", cfg.num_train)
+    val_data = (dataset_fn or build_dataset)(cfg, vq, scratch, "heldout", cfg.num_val)
+    model, text = (models_fn or build_models)(cfg, vq.codebook_size, grid)
     params = list(model.parameters()) + (list(text.parameters()) if text is not None else [])
     decay = [p for p in params if p.ndim >= 2]
     no_decay = [p for p in params if p.ndim < 2]

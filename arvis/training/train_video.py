@@ -1,0 +1,234 @@
+"""Train arvis's shipped video GPT (:class:`arvis.models.video.VideoTransformer`) on tokenised offline clips.
+
+Data: :func:`arvis.data.video.build_video_clips` — camera motion over the photos, moving / growing /
+orbiting / morphing OpenMoji emoji and bouncing scikit-learn digits, 8 frames of 64 px, class = one of
+the 24 video classes. Every frame is tokenised by the shipped per-frame VQ (``vq-photos``: 8x8 codes at
+64 px), so a clip is ``8 x 8 x 8 = 512`` tokens in frame-major raster order. The training loop is
+:func:`arvis.training.train_gpt.train` (teacher-forced cross-entropy, class dropout for CFG, AdamW,
+cosine schedule, EMA, atomic resumable checkpoints, better-of raw/EMA export), with this module's data
+and model builders. Example::
+
+    python -m arvis.training.train_video --preset video --out /work/scratch/video/export \\
+        --scratch /work/scratch/video/run --threads 1
+
+then ``python -m arvis.training.train_video assemble --transformer .../export/transformer --out
+arvis/weights/video-clips`` writes the pipeline folder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import shlex
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from arvis.training import train_gpt
+from arvis.training.train_gpt import GPTTrainConfig
+
+#: Frames per clip (``T``) of the shipped model; the frame side in pixels is the preset's ``resolution``.
+NUM_FRAMES = 8
+
+PRESETS: dict[str, GPTTrainConfig] = {
+    # Sized for this shared CPU (one niced thread): 1.6M parameters, ~6 s per step of 8 clips unloaded; the
+    # per-frame tokenisation of the clips (~0.15 s a frame) costs as much as several hundred steps.
+    "video": GPTTrainConfig(dim=160, n_layer=4, n_head=2, resolution=64, num_train=800, num_val=64, batch_size=8,
+                            steps=600, warmup=40, eval_every=150, log_every=25),
+    "smoke": GPTTrainConfig(dim=32, n_layer=1, n_head=2, resolution=16, steps=3, batch_size=4, num_train=8,
+                            num_val=4, log_every=1, eval_every=3, checkpoint_every=2),
+}
+
+
+def clip_codes(vq: Any, clips: np.ndarray, batch: int = 64) -> np.ndarray:
+    """Per-frame VQ codes of ``uint8 [n, T, R, R, 3]`` clips → ``int16 [n, T * h * w]`` (frame-major raster)."""
+    n, T = clips.shape[:2]
+    codes = train_gpt.encode_codes(vq, clips.reshape(n * T, *clips.shape[2:]), batch)
+    return codes.reshape(n, -1)
+
+
+def build_video_dataset(cfg: GPTTrainConfig, vq: Any, scratch: Path, split: str, n: int) -> dict[str, np.ndarray]:
+    """Codes ``[n, T*h*w]`` and video-class labels of ``n`` clips of ``split``, cached in ``scratch``."""
+    from arvis.data.video import build_video_clips
+
+    path = scratch / f"data-video-{split}-{n}-{cfg.data_seed}-{cfg.resolution}-{NUM_FRAMES}.npz"
+    if path.exists():
+        return dict(np.load(path, allow_pickle=False))
+    seed = cfg.data_seed if split == "train" else cfg.data_seed + 1
+    clips = build_video_clips(n, split, NUM_FRAMES, cfg.resolution, seed=seed, cache=True, progress=n > 100)
+    data = {"codes": clip_codes(vq, clips.clips), "labels": clips.labels.astype(np.int64)}
+    tmp = path.with_suffix(".tmp.npz")
+    np.savez(tmp, **data)
+    tmp.replace(path)
+    return data
+
+
+def build_video_models(cfg: GPTTrainConfig, vocab_size: int, grid: int) -> tuple[Any, None]:
+    """The video GPT for ``grid x grid`` tokens per frame (no text encoder)."""
+    from arvis.data.video import VIDEO_CLASSES
+    from arvis.models.video import VideoTransformer
+
+    model = VideoTransformer(dim=cfg.dim, n_layer=cfg.n_layer, n_head=cfg.n_head, multiple_of=cfg.multiple_of,
+                             token_dropout_p=cfg.dropout, resid_dropout_p=cfg.dropout, ffn_dropout_p=cfg.dropout,
+                             num_classes=len(VIDEO_CLASSES), class_dropout_prob=cfg.class_dropout,
+                             vocab_size=vocab_size, num_frames=NUM_FRAMES, frame_size=grid,
+                             class_names=list(VIDEO_CLASSES))
+    model.init_weights(torch.Generator().manual_seed(cfg.data_seed))
+    return model, None
+
+
+def assemble(transformer: str, vq: str, out: str, sampling_defaults: dict[str, Any]) -> Path:
+    """Write the :class:`~arvis.pipelines.pipeline_video.VideoPipeline` folder ``out`` (atomically replaced).
+
+    The tokenizer is a relative link to ``vq`` (stored once, as the image pipelines do); the model card
+    and metrics of an existing folder are kept.
+    """
+    from arvis.models.video import VideoTransformer
+    from arvis.pipelines.pipeline_video import VideoPipeline
+    from arvis.tokenizers.llamagen_vq import LlamaGenVQModel
+
+    out_path = Path(out)
+    pipe = VideoPipeline(transformer=VideoTransformer.from_pretrained(transformer, torch_dtype=torch.float16),
+                         vqvae=LlamaGenVQModel.from_pretrained(vq, torch_dtype=torch.float16))
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out_path.parent, prefix=f".{out_path.name}.") as tmp:
+        staged = Path(tmp) / "pipeline"
+        pipe.save_pretrained(staged, safe_serialization=True)
+        shutil.rmtree(staged / "vqvae")
+        os.symlink(os.path.relpath(Path(vq).resolve(), out_path.resolve()), staged / "vqvae")
+        (staged / "sampling_defaults.json").write_text(json.dumps(sampling_defaults, indent=2) + "\n")
+        if out_path.exists():
+            for name in ("README.md", "metrics.json", "training_metrics.json"):
+                if (out_path / name).exists():
+                    shutil.copy2(out_path / name, staged / name)
+            shutil.rmtree(out_path)
+        staged.replace(out_path)
+    return out_path
+
+
+def model_card(folder: Path, records: Path) -> str:
+    """The model card of an assembled video pipeline folder, from its ``training_metrics.json`` and the figure
+    records (``eval/video_figures.py``) when present."""
+    m = json.loads((folder / "training_metrics.json").read_text())
+    c = m["preset_config"]
+    config = json.loads((folder / "transformer" / "config.json").read_text())
+    weights = folder / "transformer" / "diffusion_pytorch_model.safetensors"
+    T, side = config["num_frames"], config["frame_size"]
+    history = m["history"]
+    vals = [(h["step"], h["val_loss"]) for h in history if "val_loss" in h]
+    lines = [f"# {folder.name}: arvis's class-conditional video model", "",
+             "A `VideoPipeline` folder: a LlamaGen-style GPT with 3-D rotary positions over a "
+             f"{T} x {side} x {side} token layout (`transformer`, `arvis.models.video.VideoTransformer`) and the "
+             "shipped per-frame VQ tokenizer (`vqvae`, a relative link to `../vq-photos`, stored once). It is the "
+             "model of `arvis generate --model video`, of the video figures (docs/figures/video.md) and of the "
+             "demo's video tab.", "",
+             "```python",
+             "from arvis import VideoPipeline",
+             "from arvis.pipelines.pipeline_video import export_frames",
+             f'pipe = VideoPipeline.from_pretrained("arvis/weights/{folder.name}")',
+             'out = pipe(class_labels=["emoji orbit"], method="mc-sjd", coupling="gumbel", window=128,',
+             '           init="previous_frame_distribution")',
+             'export_frames(out.frames[0], "orbit.gif", fps=4)',
+             "```", "",
+             "## Architecture",
+             f"{config['n_layer']} layers, {config['n_head']} heads, width {config['dim']}, SwiGLU (multiple of "
+             f"{config['multiple_of']}), RMSNorm, no biases, untied head; 3-D RoPE (a quarter of each head's rotary "
+             "pairs rotate with the frame index, the rest with row and column); one class slot (24 video classes + "
+             f"the null class for CFG); vocabulary {config['vocab_size']} (the VQ's codebook). {m['params']:,} "
+             f"parameters, {weights.stat().st_size / 1e6:.1f} MB as fp16 safetensors.", "",
+             "## Data",
+             f"`arvis.data.video.build_video_clips`: {c['num_train']:,} training clips (seed {c['data_seed']}) of "
+             f"{T} frames at {c['resolution']} px, a third each of camera motion over the 22 offline photos (pans "
+             "and zooms), OpenMoji emoji (slides, growth, shrinking, orbits, cross-dissolves into another emoji; "
+             "**all emojis designed by OpenMoji - the open-source emoji and icon project, License: CC BY-SA 4.0**) "
+             "and bouncing scikit-learn digits; every frame tokenised by `vq-photos` (8 x 8 codes). Validation: "
+             f"{c['num_val']} held-out clips (held-out photo strips, held-out emoji, held-out digit samples).", "",
+             "## Training", "```", m["command"], "python -m arvis.training.train_video assemble --transformer "
+             f"runs/video/export/transformer --out arvis/weights/{folder.name}", "```",
+             "`arvis.training.train_gpt`'s loop: teacher-forced cross-entropy, 10% class dropout (CFG), token / "
+             f"residual / FFN dropout {c['dropout']}, AdamW (lr {c['lr']}, weight decay {c['weight_decay']}), "
+             f"{c['warmup']} warm-up steps, cosine to {c['min_lr_ratio']}x, batch {c['batch_size']} clips, EMA "
+             f"{c['ema_decay']}; the better of raw and EMA weights on validation loss is exported "
+             f"({m['exported_weights']}).", "",
+             "| | |", "|---|---|",
+             f"| steps | {m['steps']} |",
+             f"| wall time | {m['train_hours']:.2f} h (one niced thread on a shared 2-core machine) |",
+             f"| final training loss | {m['final_train_loss']:.3f} |",
+             f"| validation loss (raw / EMA) | {m['validation_loss_raw']:.3f} / {m['validation_loss_ema']:.3f} |",
+             f"| validation perplexity | {m['validation_perplexity']:.1f} |",
+             f"| validation loss by step | {', '.join(f'{s}: {v:.3f}' for s, v in vals)} |", ""]
+    quality = records / "quality.json"
+    if quality.is_file():
+        q = json.loads(quality.read_text())
+        ar = next(r for r in q["rows"] if r["method"] == "ar")
+        f, v = ar["per_frame_fid"], ar["domain_fvd"]
+        lines += ["## Evaluation", f"{q['num_clips']} AR clips (CFG {q['sampling']['guidance_scale']}): per-frame "
+                  f"FID {f['fid']:.2f} (real-vs-real floor {f['real_vs_real_floor']:.2f}), domain FVD {v['fvd']:.2f} "
+                  f"(floor {v['real_vs_real_floor']:.2f}). Decoding speed and the other methods: "
+                  "docs/figures/video.md.", ""]
+    lines += ["## Limits", "A small model trained briefly on a shared CPU: clips are 64 px and blurry (the per-frame "
+              "VQ reconstructs emoji and digits at 64 px poorly: see the tokenizer table in docs/figures/video.md), "
+              "and motion is learned only as far as the figures show. It exists to make the video path and its "
+              "speed figures real, not to be a good video generator.", ""]
+    return "\n".join(lines)
+
+
+def _command(argv: list[str] | None) -> str:
+    return "python -m arvis.training.train_video " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    if args_list[:1] == ["card"]:
+        p = argparse.ArgumentParser(prog="python -m arvis.training.train_video card")
+        p.add_argument("--folder", default="arvis/weights/video-clips")
+        p.add_argument("--records", default="docs/figures/video")
+        a = p.parse_args(args_list[1:])
+        from arvis.training.common import atomic_write_text
+
+        atomic_write_text(Path(a.folder) / "README.md", model_card(Path(a.folder), Path(a.records)))
+        print(f"wrote {Path(a.folder) / 'README.md'}")
+        return {}
+    if args_list[:1] == ["assemble"]:
+        p = argparse.ArgumentParser(prog="python -m arvis.training.train_video assemble")
+        p.add_argument("--transformer", required=True, help="an exported transformer folder")
+        p.add_argument("--vq", default="arvis/weights/vq-photos")
+        p.add_argument("--out", required=True)
+        p.add_argument("--guidance-scale", type=float, default=3.0)
+        p.add_argument("--top-k", type=int, default=0)
+        a = p.parse_args(args_list[1:])
+        path = assemble(a.transformer, a.vq, a.out, {"guidance_scale": a.guidance_scale, "top_k": a.top_k})
+        metrics = Path(a.transformer).parent / "training_metrics.json"
+        if metrics.is_file():
+            shutil.copy2(metrics, path / "training_metrics.json")
+        print(f"assembled {path}")
+        return {"out": str(path)}
+    p = argparse.ArgumentParser(prog="python -m arvis.training.train_video", description=__doc__.split("\n\n")[0])
+    p.add_argument("--preset", choices=sorted(PRESETS), default="video")
+    p.add_argument("--out", required=True, help="export folder (gets transformer/ and training_metrics.json)")
+    p.add_argument("--scratch", required=True, help="checkpoints, logs and the tokenised clips")
+    p.add_argument("--vq", default="arvis/weights/vq-photos", help="the per-frame VQ tokenizer folder")
+    for name in ("steps", "batch_size", "num_train", "num_val", "dim", "n_layer", "n_head"):
+        p.add_argument(f"--{name.replace('_', '-')}", type=int, default=None)
+    p.add_argument("--lr", type=float, default=None)
+    p.add_argument("--threads", type=int, default=1)
+    args = p.parse_args(args_list)
+    overrides = {k: getattr(args, k) for k in ("steps", "batch_size", "num_train", "num_val", "dim", "n_layer",
+                                               "n_head", "lr") if getattr(args, k) is not None}
+    cfg = dataclasses.replace(PRESETS[args.preset], **overrides)
+    result = train_gpt.train(cfg, args.vq, Path(args.scratch), args.threads, dataset_fn=build_video_dataset,
+                             models_fn=build_video_models)
+    metrics = train_gpt.export(result, cfg, Path(args.out), _command(argv))
+    print(json.dumps({k: v for k, v in metrics.items() if k != "history"}, indent=2))
+    return metrics
+
+
+if __name__ == "__main__":
+    main()

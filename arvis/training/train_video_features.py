@@ -1,0 +1,193 @@
+"""Train the video feature network of arvis's domain FVD (``arvis/weights/video-features``).
+
+A :class:`arvis.models.video_features.VideoFeatureNet` learns the 24 video classes of
+:mod:`arvis.data.video` from 8-frame 64-px clips — the training clips of the video GPT (same cache) —
+with plain cross-entropy, AdamW, warm-up + cosine learning rate and an EMA of the weights (the EMA is
+evaluated and shipped). Classes differ by motion (``camera pan left`` / ``pan right``, ``emoji grow`` /
+``shrink``...) as much as by content, so the features must encode motion. No augmentation that could
+change a class (no flips, no time reversal). Checkpoints are atomic and a rerun resumes.
+
+Export: fp16 safetensors and the training metrics. ``eval/video_features_card.py`` then reloads the
+shipped weights and evaluates them on held-out clips (never trained on): accuracy, and the domain FVD of
+controls against held-out clips — an independent held-out draw (the floor), the same clips with their
+frames shuffled in time, frozen on their first frame, and reconstructed by the per-frame VQ tokenizer —
+and writes ``metrics.json`` and the model card. Usage::
+
+    python -m arvis.training.train_video_features --out arvis/weights/video-features --scratch runs/video/features
+    python eval/video_features_card.py --folder arvis/weights/video-features
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import shlex
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from tqdm.auto import tqdm
+
+from arvis.training.common import EMA, atomic_torch_save, cosine_lr, dumps, load_checkpoint, setup_logging
+
+
+@dataclass(frozen=True)
+class VideoFeatureConfig:
+    channels: tuple[int, ...] = (16, 32, 64, 96)
+    num_train: int = 4000  # the video GPT's training clips (shared cache)
+    num_val: int = 400
+    resolution: int = 64
+    num_frames: int = 8
+    data_seed: int = 0
+    steps: int = 600
+    batch_size: int = 16
+    lr: float = 2e-3
+    warmup: int = 50
+    min_lr_ratio: float = 0.05
+    weight_decay: float = 0.05
+    ema_decay: float = 0.99
+    log_every: int = 25
+    eval_every: int = 200
+    ckpt_every: int = 50
+
+
+PRESETS = {
+    "default": VideoFeatureConfig(),
+    "smoke": VideoFeatureConfig(channels=(4, 8), num_train=8, num_val=4, resolution=16, steps=3, batch_size=4,
+                                log_every=1, eval_every=3, ckpt_every=2),
+}
+
+
+def _clips(cfg: VideoFeatureConfig, split: str, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    from arvis.data.video import build_video_clips
+
+    data = build_video_clips(n, split, cfg.num_frames, cfg.resolution, seed=seed, cache=True, progress=n > 500)
+    return data.clips, data.labels
+
+
+def _batch(clips: np.ndarray) -> torch.Tensor:
+    return torch.from_numpy(clips).permute(0, 1, 4, 2, 3).float()  # [B, T, 3, R, R] in [0, 255]
+
+
+@torch.no_grad()
+def accuracy(net: Any, clips: np.ndarray, labels: np.ndarray, batch_size: int = 50) -> float:
+    net.eval()
+    hits = 0
+    for i in range(0, len(clips), batch_size):
+        hits += int((net(_batch(clips[i:i + batch_size])).argmax(-1).numpy() == labels[i:i + batch_size]).sum())
+    return hits / max(len(clips), 1)
+
+
+def train(cfg: VideoFeatureConfig, scratch: Path, threads: int = 1) -> tuple[Any, dict[str, Any]]:
+    from arvis.data.video import VIDEO_CLASSES
+    from arvis.models.video_features import VideoFeatureNet
+
+    torch.set_num_threads(threads)
+    scratch.mkdir(parents=True, exist_ok=True)
+    log = setup_logging(scratch / "train.log", "train_video_features")
+    train_clips, train_labels = _clips(cfg, "train", cfg.num_train, cfg.data_seed)
+    val_clips, val_labels = _clips(cfg, "heldout", cfg.num_val, cfg.data_seed + 11)
+    torch.manual_seed(cfg.data_seed)  # conv init draws from the global RNG (training script only)
+    net = VideoFeatureNet(num_classes=len(VIDEO_CLASSES), class_names=list(VIDEO_CLASSES), image_size=cfg.resolution,
+                          num_frames=cfg.num_frames, channels=cfg.channels)
+    opt = torch.optim.AdamW(net.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    ema = EMA(net.state_dict().values(), cfg.ema_decay)
+    state: dict[str, Any] = {"step": 0, "seconds": 0.0, "history": []}
+    ckpt = scratch / "checkpoint.pt"
+    if ckpt.exists():
+        saved = load_checkpoint(ckpt)
+        if json.loads(saved["config"]) != json.loads(json.dumps(dataclasses.asdict(cfg))):
+            raise ValueError(f"checkpoint {ckpt} was made with another config; use another --scratch")
+        net.load_state_dict(saved["model"])
+        opt.load_state_dict(saved["opt"])
+        ema.shadow = saved["ema"]
+        state = json.loads(saved["state"])
+        log.info("resumed at step %d", state["step"])
+    rng = np.random.default_rng([cfg.data_seed, 31, state["step"]])
+    net.train()
+    t0 = time.time()
+    losses: list[float] = []
+    bar = tqdm(total=cfg.steps, initial=state["step"], desc="train video features", unit="step")
+    while state["step"] < cfg.steps:
+        lr = cosine_lr(state["step"], cfg.steps, cfg.lr, cfg.warmup, cfg.min_lr_ratio)
+        for group in opt.param_groups:
+            group["lr"] = lr
+        index = rng.integers(0, len(train_clips), cfg.batch_size)
+        loss = F.cross_entropy(net(_batch(train_clips[index])), torch.from_numpy(train_labels[index]))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        ema.update(net.state_dict().values())
+        losses.append(float(loss.detach()))
+        state["step"] += 1
+        bar.update(1)
+        if state["step"] % cfg.log_every == 0 or state["step"] == cfg.steps:
+            entry = {"step": state["step"], "loss": float(np.mean(losses)), "lr": lr,
+                     "sec": state["seconds"] + time.time() - t0}
+            if state["step"] % cfg.eval_every == 0 or state["step"] == cfg.steps:
+                entry["val_accuracy"] = accuracy(net, val_clips, val_labels)
+                net.train()
+            state["history"].append(entry)
+            log.info("train " + dumps(entry))
+            losses = []
+        if state["step"] % cfg.ckpt_every == 0 or state["step"] == cfg.steps:
+            atomic_torch_save({"model": net.state_dict(), "opt": opt.state_dict(), "ema": ema.shadow,
+                               "config": json.dumps(dataclasses.asdict(cfg)),
+                               "state": json.dumps({**state, "seconds": state["seconds"] + time.time() - t0})}, ckpt)
+    bar.close()
+    state["seconds"] += time.time() - t0
+    ema.copy_to(net.state_dict().values())
+    net.eval()
+    return net, state
+
+
+def export(net: Any, cfg: VideoFeatureConfig, state: dict[str, Any], out: Path, command: str) -> dict[str, Any]:
+    """fp16 safetensors folder + ``training_metrics.json``, written atomically (staged, then one rename).
+
+    Evaluation (held-out accuracy, domain FVD controls) and the model card are the eval layer's:
+    ``python eval/video_features_card.py --folder OUT``.
+    """
+    metrics = {"config": dataclasses.asdict(cfg), "params": sum(p.numel() for p in net.parameters()),
+               "steps": state["step"], "train_hours": state["seconds"] / 3600,
+               "final_train_loss": state["history"][-1]["loss"] if state["history"] else None,
+               "history": state["history"], "command": command}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}.") as tmp:
+        staged = Path(tmp) / "folder"
+        net.half().save_pretrained(str(staged), safe_serialization=True)
+        (staged / "training_metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+        if out.exists():
+            shutil.rmtree(out)
+        staged.replace(out)
+    return metrics
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    p = argparse.ArgumentParser(prog="python -m arvis.training.train_video_features", description=__doc__.split("\n\n")[0])
+    p.add_argument("--preset", choices=sorted(PRESETS), default="default")
+    p.add_argument("--out", required=True)
+    p.add_argument("--scratch", required=True)
+    p.add_argument("--steps", type=int, default=None)
+    p.add_argument("--threads", type=int, default=1)
+    args = p.parse_args(argv)
+    cfg = PRESETS[args.preset]
+    if args.steps is not None:
+        cfg = dataclasses.replace(cfg, steps=args.steps)
+    command = "python -m arvis.training.train_video_features " + " ".join(
+        shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))
+    net, state = train(cfg, Path(args.scratch), args.threads)
+    metrics = export(net, cfg, state, Path(args.out), command)
+    print(json.dumps({k: v for k, v in metrics.items() if k != "history"}, indent=2))
+    return metrics
+
+
+if __name__ == "__main__":
+    main()
