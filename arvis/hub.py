@@ -31,6 +31,7 @@ SHIPPED_PIPELINES: dict[str, str] = {
     "c2i": "llamagen-c2i-photos",
     "t2i": "llamagen-t2i-scenes",
     "var": "var-photos",
+    "emoji": "llamagen-c2i-emoji",
 }
 DEFAULT_MODEL = "c2i"
 TINY_RANDOM = "tiny-random"
