@@ -1,7 +1,7 @@
 """The next-scale protocol: what a decode loop needs from a VAR-style (scale-by-scale) model.
 
-DESIGN.md: "VAR (next-scale) and MAR (continuous, masked order) have their own small protocols, since
-their units of decoding are scales and continuous vectors." A next-scale model generates a pyramid of
+Next-scale (VAR) and continuous (MAR) models have their own small protocols beside the token-by-token
+one (docs/architecture.md): their units of decoding are scales and continuous vectors. A next-scale model generates a pyramid of
 token maps ``r_0 … r_{S-1}`` (sides ``patch_nums``); all tokens of a scale are sampled at once, each
 independently given the earlier scales (VAR, https://arxiv.org/abs/2404.02905).
 
