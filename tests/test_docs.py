@@ -35,6 +35,12 @@ NOT_RUN = [
     (r"--clip-model ViT-B-32 --weights", "needs open_clip's ViT-B-32 weights file, not shipped",
      "tests/test_eval_clip.py (registered architecture + local weights)"),
     (r"c2i_XL_384\.pt", "needs an official LlamaGen checkpoint (not shipped)", "tests/test_checkpoints.py"),
+    (r"Emu3-Gen-hf", "needs the official Emu3 weights (not shipped)",
+     "tests/test_emu3_pipeline.py (official-layout folders written by the test)"),
+    (r"\bmulo", "needs a trained low-resolution drafter and up-sampler (not shipped yet)",
+     "tests/test_mulo.py and tests/test_lossless.py (tiny drafters)"),
+    (r"--suite latency", "times every method for about 25 minutes and needs reference checkouts",
+     "tests/test_eval_bench.py (the figures script on a tiny model)"),
 ]
 SIZE_FLAGS = {"--num-images": 2, "--ref-num": 16, "--rounds": 1}
 
