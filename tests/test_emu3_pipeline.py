@@ -146,22 +146,23 @@ def test_cli_generate_and_bench_on_an_emu3_folder(diffusers_folder, tmp_path, ca
 
     out = tmp_path / "out"
     assert main(["generate", "--model", str(diffusers_folder), "--prompt", "red apple", "--num-images", "2",
-                 "--method", "mc-sjd", "-o", "window=4", "--output", str(out), "--top-k", "8"]) == 0
+                 "--method", "mc-sjd:window=4", "--output", str(out), "--top-k", "8"]) == 0
     record = json.loads((out / "stats.json").read_text())
     assert sorted(p.name for p in out.glob("*.png")) == ["0000.png", "0001.png"]
-    assert record["method"] == "mc-sjd" and record["samples"] == 2 and record["tokens"] == 17
-    assert main(["generate", "--model", str(diffusers_folder), "--class-ids", "0", "--output", str(out)]) == 2
+    assert [i["method"] for i in record["images"]] == ["mc-sjd", "mc-sjd"]
+    assert main(["generate", "--model", str(diffusers_folder), "--class-ids", "0", "--output", str(tmp_path / "o2")]) == 2
     assert "text-conditional" in capsys.readouterr().err
 
     records = tmp_path / "bench.json"
     assert main(["bench", "--model", str(diffusers_folder), "--prompt", "rocket", "--prompt", "dog face",
-                 "--methods", "ar;mc-sjd:window=4;zipar:row_lag=2", "--samples", "2", "--repeats", "5",
+                 "--method", "ar", "--method", "mc-sjd:window=4", "--method", "zipar:row_lag=2", "--num-images", "2",
+                 "--repeats", "5",
                  "--threads", "1", "--no-forward-cost", "--no-progress", "--json", str(records)]) == 0
     rows = {r["spec"]: r for r in json.loads(records.read_text())}
     assert set(rows) == {"ar", "mc-sjd:window=4", "zipar:row_lag=2"}
     assert rows["ar"]["target_forwards"] == 3 * 5 + 2 and rows["mc-sjd:window=4"]["step_compression"] > 1
     assert rows["ar"]["prompts"] == ["rocket", "dog face"]
-    assert main(["bench", "--model", str(diffusers_folder), "--samples", "1", "--no-progress"]) == 2
+    assert main(["bench", "--model", str(diffusers_folder), "--num-images", "1", "--no-progress"]) == 2
     assert "prompt" in capsys.readouterr().err
 
 
