@@ -87,6 +87,12 @@ def resolve_model(name_or_path: str | os.PathLike | None) -> Path:
             raise ValueError(f"model: the shipped model {name!r} is not present in this installation "
                              f"(arvis/weights/{folder} has no model_index.json)")
         return path
+    if os.sep in name or name.startswith("."):  # a path, not an alias: say that it is missing
+        from arvis.errors import CheckpointError
+
+        raise CheckpointError(f"model: {name} does not exist (nor is it a shipped model: "
+                              f"{', '.join(SHIPPED_PIPELINES)})" if not path.exists() else
+                              f"model: {name} holds no model_index.json (written by save_pretrained)")
     raise ValueError(
         f"model: {name!r} is neither a shipped model ({', '.join(SHIPPED_PIPELINES)}) nor a folder with a "
         f"model_index.json (written by save_pretrained)"

@@ -356,8 +356,8 @@ def test_demo_runs_a_var_model_side_by_side():
     )
 
     pipe = tiny_pipeline()
-    models = ModelSet({"var": DemoModel(pipeline=pipe, defaults={"guidance_scale": 1.5}, untrained=True,
-                                        description="tiny")})
+    pipe.sampling_defaults = {"guidance_scale": 1.5}
+    models = ModelSet({"var": DemoModel(pipeline=pipe, untrained=True, description="tiny")})
     request = validate_request(models, DemoLimits(), model="var", class_label=1, prompt=None, method="code", seed=0,
                                num_images=2, guidance_scale=1.5, top_k=0, top_p=1.0, temperature=1.0,
                                live_preview=True, options={"draft_scales": 3})

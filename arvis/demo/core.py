@@ -22,6 +22,7 @@ operator built the demo with, and the plots go to files whose names the demo mak
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import math
 import queue
 import statistics
@@ -475,6 +476,8 @@ def render_partial(pipe: Any, tokens: torch.Tensor, known: torch.Tensor) -> list
     grid = tuple(pipeline_layout(pipe).grid)
     B, N = tokens.shape
     if len(grid) != 2 or grid[0] * grid[1] != N:
+        return None
+    if "known" not in inspect.signature(pipe.decode_tokens).parameters:  # no partial decoding (VAR's pyramids)
         return None
     return pipe.decode_tokens(tokens.view(B, *grid), "pil", known=known.view(B, *grid))
 

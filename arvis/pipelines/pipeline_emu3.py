@@ -223,6 +223,7 @@ class Emu3Pipeline(DiffusionPipeline):
         output_type: str = "pil",
         return_dict: bool = True,
         callback_on_step_end: Callable[[Emu3Pipeline, int, torch.Tensor, dict], Any] | None = None,
+        callback_on_step_end_tensor_inputs: Sequence[str] = ("tokens", "known"),
         method: str = "ar",
         **method_options: Any,
     ) -> Emu3PipelineOutput | tuple:

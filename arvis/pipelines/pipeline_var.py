@@ -105,6 +105,7 @@ class VARPipeline(DiffusionPipeline):
         output_type: str = "pil",
         return_dict: bool = True,
         callback_on_step_end: Callable[[VARPipeline, int, torch.Tensor, dict], Any] | None = None,
+        callback_on_step_end_tensor_inputs: Sequence[str] = ("tokens", "known"),
         method: str = "ar",
         **method_options: Any,
     ) -> VARPipelineOutput | tuple:
