@@ -90,9 +90,9 @@ def resolve_model(name_or_path: str | os.PathLike | None) -> Path:
     if os.sep in name or name.startswith("."):  # a path, not an alias: say that it is missing
         from arvis.errors import CheckpointError
 
-        raise CheckpointError(f"model: {name} does not exist (nor is it a shipped model: "
-                              f"{', '.join(SHIPPED_PIPELINES)})" if not path.exists() else
-                              f"model: {name} holds no model_index.json (written by save_pretrained)")
+        problem = "does not exist" if not path.exists() else "holds no model_index.json (written by save_pretrained)"
+        raise CheckpointError(f"model: {name} {problem}: it is neither a shipped model "
+                              f"({', '.join(SHIPPED_PIPELINES)}) nor a pipeline folder")
     raise ValueError(
         f"model: {name!r} is neither a shipped model ({', '.join(SHIPPED_PIPELINES)}) nor a folder with a "
         f"model_index.json (written by save_pretrained)"
