@@ -39,6 +39,8 @@ NOT_RUN = [
      "tests/test_emu3_pipeline.py (official-layout folders written by the test)"),
     (r"\bmulo", "needs a trained low-resolution drafter and up-sampler (not shipped yet)",
      "tests/test_mulo.py and tests/test_lossless.py (tiny drafters)"),
+    (r"arvis/weights/video-clips", "no video model is shipped yet",
+     "tests/test_video.py (a tiny VideoPipeline saved, loaded and decoded)"),
     (r"--suite latency", "times every method for about 25 minutes and needs reference checkouts",
      "tests/test_eval_bench.py (the figures script on a tiny model)"),
 ]

@@ -133,7 +133,9 @@ def test_temporal_inits_refuse_an_image_layout() -> None:
     ((2, 2, 3), {3: 0, 7: 0, 11: 0, 15: 0}, (4, 8)),
 ])
 def test_row_and_frame_periods(grid, structural, expected) -> None:
-    layout = TokenLayout(grid=grid, vocab_size=8, condition_length=1, structural_tokens=structural)
+    # A layout with an end-of-line token per row states its row stride (the grid width plus one), as Emu3's does.
+    layout = TokenLayout(grid=grid, vocab_size=8, condition_length=1, structural_tokens=structural,
+                         row_stride=grid[-1] + (1 if structural else 0))
     assert row_and_frame_period(layout) == expected
 
 
