@@ -24,8 +24,6 @@ the Fréchet distance, cached reference statistics):
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import warnings
 from dataclasses import dataclass
@@ -36,6 +34,7 @@ import numpy as np
 import torch
 
 from arvis.eval.fid import FIDResult, FIDStatistics, compute_fid, frechet_distance
+from arvis.models.domain_net import DomainFeatures
 
 __all__ = [
     "VIDEO_FEATURES_DIR",
@@ -103,7 +102,7 @@ def per_frame_fid(clips: np.ndarray, extractor: Any = None, reference_frames: in
 
 
 # ----------------------------------------------------------------------------- video feature extractors
-class VideoFeatures(torch.nn.Module):
+class VideoFeatures(DomainFeatures):
     """A :class:`~arvis.models.video_features.VideoFeatureNet` as a clip feature extractor.
 
     Call with ``[B, T, 3, S, S]`` values in ``[0, 255]``; ``input_size`` is ``S`` (clips of another side
@@ -111,26 +110,7 @@ class VideoFeatures(torch.nn.Module):
     """
 
     def __init__(self, network: Any, name: str = "video-features"):
-        super().__init__()
-        self.network = network.eval()
-        self.input_size = int(network.config.image_size)
-        self.name = name
-        self._fingerprint: str | None = None
-
-    @torch.no_grad()
-    def forward(self, clips: torch.Tensor) -> torch.Tensor:
-        return self.network.features(clips).float()
-
-    def fingerprint(self) -> str:
-        """sha256 over the config and weights (names the feature space in cached statistics)."""
-        if self._fingerprint is None:
-            config = {k: v for k, v in dict(self.network.config).items() if not k.startswith("_")}
-            h = hashlib.sha256(json.dumps(config, sort_keys=True, default=list).encode())
-            for key, value in sorted(self.network.state_dict().items()):
-                h.update(key.encode())
-                h.update(value.detach().cpu().contiguous().float().numpy().tobytes())
-            self._fingerprint = h.hexdigest()
-        return self._fingerprint
+        super().__init__(network, name)  # forward (features) and fingerprint as for images
 
 
 def load_video_features(path: str | os.PathLike | None = None, device: str | torch.device = "cpu") -> VideoFeatures:
