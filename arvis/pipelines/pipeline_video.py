@@ -21,6 +21,7 @@ Example:
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import tempfile
 import time
@@ -287,10 +288,12 @@ def export_frames(frames: Sequence[PIL.Image.Image] | np.ndarray, path: str | os
             images[0].save(tmp, format="GIF", save_all=True, append_images=images[1:], duration=round(1000 / fps),
                            loop=0)
         return path
-    try:
-        import imageio.v3 as iio
-    except ImportError as err:  # pragma: no cover - imageio ships with scikit-image
-        raise ValueError("path: writing MP4 needs imageio and imageio-ffmpeg (pip install 'arvis[video]')") from err
+    # Without its ffmpeg plugin imageio would hand a .mp4 to another writer (tifffile) and fail obscurely.
+    if importlib.util.find_spec("imageio") is None or importlib.util.find_spec("imageio_ffmpeg") is None:
+        raise ValueError("path: writing MP4 needs imageio and imageio-ffmpeg (pip install 'arvis[video]'); "
+                         "or write a .gif")
+    import imageio.v3 as iio
+
     path.parent.mkdir(parents=True, exist_ok=True)
     # ffmpeg picks the container from the file name: write under the real name in a private folder, then move.
     with tempfile.TemporaryDirectory(dir=path.parent, prefix=f".{path.name}.") as tmp:
