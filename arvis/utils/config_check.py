@@ -36,6 +36,7 @@ import difflib
 import json
 import math
 import os
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,7 +45,12 @@ from typing import Any, ClassVar
 import torch
 
 from arvis.errors import CheckpointError, ConfigError
-from arvis.utils.serialization import SafetensorsHeader, compare_shapes, read_safetensors_header
+from arvis.utils.serialization import (
+    SafetensorsHeader,
+    apply_umask_to_written_files,
+    compare_shapes,
+    read_safetensors_header,
+)
 
 __all__ = ["Bound", "CheckedFolderMixin", "CheckedPipelineMixin", "check_config", "check_model_folder",
            "check_pipeline_folder", "expected_shapes"]
@@ -346,6 +352,12 @@ class CheckedFolderMixin:
         except OSError as err:
             raise CheckpointError(f"model folder {str(folder)!r} could not be loaded ({err})") from None
 
+    def save_pretrained(self, save_directory: str | os.PathLike, *args: Any, **kwargs: Any) -> None:
+        """diffusers' ``save_pretrained``, with the files given the umask's permissions (safetensors writes 0600)."""
+        start = time.time_ns() - 1_000_000  # file-system timestamps may be coarser than the clock
+        super().save_pretrained(save_directory, *args, **kwargs)  # type: ignore[misc]
+        apply_umask_to_written_files(save_directory, start)
+
 
 # Libraries a pipeline component typed ``Any`` may come from (e.g. a transformers T5 text encoder).
 COMPONENT_LIBRARIES = ("arvis", "diffusers", "transformers")
@@ -448,3 +460,10 @@ class CheckedPipelineMixin:
                                   f"({err})") from None
         finally:
             _CHECKED_FOLDERS.reset(token)
+
+    def save_pretrained(self, save_directory: str | os.PathLike, *args: Any, **kwargs: Any) -> None:
+        """diffusers' ``save_pretrained``, with every component's files given the umask's permissions
+        (safetensors writes 0600 for diffusers and transformers components alike)."""
+        start = time.time_ns() - 1_000_000
+        super().save_pretrained(save_directory, *args, **kwargs)  # type: ignore[misc]
+        apply_umask_to_written_files(save_directory, start, subfolders=self.components)  # type: ignore[attr-defined]
