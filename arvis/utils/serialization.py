@@ -379,6 +379,29 @@ class SafetensorsHeader:
                                       f"({', '.join(SAFETENSORS_FLOAT_DTYPES)})")
 
 
+# Safetensors metadata key under which arvis records the configuration a model was saved with: the fields
+# that no tensor shape reveals (a head count, a norm epsilon) can then be checked against config.json.
+CONFIG_METADATA_KEY = "arvis_config"
+
+
+def add_safetensors_metadata(path: str | os.PathLike, metadata: Mapping[str, str]) -> None:
+    """Add string ``metadata`` to a safetensors file's header, atomically; the tensor bytes are copied as they
+    are (streamed, never loaded). The header stays 8-byte aligned as the format requires."""
+    import json
+
+    path = Path(path)
+    with open(path, "rb") as src:
+        size = int.from_bytes(src.read(8), "little")
+        header = json.loads(src.read(size))
+        header["__metadata__"] = {**header.get("__metadata__", {}), **{str(k): str(v) for k, v in metadata.items()}}
+        encoded = json.dumps(header, separators=(",", ":")).encode()
+        encoded += b" " * (-len(encoded) % 8)
+        with atomic_path(path) as tmp, open(tmp, "wb") as dst:
+            dst.write(len(encoded).to_bytes(8, "little"))
+            dst.write(encoded)
+            shutil.copyfileobj(src, dst, 1 << 20)
+
+
 def read_safetensors_header(path: str | os.PathLike) -> SafetensorsHeader:
     """Names, shapes, dtypes and metadata of a safetensors file; no tensor is loaded.
 
