@@ -264,6 +264,25 @@ def test_planted_bug_ignoring_the_context_break_is_caught(monkeypatch):
     assert _innovation_pvalue(spec, plain) < ALPHA
 
 
+def test_exact_rule_out_of_rounds_keeps_a_target_proposal_and_counts_it():
+    """The same draws with 1 and with 1024 residual rounds: rows that fell back with 1 are exactly the rows
+    that needed more than one proposal with 1024, every other row is identical, and no token is zero."""
+    tgt, drf = mixture_pair(STEPS)
+    t, q = DiffusionSampler(tgt), DiffusionSampler(drf)
+
+    def run(max_rounds: int):
+        gen = _gen(21)
+        drafts, zt, zd = window_draft(q, 2000, 3, gen)
+        return verify_window_exact(t, q, drafts, zt, zd, generator=gen, max_rounds=max_rounds)
+
+    one, many = run(1), run(1024)
+    assert int(one.fallbacks.sum()) > 50 and int(many.fallbacks.sum()) == 0
+    assert torch.equal(one.fallbacks.bool(), many.resample_rounds > 1)
+    same = ~one.fallbacks.bool()
+    assert torch.equal(one.tokens[same], many.tokens[same]) and torch.equal(one.num_tokens, many.num_tokens)
+    assert not bool((one.tokens == 0).all(-1).any()) and int(one.resample_rounds.max()) == 1
+
+
 # ----------------------------------------------------------------------------------------------------
 # (b) acceptance rate = 1 − TV
 # ----------------------------------------------------------------------------------------------------

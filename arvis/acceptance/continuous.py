@@ -422,14 +422,16 @@ def verify_window_exact(target: DiffusionSampler, draft: DiffusionSampler, draft
 
     # rows whose first residual proposal was not kept draw more (host sync: rare, once per chunk)
     pending = recover & ~_at(kept, at)
-    if bool(pending.any()):
-        extra_tokens, extra_rounds, failed = _residual_rounds(
-            target, draft, pending, at, z_target, z_draft, z_target_uncond, z_draft_uncond, generator,
-            final_std, max_rounds - 1, round_chunk)
+    if max_rounds == 1:
+        fallbacks = pending.long()  # the first proposal (a target sample) stays
+    elif bool(pending.any()):
         rows = torch.arange(b, device=device)
-        tokens[rows, at] = torch.where(pending[:, None], extra_tokens, tokens[rows, at])
+        extra_tokens, extra_rounds, failed = _residual_rounds(
+            target, draft, pending, at, tokens[rows, at], z_target, z_draft, z_target_uncond, z_draft_uncond,
+            generator, final_std, max_rounds - 1, round_chunk)
+        tokens[rows, at] = extra_tokens
         rounds = rounds + extra_rounds
-        fallbacks = fallbacks + failed.long()
+        fallbacks = failed.long()
 
     num_accepted = run + broken.long()
     num_tokens = num_accepted + (recover | full).long()
@@ -437,17 +439,18 @@ def verify_window_exact(target: DiffusionSampler, draft: DiffusionSampler, draft
 
 
 def _residual_rounds(target: DiffusionSampler, draft: DiffusionSampler, pending: torch.Tensor, at: torch.Tensor,
-                     z_target: torch.Tensor, z_draft: torch.Tensor, z_target_uncond: torch.Tensor | None,
+                     current: torch.Tensor, z_target: torch.Tensor, z_draft: torch.Tensor, z_target_uncond: torch.Tensor | None,
                      z_draft_uncond: torch.Tensor | None, generator: torch.Generator | None, final_std: float,
                      max_rounds: int, chunk: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Further residual proposals for the rows in ``pending [B]`` at positions ``at [B]``.
+    """Further residual proposals (``max_rounds ≥ 1`` of them) for the rows in ``pending [B]`` at positions
+    ``at [B]``, whose tokens are now ``current [B, D]``.
 
-    Returns the kept (or, out of rounds, the last proposed) token ``[B, D]``, the proposals tried ``[B]``
-    and whether the row fell back ``[B]`` (zeros / false outside ``pending``)."""
+    Returns the tokens ``[B, D]`` (``current`` outside ``pending``; else the kept proposal or, out of rounds,
+    the last one), the proposals tried ``[B]`` and whether the row fell back ``[B]``."""
     b = pending.shape[0]
     device = pending.device
     token_dim = target.head.token_dim
-    tokens = torch.zeros(b, token_dim, device=device)
+    tokens = current.clone()
     tried = torch.zeros(b, dtype=torch.long, device=device)
     failed = torch.zeros(b, dtype=torch.bool, device=device)
     rows = pending.nonzero().squeeze(1)  # host sync: which rows still need a residual draw
