@@ -384,6 +384,30 @@ def test_results_depend_only_on_the_generator():
     assert int(a[0].resample_rounds.max()) <= 3  # the bound holds
 
 
+def test_per_sample_generators_make_each_sample_independent_of_its_batch():
+    tgt, drf = mixture_pair(STEPS, shift=0.8)
+    t, q = DiffusionSampler(tgt), DiffusionSampler(drf)
+    gamma = 3
+
+    def run(seeds: list[int]):
+        gens = [_gen(s) for s in seeds]
+        zero = torch.zeros(len(seeds), 1)
+        drafts = Trajectory.stack([sample_trajectory(q, zero, generator=gens) for _ in range(gamma)])
+        zt, zd = torch.zeros(len(seeds), gamma + 1, 1), torch.zeros(len(seeds), gamma, 1)
+        return (verify_window_exact(t, q, drafts, zt, zd, generator=gens, round_chunk=2),
+                verify_window_cspd(t, drafts, zt, generator=gens, tau=2.0, max_tries=5))
+
+    seeds = list(range(40, 56))
+    batch = run(seeds)
+    assert int(batch[0].resample_rounds.max()) > 1  # extra residual rounds are exercised
+    for i, seed in enumerate(seeds):
+        alone = run([seed])
+        for together, single in zip(batch, alone, strict=True):
+            torch.testing.assert_close(together.tokens[i], single.tokens[0], rtol=0, atol=1e-5)
+            for name in ("accepted", "num_tokens", "resample_rounds", "fallbacks"):
+                assert torch.equal(getattr(together, name)[i], getattr(single, name)[0]), name
+
+
 # ----------------------------------------------------------------------------------------------------
 # large-N check on 2-D tokens (run with -m slow)
 # ----------------------------------------------------------------------------------------------------
