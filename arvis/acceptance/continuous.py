@@ -3,7 +3,7 @@
 
 Glossary (docs/methods.md, "Continuous speculative decoding"):
 
-- *head*: a :class:`~arvis.models.protocol.DiffusionHead` with ``S = num_sampling_steps()`` Gaussian
+- *head*: an :class:`arvis.models.protocol.DiffusionHead` with ``S = num_sampling_steps()`` Gaussian
   transitions, steps ``S−1 … 0``; step 0 is deterministic (its std is 0: ``x_0`` = its mean).
 - *trajectory* ``[..., S+1, D]``: ``states[..., 0] = x_S ~ N(0, I)``, ``states[..., k+1]`` is the output
   of step ``S−1−k``, ``states[..., S] = x_0`` is the *token*.
@@ -41,14 +41,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 from arvis.acceptance.speculative import leading_accepted
-from arvis.models.protocol import DiffusionHead
 from arvis.utils.random import GeneratorArg, RandomStreams
 
 _LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
+# A head is an arvis.models.protocol.DiffusionHead. Acceptance sits below arvis/models and may not import it
+# (docs/architecture.md, tests/test_layers.py), so a head is checked by the members the protocol names.
+_HEAD_MEMBERS = ("token_dim", "num_sampling_steps", "transition")
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -123,15 +126,18 @@ def first_true(mask: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch.Tensor
 
 @dataclass(frozen=True)
 class DiffusionSampler:
-    """A diffusion head with the settings it is sampled with (MAR's head temperature, CFG scale)."""
+    """A diffusion head (an :class:`arvis.models.protocol.DiffusionHead`) with the settings it is sampled with
+    (MAR's head temperature, CFG scale)."""
 
-    head: DiffusionHead
+    head: Any
     temperature: float = 1.0
     guidance_scale: float = 1.0
 
     def __post_init__(self) -> None:
-        if not isinstance(self.head, DiffusionHead):
-            raise TypeError(f"head must implement DiffusionHead, got {type(self.head).__name__}")
+        missing = [m for m in _HEAD_MEMBERS if not hasattr(self.head, m)]
+        if missing:
+            raise TypeError(f"head must implement DiffusionHead ({', '.join(_HEAD_MEMBERS)}); "
+                            f"{type(self.head).__name__} lacks {', '.join(missing)}")
         if not (math.isfinite(self.temperature) and self.temperature > 0):
             raise ValueError(f"temperature must be finite and > 0, got {self.temperature}")
         if not math.isfinite(self.guidance_scale):
