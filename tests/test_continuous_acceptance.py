@@ -159,6 +159,8 @@ def test_bad_shapes_are_refused():
         verify_window_exact(t, DiffusionSampler(mixture_pair(5)[1]), drafts, zt, zd, generator=_gen(0))
     with pytest.raises(ValueError, match="final_std"):
         verify_window_exact(t, q, drafts, zt, zd, generator=_gen(0), final_std=-1.0)
+    with pytest.raises(ValueError, match="token_dim"):
+        sample_trajectory(t, torch.zeros(2, 1), noise=torch.zeros(2, 5, 3))
     with pytest.raises(ValueError, match="tau"):
         verify_window_cspd(t, drafts, zt, generator=_gen(0), tau=0.0)
 

@@ -234,6 +234,8 @@ def run_chain(sampler: DiffusionSampler, z: torch.Tensor, noise: torch.Tensor, *
     rows, width, dim = noise.shape
     if width != steps + 1:
         raise ValueError(f"noise must be [N, {steps + 1}, D] for a {steps}-step head, got {tuple(noise.shape)}")
+    if dim != sampler.head.token_dim:
+        raise ValueError(f"trajectories have token dim {dim}, the head's token_dim is {sampler.head.token_dim}")
     if z.shape[0] != rows:
         raise ValueError(f"z has {z.shape[0]} rows, noise has {rows}")
     noise = noise.float()
