@@ -416,6 +416,70 @@ def test_per_sample_generators_make_each_sample_independent_of_its_batch():
                 assert torch.equal(getattr(together, name)[i], getattr(single, name)[0]), name
 
 
+def _reference_exact_row(t: DiffusionSampler, q: DiffusionSampler, drafts: Trajectory, zt: torch.Tensor,
+                         zd: torch.Tensor, g: torch.Generator, final_std: float, max_rounds: int, chunk: int):
+    """The exact rule for one sample, position by position with Python control flow, drawing from the sample's
+    generator in the order the vectorised rule documents (accept tests, proposal noise, keep tests, then
+    rounds of ``chunk`` proposals)."""
+    gamma, width, dim = drafts.states.shape
+    u = torch.empty(gamma).uniform_(0, 1, generator=g)
+    noise = torch.empty(gamma + 1, width, dim).normal_(generator=g)
+    ku = torch.empty(gamma).uniform_(0, 1, generator=g)
+    tokens, rounds, fallback = [], 0, 0
+    for j in range(gamma):
+        scored = score_trajectory(t, drafts.states[j:j + 1], zt[j:j + 1], final_std=final_std)
+        if float(u[j]) < math.exp(float(scored.log_prob[0] - drafts.log_prob[j])):
+            tokens.append(scored.token[0])
+            if not torch.equal(scored.token[0], drafts.token[j]) and final_std == 0:
+                return tokens, rounds, fallback  # context break
+            continue
+        y = sample_trajectory(t, zt[j:j + 1], noise=noise[j:j + 1], final_std=final_std)
+        log_q = score_trajectory(q, y.states, zd[j:j + 1], final_std=final_std).log_prob
+        rounds = 1
+        if float(ku[j]) < float(residual_keep_probability(y.log_prob, log_q)[0]):
+            return tokens + [y.token[0]], rounds, fallback
+        last = y.token[0]
+        while rounds < max_rounds:
+            r = min(chunk, max_rounds - rounds)
+            nz = torch.empty(r, width, dim).normal_(generator=g)
+            uu = torch.empty(r).uniform_(0, 1, generator=g)
+            y = sample_trajectory(t, zt[j:j + 1].expand(r, -1), noise=nz, final_std=final_std)
+            log_q = score_trajectory(q, y.states, zd[j:j + 1].expand(r, -1), final_std=final_std).log_prob
+            keep = uu < residual_keep_probability(y.log_prob, log_q)
+            for i in range(r):
+                rounds += 1
+                last = y.token[i]
+                if bool(keep[i]):
+                    return tokens + [last], rounds, fallback
+        return tokens + [last], rounds, 1
+    bonus = sample_trajectory(t, zt[gamma:], noise=noise[gamma:], final_std=final_std)
+    return tokens + [bonus.token[0]], rounds, fallback
+
+
+@pytest.mark.parametrize("final_std", [0.0, 0.1])
+def test_vectorised_exact_rule_equals_the_position_by_position_reference(final_std):
+    tgt, drf = mixture_pair(STEPS, shift=0.3, z_dim=2)
+    t, q = DiffusionSampler(tgt), DiffusionSampler(drf)
+    b, gamma, max_rounds, chunk = 60, 3, 3, 2
+    z = torch.randn(b, gamma + 1, 2, generator=_gen(0))
+    zd = z[:, :gamma] + 0.1 * torch.randn(b, gamma, 2, generator=_gen(1))
+    drafts = Trajectory.stack([sample_trajectory(q, zd[:, j], generator=_gen(2 + j), final_std=final_std)
+                               for j in range(gamma)])
+    res = verify_window_exact(t, q, drafts, z, zd, generator=[_gen(100 + i) for i in range(b)],
+                              final_std=final_std, max_rounds=max_rounds, round_chunk=chunk)
+    kinds = set()
+    for i in range(b):
+        tokens, rounds, fallback = _reference_exact_row(t, q, drafts.index(i), z[i], zd[i], _gen(100 + i), final_std,
+                                                        max_rounds, chunk)
+        assert int(res.num_tokens[i]) == len(tokens)
+        torch.testing.assert_close(res.tokens[i, :len(tokens)], torch.stack(tokens), rtol=0, atol=1e-5)
+        assert (int(res.resample_rounds[i]), int(res.fallbacks[i])) == (rounds, fallback)
+        kinds.add("bonus" if bool(res.bonus[i]) else "fallback" if fallback else "rounds" if rounds > 1
+                  else "residual" if rounds else "break")
+    expected = {"residual", "rounds", "fallback"} | ({"break"} if final_std == 0 else {"bonus"})
+    assert kinds == expected, kinds  # every branch of the rule was exercised
+
+
 # ----------------------------------------------------------------------------------------------------
 # large-N check on 2-D tokens (run with -m slow)
 # ----------------------------------------------------------------------------------------------------
