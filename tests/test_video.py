@@ -276,18 +276,108 @@ def test_mp4_without_the_ffmpeg_plugin_is_a_clear_error(tmp_path, monkeypatch) -
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.xfail(strict=True, reason="arvis generate's new grammar (compare_methods / write_comparison) does not "
-                   "write video clips yet: VideoPipeline works from Python, the CLI path is to be ported")
+def gif_playback(path: Path, frame_ms: int) -> np.ndarray:
+    """The frames a GIF shows, one per ``frame_ms`` (GIF writers store a repeated frame once, for longer)."""
+    import PIL.Image
+    import PIL.ImageSequence
+
+    frames = []
+    with PIL.Image.open(path) as im:
+        for frame in PIL.ImageSequence.Iterator(im):
+            frames += [np.asarray(frame.convert("RGB"))] * round(frame.info["duration"] / frame_ms)
+    return np.stack(frames)
+
+
 def test_cli_generate_writes_videos(tmp_path, capsys) -> None:
+    import PIL.Image
+
+    from arvis.cli import main
+
+    pipe = tiny_pipeline()
+    pipe.save_pretrained(tmp_path / "pipe")
+    out = tmp_path / "out"
+    code = main(["generate", "--model", str(tmp_path / "pipe"), "--class-ids", "c0,c2", "--output", str(out),
+                 "--method", "mc-sjd:window=6", "--guidance-scale", "1.0", "--no-progress", "--fps", "2"])
+    assert code == 0
+    assert sorted(p.name for p in out.iterdir()) == ["0000.gif", "0001.gif", "stats.json"]
+    record = json.loads((out / "stats.json").read_text())
+    assert [m["method"] for m in record["methods"]] == ["mc-sjd"] and record["video"]["frames"] == 3
+    assert [(c["class_name"], c["frames"], c["tokens"], c["file"]) for c in record["images"]] == [
+        ("c0", 3, 12, "0000.gif"), ("c2", 3, 12, "0001.gif")]  # 12 tokens per clip: 3 frames of 2 x 2
+    # Each GIF holds the clip the pipeline draws for that class and seed (same method, same generator).
+    from arvis.utils.random import image_generators
+
+    for i, label in enumerate(["c0", "c2"]):
+        want = pipe(class_labels=[label], generator=image_generators(0, [i]), guidance_scale=1.0,
+                    method="mc-sjd", window=6, output_type="np").frames[0]
+        got = gif_playback(out / f"000{i}.gif", frame_ms=500)  # --fps 2
+        assert got.shape == (3, 4, 4, 3)
+        assert np.abs(got.astype(int) - (want * 255).round()).max() <= 8  # GIF palette quantisation
+    with PIL.Image.open(out / "0000.gif") as im:
+        assert json.loads(im.info["comment"])["method"] == "mc-sjd"
+    assert "wrote 2 GIF clips" in capsys.readouterr().out
+
+
+def test_cli_generate_video_side_by_side_mp4_and_image_to_video(tmp_path, capsys) -> None:
+    import imageio.v3 as iio
+    import PIL.Image
+
     from arvis.cli import main
 
     tiny_pipeline().save_pretrained(tmp_path / "pipe")
-    code = main(["generate", "--model", str(tmp_path / "pipe"), "--class-ids", "c0,c2", "--output",
-                 str(tmp_path / "out"), "--method", "mc-sjd", "-o", "window=6", "--guidance-scale", "1.0"])
+    PIL.Image.fromarray(np.full((8, 8, 3), 200, np.uint8)).save(tmp_path / "first.png")
+    out = tmp_path / "out"
+    code = main(["generate", "--model", str(tmp_path / "pipe"), "--class-ids", "c1", "--num-images", "2",
+                 "--method", "sjd:window=4", "--method", "mc-sjd:window=6,coupling=gumbel", "--image",
+                 str(tmp_path / "first.png"), "--video-format", "mp4", "--output", str(out), "--no-progress"])
     assert code == 0
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["0000.gif", "0001.gif", "stats.json"]
-    record = json.loads((tmp_path / "out" / "stats.json").read_text())
-    assert record["method"] == "mc-sjd" and record["tokens"] == 12  # per clip
+    folders = ["ar", "mc-sjd_window-6_coupling-gumbel", "sjd_window-4"]
+    assert sorted(p.name for p in out.iterdir()) == sorted([*folders, "side_by_side.mp4", "stats.json"])
+    for folder in folders:
+        assert sorted(p.name for p in (out / folder).iterdir()) == ["0000.mp4", "0001.mp4"]
+        assert iio.imread(out / folder / "0000.mp4").shape[0] == 3
+    record = json.loads((out / "stats.json").read_text())
+    rows = {m["spec"]: m for m in record["methods"]}
+    assert list(rows) == ["ar", "sjd:window=4", "mc-sjd:window=6,coupling=gumbel"]
+    assert rows["mc-sjd:window=6,coupling=gumbel"]["identical_to_ar"] is True  # Gumbel coupling: AR's very clips
+    assert record["video"] == {"format": "mp4", "fps": 4.0, "frames": 3, "image_to_video": True}
+    assert {c["tokens"] for c in record["images"]} == {8}  # the given frame is not decoded
+    assert "forwards/clip" in capsys.readouterr().out
+    assert iio.imread(out / "side_by_side.mp4").shape[0] == 3
+
+
+def test_cli_generate_video_errors(tmp_path, capsys) -> None:
+    from arvis.cli import main
+
+    tiny_pipeline().save_pretrained(tmp_path / "pipe")
+    (tmp_path / "notes.txt").write_text("not an image")
+    base = ["generate", "--model", str(tmp_path / "pipe"), "--no-progress"]
+    cases = [
+        (["--image", str(tmp_path / "missing.png")], "--image: no such file"),
+        (["--image", str(tmp_path / "notes.txt")], "could not be read as an image"),
+        (["--fps", "0"], "--fps must be a number in (0, 240]"),
+        (["--class-ids", "c0,c1", "--image", str(tmp_path / "notes.txt")], "could not be read"),
+        (["--model", "tiny-random", "--fps", "2"], "generates images, not clips"),
+    ]
+    for extra, message in cases:
+        assert main([*base, *extra, "--output", str(tmp_path / "out")]) == 2
+        assert message in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_cli_bench_on_a_video_model(tmp_path, capsys) -> None:
+    from arvis.cli import main
+
+    tiny_pipeline().save_pretrained(tmp_path / "pipe")
+    code = main(["bench", "--model", str(tmp_path / "pipe"), "--method", "ar", "--method", "mc-sjd:window=8",
+                 "--num-images", "2", "--repeats", "5", "--warmup", "1", "--no-forward-cost", "--no-progress",
+                 "--json", str(tmp_path / "bench.json")])
+    assert code == 0
+    records = json.loads((tmp_path / "bench.json").read_text())
+    by_spec = {r["spec"]: r for r in records}
+    assert set(by_spec) == {"ar", "mc-sjd:window=8"}
+    assert by_spec["ar"]["target_forwards"] == 12  # one forward per token of a 3 x 2 x 2 clip
+    assert by_spec["mc-sjd:window=8"]["target_forwards"] < 12
 
 
 # ---------------------------------------------------------------------------------------------- training
