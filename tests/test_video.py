@@ -415,3 +415,52 @@ def test_train_video_features_smoke(tmp_path) -> None:
     extractor = load_video_features(tmp_path / "out")
     assert extractor.input_size == 16
     assert "domain FVD" in (tmp_path / "out" / "README.md").read_text()
+
+
+# ---------------------------------------------------------------------------------------------- demo
+def test_partial_clips_are_grey_where_nothing_is_committed() -> None:
+    pipe = tiny_pipeline()
+    tokens = torch.randint(0, 16, (1, 3, 2, 2))
+    known = torch.zeros(1, 3, 2, 2, dtype=torch.bool)
+    known[0, 0] = True  # the first frame committed, the rest not
+    partial = pipe.decode_tokens(tokens, "np", known=known)
+    assert np.allclose(partial[0, 1:], 0.5)  # PREVIEW_GREY
+    np.testing.assert_allclose(partial[0, 0], pipe.decode_tokens(tokens, "np")[0, 0])
+
+
+def test_demo_core_runs_a_video_model_side_by_side(tmp_path) -> None:
+    """The demo's Gradio-free core on a saved tiny video pipeline: AR and a method on the same seeds, film-strip
+    previews while frames fill, the clips, the statistics and plots, and the clips as one GIF per side."""
+    from arvis.demo.core import (DemoLimits, ModelSet, Progress, RunResult, comparison, model_info, side_by_side,
+                                 stats_markdown, stats_plots, validate_request, write_clips_gif)
+
+    tiny_pipeline().save_pretrained(tmp_path / "pipe")
+    pipe = VideoPipeline.from_pretrained(tmp_path / "pipe")
+    models = ModelSet({"video": pipe})
+    limits = DemoLimits(preview_interval_s=1e-6, display_size=32)
+    info = model_info(pipe)
+    assert info["video"] and info["grid"] == [3, 2, 2] and info["class_choices"][1] == ("1: c1", 1)
+    request = validate_request(models, limits, model="video", class_label="c1", prompt=None, method="mc-sjd", seed=3,
+                               num_images=2, guidance_scale=None, top_k=None, top_p=None, temperature=None,
+                               live_preview=True, options={"window": 6, "coupling": "gumbel"}, timing_rounds=2)
+    items = list(side_by_side(models, request, limits))
+    previews = [i for i in items if isinstance(i, Progress) and i.image is not None]
+    ar, method = [i for i in items if isinstance(i, RunResult)]
+    assert {p.side for p in previews} == {"ar", "method"}
+    assert any(p.committed < p.total == 24 for p in previews)  # frames filling: part of the clips committed
+    strip = previews[0].image  # two clips, one per row, three frames across
+    assert strip.width > strip.height
+    assert len(ar.images) == len(method.images) == 2 and all(len(clip) == 3 for clip in ar.images)
+    from arvis.utils.random import image_generators
+
+    expected = pipe(class_labels=["c1"], num_videos_per_prompt=2, output_type="latent",
+                    generator=image_generators(3, range(2))).tokens  # the seed rule of every arvis command
+    assert torch.equal(ar.tokens, expected)
+    stats = comparison(request, ar, method, untrained=True)
+    assert stats["tokens_identical_to_ar"] is True  # Gumbel coupling reproduces AR's clips
+    assert stats["ar"]["target_forwards_per_image"] == 12 and len(ar.latencies_s) == 2
+    assert "| step compression |" in stats_markdown(stats)
+    histogram, order = stats_plots(ar, method, info["grid"], "video")
+    assert histogram.size[0] > 0 and order.size[0] > 0
+    gif = write_clips_gif(method.images, tmp_path, limits.display_size, fps=4)
+    assert gif.parent == tmp_path and gif_playback(gif, frame_ms=250).shape[0] == 3

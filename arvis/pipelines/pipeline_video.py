@@ -39,7 +39,7 @@ from arvis.engine.stats import BatchStats
 from arvis.methods import with_resources
 from arvis.models.protocol import Condition
 from arvis.models.video import FramePrefix, VideoTransformer
-from arvis.pipelines.common import SamplingDefaultsMixin, decode_with_progress
+from arvis.pipelines.common import PREVIEW_GREY, SamplingDefaultsMixin, decode_with_progress
 from arvis.tokenizers.llamagen_vq import LlamaGenVQModel
 from arvis.utils.config_check import CheckedPipelineMixin
 from arvis.utils.random import GeneratorArg
@@ -139,14 +139,24 @@ class VideoPipeline(SamplingDefaultsMixin, CheckedPipelineMixin, DiffusionPipeli
             return self.vqvae.encode(x.to(self.vqvae.device, self.vqvae.dtype)).long()
 
     # ------------------------------------------------------------------ outputs
-    def decode_tokens(self, tokens: torch.Tensor, output_type: str = "pil"):
-        """Token clips ``[B, T, h, w]`` → frames in ``output_type`` (see :class:`VideoPipelineOutput`)."""
+    def decode_tokens(self, tokens: torch.Tensor, output_type: str = "pil", known: torch.Tensor | None = None):
+        """Token clips ``[B, T, h, w]`` → frames in ``output_type`` (see :class:`VideoPipelineOutput`).
+
+        ``known`` (``[B, T, h, w]`` bool, optional) marks committed tokens: the other cells are drawn grey
+        (partial clips: previews while decoding).
+        """
         if output_type == "latent":
             return tokens
         B, T = tokens.shape[:2]
+        filled = tokens if known is None else torch.where(known, tokens, torch.zeros_like(tokens))
         with torch.no_grad():
-            frames = self.vqvae.decode_codes(tokens.flatten(0, 1).to(self.vqvae.device))
-        frames = ((frames.float() + 1) / 2).clamp(0, 1).cpu().unflatten(0, (B, T))  # [B, T, 3, H, W]
+            frames = self.vqvae.decode_codes(filled.flatten(0, 1).to(self.vqvae.device))
+        frames = ((frames.float() + 1) / 2).clamp(0, 1).cpu()
+        if known is not None:
+            cells = torch.nn.functional.interpolate(known.flatten(0, 1)[:, None].float().cpu(),
+                                                    size=frames.shape[-2:], mode="nearest")
+            frames = frames * cells + PREVIEW_GREY * (1 - cells)
+        frames = frames.unflatten(0, (B, T))  # [B, T, 3, H, W]
         if output_type == "pt":
             return frames
         array = frames.permute(0, 1, 3, 4, 2).numpy()
