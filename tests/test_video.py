@@ -464,3 +464,36 @@ def test_demo_core_runs_a_video_model_side_by_side(tmp_path) -> None:
     assert histogram.size[0] > 0 and order.size[0] > 0
     gif = write_clips_gif(method.images, tmp_path, limits.display_size, fps=4)
     assert gif.parent == tmp_path and gif_playback(gif, frame_ms=250).shape[0] == 3
+
+
+def test_demo_video_tab_through_the_api(tmp_path) -> None:
+    """The page's Video tab end to end (gradio_client against a server on 127.0.0.1): both sides' clips come
+    back as animated GIFs with the statistics; the image endpoint refuses a video model, and bad options are
+    named."""
+    pytest.importorskip("gradio")
+    gradio_client = pytest.importorskip("gradio_client")
+    from arvis.demo.core import DemoLimits, DemoModel
+    from arvis.demo.page import build_demo, launch
+    from arvis.hub import tiny_random_pipeline
+
+    models = {"images": DemoModel(pipeline=tiny_random_pipeline(), untrained=True),
+              "video": DemoModel(pipeline=tiny_pipeline(), untrained=True)}
+    demo = build_demo(models, DemoLimits(preview_interval_s=0.01, display_size=32))
+    launch(demo, port=None, prevent_thread_lock=True, quiet=True)
+    try:
+        client = gradio_client.Client(demo.local_url, verbose=False, download_files=str(tmp_path))
+        ar, method, status, markdown, stats = client.predict(
+            model="video", class_label=2, method="mc-sjd", options="window=6,coupling=gumbel", seed=1, num_clips=2,
+            guidance_scale=1.0, live_preview=True, timing_rounds=1, api_name="/generate_video")
+        assert status.startswith("Done") and stats["tokens_identical_to_ar"] is True
+        assert stats["ar"]["target_forwards_per_image"] == 12 and stats["num_images"] == 2
+        assert "plain AR" in markdown
+        for path in (ar, method):
+            assert Path(path).suffix == ".gif" and gif_playback(Path(path), frame_ms=250).shape[0] == 3
+        with pytest.raises(Exception, match="Video tab"):
+            client.predict(model="video", class_label=0, prompt="", method="sjd", seed=0, num_images=1,
+                           live_preview=False, api_name="/generate")
+        with pytest.raises(Exception, match="windw"):
+            client.predict(model="video", class_label=0, method="sjd", options="windw=4", api_name="/generate_video")
+    finally:
+        demo.close()

@@ -392,13 +392,17 @@ def validate_options(method: str, values: Mapping[str, Any], limits: DemoLimits,
 def validate_request(models: ModelSet, limits: DemoLimits, *, model: Any, class_label: Any, prompt: Any,
                      method: Any, seed: Any, num_images: Any, guidance_scale: Any, top_k: Any, top_p: Any,
                      temperature: Any, live_preview: Any, options: Mapping[str, Any],
-                     timing_rounds: Any = None) -> DemoRequest:
+                     timing_rounds: Any = None, video: bool | None = None) -> DemoRequest:
     """Check every input of a request; :class:`DemoInputError` names the input and its allowed range.
 
-    Sampling inputs left ``None`` take the model's defaults (its ``sampling_defaults.json``).
+    Sampling inputs left ``None`` take the model's defaults (its ``sampling_defaults.json``). ``video``
+    (when given): the model must generate clips (``True``) or images (``False``) — the page's tabs.
     """
     entry = models.entry(model)
     info = model_info(entry.get())
+    if video is not None and info["video"] != video:
+        raise DemoInputError(f"model: {model!r} generates {'clips' if info['video'] else 'images'}; choose "
+                             f"it in the {'Video' if info['video'] else 'Images'} tab")
     defaults = model_sampling_defaults(entry.get())
     guidance_scale = defaults["guidance_scale"] if guidance_scale is None else guidance_scale
     top_k = defaults["top_k"] if top_k is None else top_k
@@ -438,6 +442,31 @@ def validate_request(models: ModelSet, limits: DemoLimits, *, model: Any, class_
         timing_rounds=_number("timing_rounds", 1 if timing_rounds is None else timing_rounds, *limits.timing_rounds,
                               integer=True),
     )
+
+
+def parse_options_text(method: Any, text: Any, limits: DemoLimits) -> dict[str, Any]:
+    """Method options typed as text, ``key=value,key=value`` (the CLI's method-spec grammar, e.g.
+    ``window=64,coupling=gumbel``) → a mapping for :func:`validate_request`; empty text: the defaults."""
+    if text is None or (isinstance(text, str) and not text.strip()):
+        return {}
+    chars = limits.text_option_chars * 4
+    if not isinstance(text, str) or len(text) > chars or not text.isprintable() or ":" in text or ";" in text:
+        raise DemoInputError(f"options must be printable key=value pairs joined by commas (at most {chars} "
+                             f"characters), got {_short(text)}")
+    if not isinstance(method, str) or method not in METHODS:
+        raise DemoInputError(f"method: {_short(method)} is not available; choose one of {', '.join(available_methods())}")
+    from arvis.methods.spec import parse_method_specs
+
+    try:
+        spec = parse_method_specs([f"{method}:{text.strip()}"])[0]
+    except (TypeError, ValueError) as err:
+        raise DemoInputError(f"{method} options: {err}") from None
+    offered = {o.name for o in method_option_specs(method)}
+    extra = sorted(set(spec.options_dict) - offered)
+    if extra:
+        raise DemoInputError(f"{method} options: {', '.join(extra)} cannot be set in the demo (it offers: "
+                             f"{', '.join(sorted(offered)) or 'none'})")
+    return spec.options_dict
 
 
 def model_sampling_defaults(pipe: Any) -> dict[str, Any]:
