@@ -370,7 +370,7 @@ def test_cli_bench_on_a_video_model(tmp_path, capsys) -> None:
 
     tiny_pipeline().save_pretrained(tmp_path / "pipe")
     code = main(["bench", "--model", str(tmp_path / "pipe"), "--method", "ar", "--method", "mc-sjd:window=8",
-                 "--num-images", "2", "--repeats", "5", "--warmup", "1", "--no-forward-cost", "--no-progress",
+                 "--num-images", "1", "--repeats", "5", "--warmup", "1", "--no-forward-cost", "--no-progress",
                  "--json", str(tmp_path / "bench.json")])
     assert code == 0
     records = json.loads((tmp_path / "bench.json").read_text())
