@@ -12,6 +12,7 @@ import datetime as _dt
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 from arvis import __version__
 from arvis import cli_args as a
@@ -29,13 +30,24 @@ def _generate_arguments(p: argparse.ArgumentParser) -> None:
                    help="timed rounds per method, interleaved; the median is reported (default 1: a single run)")
     p.add_argument("--warmup", action="store_true", help="one untimed image per method first (fairer timings)")
     p.add_argument("--output", default=None, metavar="FOLDER",
-                   help="folder for the PNGs, stats.json and (several methods) side_by_side.png; must be new or "
-                        "empty (default: outputs/<date-time>)")
+                   help="folder for the PNGs (video models: GIFs or MP4s), stats.json and (several methods) "
+                        "side_by_side.png (.gif / .mp4); must be new or empty (default: outputs/<date-time>)")
     p.add_argument("--overwrite", action="store_true",
-                   help="write into a non-empty --output, replacing an earlier run's PNGs and stats.json")
+                   help="write into a non-empty --output, replacing an earlier run's images and stats.json")
+    video = p.add_argument_group("video models")
+    video.add_argument("--image", action="append", default=None, metavar="FILE",
+                       help="image-to-video: the first frame (resized to the model's frame side); give one for "
+                            "every clip, or one per --class-ids entry, in order (repeatable)")
+    video.add_argument("--video-format", choices=CLIP_FORMATS, default=None,
+                       help="how clips are written: gif (default) or mp4 (needs imageio-ffmpeg)")
+    video.add_argument("--fps", type=float, default=None, help="frames per second of the clips (default 4)")
     a.add_sampling(p)
     a.add_runtime(p)
     a.add_progress(p)
+
+
+CLIP_FORMATS = ("gif", "mp4")  # arvis.demo.compare.CLIP_FORMATS (not imported here: `arvis --help` stays light)
+DEFAULT_FPS = 4.0
 
 
 def default_output_folder() -> Path:
@@ -47,8 +59,8 @@ def default_output_folder() -> Path:
     return path
 
 
-@command("generate", "generate images with one or several decoding methods (side by side) and print the figures",
-         _generate_arguments)
+@command("generate", "generate images (or clips) with one or several decoding methods (side by side) and print the "
+                     "figures", _generate_arguments)
 def run_generate(args: argparse.Namespace) -> int:
     from arvis.demo.compare import ImageSet, compare_methods, remove_previous_outputs, write_comparison
     from arvis.eval.provenance import provenance
@@ -62,11 +74,25 @@ def run_generate(args: argparse.Namespace) -> int:
     prompts = a.read_prompts(args)
     if labels is not None and prompts is not None:
         raise ValueError("--class-ids / --prompt: give class ids (class-conditional) or prompts (text-conditional)")
+    first_frames = read_first_frames(args.image)
+    fps = DEFAULT_FPS if args.fps is None else _check_fps(args.fps)
+    if args.video_format == "mp4":
+        from arvis.pipelines.pipeline_video import check_mp4_writer
+
+        try:
+            check_mp4_writer()
+        except ValueError as err:
+            raise ValueError(f"--video-format mp4: {err}") from None
     output = Path(args.output) if args.output is not None else default_output_folder()
     a.check_output_folder("--output", output, overwrite=args.overwrite,
                           expected_bytes=_png_bytes_estimate(args.num_images or 1, len(specs)))
     dtype = a.setup_runtime(args)
     pipe, _, model = load_pipeline(args.model, dtype, args.device)
+    video = getattr(pipe, "num_frames", None) is not None
+    if not video:
+        for flag, value in (("--image", args.image), ("--video-format", args.video_format), ("--fps", args.fps)):
+            if value is not None:
+                raise ValueError(f"{flag}: {model} generates images, not clips; this flag is for video models")
     if getattr(pipe.transformer, "is_class_conditional", False):  # Emu3's transformer is a transformers model
         if prompts is not None:
             raise ValueError("--prompt: this model is class-conditional; use --class-ids")
@@ -77,7 +103,11 @@ def run_generate(args: argparse.Namespace) -> int:
         if labels is not None:
             raise ValueError("--class-ids: this model is text-conditional; use --prompt")
         conditions = prompts
-    images = ImageSet(tuple(conditions), args.num_images or len(conditions), args.seed, args.batch_size)
+    if first_frames and len(first_frames) not in (1, len(conditions)):
+        raise ValueError(f"--image: give one first frame for every clip or one per class ({len(conditions)}), "
+                         f"got {len(first_frames)}")
+    images = ImageSet(tuple(conditions), args.num_images or len(conditions), args.seed, args.batch_size,
+                      first_frames=tuple(first_frames))
     a.check_specs_fit_model(specs, pipe)
     sampling = {"guidance_scale": args.guidance_scale, "top_k": args.top_k, "top_p": args.top_p,
                 "temperature": args.temperature}
@@ -95,17 +125,48 @@ def run_generate(args: argparse.Namespace) -> int:
     if args.overwrite:
         remove_previous_outputs(output)
     context = {**model.record(), **{k: v for k, v in provenance(args.device, dtype).items() if k != "machine"}}
-    write_comparison(comparison, output, context, class_names=getattr(pipe, "class_names", None))
+    clip_format = args.video_format or CLIP_FORMATS[0]
+    write_comparison(comparison, output, context, class_names=getattr(pipe, "class_names", None),
+                     clip_format=clip_format, fps=fps)
     print(f"model: {model}")
+    unit = comparison.unit
     if len(comparison.results) == 1:
         r = comparison.results[0]
-        print(f"method={r.spec.label} images={images.num_images} target_forwards/image={r.mean('target_forwards'):.1f} "
+        print(f"method={r.spec.label} {unit}s={images.num_images} target_forwards/{unit}={r.mean('target_forwards'):.1f} "
               f"step_compression={r.mean('step_compression'):.2f}x latency_s={r.latency_s:.3f}")
     else:
         print(comparison.format_text())
-    print(f"wrote {images.num_images * len(comparison.results)} images and stats.json to {output}/"
-          + (" (side_by_side.png: the methods next to each other)" if len(comparison.results) > 1 else ""))
+    what = f"{clip_format.upper()} clips" if video else "images"
+    sheet = f"side_by_side.{clip_format if video else 'png'}"
+    print(f"wrote {images.num_images * len(comparison.results)} {what} and stats.json to {output}/"
+          + (f" ({sheet}: the methods next to each other)" if len(comparison.results) > 1 else ""))
     return 0
+
+
+def read_first_frames(paths: list[str] | None) -> list[Any]:
+    """``--image`` files as ``uint8 [H, W, 3]`` arrays (read before any model loads); ``[]`` when none."""
+    import numpy as np
+    import PIL.Image
+
+    frames = []
+    for path in paths or []:
+        if not Path(path).is_file():
+            raise ValueError(f"--image: no such file {path!r}")
+        try:
+            with PIL.Image.open(path) as im:
+                frames.append(np.asarray(im.convert("RGB")))
+        except (OSError, ValueError, PIL.Image.DecompressionBombError) as err:
+            raise ValueError(f"--image: {path!r} could not be read as an image ({err})") from None
+    return frames
+
+
+def _check_fps(fps: float) -> float:
+    from arvis.pipelines.pipeline_video import check_fps
+
+    try:
+        return check_fps(fps)
+    except ValueError as err:
+        raise ValueError(f"--{err}") from None
 
 
 def _png_bytes_estimate(num_images: int, methods: int) -> int:

@@ -41,6 +41,18 @@ NOT_RUN = [
      "tests/test_mulo.py and tests/test_lossless.py (tiny drafters)"),
     (r"arvis/weights/video-clips", "no video model is shipped yet",
      "tests/test_video.py (a tiny VideoPipeline saved, loaded and decoded)"),
+    (r"^python -m arvis\.training\.train_video", "trains the video GPT or the video feature network (an hour or "
+     "more on this CPU)", "tests/test_video.py (train_video and train_video_features smoke runs, assemble, card)"),
+    (r"^python eval/video_features_card\.py", "needs the trained video feature network (not shipped yet)",
+     "tests/test_video.py::test_train_video_features_smoke (the card script on a smoke-trained network)"),
+    (r"^python eval/video_tokenizer\.py", "encodes 200 held-out clips and 4,000 reference frames (minutes)",
+     "tests/test_video_metrics.py (the script's temporal candidate on a tiny Emu3VQVAE)"),
+    (r"^python eval/video_temporal_drafting\.py", "needs a train_video checkpoint (runs/video/run/checkpoint.pt)",
+     "tests/test_video_lossless.py (the script's measurements on a tiny video model)"),
+    (r"^python eval/video_figures\.py", "needs the trained video model (not shipped yet)",
+     "no end-to-end test; its stages are covered: run_bench on a video model "
+     "(tests/test_video.py::test_cli_bench_on_a_video_model), the video metrics (tests/test_video_metrics.py), "
+     "the lossless cases (tests/test_video_lossless.py)"),
     (r"--suite latency", "times every method for about 25 minutes and needs reference checkouts",
      "tests/test_eval_bench.py (the figures script on a tiny model)"),
 ]
@@ -130,8 +142,18 @@ def run_python(code: str) -> None:
     exec(compile(code, "<docs>", "exec"), {"__name__": "__docs__"})
 
 
-def prepare(cwd: Path) -> None:
-    """Inputs a reader brings along: a captions file beside the images it names."""
+def prepare(cwd: Path, doc: Path) -> None:
+    """Inputs a reader brings along: a captions file beside the images it names; for docs/video.md a first
+    frame (``first_frame.png``) and, until a video model ships, an untrained tiny ``VideoPipeline`` saved as
+    ``./video`` that stands in for ``--model video`` (a folder wins over an alias of the same name)."""
+    if doc.name == "video.md" and not (cwd / "video").exists():
+        import numpy as np
+        import PIL.Image
+
+        from arvis.hub import tiny_random_video_pipeline
+
+        tiny_random_video_pipeline().save_pretrained(cwd / "video")
+        PIL.Image.fromarray(np.full((16, 16, 3), 180, np.uint8)).save(cwd / "first_frame.png")
     manifest = cwd / "samples" / "t2i-ar" / "manifest.json"
     if manifest.is_file():
         images = json.loads(manifest.read_text())["images"]
@@ -154,7 +176,7 @@ def test_every_documented_command_runs(doc, tmp_path, monkeypatch, capsys):
         for command in commands(text):
             if not_run(command):
                 continue
-            prepare(tmp_path)
+            prepare(tmp_path, doc)
             run_command(command)
             torch.set_num_threads(threads)
             ran += 1

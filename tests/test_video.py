@@ -276,18 +276,108 @@ def test_mp4_without_the_ffmpeg_plugin_is_a_clear_error(tmp_path, monkeypatch) -
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.xfail(strict=True, reason="arvis generate's new grammar (compare_methods / write_comparison) does not "
-                   "write video clips yet: VideoPipeline works from Python, the CLI path is to be ported")
+def gif_playback(path: Path, frame_ms: int) -> np.ndarray:
+    """The frames a GIF shows, one per ``frame_ms`` (GIF writers store a repeated frame once, for longer)."""
+    import PIL.Image
+    import PIL.ImageSequence
+
+    frames = []
+    with PIL.Image.open(path) as im:
+        for frame in PIL.ImageSequence.Iterator(im):
+            frames += [np.asarray(frame.convert("RGB"))] * round(frame.info["duration"] / frame_ms)
+    return np.stack(frames)
+
+
 def test_cli_generate_writes_videos(tmp_path, capsys) -> None:
+    import PIL.Image
+
+    from arvis.cli import main
+
+    pipe = tiny_pipeline()
+    pipe.save_pretrained(tmp_path / "pipe")
+    out = tmp_path / "out"
+    code = main(["generate", "--model", str(tmp_path / "pipe"), "--class-ids", "c0,c2", "--output", str(out),
+                 "--method", "mc-sjd:window=6", "--guidance-scale", "1.0", "--no-progress", "--fps", "2"])
+    assert code == 0
+    assert sorted(p.name for p in out.iterdir()) == ["0000.gif", "0001.gif", "stats.json"]
+    record = json.loads((out / "stats.json").read_text())
+    assert [m["method"] for m in record["methods"]] == ["mc-sjd"] and record["video"]["frames"] == 3
+    assert [(c["class_name"], c["frames"], c["tokens"], c["file"]) for c in record["images"]] == [
+        ("c0", 3, 12, "0000.gif"), ("c2", 3, 12, "0001.gif")]  # 12 tokens per clip: 3 frames of 2 x 2
+    # Each GIF holds the clip the pipeline draws for that class and seed (same method, same generator).
+    from arvis.utils.random import image_generators
+
+    for i, label in enumerate(["c0", "c2"]):
+        want = pipe(class_labels=[label], generator=image_generators(0, [i]), guidance_scale=1.0,
+                    method="mc-sjd", window=6, output_type="np").frames[0]
+        got = gif_playback(out / f"000{i}.gif", frame_ms=500)  # --fps 2
+        assert got.shape == (3, 4, 4, 3)
+        assert np.abs(got.astype(int) - (want * 255).round()).max() <= 8  # GIF palette quantisation
+    with PIL.Image.open(out / "0000.gif") as im:
+        assert json.loads(im.info["comment"])["method"] == "mc-sjd"
+    assert "wrote 2 GIF clips" in capsys.readouterr().out
+
+
+def test_cli_generate_video_side_by_side_mp4_and_image_to_video(tmp_path, capsys) -> None:
+    import imageio.v3 as iio
+    import PIL.Image
+
     from arvis.cli import main
 
     tiny_pipeline().save_pretrained(tmp_path / "pipe")
-    code = main(["generate", "--model", str(tmp_path / "pipe"), "--class-ids", "c0,c2", "--output",
-                 str(tmp_path / "out"), "--method", "mc-sjd", "-o", "window=6", "--guidance-scale", "1.0"])
+    PIL.Image.fromarray(np.full((8, 8, 3), 200, np.uint8)).save(tmp_path / "first.png")
+    out = tmp_path / "out"
+    code = main(["generate", "--model", str(tmp_path / "pipe"), "--class-ids", "c1", "--num-images", "2",
+                 "--method", "sjd:window=4", "--method", "mc-sjd:window=6,coupling=gumbel", "--image",
+                 str(tmp_path / "first.png"), "--video-format", "mp4", "--output", str(out), "--no-progress"])
     assert code == 0
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["0000.gif", "0001.gif", "stats.json"]
-    record = json.loads((tmp_path / "out" / "stats.json").read_text())
-    assert record["method"] == "mc-sjd" and record["tokens"] == 12  # per clip
+    folders = ["ar", "mc-sjd_window-6_coupling-gumbel", "sjd_window-4"]
+    assert sorted(p.name for p in out.iterdir()) == sorted([*folders, "side_by_side.mp4", "stats.json"])
+    for folder in folders:
+        assert sorted(p.name for p in (out / folder).iterdir()) == ["0000.mp4", "0001.mp4"]
+        assert iio.imread(out / folder / "0000.mp4").shape[0] == 3
+    record = json.loads((out / "stats.json").read_text())
+    rows = {m["spec"]: m for m in record["methods"]}
+    assert list(rows) == ["ar", "sjd:window=4", "mc-sjd:window=6,coupling=gumbel"]
+    assert rows["mc-sjd:window=6,coupling=gumbel"]["identical_to_ar"] is True  # Gumbel coupling: AR's very clips
+    assert record["video"] == {"format": "mp4", "fps": 4.0, "frames": 3, "image_to_video": True}
+    assert {c["tokens"] for c in record["images"]} == {8}  # the given frame is not decoded
+    assert "forwards/clip" in capsys.readouterr().out
+    assert iio.imread(out / "side_by_side.mp4").shape[0] == 3
+
+
+def test_cli_generate_video_errors(tmp_path, capsys) -> None:
+    from arvis.cli import main
+
+    tiny_pipeline().save_pretrained(tmp_path / "pipe")
+    (tmp_path / "notes.txt").write_text("not an image")
+    base = ["generate", "--model", str(tmp_path / "pipe"), "--no-progress"]
+    cases = [
+        (["--image", str(tmp_path / "missing.png")], "--image: no such file"),
+        (["--image", str(tmp_path / "notes.txt")], "could not be read as an image"),
+        (["--fps", "0"], "--fps must be a number in (0, 240]"),
+        (["--class-ids", "c0,c1", "--image", str(tmp_path / "notes.txt")], "could not be read"),
+        (["--model", "tiny-random", "--fps", "2"], "generates images, not clips"),
+    ]
+    for extra, message in cases:
+        assert main([*base, *extra, "--output", str(tmp_path / "out")]) == 2
+        assert message in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_cli_bench_on_a_video_model(tmp_path, capsys) -> None:
+    from arvis.cli import main
+
+    tiny_pipeline().save_pretrained(tmp_path / "pipe")
+    code = main(["bench", "--model", str(tmp_path / "pipe"), "--method", "ar", "--method", "mc-sjd:window=8",
+                 "--num-images", "1", "--repeats", "5", "--warmup", "1", "--no-forward-cost", "--no-progress",
+                 "--json", str(tmp_path / "bench.json")])
+    assert code == 0
+    records = json.loads((tmp_path / "bench.json").read_text())
+    by_spec = {r["spec"]: r for r in records}
+    assert set(by_spec) == {"ar", "mc-sjd:window=8"}
+    assert by_spec["ar"]["target_forwards"] == 12  # one forward per token of a 3 x 2 x 2 clip
+    assert by_spec["mc-sjd:window=8"]["target_forwards"] < 12
 
 
 # ---------------------------------------------------------------------------------------------- training
@@ -325,3 +415,85 @@ def test_train_video_features_smoke(tmp_path) -> None:
     extractor = load_video_features(tmp_path / "out")
     assert extractor.input_size == 16
     assert "domain FVD" in (tmp_path / "out" / "README.md").read_text()
+
+
+# ---------------------------------------------------------------------------------------------- demo
+def test_partial_clips_are_grey_where_nothing_is_committed() -> None:
+    pipe = tiny_pipeline()
+    tokens = torch.randint(0, 16, (1, 3, 2, 2))
+    known = torch.zeros(1, 3, 2, 2, dtype=torch.bool)
+    known[0, 0] = True  # the first frame committed, the rest not
+    partial = pipe.decode_tokens(tokens, "np", known=known)
+    assert np.allclose(partial[0, 1:], 0.5)  # PREVIEW_GREY
+    np.testing.assert_allclose(partial[0, 0], pipe.decode_tokens(tokens, "np")[0, 0])
+
+
+def test_demo_core_runs_a_video_model_side_by_side(tmp_path) -> None:
+    """The demo's Gradio-free core on a saved tiny video pipeline: AR and a method on the same seeds, film-strip
+    previews while frames fill, the clips, the statistics and plots, and the clips as one GIF per side."""
+    from arvis.demo.core import (DemoLimits, ModelSet, Progress, RunResult, comparison, model_info, side_by_side,
+                                 stats_markdown, stats_plots, validate_request, write_clips_gif)
+
+    tiny_pipeline().save_pretrained(tmp_path / "pipe")
+    pipe = VideoPipeline.from_pretrained(tmp_path / "pipe")
+    models = ModelSet({"video": pipe})
+    limits = DemoLimits(preview_interval_s=1e-6, display_size=32)
+    info = model_info(pipe)
+    assert info["video"] and info["grid"] == [3, 2, 2] and info["class_choices"][1] == ("1: c1", 1)
+    request = validate_request(models, limits, model="video", class_label="c1", prompt=None, method="mc-sjd", seed=3,
+                               num_images=2, guidance_scale=None, top_k=None, top_p=None, temperature=None,
+                               live_preview=True, options={"window": 6, "coupling": "gumbel"}, timing_rounds=2)
+    items = list(side_by_side(models, request, limits))
+    previews = [i for i in items if isinstance(i, Progress) and i.image is not None]
+    ar, method = [i for i in items if isinstance(i, RunResult)]
+    assert {p.side for p in previews} == {"ar", "method"}
+    assert any(p.committed < p.total == 24 for p in previews)  # frames filling: part of the clips committed
+    strip = previews[0].image  # two clips, one per row, three frames across
+    assert strip.width > strip.height
+    assert len(ar.images) == len(method.images) == 2 and all(len(clip) == 3 for clip in ar.images)
+    from arvis.utils.random import image_generators
+
+    expected = pipe(class_labels=["c1"], num_videos_per_prompt=2, output_type="latent",
+                    generator=image_generators(3, range(2))).tokens  # the seed rule of every arvis command
+    assert torch.equal(ar.tokens, expected)
+    stats = comparison(request, ar, method, untrained=True)
+    assert stats["tokens_identical_to_ar"] is True  # Gumbel coupling reproduces AR's clips
+    assert stats["ar"]["target_forwards_per_image"] == 12 and len(ar.latencies_s) == 2
+    assert "| step compression |" in stats_markdown(stats)
+    histogram, order = stats_plots(ar, method, info["grid"], "video")
+    assert histogram.size[0] > 0 and order.size[0] > 0
+    gif = write_clips_gif(method.images, tmp_path, limits.display_size, fps=4)
+    assert gif.parent == tmp_path and gif_playback(gif, frame_ms=250).shape[0] == 3
+
+
+def test_demo_video_tab_through_the_api(tmp_path) -> None:
+    """The page's Video tab end to end (gradio_client against a server on 127.0.0.1): both sides' clips come
+    back as animated GIFs with the statistics; the image endpoint refuses a video model, and bad options are
+    named."""
+    pytest.importorskip("gradio")
+    gradio_client = pytest.importorskip("gradio_client")
+    from arvis.demo.core import DemoLimits, DemoModel
+    from arvis.demo.page import build_demo, launch
+    from arvis.hub import tiny_random_pipeline
+
+    models = {"images": DemoModel(pipeline=tiny_random_pipeline(), untrained=True),
+              "video": DemoModel(pipeline=tiny_pipeline(), untrained=True)}
+    demo = build_demo(models, DemoLimits(preview_interval_s=0.01, display_size=32))
+    launch(demo, port=None, prevent_thread_lock=True, quiet=True)
+    try:
+        client = gradio_client.Client(demo.local_url, verbose=False, download_files=str(tmp_path))
+        ar, method, status, markdown, stats = client.predict(
+            model="video", class_label=2, method="mc-sjd", options="window=6,coupling=gumbel", seed=1, num_clips=2,
+            guidance_scale=1.0, live_preview=True, timing_rounds=1, api_name="/generate_video")
+        assert status.startswith("Done") and stats["tokens_identical_to_ar"] is True
+        assert stats["ar"]["target_forwards_per_image"] == 12 and stats["num_images"] == 2
+        assert "plain AR" in markdown
+        for path in (ar, method):
+            assert Path(path).suffix == ".gif" and gif_playback(Path(path), frame_ms=250).shape[0] == 3
+        with pytest.raises(Exception, match="Video tab"):
+            client.predict(model="video", class_label=0, prompt="", method="sjd", seed=0, num_images=1,
+                           live_preview=False, api_name="/generate")
+        with pytest.raises(Exception, match="windw"):
+            client.predict(model="video", class_label=0, method="sjd", options="windw=4", api_name="/generate_video")
+    finally:
+        demo.close()

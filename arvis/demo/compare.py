@@ -13,6 +13,10 @@ runs one untimed image per method first. ``speedup`` = AR latency / method laten
 
 :func:`write_comparison` writes the images (a folder per method when there are several), their
 parameters in each PNG's metadata, ``stats.json``, and ``side_by_side.png``.
+
+Video pipelines (``pipe.num_frames``) go the same way: an "image" is a clip (a list of PIL frames), written
+as a GIF (or an MP4) per clip; ``side_by_side.gif`` plays the methods' clips next to each other, frame by
+frame. Image-to-video: :class:`ImageSet`'s ``first_frames`` give each clip its first frame.
 """
 
 from __future__ import annotations
@@ -35,6 +39,8 @@ from arvis.utils.random import image_generators, seed_for
 
 STATS_FILE = "stats.json"
 SHEET_FILE = "side_by_side.png"
+SHEET_STEM = "side_by_side"
+CLIP_FORMATS = ("gif", "mp4")
 
 
 # ----------------------------------------------------------------------------- what to generate
@@ -47,12 +53,15 @@ class ImageSet:
         num_images: how many images in all.
         seed: image ``i`` uses the generator ``seed_for(seed, i)``.
         batch_size: images per pipeline call.
+        first_frames: image-to-video (video pipelines): first frames (PIL or ``uint8 [H, W, 3]``), one for
+            every clip or one per condition (clip ``i`` gets frame ``i mod len(first_frames)``).
     """
 
     conditions: tuple[int | str, ...]
     num_images: int
     seed: int = 0
     batch_size: int = 8
+    first_frames: tuple[Any, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.conditions:
@@ -62,6 +71,9 @@ class ImageSet:
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
         seed_for(self.seed, 0)  # validates the seed
+        if self.first_frames and len(self.first_frames) not in (1, len(self.conditions)):
+            raise ValueError(f"first_frames: give one first frame for every clip or one per condition "
+                             f"({len(self.conditions)}), got {len(self.first_frames)}")
 
     @property
     def text(self) -> bool:
@@ -76,18 +88,22 @@ class ImageSet:
 
     def call_kwargs(self, indices: Sequence[int]) -> dict[str, Any]:
         values = [self.condition(i) for i in indices]
-        return {"prompt": values} if self.text else {"class_labels": values}
+        kwargs: dict[str, Any] = {"prompt": values} if self.text else {"class_labels": values}
+        if self.first_frames:
+            kwargs["image"] = [self.first_frames[i % len(self.first_frames)] for i in indices]
+        return kwargs
 
 
 # ----------------------------------------------------------------------------- results
 @dataclass
 class MethodResult:
-    """One method's images and figures (statistics from the first round; latency over all rounds)."""
+    """One method's images (or clips: lists of frames) and figures (statistics from the first round; latency
+    over all rounds)."""
 
     spec: Any  # arvis.eval.bench.MethodSpec
     lossless: bool
-    images: list[PIL.Image.Image]
-    tokens: torch.Tensor  # [num_images, h, w]
+    images: list[PIL.Image.Image] | list[list[PIL.Image.Image]]
+    tokens: torch.Tensor  # [num_images, h, w] (clips: [num_images, T, h, w])
     stats: list[Any]  # DecodeStats per image
     batch_latency_s: list[float]  # first round, per batch
     latencies_s: list[float] = field(default_factory=list)  # per timed round, the whole image set
@@ -112,6 +128,16 @@ class Comparison:
     warmup: bool
 
     @property
+    def clips(self) -> bool:
+        """Whether the "images" are clips (lists of frames, from a video pipeline)."""
+        first = self.results[0].images
+        return bool(first) and isinstance(first[0], list | tuple)
+
+    @property
+    def unit(self) -> str:
+        return "clip" if self.clips else "image"
+
+    @property
     def baseline(self) -> MethodResult | None:
         first = self.results[0]
         return first if first.spec.name == "ar" and not first.spec.options else None
@@ -129,7 +155,7 @@ class Comparison:
         how = (f"median of {self.rounds} interleaved rounds" if self.rounds > 1 else
                "a single run per method (not a benchmark: `arvis bench` reports medians over repeats)")
         batch = min(self.images.batch_size, self.images.num_images)
-        return (f"decode latency of {self.images.num_images} image(s), batch {batch}: {how}"
+        return (f"decode latency of {self.images.num_images} {self.unit}(s), batch {batch}: {how}"
                 f"{', after a warm-up' if self.warmup else ''}")
 
     def rows(self) -> list[dict[str, Any]]:
@@ -147,7 +173,7 @@ class Comparison:
         return out
 
     def table(self) -> tuple[list[str], list[list[str]]]:
-        header = ["method", "lossless", "forwards/image", "step compression", "latency", "speedup",
+        header = ["method", "lossless", f"forwards/{self.unit}", "step compression", "latency", "speedup",
                   "identical to AR"]
         body = []
         for row in self.rows():
@@ -254,30 +280,34 @@ def spec_folder(label: str) -> str:
     return re.sub(r"[^A-Za-z0-9.+-]+", "_", label.replace("=", "-")).strip("_") or "method"
 
 
-def _image_name(index: int, total: int) -> str:
-    return f"{index:0{max(4, len(str(total - 1)))}d}.png"
+def _image_name(index: int, total: int, suffix: str = "png") -> str:
+    return f"{index:0{max(4, len(str(total - 1)))}d}.{suffix}"
 
 
 def remove_previous_outputs(folder: Path) -> None:
-    """What ``--overwrite`` removes: an earlier run's numbered PNGs (in the folder and its method folders),
-    ``stats.json`` and ``side_by_side.png``. Anything else stays."""
-    numbered = re.compile(r"^\d{4,}\.png$")
+    """What ``--overwrite`` removes: an earlier run's numbered PNGs, GIFs and MP4s (in the folder and its method
+    folders), ``stats.json`` and the side-by-side sheet. Anything else stays."""
+    numbered = re.compile(r"^\d{4,}\.(png|gif|mp4)$")
+    sheets = {SHEET_FILE, *(f"{SHEET_STEM}.{f}" for f in CLIP_FORMATS)}
     for d in [folder, *(p for p in folder.iterdir() if p.is_dir())] if folder.is_dir() else []:
         for f in d.iterdir():
-            if f.is_file() and (numbered.match(f.name) or (d == folder and f.name in (STATS_FILE, SHEET_FILE))):
+            if f.is_file() and (numbered.match(f.name) or (d == folder and (f.name == STATS_FILE or f.name in sheets))):
                 f.unlink()
 
 
 def write_comparison(comparison: Comparison, folder: str | Path, context: dict[str, Any],
-                     class_names: Sequence[str] | None = None) -> list[Path]:
-    """Write the images, ``stats.json`` and (several methods) ``side_by_side.png`` into ``folder``.
+                     class_names: Sequence[str] | None = None, *, clip_format: str = "gif",
+                     fps: float = 4.0) -> list[Path]:
+    """Write the images (or clips), ``stats.json`` and (several methods) the side-by-side sheet into ``folder``.
 
     Args:
         comparison: the results.
         folder: the output folder (created).
-        context: fields recorded with the run and in every PNG (model name and hash, dtype, threads…);
+        context: fields recorded with the run and in every PNG / GIF (model name and hash, dtype, threads…);
             never absolute paths.
         class_names: the model's class names (recorded beside each class id).
+        clip_format: clips only: ``"gif"`` or ``"mp4"`` (MP4 needs imageio-ffmpeg).
+        fps: clips only: frames per second.
 
     Returns:
         The files written.
@@ -285,6 +315,14 @@ def write_comparison(comparison: Comparison, folder: str | Path, context: dict[s
     from arvis import __version__
     from arvis.utils.serialization import atomic_path
 
+    clips = comparison.clips
+    if clips:
+        from arvis.pipelines.pipeline_video import check_fps, export_frames
+
+        if clip_format not in CLIP_FORMATS:
+            raise ValueError(f"clip_format must be one of {CLIP_FORMATS}, got {clip_format!r}")
+        check_fps(fps)
+    suffix = clip_format if clips else "png"
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     images = comparison.images
@@ -300,16 +338,20 @@ def write_comparison(comparison: Comparison, folder: str | Path, context: dict[s
         batch_of = {i: b for b, idx in enumerate(images.batches()) for i in idx}
         for i, (image, stats) in enumerate(zip(result.images, result.stats, strict=True)):
             condition = images.condition(i)
-            entry: dict[str, Any] = {"file": (sub / _image_name(i, images.num_images)).relative_to(folder).as_posix(),
-                                     "index": i, "spec": result.spec.label}
+            entry: dict[str, Any] = {"file": (sub / _image_name(i, images.num_images, suffix)).relative_to(folder)
+                                     .as_posix(), "index": i, "spec": result.spec.label}
             if images.text:
                 entry["prompt"] = condition
             else:
                 entry["class_label"] = condition
                 if isinstance(condition, int) and 0 <= condition < len(names):
                     entry["class_name"] = names[condition]
+            if clips:
+                entry["frames"] = len(image)
+                if images.first_frames:
+                    entry["first_frame"] = i % len(images.first_frames)  # which given first frame
             entry.update(seed=images.seed, generator_seed=seed_for(images.seed, i), method=result.spec.name,
-                         options=result.spec.options_dict, target_forwards=stats.target_forwards,
+                         options=result.spec.options_dict, tokens=stats.tokens, target_forwards=stats.target_forwards,
                          draft_forwards=stats.draft_forwards, step_compression=stats.step_compression,
                          accepted_per_forward=stats.mean_accepted_per_forward,
                          batch_latency_s=result.batch_latency_s[batch_of[i]],
@@ -318,38 +360,59 @@ def write_comparison(comparison: Comparison, folder: str | Path, context: dict[s
             parameters = {"arvis": __version__, **{k: context[k] for k in ("model", "model_sha256") if k in context},
                           **{k: v for k, v in entry.items() if k not in ("file", "spec")},
                           "sampling": comparison.sampling}
-            info = PIL.PngImagePlugin.PngInfo()
-            info.add_text("Software", f"arvis {__version__}")
-            info.add_text("arvis", json.dumps(parameters, sort_keys=True))
             path = folder / entry["file"]
-            with atomic_path(path) as tmp:
-                image.save(tmp, format="PNG", pnginfo=info)
+            if clips:
+                export_frames(image, path, fps=fps, comment=json.dumps(parameters, sort_keys=True))
+            else:
+                info = PIL.PngImagePlugin.PngInfo()
+                info.add_text("Software", f"arvis {__version__}")
+                info.add_text("arvis", json.dumps(parameters, sort_keys=True))
+                with atomic_path(path) as tmp:
+                    image.save(tmp, format="PNG", pnginfo=info)
             written.append(path)
     if several:
-        sheet = side_by_side_sheet(comparison)
-        with atomic_path(folder / SHEET_FILE) as tmp:
-            sheet.save(tmp, format="PNG")
-        written.append(folder / SHEET_FILE)
+        if clips:  # the methods' clips next to each other, frame by frame
+            frames = len(comparison.results[0].images[0])
+            path = folder / f"{SHEET_STEM}.{suffix}"
+            export_frames([side_by_side_sheet(comparison, frame=t) for t in range(frames)], path, fps=fps)
+        else:
+            path = folder / SHEET_FILE
+            with atomic_path(path) as tmp:
+                side_by_side_sheet(comparison).save(tmp, format="PNG")
+        written.append(path)
     record = {"arvis": __version__, **context, "seed": images.seed, "num_images": images.num_images,
               "batch_size": images.batch_size, "conditions": list(images.conditions),
               "sampling": comparison.sampling,
               "timing": {"rounds": comparison.rounds, "warmup": comparison.warmup, "note": comparison.timing_note()},
               "methods": rows, "images": per_image}
+    if clips:
+        record["video"] = {"format": clip_format, "fps": fps, "frames": len(comparison.results[0].images[0]),
+                           "image_to_video": bool(images.first_frames)}
     with atomic_path(folder / STATS_FILE) as tmp:
         tmp.write_text(json.dumps(record, indent=2) + "\n")
     written.append(folder / STATS_FILE)
     return written
 
 
-def side_by_side_sheet(comparison: Comparison, max_rows: int = 4, min_cell: int = 160) -> PIL.Image.Image:
+def side_by_side_sheet(comparison: Comparison, max_rows: int = 4, min_cell: int = 160,
+                       frame: int | None = None) -> PIL.Image.Image:
     """A sheet: one column per method (label and figures on top), one row per image (the first ``max_rows``).
 
-    Images are scaled up by an integer factor (nearest neighbour) to at least ``min_cell`` pixels.
+    Images are scaled up by an integer factor (nearest neighbour) to at least ``min_cell`` pixels. For clips,
+    ``frame`` picks the frame shown of each.
     """
+    def picture(result: MethodResult, r: int) -> PIL.Image.Image:
+        item = result.images[r]
+        if isinstance(item, list | tuple):
+            if frame is None:
+                raise ValueError("frame: these are clips; say which frame the sheet shows")
+            return item[frame]
+        return item
+
     font = PIL.ImageFont.load_default(size=13)
     results, rows = comparison.results, comparison.rows()
     n = min(max_rows, comparison.images.num_images)
-    w, h = results[0].images[0].size
+    w, h = picture(results[0], 0).size
     factor = max(1, -(-min_cell // max(w, h)))
     cell_w, cell_h = w * factor, h * factor
     gap, header = 8, 58
@@ -366,6 +429,6 @@ def side_by_side_sheet(comparison: Comparison, max_rows: int = 4, min_cell: int 
         for k, text in enumerate(lines):
             draw.text((x, 4 + 17 * k), text, fill="black", font=font)
         for r in range(n):
-            im = result.images[r].convert("RGB").resize((cell_w, cell_h), PIL.Image.NEAREST)
+            im = picture(result, r).convert("RGB").resize((cell_w, cell_h), PIL.Image.NEAREST)
             sheet.paste(im, (x, header + r * (cell_h + gap)))
     return sheet

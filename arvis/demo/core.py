@@ -17,6 +17,11 @@ the first round. It is still a few runs on a shared machine, and the table says 
 
 Nothing a user types ever becomes a file path: models are looked up by name in the mapping the
 operator built the demo with, and the plots go to files whose names the demo makes up.
+
+Video pipelines (``pipe.num_frames``, :class:`~arvis.pipelines.VideoPipeline`) run through the same
+request, validation, streaming and timing: an "image" is then a clip. Previews are film strips (one row per
+clip, its frames left to right, grey cells not committed yet), so the frames fill live; a finished side's
+clips become one animated GIF (:func:`write_clips_gif`).
 """
 
 from __future__ import annotations
@@ -181,6 +186,11 @@ class ModelSet:
         return self.entry(name).get()
 
 
+def is_video(pipe: Any) -> bool:
+    """Whether ``pipe`` generates clips (a video pipeline: it has ``num_frames``)."""
+    return getattr(pipe, "num_frames", None) is not None
+
+
 def pipeline_layout(pipe: Any) -> Any:
     """The pipeline's token layout: its transformer's (LlamaGen), or the default-size layout of pipelines
     whose backbone is built per call (Emu3: ``default_layout``)."""
@@ -203,6 +213,7 @@ def model_info(pipe: Any) -> dict[str, Any]:
         "grid": list(layout.grid),
         "has_text_encoder": bool(getattr(pipe, "accepts_prompts", False))
         or getattr(pipe, "text_encoder", None) is not None,
+        "video": is_video(pipe),
     }
 
 
@@ -381,13 +392,17 @@ def validate_options(method: str, values: Mapping[str, Any], limits: DemoLimits,
 def validate_request(models: ModelSet, limits: DemoLimits, *, model: Any, class_label: Any, prompt: Any,
                      method: Any, seed: Any, num_images: Any, guidance_scale: Any, top_k: Any, top_p: Any,
                      temperature: Any, live_preview: Any, options: Mapping[str, Any],
-                     timing_rounds: Any = None) -> DemoRequest:
+                     timing_rounds: Any = None, video: bool | None = None) -> DemoRequest:
     """Check every input of a request; :class:`DemoInputError` names the input and its allowed range.
 
-    Sampling inputs left ``None`` take the model's defaults (its ``sampling_defaults.json``).
+    Sampling inputs left ``None`` take the model's defaults (its ``sampling_defaults.json``). ``video``
+    (when given): the model must generate clips (``True``) or images (``False``) — the page's tabs.
     """
     entry = models.entry(model)
     info = model_info(entry.get())
+    if video is not None and info["video"] != video:
+        raise DemoInputError(f"model: {model!r} generates {'clips' if info['video'] else 'images'}; choose "
+                             f"it in the {'Video' if info['video'] else 'Images'} tab")
     defaults = model_sampling_defaults(entry.get())
     guidance_scale = defaults["guidance_scale"] if guidance_scale is None else guidance_scale
     top_k = defaults["top_k"] if top_k is None else top_k
@@ -429,6 +444,31 @@ def validate_request(models: ModelSet, limits: DemoLimits, *, model: Any, class_
     )
 
 
+def parse_options_text(method: Any, text: Any, limits: DemoLimits) -> dict[str, Any]:
+    """Method options typed as text, ``key=value,key=value`` (the CLI's method-spec grammar, e.g.
+    ``window=64,coupling=gumbel``) → a mapping for :func:`validate_request`; empty text: the defaults."""
+    if text is None or (isinstance(text, str) and not text.strip()):
+        return {}
+    chars = limits.text_option_chars * 4
+    if not isinstance(text, str) or len(text) > chars or not text.isprintable() or ":" in text or ";" in text:
+        raise DemoInputError(f"options must be printable key=value pairs joined by commas (at most {chars} "
+                             f"characters), got {_short(text)}")
+    if not isinstance(method, str) or method not in METHODS:
+        raise DemoInputError(f"method: {_short(method)} is not available; choose one of {', '.join(available_methods())}")
+    from arvis.methods.spec import parse_method_specs
+
+    try:
+        spec = parse_method_specs([f"{method}:{text.strip()}"])[0]
+    except (TypeError, ValueError) as err:
+        raise DemoInputError(f"{method} options: {err}") from None
+    offered = {o.name for o in method_option_specs(method)}
+    extra = sorted(set(spec.options_dict) - offered)
+    if extra:
+        raise DemoInputError(f"{method} options: {', '.join(extra)} cannot be set in the demo (it offers: "
+                             f"{', '.join(sorted(offered)) or 'none'})")
+    return spec.options_dict
+
+
 def model_sampling_defaults(pipe: Any) -> dict[str, Any]:
     """The sampling settings a request gets when it leaves them out: the model folder's defaults."""
     if hasattr(pipe, "sampling_config"):
@@ -454,10 +494,10 @@ def _class_label(value: Any, pipe: Any, info: Mapping[str, Any]) -> int:
 
 
 # ----------------------------------------------------------------------------- images
-def tile_images(images: list[PIL.Image.Image], display_size: int) -> PIL.Image.Image:
-    """Images side by side (two columns when more than two), scaled up by an integer factor so the
-    sheet's long side is at least about ``display_size`` pixels (nearest neighbour: token cells stay crisp)."""
-    cols = len(images) if len(images) <= 2 else 2
+def tile_images(images: list[PIL.Image.Image], display_size: int, columns: int | None = None) -> PIL.Image.Image:
+    """Images side by side (two columns when more than two, or ``columns``), scaled up by an integer factor so
+    the sheet's long side is at least about ``display_size`` pixels (nearest neighbour: token cells stay crisp)."""
+    cols = columns or (len(images) if len(images) <= 2 else 2)
     rows = math.ceil(len(images) / cols)
     w, h = images[0].size
     factor = max(1, math.ceil(display_size / (max(cols, rows) * max(w, h, 1))))
@@ -470,16 +510,27 @@ def tile_images(images: list[PIL.Image.Image], display_size: int) -> PIL.Image.I
     return sheet
 
 
+def film_strip(frames: list[PIL.Image.Image], gap: int = 2) -> PIL.Image.Image:
+    """A clip's frames side by side, left to right (what a video preview shows)."""
+    w, h = frames[0].size
+    strip = PIL.Image.new("RGB", (len(frames) * (w + gap) - gap, h), "white")
+    for t, frame in enumerate(frames):
+        strip.paste(frame.convert("RGB"), (t * (w + gap), 0))
+    return strip
+
+
 def render_partial(pipe: Any, tokens: torch.Tensor, known: torch.Tensor) -> list[PIL.Image.Image] | None:
     """Decode a partially committed token grid ``tokens [B, N]`` / ``known [B, N]`` (the pipeline's
-    :meth:`decode_tokens`, cells not committed yet grey). ``None`` when the layout is not a plain ``h × w`` grid."""
+    :meth:`decode_tokens`, cells not committed yet grey): one image per sample, or for clips one
+    :func:`film_strip` per clip. ``None`` when the layout is not a plain ``h × w`` (or ``T × h × w``) grid."""
     grid = tuple(pipeline_layout(pipe).grid)
     B, N = tokens.shape
-    if len(grid) != 2 or grid[0] * grid[1] != N:
+    if len(grid) not in (2, 3) or math.prod(grid) != N or (len(grid) == 3) != is_video(pipe):
         return None
     if "known" not in inspect.signature(pipe.decode_tokens).parameters:  # no partial decoding (VAR's pyramids)
         return None
-    return pipe.decode_tokens(tokens.view(B, *grid), "pil", known=known.view(B, *grid))
+    decoded = pipe.decode_tokens(tokens.view(B, *grid), "pil", known=known.view(B, *grid))
+    return [film_strip(clip) for clip in decoded] if len(grid) == 3 else decoded
 
 
 def placeholder(display_size: int, text: str = "") -> PIL.Image.Image:
@@ -534,6 +585,7 @@ def stream_run(pipe: Any, request: DemoRequest, side: str, method: str, options:
     """
     out: queue.Queue = queue.Queue()
     total = request.num_images * int(pipeline_layout(pipe).num_tokens)
+    video = is_video(pipe)
     last = [0.0]
 
     def callback(_pipe: Any, _forward: int, committed: torch.Tensor, data: Mapping[str, torch.Tensor]) -> None:
@@ -546,10 +598,11 @@ def stream_run(pipe: Any, request: DemoRequest, side: str, method: str, options:
 
     def work() -> None:
         try:
-            result = pipe(**request.condition_kwargs(), num_images_per_prompt=request.num_images,
+            # A video pipeline always hands the callback the token grid (no tensor-inputs argument).
+            tensors = {} if video else {"callback_on_step_end_tensor_inputs": ["tokens", "known"]}
+            result = pipe(**request.condition_kwargs(), **_count_kwargs(pipe, request.num_images),
                           generator=_generators(request), **request.sampling_kwargs(), output_type="pil",
-                          callback_on_step_end=callback, callback_on_step_end_tensor_inputs=["tokens", "known"],
-                          method=method, **dict(options))
+                          callback_on_step_end=callback, method=method, **tensors, **dict(options))
             out.put(("done", result))
         except BaseException as err:  # handed to the consumer, which re-raises it in the request's thread
             out.put(("error", err))
@@ -570,14 +623,14 @@ def stream_run(pipe: Any, request: DemoRequest, side: str, method: str, options:
             if kind == "done":
                 finished = True
                 result = item[1]
-                yield RunResult(side, method, dict(options), list(result.images), result.tokens, result.stats,
-                                previews)
+                images = result.frames if video else result.images  # clips: lists of frames
+                yield RunResult(side, method, dict(options), list(images), result.tokens, result.stats, previews)
                 return
             _, committed, tokens, known = item
             image = None
             if request.live_preview:
                 parts = render_partial(pipe, tokens, known)
-                image = tile_images(parts, limits.display_size) if parts else None
+                image = tile_images(parts, limits.display_size, columns=1 if video else None) if parts else None
                 previews += 1
             yield Progress(side, committed, total, image)
     finally:
@@ -588,9 +641,25 @@ def stream_run(pipe: Any, request: DemoRequest, side: str, method: str, options:
 
 def timed_decode(pipe: Any, request: DemoRequest, method: str, options: Mapping[str, Any]) -> float:
     """One decode of the request's images without any callback: the pipeline's ``stats.latency_s``."""
-    out = pipe(**request.condition_kwargs(), num_images_per_prompt=request.num_images, generator=_generators(request),
+    out = pipe(**request.condition_kwargs(), **_count_kwargs(pipe, request.num_images), generator=_generators(request),
                **request.sampling_kwargs(), output_type="latent", method=method, **dict(options))
     return float(out.stats.latency_s)
+
+
+def _count_kwargs(pipe: Any, n: int) -> dict[str, int]:
+    """Samples per condition, by the pipeline's own argument name (diffusers: images or videos per prompt)."""
+    return {"num_videos_per_prompt" if is_video(pipe) else "num_images_per_prompt": n}
+
+
+def write_clips_gif(clips: list[list[PIL.Image.Image]], folder: str | Path, display_size: int,
+                    fps: float = 4.0) -> Path:
+    """One side's clips as one animated GIF in ``folder`` (a file name the demo makes up): frame ``t`` shows
+    frame ``t`` of every clip, tiled and scaled up as :func:`tile_images` does."""
+    from arvis.pipelines.pipeline_video import export_frames
+
+    frames = [tile_images([clip[t] for clip in clips], display_size) for t in range(len(clips[0]))]
+    path = Path(tempfile.mkstemp(suffix=".gif", prefix="clips-", dir=folder)[1])
+    return export_frames(frames, path, fps=fps)
 
 
 def side_by_side(models: ModelSet, request: DemoRequest, limits: DemoLimits,
@@ -712,6 +781,8 @@ def stats_plots(ar: RunResult, other: RunResult, grid: list[int], model: str = "
     :mod:`arvis.eval.plots`, rendered into temporary files whose names the demo chooses."""
     from arvis.eval.plots import plot_accepted_histogram, plot_decode_order
 
+    if len(grid) == 3:  # a clip: its frames stacked top to bottom
+        grid = [grid[0] * grid[1], grid[2]]
     records = []
     for run, label in ((ar, "plain AR"), (other, spec_label(other.method, other.options))):
         records.append({"spec": label, "grid": grid, "model": model, **run.stats.summary(details=True)})

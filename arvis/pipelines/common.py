@@ -22,6 +22,7 @@ from arvis.models.protocol import Backbone, Condition
 from arvis.utils.random import GeneratorArg
 
 OUTPUT_TYPES = ("pil", "np", "pt", "latent")
+PREVIEW_GREY = 0.5  # colour of not-yet-committed token cells in partial images (previews)
 # What a model folder's sampling_defaults.json may set (SamplingConfig's fields a user would tune).
 SAMPLING_FIELDS = ("guidance_scale", "top_k", "top_p", "temperature", "cfg_interval")
 

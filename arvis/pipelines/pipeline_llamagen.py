@@ -38,13 +38,12 @@ from arvis.models.llamagen import LlamaGenTransformer
 from arvis.models.protocol import Condition
 from arvis.models.text_encoder import WordTextEncoder
 from arvis.models.upsampler import TokenUpsampler
-from arvis.pipelines.common import SamplingDefaultsMixin
+from arvis.pipelines.common import PREVIEW_GREY, SamplingDefaultsMixin
 from arvis.tokenizers.llamagen_vq import LlamaGenVQModel
 from arvis.utils.config_check import CheckedPipelineMixin
 from arvis.utils.random import GeneratorArg
 
 OUTPUT_TYPES = ("pil", "np", "pt", "latent")
-PREVIEW_GREY = 0.5  # colour of not-yet-committed token cells in partial images
 
 
 class _Interrupted(Exception):

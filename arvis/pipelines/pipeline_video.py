@@ -24,7 +24,6 @@ from __future__ import annotations
 import importlib.util
 import os
 import tempfile
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,17 +35,16 @@ import torch
 from diffusers import DiffusionPipeline
 from diffusers.utils import BaseOutput
 
-from arvis.engine.engine import DecodeEngine
 from arvis.engine.stats import BatchStats
-from arvis.methods import decode, with_resources
+from arvis.methods import with_resources
 from arvis.models.protocol import Condition
 from arvis.models.video import FramePrefix, VideoTransformer
-from arvis.pipelines.common import SamplingDefaultsMixin
+from arvis.pipelines.common import PREVIEW_GREY, SamplingDefaultsMixin, decode_with_progress
 from arvis.tokenizers.llamagen_vq import LlamaGenVQModel
 from arvis.utils.config_check import CheckedPipelineMixin
 from arvis.utils.random import GeneratorArg
 
-__all__ = ["VIDEO_FORMATS", "VideoPipeline", "VideoPipelineOutput", "export_frames"]
+__all__ = ["VIDEO_FORMATS", "VideoPipeline", "VideoPipelineOutput", "check_fps", "check_mp4_writer", "export_frames"]
 
 OUTPUT_TYPES = ("pil", "np", "pt", "latent")
 VIDEO_FORMATS = (".gif", ".mp4")
@@ -141,14 +139,24 @@ class VideoPipeline(SamplingDefaultsMixin, CheckedPipelineMixin, DiffusionPipeli
             return self.vqvae.encode(x.to(self.vqvae.device, self.vqvae.dtype)).long()
 
     # ------------------------------------------------------------------ outputs
-    def decode_tokens(self, tokens: torch.Tensor, output_type: str = "pil"):
-        """Token clips ``[B, T, h, w]`` → frames in ``output_type`` (see :class:`VideoPipelineOutput`)."""
+    def decode_tokens(self, tokens: torch.Tensor, output_type: str = "pil", known: torch.Tensor | None = None):
+        """Token clips ``[B, T, h, w]`` → frames in ``output_type`` (see :class:`VideoPipelineOutput`).
+
+        ``known`` (``[B, T, h, w]`` bool, optional) marks committed tokens: the other cells are drawn grey
+        (partial clips: previews while decoding).
+        """
         if output_type == "latent":
             return tokens
         B, T = tokens.shape[:2]
+        filled = tokens if known is None else torch.where(known, tokens, torch.zeros_like(tokens))
         with torch.no_grad():
-            frames = self.vqvae.decode_codes(tokens.flatten(0, 1).to(self.vqvae.device))
-        frames = ((frames.float() + 1) / 2).clamp(0, 1).cpu().unflatten(0, (B, T))  # [B, T, 3, H, W]
+            frames = self.vqvae.decode_codes(filled.flatten(0, 1).to(self.vqvae.device))
+        frames = ((frames.float() + 1) / 2).clamp(0, 1).cpu()
+        if known is not None:
+            cells = torch.nn.functional.interpolate(known.flatten(0, 1)[:, None].float().cpu(),
+                                                    size=frames.shape[-2:], mode="nearest")
+            frames = frames * cells + PREVIEW_GREY * (1 - cells)
+        frames = frames.unflatten(0, (B, T))  # [B, T, 3, H, W]
         if output_type == "pt":
             return frames
         array = frames.permute(0, 1, 3, 4, 2).numpy()
@@ -225,25 +233,8 @@ class VideoPipeline(SamplingDefaultsMixin, CheckedPipelineMixin, DiffusionPipeli
             prefix = prefix.flatten(1).repeat_interleave(num_videos_per_prompt, 0)
             backbone = FramePrefix(self.transformer, prefix)
         method_options = with_resources(method, method_options, None, self.codebook_neighbours)
-        N = backbone.layout.num_tokens
-        progress = self.progress_bar(total=B * N)
-        state = {"done": 0, "shown": 0.0}
-
-        def on_commit(engine: DecodeEngine) -> None:
-            now = time.monotonic()
-            if now - state["shown"] > 0.1:  # a host sync for the display at most 10 times a second
-                done = int(engine.known.sum())
-                progress.update(done - state["done"])
-                state["done"], state["shown"] = done, now
-            if callback_on_step_end is not None:
-                callback_on_step_end(self, engine.stats.forward_index - 1, engine.known.sum(-1),
-                                     {"tokens": engine.tokens, "known": engine.known})
-
-        try:
-            tokens, stats = decode(backbone, condition, sampling, method, generator, on_commit, **method_options)
-            progress.update(B * N - state["done"])
-        finally:
-            progress.close()
+        tokens, stats = decode_with_progress(self, backbone, condition, sampling, method, generator,
+                                             callback_on_step_end, method_options)
         if prefix is not None:
             tokens = torch.cat([prefix, tokens], dim=1)
         tokens = tokens.view(B, *self.transformer.layout.grid)
@@ -260,13 +251,33 @@ class VideoPipeline(SamplingDefaultsMixin, CheckedPipelineMixin, DiffusionPipeli
         return codebook_neighbourhoods(self.vqvae.codebook_embeddings(), k)
 
 
-def export_frames(frames: Sequence[PIL.Image.Image] | np.ndarray, path: str | os.PathLike, fps: float = 4.0) -> Path:
+def check_fps(fps: Any) -> float:
+    """``fps`` if it is a number in (0, 240]; ``ValueError`` otherwise."""
+    if isinstance(fps, bool) or not (isinstance(fps, int | float) and 0 < fps <= 240):
+        raise ValueError(f"fps must be a number in (0, 240], got {fps!r}")
+    return float(fps)
+
+
+def check_mp4_writer() -> None:
+    """``ValueError`` unless imageio's ffmpeg writer is installed (checked before any work is done)."""
+    # Without its ffmpeg plugin imageio would hand a .mp4 to another writer (tifffile) and fail obscurely.
+    if importlib.util.find_spec("imageio") is None or importlib.util.find_spec("imageio_ffmpeg") is None:
+        raise ValueError("writing MP4 needs imageio and imageio-ffmpeg (pip install 'arvis[video]'); "
+                         "or write a .gif")
+
+
+def export_frames(frames: Sequence[PIL.Image.Image] | np.ndarray, path: str | os.PathLike, fps: float = 4.0,
+                  comment: str | None = None) -> Path:
     """Write one clip as a GIF (PIL) or an MP4 (imageio's ffmpeg writer, needs ``imageio-ffmpeg``), atomically.
+
+    A GIF stores a frame equal to the one before once, shown for longer: it plays the same, but a reader
+    of the file sees fewer frames.
 
     Args:
         frames: PIL frames, or ``[T, H, W, 3]`` uint8 / float in [0, 1].
         path: ``.gif`` or ``.mp4`` file.
         fps: frames per second (> 0).
+        comment: GIF only: text stored in the file's comment (e.g. the generation parameters as JSON).
 
     Returns:
         ``path``.
@@ -277,8 +288,7 @@ def export_frames(frames: Sequence[PIL.Image.Image] | np.ndarray, path: str | os
     suffix = path.suffix.lower()
     if suffix not in VIDEO_FORMATS:
         raise ValueError(f"path: video files end in {' or '.join(VIDEO_FORMATS)}, got {str(path)!r}")
-    if not (isinstance(fps, int | float) and 0 < fps <= 240):
-        raise ValueError(f"fps must be a number in (0, 240], got {fps!r}")
+    check_fps(fps)
     if isinstance(frames, np.ndarray):
         array = frames if frames.dtype == np.uint8 else (np.clip(frames, 0, 1) * 255).round().astype(np.uint8)
     else:
@@ -289,12 +299,12 @@ def export_frames(frames: Sequence[PIL.Image.Image] | np.ndarray, path: str | os
         images = [PIL.Image.fromarray(a) for a in array]
         with atomic_path(path) as tmp:
             images[0].save(tmp, format="GIF", save_all=True, append_images=images[1:], duration=round(1000 / fps),
-                           loop=0)
+                           loop=0, **({"comment": comment} if comment else {}))
         return path
-    # Without its ffmpeg plugin imageio would hand a .mp4 to another writer (tifffile) and fail obscurely.
-    if importlib.util.find_spec("imageio") is None or importlib.util.find_spec("imageio_ffmpeg") is None:
-        raise ValueError("path: writing MP4 needs imageio and imageio-ffmpeg (pip install 'arvis[video]'); "
-                         "or write a .gif")
+    try:
+        check_mp4_writer()
+    except ValueError as err:
+        raise ValueError(f"path: {err}") from None
     import imageio.v3 as iio
 
     path.parent.mkdir(parents=True, exist_ok=True)
