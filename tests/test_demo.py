@@ -127,11 +127,15 @@ def models():
 
 
 @pytest.fixture(scope="module")
-def server(models):
-    demo = build_demo(models, DemoLimits(max_queue=16, preview_interval_s=0.05))
-    url = _serve(demo)
-    yield demo, url
-    demo.close()
+def server(models, tmp_path_factory):
+    # A cache folder of its own, as `arvis demo` gives every server: gradio's shutdown of any other app in
+    # this process deletes the files *it* cached, and an identical file is one path for all apps.
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("GRADIO_TEMP_DIR", str(tmp_path_factory.mktemp("gradio-cache")))
+        demo = build_demo(models, DemoLimits(max_queue=16, preview_interval_s=0.05))
+        url = _serve(demo)
+        yield demo, url
+        demo.close()
 
 
 @pytest.fixture(scope="module")
@@ -601,4 +605,23 @@ def test_result_images_are_removed_when_the_server_shuts_down(tmp_path, monkeypa
         assert list(cache.rglob("*.png")), "the server cached its result images here"
     finally:
         demo.close()
+    assert not list(cache.rglob("*.png")), list(cache.rglob("*"))
+
+
+def test_a_page_closing_leaves_the_files_of_another_live_page(tmp_path, monkeypatch):
+    """Pages sharing a cache folder: the same image is the same cached path (content hash). Closing one page
+    must not pull it from under the other (a 403 on its download, seen under load), and the last page to
+    close removes it."""
+    cache = tmp_path / "gradio-cache"
+    monkeypatch.setenv("GRADIO_TEMP_DIR", str(cache))
+    pages = [build_demo({"small": DemoModel(pipeline=small_pipeline())}, DemoLimits()) for _ in range(2)]
+    urls = [_serve(page) for page in pages]
+    try:
+        first, second = (call(_client(url), method="ar", num_images=1, seed=7) for url in urls)
+        assert first[0] == second[0] and os.path.isfile(first[0]), "the same image, cached once for both pages"
+        pages[0].close()
+        assert os.path.isfile(second[0])
+    finally:
+        for page in pages:
+            page.close()
     assert not list(cache.rglob("*.png")), list(cache.rglob("*"))

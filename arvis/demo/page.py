@@ -38,9 +38,10 @@ import inspect
 import logging
 import shutil
 import threading
+import weakref
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import gradio as gr
 
@@ -83,22 +84,36 @@ CSS = """
 class DemoBlocks(gr.Blocks):
     """``gr.Blocks`` that removes, when it closes, every file it cached (result images, previews, plots).
 
-    Gradio writes each image it serves into its temporary folder (``GRADIO_TEMP_DIR``), in one new
-    sub-folder per file, and only forgets some of them at shutdown; this page removes what appeared
-    there after it was created. (``arvis demo`` also gives each server a folder of its own.)
+    Gradio writes each image it serves into its temporary folder (``GRADIO_TEMP_DIR``), in one sub-folder
+    per file named by the file's content hash, and only forgets some of them at shutdown. Pages open at the
+    same time share that folder (the same image is the same path for all of them), so what appeared there
+    since the first of them opened is removed when the last of them closes — a page closing never pulls an
+    image from under another page still serving it. ``arvis demo`` also gives each server a folder of its own.
     """
+
+    # cache folder -> (its open pages, the entries it held before the first of them opened)
+    _open: ClassVar[dict[Path, tuple[weakref.WeakSet, set[Path]]]] = {}
 
     def __init__(self, *args: Any, **kwargs: Any):
         from gradio.utils import get_upload_folder
 
-        self.cache_folder = Path(get_upload_folder())
-        self._cached_before = set(self.cache_folder.iterdir()) if self.cache_folder.is_dir() else set()
+        self.cache_folder = Path(get_upload_folder()).resolve()
+        pages, _ = DemoBlocks._open.get(self.cache_folder, (None, None))
+        if not pages:
+            before = set(self.cache_folder.iterdir()) if self.cache_folder.is_dir() else set()
+            DemoBlocks._open[self.cache_folder] = (weakref.WeakSet(), before)
         super().__init__(*args, **kwargs)
+        DemoBlocks._open[self.cache_folder][0].add(self)
 
     def close(self, verbose: bool = True) -> None:
         super().close(verbose)
+        pages, before = DemoBlocks._open.get(self.cache_folder, (weakref.WeakSet(), set()))
+        pages.discard(self)
+        if pages:
+            return  # another page on this folder is still serving
+        DemoBlocks._open.pop(self.cache_folder, None)
         if self.cache_folder.is_dir():
-            for entry in set(self.cache_folder.iterdir()) - self._cached_before:
+            for entry in set(self.cache_folder.iterdir()) - before:
                 if entry.is_dir() and not entry.is_symlink():
                     shutil.rmtree(entry, ignore_errors=True)
                 else:
