@@ -21,7 +21,7 @@ decoder are built from the reference ``Encoder``/``Decoder`` classes with those 
 
 Example::
 
-    python eval/compare_var_reference.py --reference-repo /tmp/var-ref --model var --batch 8 --json out.json
+    python eval/compare_var_reference.py --reference-repo <VAR checkout> --model var --batch 8 --json out.json
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 """Every VAR figure, reproducible by one command: jobs write JSON records, the tables are built from them.
 
     python eval/var_figures.py                                   # run missing jobs, write docs/figures/var.md
-    python eval/var_figures.py --reference-repo /tmp/var-ref --reference-commit 78b9539   # + official parity
+    python eval/var_figures.py --reference-repo <VAR checkout> --reference-commit 78b9539   # + official parity
     python eval/var_figures.py --report-only                     # rebuild the page from the records
     python eval/var_figures.py --list                            # print every job and its command
 

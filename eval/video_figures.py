@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """The video figures (docs/figures/video.md), reproducible from JSON records by one command per stage.
 
-    python eval/video_figures.py bench --group gumbel     # timed: run each group under /work/tools/quiet.sh
+    python eval/video_figures.py bench --group gumbel     # timed: run each group on a quiet machine
     python eval/video_figures.py quality                  # per-frame FID, domain FVD, temporal consistency
     python eval/video_figures.py lossless                 # the temporal lossless verdicts (exact enumeration)
     python eval/video_figures.py report                   # docs/figures/video.md from the records

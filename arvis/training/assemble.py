@@ -5,8 +5,8 @@ symlink to its tokenizer folder (``arvis/weights/vq-photos``, ``arvis/weights/vq
 stored once. ``--data`` writes ``evaluation.json`` (``{"data": "emoji"}``), which tells ``arvis fid`` and
 ``eval/model_card.py`` which held-out images and which evaluation networks the model is judged with. Example::
 
-    python -m arvis.training.assemble --transformer /work/scratch/export-c2i/transformer \\
-        --draft /work/scratch/export-draft/transformer --vq arvis/weights/vq-photos \\
+    python -m arvis.training.assemble --transformer runs/export-c2i/transformer \\
+        --draft runs/export-draft/transformer --vq arvis/weights/vq-photos \\
         --out arvis/weights/llamagen-c2i-photos --guidance-scale 3.0 --top-k 0
 
 Components shipped as folders of their own (with their own model cards) are linked the same way:

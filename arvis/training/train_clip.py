@@ -27,7 +27,7 @@ Recipe:
 
 Usage::
 
-    python -m arvis.training.train_clip --out arvis/weights/clip-scenes --scratch /work/scratch/clip
+    python -m arvis.training.train_clip --out arvis/weights/clip-scenes --scratch runs/clip
     python -m arvis.training.train_clip --out /tmp/clip-smoke --preset smoke        # seconds
 """
 

@@ -21,7 +21,7 @@ Export: fp16 safetensors, reloaded through :func:`arvis.models.domain_net.load_d
 floor, train-vs-held-out FID and the FID of degraded held-out crops (blur, noise, JPEG, down/up-sampling),
 all through :mod:`arvis.eval.fid`. Usage::
 
-    python -m arvis.training.train_domain --out arvis/weights/domain-classifier --scratch /work/scratch/domain
+    python -m arvis.training.train_domain --out arvis/weights/domain-classifier --scratch runs/domain
     python -m arvis.training.train_domain --out /tmp/domain-smoke --preset smoke        # seconds
 """
 

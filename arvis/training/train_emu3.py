@@ -18,10 +18,10 @@ Three stages, each a repo command with atomic checkpoints and automatic resume (
 
 Example::
 
-    python -m arvis.training.train_emu3 vq --out /work/scratch/emu3/vq --scratch /work/scratch/emu3/vq-run
-    python -m arvis.training.train_emu3 lm --vq /work/scratch/emu3/vq --out /work/scratch/emu3/lm \\
-        --scratch /work/scratch/emu3/lm-run
-    python -m arvis.training.train_emu3 assemble --vq /work/scratch/emu3/vq --lm /work/scratch/emu3/lm \\
+    python -m arvis.training.train_emu3 vq --out runs/emu3/vq --scratch runs/emu3/vq-run
+    python -m arvis.training.train_emu3 lm --vq runs/emu3/vq --out runs/emu3/lm \\
+        --scratch runs/emu3/lm-run
+    python -m arvis.training.train_emu3 assemble --vq runs/emu3/vq --lm runs/emu3/lm \\
         --out arvis/weights/emu3-emoji
 """
 

@@ -21,7 +21,7 @@ in fp16 safetensors. Checkpoints are atomic; a rerun with the
 same ``--scratch`` resumes. Example::
 
     python -m arvis.training.train_gpt --preset c2i --out arvis/weights/llamagen-c2i-transformer \\
-        --scratch /work/scratch/gpt-c2i --threads 1
+        --scratch runs/gpt-c2i --threads 1
 """
 
 from __future__ import annotations

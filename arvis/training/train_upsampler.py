@@ -15,7 +15,7 @@ better of the raw and EMA weights by held-out NLL is exported in fp16 safetensor
 and a model card. Checkpoints are atomic; a rerun with the same ``--scratch`` resumes. Example::
 
     python -m arvis.training.train_upsampler --out arvis/weights/upsampler-photos \\
-        --scratch /work/scratch/mulo/upsampler --data-cache /work/scratch/mulo/gpt-lowres --threads 1
+        --scratch runs/mulo/upsampler --data-cache runs/mulo/gpt-lowres --threads 1
 """
 
 from __future__ import annotations

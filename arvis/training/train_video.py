@@ -8,8 +8,8 @@ the 24 video classes. Every frame is tokenised by the shipped per-frame VQ (``vq
 cosine schedule, EMA, atomic resumable checkpoints, better-of raw/EMA export), with this module's data
 and model builders. Example::
 
-    python -m arvis.training.train_video --preset video --out /work/scratch/video/export \\
-        --scratch /work/scratch/video/run --threads 1
+    python -m arvis.training.train_video --preset video --out runs/video/export \\
+        --scratch runs/video/run --threads 1
 
 then ``python -m arvis.training.train_video assemble --transformer .../export/transformer --out
 arvis/weights/video-clips`` writes the pipeline folder.

@@ -18,7 +18,7 @@ Recipe:
 
 Usage::
 
-    python -m arvis.training.train_vq --out arvis/weights/vq-photos --scratch /work/scratch/vq --steps 3000
+    python -m arvis.training.train_vq --out arvis/weights/vq-photos --scratch runs/vq --steps 3000
     python -m arvis.training.train_vq --out /tmp/vq-smoke --smoke       # a few tiny steps, seconds
 """
 
