@@ -207,3 +207,15 @@ class Backbone(Protocol):
 
     def forward_tokens(self, tokens: torch.Tensor, slots: torch.Tensor, cache: StaticKVCache,
                        attend_mask: torch.Tensor) -> torch.Tensor: ...
+
+
+@runtime_checkable
+class DiffusionHead(Protocol):
+    """A per-token denoiser p(x | z) sampled by Gaussian transitions x_T -> ... -> x_0 (DDPM)."""
+    token_dim: int
+    def num_sampling_steps(self) -> int: ...
+    def transition(self, x_t: torch.Tensor, step: int, z: torch.Tensor, *, temperature: float = 1.0,
+                   guidance_scale: float = 1.0, z_uncond: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Mean and std of p(x_{t-1} | x_t, z) at sampling step `step` (counting down num_sampling_steps()-1 .. 0),
+        x_t [N, D], z [N, C]; std broadcastable to [N, D]; at step 0 the std is 0 (x_0 = mean). With z_uncond and
+        guidance_scale != 1 the noise prediction is combined as MAR does (uncond + s * (cond - uncond))."""
