@@ -42,7 +42,7 @@ def cosine_betas(steps: int, max_beta: float = 0.999) -> torch.Tensor:
         return math.cos((t + 0.008) / 1.008 * math.pi / 2) ** 2
 
     return torch.tensor([min(1 - alpha_bar((i + 1) / steps) / alpha_bar(i / steps), max_beta) for i in range(steps)],
-                        dtype=torch.float64)
+                        dtype=torch.float64, device="cpu")
 
 
 def spaced_timesteps(train_steps: int, sampling_steps: int) -> list[int]:
@@ -61,13 +61,14 @@ def spaced_timesteps(train_steps: int, sampling_steps: int) -> list[int]:
 
 
 class DDPMTables:
-    """Float64 tables of a re-spaced diffusion (the quantities ``GaussianDiffusion`` precomputes)."""
+    """Float64 tables of a re-spaced diffusion (the quantities ``GaussianDiffusion`` precomputes), on the CPU
+    (also when the module is built on the meta device)."""
 
     def __init__(self, train_steps: int, sampling_steps: int):
         base = torch.cumprod(1 - cosine_betas(train_steps), 0)
-        self.timestep_map = torch.tensor(spaced_timesteps(train_steps, sampling_steps), dtype=torch.int64)
+        self.timestep_map = torch.tensor(spaced_timesteps(train_steps, sampling_steps), dtype=torch.int64, device="cpu")
         kept = base[self.timestep_map]
-        prev = torch.cat([torch.ones(1, dtype=torch.float64), kept[:-1]])
+        prev = torch.cat([torch.ones(1, dtype=torch.float64, device="cpu"), kept[:-1]])
         betas = 1 - kept / prev
         self.betas = betas
         self.alphas_cumprod = kept
@@ -76,7 +77,7 @@ class DDPMTables:
         posterior_variance = betas * (1 - prev) / (1 - kept)
         # log clipped: the posterior variance is 0 at the first step
         self.posterior_log_variance_clipped = torch.log(torch.cat([posterior_variance[1:2], posterior_variance[1:]])) \
-            if len(betas) > 1 else torch.zeros(0, dtype=torch.float64)
+            if len(betas) > 1 else torch.zeros(0, dtype=torch.float64, device="cpu")
         self.log_betas = torch.log(betas)
         self.posterior_mean_coef1 = betas * torch.sqrt(prev) / (1 - kept)
         self.posterior_mean_coef2 = (1 - prev) * torch.sqrt(1 - betas) / (1 - kept)
@@ -203,7 +204,7 @@ class MARDiffusionHead(ModelMixin, ConfigMixin):
             x_t: ``[N, D]`` the current sample.
             step: sampling step, ``num_sampling_steps()-1`` (pure noise) down to 0.
             z: ``[N, C]`` conditions.
-            temperature: MAR's temperature, a factor on the std (> 0).
+            temperature: MAR's temperature, a factor on the std (>= 0).
             guidance_scale: CFG scale ``s``; used when ``z_uncond`` is given (then the noise prediction
                 is ``ε_u + s·(ε_c − ε_u)``, as MAR computes it whenever its overall cfg is not 1).
             z_uncond: ``[N, C]`` unconditional conditions, or ``None`` (no guidance).
@@ -281,8 +282,9 @@ class MARDiffusionHead(ModelMixin, ConfigMixin):
 
 def check_temperature(temperature: float) -> None:
     if isinstance(temperature, bool) or not isinstance(temperature, int | float) or not (
-            math.isfinite(temperature) and temperature > 0):
-        raise ValueError(f"temperature must be a finite number > 0 (MAR's head temperature), got {temperature!r}")
+            math.isfinite(temperature) and temperature >= 0):
+        raise ValueError(f"temperature must be a finite number >= 0 (MAR's head temperature; 0 follows the means), "
+                         f"got {temperature!r}")
 
 
 def split_sampling_steps(value: int | str | Sequence[int]) -> int:

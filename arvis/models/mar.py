@@ -144,8 +144,8 @@ class MARKVCache:
 class MARTransformer(ModelMixin, ConfigMixin):
     """MAR's encoder/decoder transformer (module docstring); ``z`` for the diffusion head.
 
-    Configuration: the official ``MAR`` constructor arguments that shape the weights, plus ``causal``
-    (the raster-order AR variant) and ``class_names``. Build a released architecture with
+    Configuration: the official ``MAR`` constructor arguments that shape the weights (``num_classes`` is the
+    official ``class_num``), plus ``causal`` (the raster-order AR variant) and ``class_names``. Build a released architecture with
     :meth:`from_preset`; load official ``.pth`` files with :func:`load_mar_checkpoint`.
 
     Example:
@@ -170,7 +170,7 @@ class MARTransformer(ModelMixin, ConfigMixin):
         decoder_num_heads: int = 16,
         mlp_ratio: float = 4.0,
         vae_embed_dim: int = 16,
-        class_num: int = 1000,
+        num_classes: int = 1000,
         buffer_size: int = 64,
         attn_dropout: float = 0.1,
         proj_dropout: float = 0.1,
@@ -183,7 +183,7 @@ class MARTransformer(ModelMixin, ConfigMixin):
         for name, value in (("img_size", img_size), ("vae_stride", vae_stride), ("patch_size", patch_size),
                             ("encoder_embed_dim", encoder_embed_dim), ("encoder_num_heads", encoder_num_heads),
                             ("decoder_embed_dim", decoder_embed_dim), ("decoder_num_heads", decoder_num_heads),
-                            ("vae_embed_dim", vae_embed_dim), ("class_num", class_num), ("buffer_size", buffer_size)):
+                            ("vae_embed_dim", vae_embed_dim), ("num_classes", num_classes), ("buffer_size", buffer_size)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
         for name, value in (("encoder_depth", encoder_depth), ("decoder_depth", decoder_depth)):
@@ -191,15 +191,15 @@ class MARTransformer(ModelMixin, ConfigMixin):
                 raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
         if img_size % (vae_stride * patch_size):
             raise ValueError(f"img_size {img_size} must be a multiple of vae_stride·patch_size = {vae_stride * patch_size}")
-        if class_names is not None and len(class_names) != class_num:
-            raise ValueError(f"class_names has {len(class_names)} names for class_num={class_num}")
+        if class_names is not None and len(class_names) != num_classes:
+            raise ValueError(f"class_names has {len(class_names)} names for num_classes={num_classes}")
         self.seq_h = self.seq_w = img_size // vae_stride // patch_size
         self.seq_len = self.seq_h * self.seq_w
         self.token_embed_dim = vae_embed_dim * patch_size ** 2
         self.buffer_size = buffer_size
         E, D, P = encoder_embed_dim, decoder_embed_dim, self.seq_len + buffer_size
 
-        self.class_emb = nn.Embedding(class_num, E)
+        self.class_emb = nn.Embedding(num_classes, E)
         self.fake_latent = nn.Parameter(torch.zeros(1, E))  # the null class (CFG's unconditional rows)
         self.z_proj = nn.Linear(self.token_embed_dim, E)
         self.z_proj_ln = nn.LayerNorm(E, eps=1e-6)
@@ -261,7 +261,7 @@ class MARTransformer(ModelMixin, ConfigMixin):
 
     @property
     def num_classes(self) -> int:
-        return self.config.class_num
+        return self.config.num_classes
 
     @property
     def is_class_conditional(self) -> bool:
@@ -523,7 +523,7 @@ def infer_mar_config(state_dict: Mapping[str, torch.Tensor], args: Any = None, n
         config = dict(img_size=size, vae_stride=stride, patch_size=patch, encoder_embed_dim=E, encoder_depth=enc_depth,
                       encoder_num_heads=enc_heads, decoder_embed_dim=D, decoder_depth=dec_depth,
                       decoder_num_heads=dec_heads, mlp_ratio=hidden / E, vae_embed_dim=token_dim // (patch * patch),
-                      class_num=int(sd["class_emb.weight"].shape[0]), buffer_size=buffer)
+                      num_classes=int(sd["class_emb.weight"].shape[0]), buffer_size=buffer)
     grid = config["img_size"] // config["vae_stride"] // config["patch_size"]
     if grid * grid != seq_len:
         raise ConfigError(f"{source}: img_size {config['img_size']} / vae_stride {config['vae_stride']} gives "
@@ -613,7 +613,7 @@ def export_mar_checkpoint(transformer: MARTransformer, head: MARDiffusionHead, p
     args = argparse.Namespace(model=_preset_of(c), img_size=c.img_size, vae_stride=c.vae_stride,
                               patch_size=c.patch_size, vae_embed_dim=c.vae_embed_dim, buffer_size=c.buffer_size,
                               diffloss_d=h.depth, diffloss_w=h.width, num_sampling_steps=str(h.sampling_steps),
-                              class_num=c.class_num, arvis_config=config)
+                              class_num=c.num_classes, arvis_config=config)
     save_pickle_checkpoint({"model": sd, "model_ema": {k: v.clone() for k, v in sd.items()}, "epoch": 0,
                             "args": args}, path)
 

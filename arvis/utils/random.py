@@ -114,6 +114,8 @@ class RandomStreams:
             t.uniform_(0.0, 1.0, generator=g)
         elif kind == "exponential":
             t.exponential_(1.0, generator=g)
+        elif kind == "normal":
+            t.normal_(0.0, 1.0, generator=g)
         else:  # pragma: no cover - internal
             raise AssertionError(kind)
 
@@ -124,6 +126,10 @@ class RandomStreams:
     def exponential(self, shape: Sequence[int], rows: Sequence[int] | None = None) -> torch.Tensor:
         """Exp(1) draws, fp32, shape ``[len(rows), *shape]``."""
         return self._draw("exponential", rows, shape)
+
+    def normal(self, shape: Sequence[int], rows: Sequence[int] | None = None) -> torch.Tensor:
+        """N(0, 1) draws, fp32, shape ``[len(rows), *shape]`` (continuous tokens' diffusion noise)."""
+        return self._draw("normal", rows, shape)
 
 
 def sample_categorical(probs: torch.Tensor, exponential_noise: torch.Tensor) -> torch.Tensor:
