@@ -152,6 +152,7 @@ class MARPipeline(DiffusionPipeline):
     class_names = LlamaGenPipeline.class_names
     class_ids = LlamaGenPipeline.class_ids
 
+    @torch.no_grad()
     def decode_tokens(self, tokens: torch.Tensor, output_type: str = "pil"):
         """Tokens ``[B, L, D]`` (MAR's scale) → images in ``output_type`` (``latent``: the tokens)."""
         check_output_type(output_type)
