@@ -187,15 +187,19 @@ def decode_masked(transformer: MARTransformer, head: MARDiffusionHead, labels: t
 @torch.no_grad()
 def decode_causal(transformer: MARTransformer, head: MARDiffusionHead, labels: torch.Tensor, *,
                   guidance_scale: float = 1.0, cfg_schedule: str = "linear", temperature: float = 1.0,
-                  generator: GeneratorArg = None, on_step: Callable[[MARStep], None] | None = None
-                  ) -> tuple[torch.Tensor, BatchStats]:
+                  generator: GeneratorArg = None, on_step: Callable[[MARStep], None] | None = None,
+                  final_std: float = 0.0) -> tuple[torch.Tensor, BatchStats]:
     """The causal raster variant, one token per forward with a KV cache (the AR baseline of continuous
-    speculative decoding). Arguments as :func:`decode_masked` (no ``num_iter``: ``L`` forwards)."""
+    speculative decoding). Arguments as :func:`decode_masked` (no ``num_iter``: ``L`` forwards), plus
+    ``final_std``: the std of a Gaussian added at the head's last step (0: MAR's sampler), the sampler
+    :mod:`arvis.methods.cspd` is exact for."""
     if not transformer.is_causal:
         raise ValueError("transformer: decode_causal needs the causal raster variant (causal=True)")
     check_guidance(guidance_scale)
     check_temperature(temperature)
     check_cfg_schedule(cfg_schedule)
+    if not (math.isfinite(final_std) and final_std >= 0):
+        raise ValueError(f"final_std must be a finite number >= 0, got {final_std!r}")
     device = transformer.mask_token.device
     t0 = time.perf_counter()
     clock = ForwardClock(device)
@@ -216,6 +220,8 @@ def decode_causal(transformer: MARTransformer, head: MARDiffusionHead, labels: t
             x = head.sample(z[:B], temperature=temperature, guidance_scale=causal_guidance(L, j, guidance_scale,
                                                                                          cfg_schedule),
                             z_uncond=z[B:] if cfg else None, noise=noise)
+        if final_std > 0:
+            x = x + final_std * streams.normal((D,))
         tokens[:, j] = x
         if on_step is not None:
             known = torch.zeros(B, L, dtype=torch.bool, device=device)
@@ -225,7 +231,8 @@ def decode_causal(transformer: MARTransformer, head: MARDiffusionHead, labels: t
             with clock.measure("target"):
                 z = transformer.forward_tokens(torch.cat([x, x])[:, None] if cfg else x[:, None], j, cache)[:, 0]
     commit = torch.arange(L, device=device).expand(B, L)
-    return tokens, _finish("ar", B, L, [1] * L, commit, L, head, L * S, clock, t0, device)
+    return tokens, _finish("ar", B, L, [1] * L, commit, L, head, L * S, clock, t0, device,
+                           {"final_std": final_std} if final_std else None)
 
 
 __all__ = ["mask_schedule", "causal_guidance", "decode_masked", "decode_causal", "MARStep", "CFG_SCHEDULES"]

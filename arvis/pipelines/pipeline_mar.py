@@ -41,6 +41,7 @@ from diffusers.utils import BaseOutput
 
 from arvis.engine.sampling import SamplingConfig
 from arvis.engine.stats import BatchStats
+from arvis.methods.cspd import decode_causal_speculative, method_settings
 from arvis.methods.mar import MARStep, check_cfg_schedule, check_num_iter, decode_causal, decode_masked
 from arvis.models.diffusion_head import MARDiffusionHead
 from arvis.models.mar import MARTransformer
@@ -52,7 +53,8 @@ from arvis.utils.random import GeneratorArg
 SAMPLING_DEFAULTS_FILE = "sampling_defaults.json"
 # Settings a MAR folder's sampling_defaults.json may hold (the first two are also SamplingConfig's).
 MAR_SAMPLING_FIELDS = ("guidance_scale", "temperature", "num_iter", "cfg_schedule")
-METHODS = ("ar",)  # MAR's own sampler (masked) or raster AR (causal); speculative methods come with the draft
+# "ar": MAR's own sampler (masked) or raster AR (causal); "cspd-exact": speculative, causal target + causal draft.
+METHODS = ("ar", "cspd-exact")
 
 
 @dataclass
@@ -168,24 +170,43 @@ class MARPipeline(DiffusionPipeline):
         :func:`arvis.eval.bench.run_bench` times); ``backbone`` is ``self.transformer``."""
         if backbone is not self.transformer:
             raise ValueError("backbone: a MAR pipeline decodes with its own transformer")
-        return self._decode(condition.class_labels, sampling, getattr(method, "name", method), generator, None,
-                            **options)
+        return self._decode(condition.class_labels, sampling, method, generator, None, **options)
 
-    def _decode(self, labels: torch.Tensor, sampling: SamplingConfig, method: str, generator: GeneratorArg,
+    def _decode(self, labels: torch.Tensor, sampling: SamplingConfig, method: Any, generator: GeneratorArg,
                 on_step: Callable[[MARStep], None] | None, num_iter: int | None = None, cfg_schedule: str | None = None,
-                **options: Any) -> tuple[torch.Tensor, BatchStats]:
-        if method not in METHODS:
+                final_std: float = 0.0, **options: Any) -> tuple[torch.Tensor, BatchStats]:
+        from arvis.methods import build_method
+
+        name = getattr(method, "name", method)
+        if name not in METHODS:
             raise ValueError(f"method: a MAR pipeline decodes with {', '.join(METHODS)} (MAR's own sampler, or one "
-                             f"token per forward for the causal variant), got {method!r}")
-        if options:
-            raise ValueError(f"method ar: unknown option(s) {sorted(options)}")
+                             f"token per forward for the causal variant; speculative with a causal draft), "
+                             f"got {name!r}")
+        if name == "cspd-exact" and final_std:  # the pipeline's final_std is the method's when it is not given
+            if isinstance(method, str):
+                options.setdefault("final_std", final_std)
+            elif method.final_std != final_std:
+                raise ValueError(f"final_std: {final_std} given, the method object has {method.final_std}")
+        if name == "ar" and final_std and not self.transformer.is_causal:
+            raise ValueError("final_std: only the causal variant's AR baseline takes it (masked MAR samples as MAR)")
+        method = build_method(method, **options)  # validates the options (ValueError naming them)
         defaults = self.sampling_defaults
         cfg_schedule = cfg_schedule if cfg_schedule is not None else defaults.get("cfg_schedule", "linear")
         check_cfg_schedule(cfg_schedule)
         kw = dict(guidance_scale=float(sampling.guidance_scale), cfg_schedule=cfg_schedule,
                   temperature=float(sampling.temperature), generator=generator, on_step=on_step)
+        if name == "cspd-exact":
+            if not self.transformer.is_causal or self.draft_transformer is None or not self.draft_transformer.is_causal:
+                raise ValueError("method cspd-exact: needs a causal transformer and a causal draft_transformer / "
+                                 "draft_head in the pipeline")
+            if sampling.guidance_scale != 1.0 and cfg_schedule != "constant":
+                raise ValueError("cfg_schedule: speculative windows span positions, so guidance must be constant "
+                                 "(cfg_schedule='constant'; use the same for the AR baseline)")
+            kw.pop("cfg_schedule")
+            return decode_causal_speculative(self.transformer, self.head, self.draft_transformer, self.draft_head,
+                                             labels, **method_settings(method), **kw)
         if self.transformer.is_causal:
-            return decode_causal(self.transformer, self.head, labels, **kw)
+            return decode_causal(self.transformer, self.head, labels, final_std=final_std, **kw)
         num_iter = num_iter if num_iter is not None else int(defaults.get("num_iter", 64))
         check_num_iter(num_iter)
         return decode_masked(self.transformer, self.head, labels, num_iter=num_iter, **kw)
@@ -207,6 +228,7 @@ class MARPipeline(DiffusionPipeline):
         method: str = "ar",
         top_k: int | None = None,
         top_p: float | None = None,
+        final_std: float = 0.0,
         **method_options: Any,
     ) -> MARPipelineOutput | tuple:
         """Generate images.
@@ -224,8 +246,11 @@ class MARPipeline(DiffusionPipeline):
             callback_on_step_end: ``f(pipe, step, committed_per_sample, {"tokens", "known"})`` after every
                 transformer forward's tokens are sampled.
             callback_on_step_end_tensor_inputs: accepted for diffusers compatibility (always those two).
-            method: ``ar`` (see :data:`METHODS`).
+            method: ``ar`` or ``cspd-exact`` (see :data:`METHODS`); ``**method_options`` are the method's
+                (``gamma``, ``final_std``, ``max_rounds`` for ``cspd-exact``).
             top_k, top_p: not applicable (continuous tokens); refused unless unset.
+            final_std: the causal AR baseline's step-0 std (the sampler ``cspd-exact`` with the same
+                ``final_std`` is exact for; 0 = MAR's).
 
         Returns:
             :class:`MARPipelineOutput` with images, tokens and decode statistics.
@@ -257,7 +282,7 @@ class MARPipeline(DiffusionPipeline):
 
         try:
             tokens, stats = self._decode(labels, sampling, method, generator, on_step, num_iter=num_iter,
-                                         cfg_schedule=cfg_schedule, **method_options)
+                                         cfg_schedule=cfg_schedule, final_std=final_std, **method_options)
         finally:
             progress.close()
         images = self.decode_tokens(tokens, output_type)

@@ -1,0 +1,260 @@
+"""Continuous speculative decoding on MAR's causal raster variant (exact; the acceptance math is
+:mod:`arvis.acceptance.continuous`).
+
+A small *draft* causal MAR (its own transformer and diffusion head) proposes ``γ`` tokens, each with the whole
+denoising trajectory its head followed; the *target* causal MAR evaluates the last committed token and the
+``γ`` drafts in **one** forward (KV cache), which gives its ``z`` for every window position and the one after;
+:func:`~arvis.acceptance.continuous.verify_window_exact` accepts the drafts' trajectories with
+``min(1, p(τ)/q(τ))`` and draws the first rejected position from the residual over trajectories. The caches
+roll back by position: the next round writes again from the first slot whose token changed (a query at slot
+``p`` attends only slots ``≤ p``).
+
+Round by round (per row ``b`` with ``n_b`` committed tokens):
+
+1. draft catch-up: feed the last two committed tokens (slots ``n−2, n−1``; only token 0 in the first round)
+   → the draft's ``z`` of position ``n``; then ``γ`` draft samples, feeding each but the last (``γ`` draft
+   forwards a round);
+2. one target forward over ``[token n−1, d_0 … d_{γ−1}]`` → the target's ``z`` of positions ``n … n+γ``;
+3. verify, commit ``num_tokens`` tokens (accepted drafts, then the recovered or bonus token).
+
+Token 0 is sampled by the target from its prefill (one target forward), so every row has ``n ≥ 1``.
+The window shrinks near the end of the sequence (``γ_round = min(γ, L − max n)``); rows that are done ride
+along without committing.
+
+Which sampler is the target: the target head with MAR's temperature and a *constant* CFG scale (a window
+spans positions, so MAR's per-position linear ramp does not apply), and at step 0 ``x_0 = mean +
+final_std · ε``. With ``final_std = 0`` (MAR's own deterministic last step) the method is exact for MAR's
+sampler but commits about one token per verify (an accepted trajectory maps to the target's token, not the
+draft's: a context break, see :mod:`arvis.acceptance.continuous`); with ``final_std > 0`` whole windows
+commit and the method is exact for that slightly smoothed sampler — the AR baseline it is compared with must
+use the same ``final_std`` (``MARPipeline(..., final_std=…)`` with ``method="ar"``).
+
+Randomness: one generator drives a batch; with one generator per image, every image is decoded on its own
+(batch 1) with its generator, so an image never depends on the batch it is drawn in.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+
+from arvis.acceptance.continuous import DiffusionSampler, Trajectory, sample_trajectory, verify_window_exact
+from arvis.engine.engine import DecodeEngine
+from arvis.engine.stats import BatchStats, DecodeStats, ForwardClock, peak_memory_mb
+from arvis.methods.base import DecodingMethod
+from arvis.methods.mar import MARStep, check_guidance
+from arvis.methods.options import Option
+from arvis.models.diffusion_head import MARDiffusionHead, check_temperature
+from arvis.models.mar import MARTransformer
+
+
+@dataclass(frozen=True)
+class ContinuousSpeculative(DecodingMethod):
+    """Exact continuous speculative decoding on causal MAR (module docstring); needs a MARPipeline with a
+    causal transformer and a causal draft (``draft_transformer`` + ``draft_head``)."""
+
+    name: ClassVar[str] = "cspd-exact"
+    family: ClassVar[str] = "continuous"
+    options: ClassVar[tuple[Option, ...]] = (
+        Option("gamma", "int", 4, "drafted tokens per verify", low=1, high=64),
+        Option("final_std", "float", 0.0, "std added at the head's last step by draft, target and baseline "
+                                          "(0: MAR's sampler, about one token per verify)", low=0.0, high=1.0),
+        Option("max_rounds", "int", 1024, "residual proposals per rejected position before the counted fallback",
+               low=1, high=65536),
+    )
+    gamma: int = 4
+    final_std: float = 0.0
+    max_rounds: int = 1024
+
+    def __post_init__(self) -> None:
+        self._check_declared()
+
+    @property
+    def lossless(self) -> bool:
+        return True
+
+    def run(self, engine: DecodeEngine) -> None:
+        raise ValueError(f"method {self.name!r} decodes continuous-token (MAR) models; use it with a MARPipeline "
+                         f"whose transformer and draft are causal")
+
+
+CONTINUOUS_METHODS = (ContinuousSpeculative,)
+
+
+def _dup(x: torch.Tensor, cfg: bool) -> torch.Tensor:
+    return torch.cat([x, x]) if cfg else x
+
+
+@torch.no_grad()
+def decode_causal_speculative(target: MARTransformer, target_head: MARDiffusionHead, draft: MARTransformer,
+                              draft_head: MARDiffusionHead, labels: torch.Tensor, *, gamma: int = 4,
+                              final_std: float = 0.0, max_rounds: int = 1024, guidance_scale: float = 1.0,
+                              temperature: float = 1.0,
+                              generator: torch.Generator | Sequence[torch.Generator] | None = None,
+                              on_step: Callable[[MARStep], None] | None = None) -> tuple[torch.Tensor, BatchStats]:
+    """Decode ``labels [B]`` with :class:`ContinuousSpeculative` (module docstring).
+
+    Returns:
+        ``(tokens [B, L, D], statistics)``: ``target_forwards`` / ``draft_forwards`` per sample, tokens committed
+        per target forward, and in ``extra`` the acceptance rate, residual rounds, fallbacks and head steps.
+    """
+    for model, role in ((target, "transformer"), (draft, "draft_transformer")):
+        if not model.is_causal:
+            raise ValueError(f"{role}: continuous speculative decoding needs the causal raster variant (causal=True)")
+    if (draft.seq_len, draft.token_embed_dim) != (target.seq_len, target.token_embed_dim):
+        raise ValueError("draft_transformer: its grid or token channels differ from the transformer's")
+    if target_head.num_sampling_steps() != draft_head.num_sampling_steps():
+        raise ValueError(f"draft_head: {draft_head.num_sampling_steps()} sampling steps, the target head "
+                         f"{target_head.num_sampling_steps()}; trajectories must have the same length")
+    check_guidance(guidance_scale)
+    check_temperature(temperature)
+    if temperature == 0:
+        raise ValueError("temperature: continuous speculative decoding compares densities; it needs temperature > 0")
+    if isinstance(generator, list | tuple):
+        if len(generator) != labels.shape[0]:
+            raise ValueError(f"generator: got {len(generator)} generators for {labels.shape[0]} images")
+        parts = [decode_causal_speculative(target, target_head, draft, draft_head, labels[b:b + 1], gamma=gamma,
+                                           final_std=final_std, max_rounds=max_rounds, guidance_scale=guidance_scale,
+                                           temperature=temperature, generator=g, on_step=on_step)
+                 for b, g in enumerate(generator)]
+        return torch.cat([p[0] for p in parts]), _merge([p[1] for p in parts])
+    return _decode_batch(target, target_head, draft, draft_head, labels, gamma, final_std, max_rounds,
+                         guidance_scale, temperature, generator, on_step)
+
+
+def _decode_batch(target: MARTransformer, target_head: MARDiffusionHead, draft: MARTransformer,
+                  draft_head: MARDiffusionHead, labels: torch.Tensor, gamma: int, final_std: float, max_rounds: int,
+                  guidance_scale: float, temperature: float, generator: torch.Generator | None,
+                  on_step: Callable[[MARStep], None] | None) -> tuple[torch.Tensor, BatchStats]:
+    device = target.mask_token.device
+    t0 = time.perf_counter()
+    clock = ForwardClock(device)
+    B, L, D = labels.shape[0], target.seq_len, target.token_embed_dim
+    cfg = guidance_scale != 1.0
+    p = DiffusionSampler(target_head, temperature, guidance_scale)
+    q = DiffusionSampler(draft_head, temperature, guidance_scale)
+
+    def conditions(model: MARTransformer) -> torch.Tensor:
+        c = model.class_embedding(labels)
+        return torch.cat([c, model.class_embedding(None, B)]) if cfg else c
+
+    cache_t, cache_d = target.allocate_cache(2 * B if cfg else B), draft.allocate_cache(2 * B if cfg else B)
+    with clock.measure("target"):
+        zt = target.prefill(conditions(target), cache_t)  # [R, C]: z of token 0
+    with clock.measure("draft"):
+        draft.prefill(conditions(draft), cache_d)
+    with clock.measure("head"):
+        first = sample_trajectory(p, zt[:B], generator=generator, z_uncond=zt[B:] if cfg else None,
+                                  final_std=final_std)
+    tokens = torch.zeros(B, L, D, device=device)
+    tokens[:, 0] = first.token
+    n = torch.ones(B, dtype=torch.long, device=device)
+    per_forward: list[list[int]] = [[1] for _ in range(B)]
+    commit = [[0] + [-1] * (L - 1) for _ in range(B)]
+    target_fw, draft_fw = [1] * B, [1] * B
+    drafted, accepted_total, rounds_total, fallbacks_total = [0] * B, [0] * B, [0] * B, [0] * B
+    batch_target, batch_draft, head_steps = 1, 1, target_head.num_sampling_steps()
+    first_round = True
+    if on_step is not None:
+        on_step(MARStep(0, tokens, torch.arange(L, device=device)[None] < n[:, None]))
+    while True:
+        n_list = n.tolist()  # host sync: once a round
+        active = [k < L for k in n_list]
+        if not any(active):
+            break
+        g = min(gamma, L - max(k for k, a in zip(n_list, active, strict=True) if a))
+        act = torch.tensor(active, device=device)
+        # 1. draft catch-up and proposals
+        if first_round:
+            feed, start = tokens[:, :1], torch.zeros(B, dtype=torch.long, device=device)
+        else:
+            start = n - 2
+            feed = tokens.gather(1, (start[:, None] + torch.arange(2, device=device))[..., None].expand(-1, -1, D))
+        with clock.measure("draft"):
+            zd = draft.forward_tokens(_dup(feed, cfg), _dup(start, cfg), cache_d)[:, -1]
+        batch_draft += 1
+        drafts, zds = [], []
+        for i in range(g):
+            zds.append(zd)
+            with clock.measure("head"):
+                traj = sample_trajectory(q, zd[:B], generator=generator, z_uncond=zd[B:] if cfg else None,
+                                         final_std=final_std)
+            drafts.append(traj)
+            if i < g - 1:
+                pos = torch.where(act, n + i, torch.full_like(n, L - 1))
+                with clock.measure("draft"):
+                    zd = draft.forward_tokens(_dup(traj.token[:, None], cfg), _dup(pos, cfg), cache_d)[:, 0]
+                batch_draft += 1
+        window = Trajectory.stack(drafts, 1)  # [B, g]
+        z_draft = torch.stack(zds, 1)  # [R, g, C']
+        # 2. one target forward over the last committed token and the drafts
+        start_t = torch.where(act, n - 1, torch.full_like(n, L - 1 - g))
+        last = tokens.gather(1, start_t.clamp_max(L - 1)[:, None, None].expand(-1, 1, D))
+        inputs = torch.cat([last, window.token], 1)  # [B, g+1, D]
+        with clock.measure("target"):
+            zt = target.forward_tokens(_dup(inputs, cfg), _dup(start_t, cfg), cache_t)  # [R, g+1, C]
+        batch_target += 1
+        # 3. verify and commit
+        with clock.measure("head"):
+            ver = verify_window_exact(p, q, window, zt[:B], z_draft[:B], generator=generator,
+                                      z_target_uncond=zt[B:] if cfg else None,
+                                      z_draft_uncond=z_draft[B:] if cfg else None, final_std=final_std,
+                                      max_rounds=max_rounds)
+        counts = ver.num_tokens.tolist()
+        acc, rounds, fallbacks = ver.num_accepted.tolist(), ver.resample_rounds.tolist(), ver.fallbacks.tolist()
+        for b in range(B):
+            if not active[b]:
+                continue
+            k = min(counts[b], L - n_list[b])
+            tokens[b, n_list[b]: n_list[b] + k] = ver.tokens[b, :k]
+            for j in range(n_list[b], n_list[b] + k):
+                commit[b][j] = target_fw[b]
+            per_forward[b].append(k)
+            target_fw[b] += 1
+            draft_fw[b] += g
+            drafted[b] += g
+            accepted_total[b] += acc[b]
+            rounds_total[b] += rounds[b]
+            fallbacks_total[b] += fallbacks[b]
+            n_list[b] += k
+        n = torch.tensor(n_list, device=device)
+        first_round = False
+        if on_step is not None:
+            on_step(MARStep(batch_target - 1, tokens, torch.arange(L, device=device)[None] < n[:, None]))
+    times = clock.totals()
+    latency = time.perf_counter() - t0
+    memory = peak_memory_mb(device)
+    samples = [DecodeStats(method=ContinuousSpeculative.name, tokens=L, target_forwards=target_fw[b],
+                           draft_forwards=draft_fw[b], accepted_per_forward=per_forward[b], commit_forward=commit[b],
+                           latency_s=latency, peak_memory_mb=memory,
+                           extra={"acceptance_rate": accepted_total[b] / max(drafted[b], 1),
+                                  "drafted": drafted[b], "accepted": accepted_total[b],
+                                  "resample_rounds": rounds_total[b], "fallbacks": fallbacks_total[b],
+                                  "gamma": gamma, "final_std": final_std, "head_steps_per_token": head_steps,
+                                  "head_s": times.get("head", 0.0)})
+               for b in range(B)]
+    return tokens, BatchStats(samples=samples, batch_target_forwards=batch_target, batch_draft_forwards=batch_draft,
+                              latency_s=latency, peak_memory_mb=memory, target_forward_s=times.get("target", 0.0),
+                              draft_forward_s=times.get("draft", 0.0))
+
+
+def _merge(parts: list[BatchStats]) -> BatchStats:
+    """Batch statistics of images decoded one after another."""
+    return BatchStats(samples=[s for p in parts for s in p.samples],
+                      batch_target_forwards=sum(p.batch_target_forwards for p in parts),
+                      batch_draft_forwards=sum(p.batch_draft_forwards for p in parts),
+                      latency_s=sum(p.latency_s for p in parts), peak_memory_mb=max(p.peak_memory_mb for p in parts),
+                      target_forward_s=sum(p.target_forward_s for p in parts),
+                      draft_forward_s=sum(p.draft_forward_s for p in parts))
+
+
+def method_settings(method: Any) -> dict[str, Any]:
+    """The options of a built :class:`ContinuousSpeculative` as keyword arguments of the decode function."""
+    return {"gamma": method.gamma, "final_std": method.final_std, "max_rounds": method.max_rounds}
+
+
+__all__ = ["ContinuousSpeculative", "CONTINUOUS_METHODS", "decode_causal_speculative", "method_settings"]
