@@ -349,3 +349,31 @@ def test_speculative_decoding_on_the_causal_variant_commits_windows():
         pipe(class_labels=[0], method="cspd-exact", gamma=0)
     with pytest.raises(ValueError, match="causal"):
         tiny_pipeline()(class_labels=[0], method="cspd-exact", num_iter=2)
+
+
+def test_published_cspd_on_masked_mar_is_labelled_lossy_and_commits_every_token():
+    from arvis.methods import build_method, is_lossless
+
+    assert not is_lossless("cspd") and is_lossless("cspd-exact")
+    assert build_method("cspd", window=3).window == 3
+    t, h = tiny_mar()
+    # The draft is the target and every window is one iteration (same context, same guidance): the published
+    # ratio is exactly 1, every draft is accepted.
+    same = MARPipeline(t, h, tiny_vae(), t, h)
+    same.set_progress_bar_config(disable=True)
+    out = same(class_labels=[0, 1], method="cspd", num_iter=8, window=1, prefill_ratio=0.15, guidance_scale=2.0,
+               generator=torch.Generator().manual_seed(0), output_type="latent")
+    s = out.stats.samples[0]
+    assert s.extra["acceptance_rate"] == 1.0 and s.extra["fallbacks"] == 0
+    # Schedule of 16 tokens in 8 iterations: 1 1 | 1 2 3 2 3 3; steps 0, 1 by the target, then one verify each.
+    assert s.accepted_per_forward == [1, 1, 1, 2, 3, 2, 3, 3] and s.draft_forwards == 6
+    td, hd = tiny_mar(seed=5, width=16)
+    pipe = MARPipeline(t, h, tiny_vae(), td, hd)
+    pipe.set_progress_bar_config(disable=True)
+    out = pipe(class_labels=[0, 1], method="cspd", num_iter=8, window=2, guidance_scale=2.0,
+               generator=torch.Generator().manual_seed(0), output_type="latent")
+    s = out.stats.samples[1]
+    assert s.accepted_per_forward == [1, 1, 1, 5, 5, 3] and s.target_forwards == 6 and -1 not in s.commit_forward
+    assert torch.isfinite(out.tokens).all() and s.extra["acceptance_rate"] < 1.0
+    with pytest.raises(ValueError, match="masked"):
+        tiny_pipeline(causal=True)(class_labels=[0], method="cspd")

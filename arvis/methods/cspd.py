@@ -42,11 +42,18 @@ from typing import Any, ClassVar
 
 import torch
 
-from arvis.acceptance.continuous import DiffusionSampler, Trajectory, sample_trajectory, verify_window_exact
+from arvis.acceptance.continuous import (
+    DiffusionSampler,
+    Trajectory,
+    sample_trajectory,
+    verify_window_cspd,
+    verify_window_exact,
+)
 from arvis.engine.engine import DecodeEngine
 from arvis.engine.stats import BatchStats, DecodeStats, ForwardClock, peak_memory_mb
 from arvis.methods.base import DecodingMethod
-from arvis.methods.mar import MARStep, check_guidance
+from arvis.methods.mar import MARStep, check_guidance, mask_schedule
+from arvis.utils.random import RandomStreams
 from arvis.methods.options import Option
 from arvis.models.diffusion_head import MARDiffusionHead, check_temperature
 from arvis.models.mar import MARTransformer
@@ -82,7 +89,51 @@ class ContinuousSpeculative(DecodingMethod):
                          f"whose transformer and draft are causal")
 
 
-CONTINUOUS_METHODS = (ContinuousSpeculative,)
+@dataclass(frozen=True)
+class PublishedCSpD(DecodingMethod):
+    """CSpD as published (Wang et al., 2024, arXiv:2411.11925; MarkXCloud/CSpD) on masked MAR — **lossy**.
+
+    The target alone decodes MAR's first iterations (``prefill_ratio`` of ``num_iter``, token pre-filling);
+    then a small masked *draft* MAR decodes the iterations, and after every ``window``-th iteration (and
+    the last) the target evaluates, in one forward, every position drafted since its last forward,
+    conditioned only on the tokens known before them; each drafted token is accepted with the tempered
+    final-transition ratio (``tau``) along the trajectory the target follows on the draft's own noise, and a
+    rejected one is resampled (up to ``max_tries``; then the target's aligned token, counted in
+    ``fallbacks``). Every position of the window is committed (the reference's independent rule): the
+    tokens of a masked iteration have no left-to-right factorisation to verify in order, so no rule here is
+    exact. Needs a MARPipeline with a masked draft.
+    """
+
+    name: ClassVar[str] = "cspd"
+    family: ClassVar[str] = "continuous"
+    options: ClassVar[tuple[Option, ...]] = (
+        Option("window", "int", 8, "draft iterations between target verifications (the reference's num_draft)",
+               low=1, high=4096),
+        Option("prefill_ratio", "float", 0.15, "fraction of the iterations decoded by the target alone",
+               low=0.0, high=1.0),
+        Option("tau", "float", 42.0, "tempering of the acceptance ratio (the reference's inner_temperature)",
+               low=1e-3, high=1e6),
+        Option("max_tries", "int", 100, "resampling proposals per rejected token before the counted fallback",
+               low=1, high=10000),
+    )
+    window: int = 8
+    prefill_ratio: float = 0.15
+    tau: float = 42.0
+    max_tries: int = 100
+
+    def __post_init__(self) -> None:
+        self._check_declared()
+
+    @property
+    def lossless(self) -> bool:
+        return False
+
+    def run(self, engine: DecodeEngine) -> None:
+        raise ValueError(f"method {self.name!r} decodes masked continuous-token (MAR) models; use it with a "
+                         f"MARPipeline that has a masked draft")
+
+
+CONTINUOUS_METHODS = (ContinuousSpeculative, PublishedCSpD)
 
 
 def _dup(x: torch.Tensor, cfg: bool) -> torch.Tensor:
@@ -253,8 +304,142 @@ def _merge(parts: list[BatchStats]) -> BatchStats:
 
 
 def method_settings(method: Any) -> dict[str, Any]:
-    """The options of a built :class:`ContinuousSpeculative` as keyword arguments of the decode function."""
-    return {"gamma": method.gamma, "final_std": method.final_std, "max_rounds": method.max_rounds}
+    """The options of a built :class:`ContinuousSpeculative` / :class:`PublishedCSpD` as keyword arguments of
+    its decode function."""
+    return {o.name: getattr(method, o.name) for o in method.options}
 
 
-__all__ = ["ContinuousSpeculative", "CONTINUOUS_METHODS", "decode_causal_speculative", "method_settings"]
+@torch.no_grad()
+def decode_masked_cspd(target: MARTransformer, target_head: MARDiffusionHead, draft: MARTransformer,
+                       draft_head: MARDiffusionHead, labels: torch.Tensor, *, num_iter: int = 64, window: int = 8,
+                       prefill_ratio: float = 0.15, tau: float = 42.0, max_tries: int = 100,
+                       guidance_scale: float = 1.0, cfg_schedule: str = "linear", temperature: float = 1.0,
+                       generator: torch.Generator | Sequence[torch.Generator] | None = None,
+                       on_step: Callable[[MARStep], None] | None = None) -> tuple[torch.Tensor, BatchStats]:
+    """:class:`PublishedCSpD` on masked MAR (``labels [B]``; lossy). Returns ``(tokens [B, L, D], statistics)``;
+    ``extra`` holds the acceptance rate, resampling tries and fallbacks."""
+    for model, role in ((target, "transformer"), (draft, "draft_transformer")):
+        if model.is_causal:
+            raise ValueError(f"{role}: the published cspd runs on masked MAR (causal=False); use cspd-exact on the "
+                             f"causal variant")
+    if (draft.seq_len, draft.token_embed_dim) != (target.seq_len, target.token_embed_dim):
+        raise ValueError("draft_transformer: its grid or token channels differ from the transformer's")
+    if target_head.num_sampling_steps() != draft_head.num_sampling_steps():
+        raise ValueError("draft_head: its sampling steps differ from the target head's (aligned trajectories)")
+    check_guidance(guidance_scale)
+    check_temperature(temperature)
+    if temperature == 0:
+        raise ValueError("temperature: cspd compares densities; it needs temperature > 0")
+    if isinstance(generator, list | tuple):
+        if len(generator) != labels.shape[0]:
+            raise ValueError(f"generator: got {len(generator)} generators for {labels.shape[0]} images")
+        parts = [decode_masked_cspd(target, target_head, draft, draft_head, labels[b:b + 1], num_iter=num_iter,
+                                    window=window, prefill_ratio=prefill_ratio, tau=tau, max_tries=max_tries,
+                                    guidance_scale=guidance_scale, cfg_schedule=cfg_schedule, temperature=temperature,
+                                    generator=g, on_step=on_step)
+                 for b, g in enumerate(generator)]
+        return torch.cat([p[0] for p in parts]), _merge([p[1] for p in parts])
+    schedule = mask_schedule(target.seq_len, num_iter, guidance_scale, cfg_schedule)
+    device = target.mask_token.device
+    t0 = time.perf_counter()
+    clock = ForwardClock(device)
+    B, L, D = labels.shape[0], target.seq_len, target.token_embed_dim
+    streams = RandomStreams(generator, B, device)
+    orders = streams.uniform((L,)).argsort(dim=-1)
+    cfg = guidance_scale != 1.0
+
+    def conditions(model: MARTransformer) -> torch.Tensor:
+        c = model.class_embedding(labels)
+        return torch.cat([c, model.class_embedding(None, B)]) if cfg else c
+
+    def z_at(model: MARTransformer, cond: torch.Tensor, tokens: torch.Tensor, mask: torch.Tensor, masked: int,
+             positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        z = model(_dup(tokens, cfg), _dup(mask, cfg), cond, num_masked=masked)
+        index = positions[..., None].expand(-1, -1, z.shape[-1])
+        return z[:B].gather(1, index), (z[B:].gather(1, index) if cfg else None)  # [B, k, C] each
+
+    cond_t, cond_d = conditions(target), conditions(draft)
+    tokens = torch.zeros(B, L, D, device=device)
+    mask = torch.ones(B, L, dtype=torch.bool, device=device)
+    commit = torch.full((B, L), -1, dtype=torch.long, device=device)
+    milestone = num_iter * prefill_ratio
+    per_forward: list[int] = []
+    masked, verified_masked, verified_mask = L, L, mask.clone()
+    pending: list[tuple[torch.Tensor, Trajectory]] = []  # drafted since the last target forward
+    draft_forwards = drafted = accepted = tries = fallbacks = 0
+    last = max(i for i, (n, _) in enumerate(schedule) if n > 0)
+    for step, (count, scale) in enumerate(schedule):
+        if count == 0:
+            continue
+        positions = orders[:, masked - count: masked].sort(dim=-1).values  # [B, k]
+        if step <= milestone:  # token pre-filling: the target alone
+            with clock.measure("target"):
+                zc, zu = z_at(target, cond_t, tokens, mask, masked, positions)
+            with clock.measure("head"):
+                traj = sample_trajectory(DiffusionSampler(target_head, temperature, scale), zc.reshape(B * count, -1),
+                                         generator=generator, z_uncond=None if zu is None else zu.reshape(B * count, -1))
+            new = traj.token.reshape(B, count, D)
+            per_forward.append(count)
+        else:
+            with clock.measure("draft"):
+                zc, zu = z_at(draft, cond_d, tokens, mask, masked, positions)
+            draft_forwards += 1
+            with clock.measure("head"):
+                traj = sample_trajectory(DiffusionSampler(draft_head, temperature, scale), zc.reshape(B * count, -1),
+                                         generator=generator, z_uncond=None if zu is None else zu.reshape(B * count, -1))
+            pending.append((positions, traj.reshape(B, count)))
+            new = traj.token.reshape(B, count, D)
+            drafted += count
+        tokens = tokens.scatter(1, positions[..., None].expand(-1, -1, D), new)
+        mask = mask.scatter(1, positions, False)
+        masked -= count
+        if step > milestone and ((step % window == 0 and step != 0) or step == last):
+            window_positions = torch.cat([p for p, _ in pending], 1)  # [B, W]
+            drafts = _cat([t for _, t in pending])  # [B, W]
+            W = window_positions.shape[1]
+            with clock.measure("target"):  # conditioned only on the tokens known before the window
+                zc, zu = z_at(target, cond_t, tokens, verified_mask, verified_masked, window_positions)
+            pad = lambda z: None if z is None else torch.cat([z, z[:, -1:]], 1)  # noqa: E731 - no bonus token here
+            with clock.measure("head"):
+                ver = verify_window_cspd(DiffusionSampler(target_head, temperature, scale), drafts, pad(zc),
+                                         generator=generator, z_target_uncond=pad(zu), tau=tau, max_tries=max_tries,
+                                         independent=True)
+            tokens = tokens.scatter(1, window_positions[..., None].expand(-1, -1, D), ver.tokens[:, :W])
+            accepted += int(ver.num_accepted.sum())
+            tries += int(ver.resample_rounds.sum())
+            fallbacks += int(ver.fallbacks.sum())
+            per_forward.append(W)
+            pending = []
+            verified_mask, verified_masked = mask.clone(), masked
+            commit.scatter_(1, window_positions, len(per_forward) - 1)
+        elif step <= milestone:
+            verified_mask, verified_masked = mask.clone(), masked
+            commit.scatter_(1, positions, len(per_forward) - 1)
+        if on_step is not None:
+            on_step(MARStep(step, tokens, ~verified_mask))
+    times = clock.totals()
+    latency = time.perf_counter() - t0
+    memory = peak_memory_mb(device)
+    commit_lists = commit.tolist()
+    extra = {"acceptance_rate": accepted / max(B * drafted, 1), "drafted": drafted, "accepted": accepted / B,
+             "resample_tries": tries / B, "fallbacks": fallbacks / B, "num_iter": num_iter, "window": window,
+             "prefill_ratio": prefill_ratio, "tau": tau, "head_steps": L * target_head.num_sampling_steps(),
+             "head_s": times.get("head", 0.0)}
+    samples = [DecodeStats(method=PublishedCSpD.name, tokens=L, target_forwards=len(per_forward),
+                           draft_forwards=draft_forwards, accepted_per_forward=list(per_forward),
+                           commit_forward=commit_lists[b], latency_s=latency, peak_memory_mb=memory, extra=dict(extra))
+               for b in range(B)]
+    return tokens, BatchStats(samples=samples, batch_target_forwards=len(per_forward),
+                              batch_draft_forwards=draft_forwards, latency_s=latency, peak_memory_mb=memory,
+                              target_forward_s=times.get("target", 0.0), draft_forward_s=times.get("draft", 0.0))
+
+
+def _cat(parts: list[Trajectory]) -> Trajectory:
+    """Windows ``[B, k_i]`` of trajectories side by side → ``[B, Σ k_i]``."""
+    return Trajectory(torch.cat([t.states for t in parts], 1), torch.cat([t.noise for t in parts], 1),
+                      torch.cat([t.log_prob for t in parts], 1), torch.cat([t.final_transition_std for t in parts], 1),
+                      torch.cat([t.log_std_sum for t in parts], 1))
+
+
+__all__ = ["ContinuousSpeculative", "PublishedCSpD", "CONTINUOUS_METHODS", "decode_causal_speculative",
+           "decode_masked_cspd", "method_settings"]

@@ -41,7 +41,7 @@ from diffusers.utils import BaseOutput
 
 from arvis.engine.sampling import SamplingConfig
 from arvis.engine.stats import BatchStats
-from arvis.methods.cspd import decode_causal_speculative, method_settings
+from arvis.methods.cspd import decode_causal_speculative, decode_masked_cspd, method_settings
 from arvis.methods.mar import MARStep, check_cfg_schedule, check_num_iter, decode_causal, decode_masked
 from arvis.models.diffusion_head import MARDiffusionHead
 from arvis.models.mar import MARTransformer
@@ -53,8 +53,9 @@ from arvis.utils.random import GeneratorArg
 SAMPLING_DEFAULTS_FILE = "sampling_defaults.json"
 # Settings a MAR folder's sampling_defaults.json may hold (the first two are also SamplingConfig's).
 MAR_SAMPLING_FIELDS = ("guidance_scale", "temperature", "num_iter", "cfg_schedule")
-# "ar": MAR's own sampler (masked) or raster AR (causal); "cspd-exact": speculative, causal target + causal draft.
-METHODS = ("ar", "cspd-exact")
+# "ar": MAR's own sampler (masked) or raster AR (causal); "cspd-exact": exact speculative, causal target + causal
+# draft; "cspd": the published (lossy) CSpD, masked target + masked draft.
+METHODS = ("ar", "cspd-exact", "cspd")
 
 
 @dataclass
@@ -205,10 +206,16 @@ class MARPipeline(DiffusionPipeline):
             kw.pop("cfg_schedule")
             return decode_causal_speculative(self.transformer, self.head, self.draft_transformer, self.draft_head,
                                              labels, **method_settings(method), **kw)
-        if self.transformer.is_causal:
-            return decode_causal(self.transformer, self.head, labels, final_std=final_std, **kw)
         num_iter = num_iter if num_iter is not None else int(defaults.get("num_iter", 64))
         check_num_iter(num_iter)
+        if name == "cspd":
+            if self.transformer.is_causal or self.draft_transformer is None or self.draft_transformer.is_causal:
+                raise ValueError("method cspd: needs a masked transformer and a masked draft_transformer / draft_head "
+                                 "in the pipeline (cspd-exact is the causal variant's)")
+            return decode_masked_cspd(self.transformer, self.head, self.draft_transformer, self.draft_head, labels,
+                                      num_iter=num_iter, **method_settings(method), **kw)
+        if self.transformer.is_causal:
+            return decode_causal(self.transformer, self.head, labels, final_std=final_std, **kw)
         return decode_masked(self.transformer, self.head, labels, num_iter=num_iter, **kw)
 
     @torch.no_grad()
@@ -246,8 +253,9 @@ class MARPipeline(DiffusionPipeline):
             callback_on_step_end: ``f(pipe, step, committed_per_sample, {"tokens", "known"})`` after every
                 transformer forward's tokens are sampled.
             callback_on_step_end_tensor_inputs: accepted for diffusers compatibility (always those two).
-            method: ``ar`` or ``cspd-exact`` (see :data:`METHODS`); ``**method_options`` are the method's
-                (``gamma``, ``final_std``, ``max_rounds`` for ``cspd-exact``).
+            method: ``ar``, ``cspd-exact`` or ``cspd`` (see :data:`METHODS`); ``**method_options`` are the
+                method's (``gamma``, ``final_std``, ``max_rounds`` for ``cspd-exact``; ``window``,
+                ``prefill_ratio``, ``tau``, ``max_tries`` for ``cspd``).
             top_k, top_p: not applicable (continuous tokens); refused unless unset.
             final_std: the causal AR baseline's step-0 std (the sampler ``cspd-exact`` with the same
                 ``final_std`` is exact for; 0 = MAR's).
