@@ -85,8 +85,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     ref = load_reference(args.reference_repo)
 
-    from arvis.models.mar import load_mar_checkpoint
     from arvis.methods.mar import mask_schedule
+    from arvis.models.mar import load_mar_checkpoint
     from arvis.tokenizers.mar_vae import load_mar_vae_checkpoint
     from arvis.utils.serialization import save_pickle_checkpoint
 
@@ -165,8 +165,8 @@ def main(argv: list[str] | None = None) -> int:
             calls: list[tuple[int, float]] = []
             original_sample = official.diffloss.sample
 
-            def record(zz, temperature=1.0, cfg=1.0, calls=calls):
-                calls.append((zz.shape[0] // (2 if cfg_scale != 1.0 else 1), float(cfg)))
+            def record(zz, temperature=1.0, cfg=1.0, calls=calls, rows=2 if cfg_scale != 1.0 else 1):
+                calls.append((zz.shape[0] // rows, float(cfg)))
                 return torch.zeros(zz.shape[0], D)
 
             official.diffloss.sample = record

@@ -53,10 +53,10 @@ from arvis.engine.engine import DecodeEngine
 from arvis.engine.stats import BatchStats, DecodeStats, ForwardClock, peak_memory_mb
 from arvis.methods.base import DecodingMethod
 from arvis.methods.mar import MARStep, check_guidance, mask_schedule
-from arvis.utils.random import RandomStreams
 from arvis.methods.options import Option
 from arvis.models.diffusion_head import MARDiffusionHead, check_temperature
 from arvis.models.mar import MARTransformer
+from arvis.utils.random import RandomStreams
 
 
 @dataclass(frozen=True)

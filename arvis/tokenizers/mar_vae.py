@@ -173,7 +173,12 @@ def load_mar_vae_checkpoint(path: str | os.PathLike, vae: AutoencoderKL | None =
     Raises:
         CheckpointError: unreadable or unsafe file, unknown keys, missing or mis-shaped weights.
     """
-    from arvis.utils.serialization import check_state_dict, check_tensor_values, extract_state_dict, load_state_dict_file
+    from arvis.utils.serialization import (
+        check_state_dict,
+        check_tensor_values,
+        extract_state_dict,
+        load_state_dict_file,
+    )
 
     source = str(path)
     sd, _ = extract_state_dict(load_state_dict_file(path), key, source=source)
