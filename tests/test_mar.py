@@ -40,6 +40,7 @@ def tiny_mar(causal: bool = False, seed: int = 0, width: int = 32, steps: int = 
                        num_classes=3, class_names=NAMES, causal=causal)
     t.init_weights(torch.Generator().manual_seed(seed))
     head = t.default_head(width=32, depth=2, sampling_steps=steps)
+    head.init_weights(torch.Generator().manual_seed(seed + 2))
     with torch.no_grad():  # the official init leaves the head's output layers at zero: give it real outputs
         for p in head.parameters():
             p.add_(torch.randn(p.shape, generator=torch.Generator().manual_seed(seed + 1)) * 0.05)
@@ -377,3 +378,65 @@ def test_published_cspd_on_masked_mar_is_labelled_lossy_and_commits_every_token(
     assert torch.isfinite(out.tokens).all() and s.extra["acceptance_rate"] < 1.0
     with pytest.raises(ValueError, match="masked"):
         tiny_pipeline(causal=True)(class_labels=[0], method="cspd")
+
+
+def _scalar_causal_mar(seed: int) -> tuple[MARTransformer, MARDiffusionHead]:
+    """A causal MAR of 2x2 one-channel tokens with a 4-step head (distributions cheap to sample at large N)."""
+    t = MARTransformer(img_size=32, vae_stride=16, encoder_embed_dim=16, encoder_depth=1, encoder_num_heads=2,
+                       decoder_embed_dim=16, decoder_depth=1, decoder_num_heads=2, vae_embed_dim=1, buffer_size=2,
+                       num_classes=2, causal=True)
+    t.init_weights(torch.Generator().manual_seed(seed))
+    h = t.default_head(width=16, depth=1, sampling_steps=4)
+    h.init_weights(torch.Generator().manual_seed(seed + 1))
+    with torch.no_grad():
+        for p in h.parameters():
+            p.add_(torch.randn(p.shape, generator=torch.Generator().manual_seed(seed + 2)) * 0.05)
+    return t.eval(), h.eval()
+
+
+def test_exact_speculative_tokens_follow_the_target_and_a_planted_bug_fails(monkeypatch):
+    """Two-sample KS tests per position (N = 3000 each, threshold 1e-3 per position: a false alarm has
+    probability < 0.4% over the 8 comparisons). Power: the same test tells the draft's own AR samples from the
+    target's (p < 1e-6 here), and a loop that commits every draft (no verification) fails it."""
+    import copy
+
+    from scipy.stats import ks_2samp
+
+    import arvis.methods.cspd as cspd_module
+    from arvis.acceptance.continuous import ContinuousVerification
+    from arvis.methods.cspd import decode_causal_speculative
+    from arvis.methods.mar import decode_causal
+
+    t, h = _scalar_causal_mar(0)
+    far_t, far_h = _scalar_causal_mar(7)  # an unrelated draft: the residual path
+    near_h = copy.deepcopy(h)  # a close draft: about half the trajectories accepted
+    with torch.no_grad():
+        near_h.net.final_layer.linear.bias[:1] += 1e-4
+    N, fs = 3000, 0.1
+    labels = torch.zeros(N, dtype=torch.long)
+    ar = decode_causal(t, h, labels, generator=torch.Generator().manual_seed(1), final_std=fs)[0][..., 0]
+
+    def p_values(tokens):
+        return [ks_2samp(ar[:, j].numpy(), tokens[:, j, 0].numpy()).pvalue for j in range(4)]
+
+    far, _ = decode_causal_speculative(t, h, far_t, far_h, labels, gamma=2, final_std=fs,
+                                       generator=torch.Generator().manual_seed(2))
+    near, stats = decode_causal_speculative(t, h, t, near_h, labels, gamma=2, final_std=fs,
+                                            generator=torch.Generator().manual_seed(3))
+    rate = sum(s.extra["accepted"] for s in stats.samples) / sum(s.extra["drafted"] for s in stats.samples)
+    assert 0.2 < rate < 0.8
+    assert min(p_values(far)) > 1e-3 and min(p_values(near)) > 1e-3
+    draft_ar = decode_causal(far_t, far_h, labels, generator=torch.Generator().manual_seed(4), final_std=fs)[0]
+    assert max(p_values(draft_ar)) < 1e-6
+
+    def accept_everything(target, draft, drafts, z_target, z_draft, **kw):  # the planted bug
+        b, gamma = drafts.token.shape[:2]
+        tokens = torch.cat([drafts.token, drafts.token[:, -1:]], 1)
+        full = torch.full((b,), gamma, dtype=torch.long)
+        return ContinuousVerification(tokens, torch.ones(b, gamma, dtype=torch.bool), full, full,
+                                      torch.zeros(b, dtype=torch.bool), torch.zeros_like(full), torch.zeros_like(full))
+
+    monkeypatch.setattr(cspd_module, "verify_window_exact", accept_everything)
+    buggy, _ = decode_causal_speculative(t, h, far_t, far_h, labels, gamma=2, final_std=fs,
+                                         generator=torch.Generator().manual_seed(2))
+    assert max(p_values(buggy)[1:]) < 1e-6  # token 0 comes from the target's prefill; the rest are the draft's

@@ -183,6 +183,26 @@ class MARDiffusionHead(ModelMixin, ConfigMixin):
         self.net = SimpleMLPAdaLN(token_dim, width, 2 * token_dim, cond_dim, depth)
         self._tables = DDPMTables(TRAIN_STEPS, sampling_steps)
 
+    @torch.no_grad()
+    def init_weights(self, generator: torch.Generator | None = None) -> None:
+        """The official initialisation, drawn from ``generator``: Xavier-uniform linears with zero biases,
+        N(0, 0.02²) for the step embedding's MLP, and zeros for every AdaLN modulation and the output layer
+        (an untrained head therefore predicts ε = 0)."""
+        for m in self.modules():
+            if isinstance(m, nn.Linear):
+                bound = math.sqrt(6 / (m.in_features + m.out_features))
+                m.weight.uniform_(-bound, bound, generator=generator)
+                m.bias.zero_()
+        for layer in (self.net.time_embed.mlp[0], self.net.time_embed.mlp[2]):
+            layer.weight.normal_(0.0, 0.02, generator=generator)
+        for block in self.net.res_blocks:
+            block.adaLN_modulation[-1].weight.zero_()
+            block.adaLN_modulation[-1].bias.zero_()
+        final = self.net.final_layer
+        for t in (final.adaLN_modulation[-1].weight, final.adaLN_modulation[-1].bias, final.linear.weight,
+                  final.linear.bias):
+            t.zero_()
+
     # ------------------------------------------------------------------ protocol
     def num_sampling_steps(self) -> int:
         return len(self._tables.timestep_map)
