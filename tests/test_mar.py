@@ -1,10 +1,13 @@
 """MAR: official layouts, presets, the diffusion head, the causal variant's cache, the pipeline and the CLI.
 
 The official code is not part of the repository; ``eval/compare_mar_reference.py --reference-repo <LTH14/mar>``
-compares z, the head's transitions and sampling, the masked schedule and the VAE with it on exported weights.
+compares z, the head's transitions and sampling, the masked schedule and the VAE with it on exported weights;
+the test marked by ``ARVIS_MAR_REFERENCE`` (an LTH14/mar checkout) runs it and is skipped without one.
 """
 
 from __future__ import annotations
+
+import os
 
 import numpy as np
 import pytest
@@ -440,3 +443,15 @@ def test_exact_speculative_tokens_follow_the_target_and_a_planted_bug_fails(monk
     buggy, _ = decode_causal_speculative(t, h, far_t, far_h, labels, gamma=2, final_std=fs,
                                          generator=torch.Generator().manual_seed(2))
     assert max(p_values(buggy)[1:]) < 1e-6  # token 0 comes from the target's prefill; the rest are the draft's
+
+
+REFERENCE = os.environ.get("ARVIS_MAR_REFERENCE")
+
+
+@pytest.mark.skipif(not REFERENCE, reason="set ARVIS_MAR_REFERENCE to an LTH14/mar checkout (its code needs timm)")
+def test_same_outputs_as_the_official_code(capsys):
+    from eval.compare_mar_reference import main  # noqa: PLC0415
+
+    assert main(["--reference-repo", REFERENCE, "--skip-vae", "--sampling-steps", "5"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("0.000e+00") == 6 and out.count("tokens per iteration equal: True") == 3, out
