@@ -3,13 +3,16 @@ its acceptance rate is 1 − TV, the published CSpD rule is lossy but never leav
 
 Decision rules (fixed seeds, so every test is deterministic):
 
-- two-sample Kolmogorov–Smirnov on 1-D tokens, and a Gaussian-kernel MMD permutation test on 2-D
-  (pairs of tokens of a sequence, or 2-D tokens): exact methods must give ``p > ALPHA = 1e-3``;
-- planted bugs (recovering from ``p`` instead of the residual; a ratio without the trajectory's earlier
-  transitions; ignoring a context break) must give ``p < ALPHA`` on the same case and size — the tests have
-  teeth. The draft pair is a bimodal mixture whose draft modes are shifted by 0.3 (TV ≈ 0.27 per token),
-  so a wrong rule moves a sizable share of the mass and is caught well inside these sizes (measured
-  p-values of the bugs at these sizes: 1e-21, 1e-12, 1e-31; of the exact rule: 0.16 – 0.82).
+- two-sample Kolmogorov–Smirnov on 1-D statistics (a token; for two-token sequences also the second token
+  minus what its context explains, where a wrong context shows), and a Gaussian-kernel MMD test on 2-D
+  samples (token pairs of a sequence; 2-D tokens in the slow test): exact methods must give
+  ``p > ALPHA = 1e-3``;
+- planted bugs must give ``p < ALPHA`` on the same case and size — the tests have teeth: recovering from
+  ``p`` instead of the residual (KS p = 1e-21; in 2-D, MMD, slow test), a ratio without the trajectory's
+  earlier transitions (1e-12), ignoring a context break (1e-31). The exact rule's p-values on these cases:
+  0.16 – 0.96. The draft pair is a bimodal mixture whose draft modes are shifted by 0.3 (TV ≈ 0.27 per
+  token), so a wrong rule moves a sizable share of the mass. (The fast MMD on sequence pairs, n = 2000, is
+  a second look at the joint law, not a test with teeth: the bugs above give it p = 0.01 – 0.35.)
 """
 
 from __future__ import annotations
@@ -44,8 +47,10 @@ def _gen(seed: int) -> torch.Generator:
 
 
 def mmd_pvalue(x: torch.Tensor, y: torch.Tensor, permutations: int = 200, seed: int = 0) -> float:
-    """Permutation p-value of the Gaussian-kernel MMD between samples ``x [n, D]`` and ``y [m, D]``
-    (bandwidth: the median pairwise distance)."""
+    """p-value of the Gaussian-kernel MMD² between samples ``x [n, D]`` and ``y [m, D]`` (bandwidth: the
+    median pairwise squared distance): the null distribution is that of ``permutations`` random splits,
+    summarised by a fitted Gamma (Gretton et al.'s approximation), so that p-values below
+    ``1/(permutations + 1)`` can be resolved."""
     z = torch.cat([x, y]).double()
     d2 = torch.cdist(z, z) ** 2
     h = d2[d2 > 0].median()
@@ -55,7 +60,8 @@ def mmd_pvalue(x: torch.Tensor, y: torch.Tensor, permutations: int = 200, seed: 
     signs = torch.cat([torch.full((n,), 1.0 / n), torch.full((m,), -1.0 / m)]).double()
     perms = torch.stack([signs] + [signs[torch.randperm(n + m, generator=gen)] for _ in range(permutations)], 1)
     stat = ((k @ perms) * perms).sum(0)  # [1 + P] MMD² of the split and of each permutation
-    return float(((stat[1:] >= stat[0]).sum() + 1) / (permutations + 1))
+    mean, var = float(stat[1:].mean()), float(stat[1:].var())
+    return float(stats.gamma.sf(float(stat[0]), mean * mean / var, scale=var / mean))
 
 
 def window_draft(draft: DiffusionSampler, b: int, gamma: int, gen: torch.Generator, final_std: float = 0.0,
@@ -153,6 +159,8 @@ def test_bad_shapes_are_refused():
         verify_window_exact(t, DiffusionSampler(mixture_pair(5)[1]), drafts, zt, zd, generator=_gen(0))
     with pytest.raises(ValueError, match="final_std"):
         verify_window_exact(t, q, drafts, zt, zd, generator=_gen(0), final_std=-1.0)
+    with pytest.raises(ValueError, match="token_dim"):
+        sample_trajectory(t, torch.zeros(2, 1), noise=torch.zeros(2, 5, 3))
     with pytest.raises(ValueError, match="tau"):
         verify_window_cspd(t, drafts, zt, generator=_gen(0), tau=0.0)
 
@@ -384,22 +392,117 @@ def test_results_depend_only_on_the_generator():
     assert int(a[0].resample_rounds.max()) <= 3  # the bound holds
 
 
+def test_per_sample_generators_make_each_sample_independent_of_its_batch():
+    tgt, drf = mixture_pair(STEPS, shift=0.8)
+    t, q = DiffusionSampler(tgt), DiffusionSampler(drf)
+    gamma = 3
+
+    def run(seeds: list[int]):
+        gens = [_gen(s) for s in seeds]
+        zero = torch.zeros(len(seeds), 1)
+        drafts = Trajectory.stack([sample_trajectory(q, zero, generator=gens) for _ in range(gamma)])
+        zt, zd = torch.zeros(len(seeds), gamma + 1, 1), torch.zeros(len(seeds), gamma, 1)
+        return (verify_window_exact(t, q, drafts, zt, zd, generator=gens, round_chunk=2),
+                verify_window_cspd(t, drafts, zt, generator=gens, tau=2.0, max_tries=5))
+
+    seeds = list(range(40, 56))
+    batch = run(seeds)
+    assert int(batch[0].resample_rounds.max()) > 1  # extra residual rounds are exercised
+    for i, seed in enumerate(seeds):
+        alone = run([seed])
+        for together, single in zip(batch, alone, strict=True):
+            torch.testing.assert_close(together.tokens[i], single.tokens[0], rtol=0, atol=1e-5)
+            for name in ("accepted", "num_tokens", "resample_rounds", "fallbacks"):
+                assert torch.equal(getattr(together, name)[i], getattr(single, name)[0]), name
+
+
+def _reference_exact_row(t: DiffusionSampler, q: DiffusionSampler, drafts: Trajectory, zt: torch.Tensor,
+                         zd: torch.Tensor, g: torch.Generator, final_std: float, max_rounds: int, chunk: int):
+    """The exact rule for one sample, position by position with Python control flow, drawing from the sample's
+    generator in the order the vectorised rule documents (accept tests, proposal noise, keep tests, then
+    rounds of ``chunk`` proposals)."""
+    gamma, width, dim = drafts.states.shape
+    u = torch.empty(gamma).uniform_(0, 1, generator=g)
+    noise = torch.empty(gamma + 1, width, dim).normal_(generator=g)
+    ku = torch.empty(gamma).uniform_(0, 1, generator=g)
+    tokens, rounds, fallback = [], 0, 0
+    for j in range(gamma):
+        scored = score_trajectory(t, drafts.states[j:j + 1], zt[j:j + 1], final_std=final_std)
+        if float(u[j]) < math.exp(float(scored.log_prob[0] - drafts.log_prob[j])):
+            tokens.append(scored.token[0])
+            if not torch.equal(scored.token[0], drafts.token[j]) and final_std == 0:
+                return tokens, rounds, fallback  # context break
+            continue
+        y = sample_trajectory(t, zt[j:j + 1], noise=noise[j:j + 1], final_std=final_std)
+        log_q = score_trajectory(q, y.states, zd[j:j + 1], final_std=final_std).log_prob
+        rounds = 1
+        if float(ku[j]) < float(residual_keep_probability(y.log_prob, log_q)[0]):
+            return tokens + [y.token[0]], rounds, fallback
+        last = y.token[0]
+        while rounds < max_rounds:
+            r = min(chunk, max_rounds - rounds)
+            nz = torch.empty(r, width, dim).normal_(generator=g)
+            uu = torch.empty(r).uniform_(0, 1, generator=g)
+            y = sample_trajectory(t, zt[j:j + 1].expand(r, -1), noise=nz, final_std=final_std)
+            log_q = score_trajectory(q, y.states, zd[j:j + 1].expand(r, -1), final_std=final_std).log_prob
+            keep = uu < residual_keep_probability(y.log_prob, log_q)
+            for i in range(r):
+                rounds += 1
+                last = y.token[i]
+                if bool(keep[i]):
+                    return tokens + [last], rounds, fallback
+        return tokens + [last], rounds, 1
+    bonus = sample_trajectory(t, zt[gamma:], noise=noise[gamma:], final_std=final_std)
+    return tokens + [bonus.token[0]], rounds, fallback
+
+
+@pytest.mark.parametrize("final_std", [0.0, 0.1])
+def test_vectorised_exact_rule_equals_the_position_by_position_reference(final_std):
+    tgt, drf = mixture_pair(STEPS, shift=0.3, z_dim=2)
+    t, q = DiffusionSampler(tgt), DiffusionSampler(drf)
+    b, gamma, max_rounds, chunk = 60, 3, 3, 2
+    z = torch.randn(b, gamma + 1, 2, generator=_gen(0))
+    zd = z[:, :gamma] + 0.1 * torch.randn(b, gamma, 2, generator=_gen(1))
+    drafts = Trajectory.stack([sample_trajectory(q, zd[:, j], generator=_gen(2 + j), final_std=final_std)
+                               for j in range(gamma)])
+    res = verify_window_exact(t, q, drafts, z, zd, generator=[_gen(100 + i) for i in range(b)],
+                              final_std=final_std, max_rounds=max_rounds, round_chunk=chunk)
+    kinds = set()
+    for i in range(b):
+        tokens, rounds, fallback = _reference_exact_row(t, q, drafts.index(i), z[i], zd[i], _gen(100 + i), final_std,
+                                                        max_rounds, chunk)
+        assert int(res.num_tokens[i]) == len(tokens)
+        torch.testing.assert_close(res.tokens[i, :len(tokens)], torch.stack(tokens), rtol=0, atol=1e-5)
+        assert (int(res.resample_rounds[i]), int(res.fallbacks[i])) == (rounds, fallback)
+        kinds.add("bonus" if bool(res.bonus[i]) else "fallback" if fallback else "rounds" if rounds > 1
+                  else "residual" if rounds else "break")
+    expected = {"residual", "rounds", "fallback"} | ({"break"} if final_std == 0 else {"bonus"})
+    assert kinds == expected, kinds  # every branch of the rule was exercised
+
+
 # ----------------------------------------------------------------------------------------------------
 # large-N check on 2-D tokens (run with -m slow)
 # ----------------------------------------------------------------------------------------------------
 
-@pytest.mark.slow
-def test_exact_rule_2d_tokens_large_n():
+def _tokens_2d(n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     steps = 32
     tgt = MixtureDenoiserHead([0.3, 0.3, 0.4], [[-1.0, 0.5], [1.0, 1.0], [0.0, -1.2]], [0.3, 0.4, 0.35], steps)
     drf = MixtureDenoiserHead([0.4, 0.2, 0.4], [[-0.8, 0.7], [1.2, 0.8], [0.2, -1.0]], [0.35, 0.4, 0.3], steps)
     t, q = DiffusionSampler(tgt), DiffusionSampler(drf)
-    gen = _gen(12)
-    n = 6000
+    gen = _gen(seed)
     drafts, zt, zd = window_draft(q, n, 2, gen, z_dim=1)
     res = verify_window_exact(t, q, drafts, zt, zd, generator=gen)
-    plain = plain_tokens(t, n, 13)
-    assert mmd_pvalue(res.tokens[:, 0], plain, permutations=300) > ALPHA
-    for d in range(2):
-        assert stats.ks_2samp(res.tokens[:, 0, d].numpy(), plain[:, d].numpy()).pvalue > ALPHA
     assert np.isfinite(res.tokens.numpy()).all()
+    return res.tokens[:, 0], plain_tokens(t, n, seed + 1)
+
+
+@pytest.mark.slow
+def test_exact_rule_2d_tokens_large_n(monkeypatch):
+    spec, plain = _tokens_2d(4000, 12)
+    assert mmd_pvalue(spec, plain) > ALPHA
+    for d in range(2):
+        assert stats.ks_2samp(spec[:, d].numpy(), plain[:, d].numpy()).pvalue > ALPHA
+    # the same test with the residual drawn from p fails
+    monkeypatch.setattr(cont, "residual_keep_probability", lambda log_p, log_q: torch.ones_like(log_p))
+    spec, plain = _tokens_2d(4000, 12)
+    assert mmd_pvalue(spec, plain) < ALPHA

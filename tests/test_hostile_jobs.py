@@ -324,3 +324,54 @@ def test_outputs_respect_the_umask(tmp_path, umask):
                  domain / "diffusion_pytorch_model.safetensors"]:
         assert path.stat().st_mode & 0o777 == 0o666 & ~umask, path
     assert domain.stat().st_mode & 0o777 == 0o777 & ~umask
+
+
+@pytest.mark.reliability(area="saving models",
+                         probe="save_pretrained of a pipeline and of a model, and a training export, under umask 022 "
+                               "and 077, into a folder that already holds a private file of the user's",
+                         outcome="the written safetensors/JSON files get 0666 less the umask (safetensors wrote 0600 "
+                                 "whatever the umask); the user's own file keeps its mode")
+@pytest.mark.parametrize("umask", [0o022, 0o077])
+def test_save_pretrained_respects_the_umask(tmp_path, umask):
+    from arvis.pipelines import LlamaGenPipeline
+    from arvis.training.assemble import assemble
+    from tests.conftest import tiny_llamagen
+    from tests.test_pipeline import tiny_vq
+
+    pipe_dir, model_dir, assembled = tmp_path / "pipe", tmp_path / "model", tmp_path / "assembled"
+    pipe_dir.mkdir()
+    (pipe_dir / "notes.txt").write_text("mine")
+    os.chmod(pipe_dir / "notes.txt", 0o600)
+    previous = os.umask(umask)
+    try:
+        LlamaGenPipeline(tiny_llamagen("c2i"), tiny_vq()).save_pretrained(pipe_dir)
+        tiny_llamagen("c2i").save_pretrained(model_dir)
+        tiny_vq().save_pretrained(tmp_path / "vq")
+        assemble(model_dir, tmp_path / "vq", out=assembled, data="photos")
+    finally:
+        os.umask(previous)
+    written = [*pipe_dir.glob("*/*.safetensors"), *pipe_dir.glob("*/config.json"), pipe_dir / "model_index.json",
+               *model_dir.iterdir(), *assembled.glob("transformer/*"), assembled / "model_index.json"]
+    assert len([p for p in written if p.suffix == ".safetensors"]) == 4
+    for path in written:
+        assert path.stat().st_mode & 0o777 == 0o666 & ~umask, path
+    assert assembled.stat().st_mode & 0o777 == 0o777 & ~umask
+    assert (pipe_dir / "notes.txt").stat().st_mode & 0o777 == 0o600
+
+
+def test_atomic_directory_keeps_named_entries_and_is_untouched_on_error(tmp_path):
+    from arvis.utils.serialization import atomic_directory
+
+    out = tmp_path / "out"
+    with atomic_directory(out) as staged:
+        (staged / "weights").write_text("v1")
+        (staged / "README.md").write_text("card")
+    with atomic_directory(out, keep=("README.md", "absent.txt")) as staged:
+        (staged / "weights").write_text("v2")
+    assert sorted(p.name for p in out.iterdir()) == ["README.md", "weights"]
+    assert (out / "weights").read_text() == "v2" and (out / "README.md").read_text() == "card"
+    with pytest.raises(RuntimeError, match="crash"), atomic_directory(out) as staged:
+        (staged / "weights").write_text("v3")
+        raise RuntimeError("crash")
+    assert (out / "weights").read_text() == "v2"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # no staging folder left behind

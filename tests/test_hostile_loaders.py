@@ -185,6 +185,30 @@ def test_config_is_checked_against_the_weights_header(pipeline_dir, tmp_path, fi
 
 
 @pytest.mark.reliability(area="loading: configurations",
+                         probe="config.json edited in a field no tensor shape reveals (n_head 4 → 2 or 1, norm_eps) in a "
+                               "folder arvis saved",
+                         outcome="ConfigError naming config.json, the field, its value and the value the weights were "
+                                 "saved with (recorded in the safetensors metadata); folders without the record "
+                                 "(official, older) load as before")
+@pytest.mark.parametrize("field, value", [("n_head", 2), ("n_head", 1), ("norm_eps", 1e-3)])
+def test_shape_invisible_config_edits_are_caught(pipeline_dir, tmp_path, field, value):
+    from arvis.utils.serialization import CONFIG_METADATA_KEY, read_safetensors_header
+
+    weights = pipeline_dir / "transformer" / "diffusion_pytorch_model.safetensors"
+    assert json.loads(read_safetensors_header(weights).metadata[CONFIG_METADATA_KEY])["n_head"] == 4
+    folder = variant(pipeline_dir, tmp_path)
+    edit_json(folder / "transformer" / "config.json", **{field: value})
+    with pytest.raises(ConfigError, match=rf"config.json'?: {field} = {value!r}, but the weights .* saved with {field}"):
+        LlamaGenPipeline.from_pretrained(str(folder))
+    # The same edit in a folder without the record (as official or older folders are) is not detectable.
+    from safetensors.torch import load_file, save_file
+
+    stripped = folder / "transformer" / "diffusion_pytorch_model.safetensors"
+    save_file(load_file(stripped), stripped, metadata={"format": "pt"})
+    LlamaGenPipeline.from_pretrained(str(folder))
+
+
+@pytest.mark.reliability(area="loading: configurations",
                          probe="constructing a GPT with block_size at its bound (128×128 tokens) on the meta device, "
                                "as shape checks and diffusers' empty-weight loading do",
                          outcome="no rotary table is built until the first forward (it was built eagerly, on the CPU, "

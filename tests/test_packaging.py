@@ -60,4 +60,5 @@ def test_module_level_imports_are_core_dependencies():
 def test_extras_cover_the_optional_features():
     _, extras = dependencies()
     assert "accelerate" in extras["eval"] and "gradio" in extras["demo"] and "ruff" in extras["lint"]
+    assert "imageio-ffmpeg" in extras["video"]  # MP4 export: without it imageio picks a non-video writer
     assert "torchvision" not in dependencies()[0]

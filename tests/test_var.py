@@ -286,6 +286,28 @@ def test_methods_are_registered_labelled_and_validated():
         pipe(class_labels=[5])
 
 
+def test_folder_sampling_defaults_reach_python_and_the_cli(tmp_path, capsys):
+    """The model folder decides what a call leaves out (as for LlamaGen), and `arvis generate|fid` load VAR
+    folders through the hub (they failed: VARPipeline had no sampling_defaults)."""
+    from arvis.cli import main
+    from arvis.hub import load_pipeline
+
+    pipe = tiny_pipeline()
+    pipe.sampling_defaults = {"guidance_scale": 0.0, "top_k": 3}
+    pipe.save_pretrained(tmp_path / "p")
+    loaded = load_pipeline(str(tmp_path / "p"))
+    assert loaded.defaults == {"guidance_scale": 0.0, "top_k": 3} == loaded.pipeline.sampling_defaults
+    assert loaded.pipeline.sampling_config(top_k=None, top_p=0.5) == SamplingConfig(guidance_scale=0.0, top_k=3,
+                                                                                    top_p=0.5)
+    assert "_name_or_path" not in (tmp_path / "p" / "transformer" / "config.json").read_text()
+    with pytest.raises(ValueError, match="unknown setting"):
+        pipe.sampling_defaults = {"guidance": 2.0}
+    code = main(["generate", "--model", str(tmp_path / "p"), "--class-ids", "0,1", "--output", str(tmp_path / "out"),
+                 "--no-progress"])
+    assert code == 0, capsys.readouterr().err
+    assert sorted(p.name for p in (tmp_path / "out").glob("*.png")) == ["0000.png", "0001.png"]
+
+
 @pytest.mark.parametrize("method, options, models, rows", [
     ("code", {"draft_scales": 2}, ["target", "target", "draft", "draft"], [4, 4, 4, 4]),
     ("cfg-cutoff", {"guided_scales": 2}, ["target"] * 4, [4, 4, 2, 2]),

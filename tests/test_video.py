@@ -264,6 +264,18 @@ def test_pipeline_save_load_and_export(tmp_path) -> None:
         export_frames(frames, tmp_path / "clip.gif", fps=0)
 
 
+def test_mp4_without_the_ffmpeg_plugin_is_a_clear_error(tmp_path, monkeypatch) -> None:
+    """Without imageio-ffmpeg, imageio hands a .mp4 to tifffile (a raw TypeError): refuse first, name the extra."""
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "imageio_ffmpeg" else real(name, *a))
+    frames = np.zeros((2, 16, 16, 3), np.uint8)
+    with pytest.raises(ValueError, match=r"imageio-ffmpeg.*arvis\[video\]"):
+        export_frames(frames, tmp_path / "clip.mp4", fps=2)
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.xfail(strict=True, reason="arvis generate's new grammar (compare_methods / write_comparison) does not "
                    "write video clips yet: VideoPipeline works from Python, the CLI path is to be ported")
 def test_cli_generate_writes_videos(tmp_path, capsys) -> None:

@@ -3,7 +3,7 @@
 
 Glossary (docs/methods.md, "Continuous speculative decoding"):
 
-- *head*: a :class:`~arvis.models.protocol.DiffusionHead` with ``S = num_sampling_steps()`` Gaussian
+- *head*: an :class:`arvis.models.protocol.DiffusionHead` with ``S = num_sampling_steps()`` Gaussian
   transitions, steps ``S−1 … 0``; step 0 is deterministic (its std is 0: ``x_0`` = its mean).
 - *trajectory* ``[..., S+1, D]``: ``states[..., 0] = x_S ~ N(0, I)``, ``states[..., k+1]`` is the output
   of step ``S−1−k``, ``states[..., S] = x_0`` is the *token*.
@@ -33,20 +33,25 @@ Two acceptance rules:
 
 Everything here is vectorised over batch and window: one head call per sampling step covers every
 position of a window (and the proposals drawn for it); host synchronisation happens only to decide
-whether rare extra residual rounds are needed. Randomness comes only from the caller's generator.
+whether rare extra residual rounds are needed. Randomness comes only from the caller's generator: one for
+the batch, or one per sample (then every sample's result is independent of the batch around it).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 from arvis.acceptance.speculative import leading_accepted
-from arvis.models.protocol import DiffusionHead
+from arvis.utils.random import GeneratorArg, RandomStreams
 
 _LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
+# A head is an arvis.models.protocol.DiffusionHead. Acceptance sits below arvis/models and may not import it
+# (docs/architecture.md, tests/test_layers.py), so a head is checked by the members the protocol names.
+_HEAD_MEMBERS = ("token_dim", "num_sampling_steps", "transition")
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -121,15 +126,18 @@ def first_true(mask: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch.Tensor
 
 @dataclass(frozen=True)
 class DiffusionSampler:
-    """A diffusion head with the settings it is sampled with (MAR's head temperature, CFG scale)."""
+    """A diffusion head (an :class:`arvis.models.protocol.DiffusionHead`) with the settings it is sampled with
+    (MAR's head temperature, CFG scale)."""
 
-    head: DiffusionHead
+    head: Any
     temperature: float = 1.0
     guidance_scale: float = 1.0
 
     def __post_init__(self) -> None:
-        if not isinstance(self.head, DiffusionHead):
-            raise TypeError(f"head must implement DiffusionHead, got {type(self.head).__name__}")
+        missing = [m for m in _HEAD_MEMBERS if not hasattr(self.head, m)]
+        if missing:
+            raise TypeError(f"head must implement DiffusionHead ({', '.join(_HEAD_MEMBERS)}); "
+                            f"{type(self.head).__name__} lacks {', '.join(missing)}")
         if not (math.isfinite(self.temperature) and self.temperature > 0):
             raise ValueError(f"temperature must be finite and > 0, got {self.temperature}")
         if not math.isfinite(self.guidance_scale):
@@ -189,10 +197,10 @@ class Trajectory:
                           torch.stack([t.log_std_sum for t in trajectories], dim))
 
 
-def trajectory_noise(rows: int, steps: int, dim: int, generator: torch.Generator | None,
+def trajectory_noise(rows: int, steps: int, dim: int, generator: GeneratorArg,
                      device: torch.device | str = "cpu") -> torch.Tensor:
-    """``[rows, steps+1, dim]`` standard normal trajectory noise from ``generator`` (fp32)."""
-    return torch.randn(rows, steps + 1, dim, generator=generator, device=device, dtype=torch.float32)
+    """``[rows, steps+1, dim]`` standard normal trajectory noise (fp32) from one generator, or one per row."""
+    return RandomStreams(generator, rows, device).normal((steps + 1, dim))
 
 
 def _check_final_std(final_std: float) -> float:
@@ -226,6 +234,8 @@ def run_chain(sampler: DiffusionSampler, z: torch.Tensor, noise: torch.Tensor, *
     rows, width, dim = noise.shape
     if width != steps + 1:
         raise ValueError(f"noise must be [N, {steps + 1}, D] for a {steps}-step head, got {tuple(noise.shape)}")
+    if dim != sampler.head.token_dim:
+        raise ValueError(f"trajectories have token dim {dim}, the head's token_dim is {sampler.head.token_dim}")
     if z.shape[0] != rows:
         raise ValueError(f"z has {z.shape[0]} rows, noise has {rows}")
     noise = noise.float()
@@ -266,11 +276,12 @@ def run_chain(sampler: DiffusionSampler, z: torch.Tensor, noise: torch.Tensor, *
     return Trajectory(torch.stack(states, 1), noise, log_prob, final_transition_std, log_std_sum)
 
 
-def sample_trajectory(sampler: DiffusionSampler, z: torch.Tensor, *, generator: torch.Generator | None = None,
+def sample_trajectory(sampler: DiffusionSampler, z: torch.Tensor, *, generator: GeneratorArg = None,
                       noise: torch.Tensor | None = None, z_uncond: torch.Tensor | None = None,
                       final_std: float = 0.0) -> Trajectory:
-    """Draw ``N`` trajectories (``z [N, C]``) with noise from ``generator`` or the given ``noise [N, S+1, D]``
-    (pass the same noise to two heads for aligned trajectories). Returns :class:`Trajectory` ``[N]``."""
+    """Draw ``N`` trajectories (``z [N, C]``) with noise from ``generator`` (one, or one per row) or the given
+    ``noise [N, S+1, D]`` (pass the same noise to two heads for aligned trajectories).
+    Returns :class:`Trajectory` ``[N]``."""
     if noise is None:
         noise = trajectory_noise(z.shape[0], sampler.steps, sampler.head.token_dim, generator, z.device)
     return run_chain(sampler, z, noise, z_uncond=z_uncond, final_std=final_std)
@@ -336,7 +347,7 @@ def _at(t: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
 
 
 def verify_window_exact(target: DiffusionSampler, draft: DiffusionSampler, drafts: Trajectory,
-                        z_target: torch.Tensor, z_draft: torch.Tensor, *, generator: torch.Generator | None,
+                        z_target: torch.Tensor, z_draft: torch.Tensor, *, generator: GeneratorArg,
                         z_target_uncond: torch.Tensor | None = None, z_draft_uncond: torch.Tensor | None = None,
                         final_std: float = 0.0, max_rounds: int = 1024, round_chunk: int = 8
                         ) -> ContinuousVerification:
@@ -360,7 +371,7 @@ def verify_window_exact(target: DiffusionSampler, draft: DiffusionSampler, draft
         drafts: :class:`Trajectory` ``[B, γ]`` drawn from ``draft`` with ``z_draft`` (and ``final_std``).
         z_target: ``[B, γ+1, C]`` the target's conditioning of the window and the position after it.
         z_draft: ``[B, γ, C']`` the draft's conditioning the drafts were drawn with.
-        generator: the caller's generator (all randomness).
+        generator: the caller's generator, or one per sample (all randomness).
         z_target_uncond, z_draft_uncond: CFG's unconditional conditionings, same shapes.
         final_std: the std both heads add at step 0 (module docstring).
         max_rounds: residual proposals per position before the fallback (≥ 1).
@@ -382,9 +393,10 @@ def verify_window_exact(target: DiffusionSampler, draft: DiffusionSampler, draft
     n, m = b * gamma, b * (gamma + 1)
 
     # every random draw of the main pass, in a fixed order
-    uniform = torch.rand(b, gamma, generator=generator, device=device)
-    proposal_noise = trajectory_noise(m, steps, dim, generator, device)
-    keep_uniform = torch.rand(b, gamma, generator=generator, device=device)
+    streams = RandomStreams(generator, b, device)
+    uniform = streams.uniform((gamma,))
+    proposal_noise = streams.normal((gamma + 1, steps + 1, dim)).reshape(m, steps + 1, dim)
+    keep_uniform = streams.uniform((gamma,))
 
     # target: score the drafts [N] and draw one proposal per position [M] (the last column is the bonus)
     states = drafts.states.reshape(n, steps + 1, dim)
@@ -428,7 +440,7 @@ def verify_window_exact(target: DiffusionSampler, draft: DiffusionSampler, draft
         rows = torch.arange(b, device=device)
         extra_tokens, extra_rounds, failed = _residual_rounds(
             target, draft, pending, at, tokens[rows, at], z_target, z_draft, z_target_uncond, z_draft_uncond,
-            generator, final_std, max_rounds - 1, round_chunk)
+            streams, final_std, max_rounds - 1, round_chunk)
         tokens[rows, at] = extra_tokens
         rounds = rounds + extra_rounds
         fallbacks = failed.long()
@@ -440,7 +452,7 @@ def verify_window_exact(target: DiffusionSampler, draft: DiffusionSampler, draft
 
 def _residual_rounds(target: DiffusionSampler, draft: DiffusionSampler, pending: torch.Tensor, at: torch.Tensor,
                      current: torch.Tensor, z_target: torch.Tensor, z_draft: torch.Tensor, z_target_uncond: torch.Tensor | None,
-                     z_draft_uncond: torch.Tensor | None, generator: torch.Generator | None, final_std: float,
+                     z_draft_uncond: torch.Tensor | None, streams: RandomStreams, final_std: float,
                      max_rounds: int, chunk: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Further residual proposals (``max_rounds ≥ 1`` of them) for the rows in ``pending [B]`` at positions
     ``at [B]``, whose tokens are now ``current [B, D]``.
@@ -462,9 +474,12 @@ def _residual_rounds(target: DiffusionSampler, draft: DiffusionSampler, pending:
         zq = z_draft[rows, pos].repeat_interleave(r, 0)
         zpu = None if z_target_uncond is None else z_target_uncond[rows, pos].repeat_interleave(r, 0)
         zqu = None if z_draft_uncond is None else z_draft_uncond[rows, pos].repeat_interleave(r, 0)
-        y = sample_trajectory(target, zp, generator=generator, z_uncond=zpu, final_std=final_std)
+        sample_ids = rows.tolist()  # host ints: whose streams draw (per-sample generators)
+        noise = streams.normal((r, target.steps + 1, token_dim), rows=sample_ids).reshape(-1, target.steps + 1,
+                                                                                          token_dim)
+        u = streams.uniform((r,), rows=sample_ids).reshape(-1)
+        y = sample_trajectory(target, zp, noise=noise, z_uncond=zpu, final_std=final_std)
         log_q = score_trajectory(draft, y.states, zq, z_uncond=zqu, final_std=final_std).log_prob
-        u = torch.rand(y.log_prob.shape, generator=generator, device=device)
         keep = (u < residual_keep_probability(y.log_prob, log_q)).reshape(-1, r)  # [P, r]
         first, found = first_true(keep, 1)
         last = done + r >= max_rounds
@@ -480,7 +495,7 @@ def _residual_rounds(target: DiffusionSampler, draft: DiffusionSampler, pending:
 
 
 def verify_window_cspd(target: DiffusionSampler, drafts: Trajectory, z_target: torch.Tensor, *,
-                       generator: torch.Generator | None, z_target_uncond: torch.Tensor | None = None,
+                       generator: GeneratorArg, z_target_uncond: torch.Tensor | None = None,
                        tau: float = 42.0, max_tries: int = 100, independent: bool = False,
                        ) -> ContinuousVerification:
     """CSpD's published verification (lossy): tempered final-transition ratio on aligned trajectories.
@@ -496,7 +511,7 @@ def verify_window_cspd(target: DiffusionSampler, drafts: Trajectory, z_target: t
         drafts: :class:`Trajectory` ``[B, γ]`` from the draft head with ``final_std = 0`` and with the noise
             recorded (``drafts.noise``), which the target reuses.
         z_target: ``[B, γ+1, C]`` (the last column is for the bonus token).
-        generator: the caller's generator.
+        generator: the caller's generator, or one per sample.
         z_target_uncond: CFG's unconditional conditioning, same shape.
         tau: the reference's tempering (its ``inner_temperature``, 42).
         max_tries: resampling proposals per rejected position (the reference's 100).
@@ -517,10 +532,11 @@ def verify_window_cspd(target: DiffusionSampler, drafts: Trajectory, z_target: t
     b, gamma, dim = _check_window(drafts, z_target, steps)
     device = z_target.device
 
-    uniform = torch.rand(b, gamma, generator=generator, device=device)
-    bonus_noise = trajectory_noise(b, steps, dim, generator, device)
-    tries = torch.randn(max_tries, b, gamma, dim, generator=generator, device=device)
-    try_uniform = torch.rand(max_tries, b, gamma, generator=generator, device=device)
+    streams = RandomStreams(generator, b, device)
+    uniform = streams.uniform((gamma,))
+    bonus_noise = streams.normal((steps + 1, dim))
+    tries = streams.normal((gamma, max_tries, dim)).permute(2, 0, 1, 3)  # [T, B, γ, D]
+    try_uniform = streams.uniform((gamma, max_tries)).permute(2, 0, 1)  # [T, B, γ]
 
     noise = torch.cat([drafts.noise.reshape(b, gamma, steps + 1, dim), bonus_noise[:, None]], 1)
     tp = sample_trajectory(target, _flat(z_target), noise=noise.reshape(-1, steps + 1, dim),

@@ -25,7 +25,7 @@ import torch
 from PIL import Image
 from tqdm.auto import tqdm
 
-from arvis.eval.files import atomic_directory, list_images
+from arvis.eval.files import list_images
 from arvis.models.clip import (  # noqa: F401  (re-exported: the public evaluation API)
     CLIP_ALIAS,
     CLIP_DIR,
@@ -38,6 +38,7 @@ from arvis.models.clip import (  # noqa: F401  (re-exported: the public evaluati
     write_clip_folder,
 )
 from arvis.utils.paths import display_path
+from arvis.utils.serialization import atomic_directory
 
 
 @dataclass

@@ -16,7 +16,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from arvis.eval.files import atomic_directory
 from arvis.models.domain_net import (  # noqa: F401  (re-exported: the public evaluation API)
     DOMAIN_NETWORK_ALIAS,
     DOMAIN_NETWORK_DIR,
@@ -26,6 +25,7 @@ from arvis.models.domain_net import (  # noqa: F401  (re-exported: the public ev
     load_domain_network,
     resolve_domain_path,
 )
+from arvis.utils.serialization import atomic_directory
 
 
 def save_domain_network(network: DomainClassifier, path: str | os.PathLike) -> Path:

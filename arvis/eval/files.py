@@ -13,8 +13,6 @@ import contextlib
 import hashlib
 import json
 import os
-import shutil
-from collections.abc import Iterator
 from glob import glob
 from pathlib import Path
 from typing import Any
@@ -22,7 +20,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from arvis.utils.serialization import atomic_path, create_temporary
+from arvis.utils.serialization import atomic_path
 
 # The extensions clean-fid's folder reader globs (cleanfid.utils.EXTENSIONS), so that arvis and
 # clean-fid always count the same files.
@@ -134,33 +132,3 @@ def check_same_size(files: list[Path], argument: str = "folder") -> tuple[int, i
     return next(iter(sizes))
 
 
-@contextlib.contextmanager
-def atomic_directory(path: str | os.PathLike) -> Iterator[Path]:
-    """Yield a temporary folder next to ``path``; on success it replaces ``path`` (old content removed).
-
-    A reader sees either the old folder or the complete new one, never a half-written mix. Files and
-    folders get the permissions the umask gives (tempfile.mkdtemp would make the folder 0700, and
-    safetensors writes its files 0600 whatever the umask).
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = create_temporary(path, directory=True)
-    try:
-        yield tmp
-        folder_mode = os.stat(tmp).st_mode & 0o777  # 0777 less the umask
-        for root, dirs, files in os.walk(tmp):
-            for name in dirs:
-                os.chmod(os.path.join(root, name), folder_mode)
-            for name in files:
-                os.chmod(os.path.join(root, name), folder_mode & 0o666)
-        if path.exists():
-            old = create_temporary(path.with_name(f"{path.name}.old"), directory=True)
-            old.rmdir()
-            os.replace(path, old)
-            os.replace(tmp, path)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, path)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise

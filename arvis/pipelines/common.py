@@ -1,9 +1,13 @@
-"""What every arvis pipeline does the same way around a decode: progress, step callbacks, output types."""
+"""What every arvis pipeline does the same way: sampling defaults from the model folder, and around a decode
+progress, step callbacks, output types."""
 
 from __future__ import annotations
 
+import json
+import os
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -18,6 +22,93 @@ from arvis.models.protocol import Backbone, Condition
 from arvis.utils.random import GeneratorArg
 
 OUTPUT_TYPES = ("pil", "np", "pt", "latent")
+# What a model folder's sampling_defaults.json may set (SamplingConfig's fields a user would tune).
+SAMPLING_FIELDS = ("guidance_scale", "top_k", "top_p", "temperature", "cfg_interval")
+
+
+def read_sampling_defaults(folder: Path) -> dict[str, Any]:
+    """The folder's ``sampling_defaults.json`` checked against :data:`SAMPLING_FIELDS` (``{}`` when absent)."""
+    from arvis.hub import SAMPLING_DEFAULTS_FILE
+    from arvis.hub import read_sampling_defaults as read_file
+
+    defaults = read_file(folder)
+    unknown = sorted(set(defaults) - set(SAMPLING_FIELDS))
+    if unknown:
+        raise ValueError(f"{SAMPLING_DEFAULTS_FILE}: unknown setting(s) {unknown}; known: {list(SAMPLING_FIELDS)}")
+    return defaults
+
+
+class SamplingDefaultsMixin:
+    """A pipeline whose model folder decides the sampling settings a call leaves out.
+
+    Mix in before ``DiffusionPipeline``. ``from_pretrained`` accepts a shipped model's name (:mod:`arvis.hub`)
+    or a folder and reads the folder's ``sampling_defaults.json`` into :attr:`sampling_defaults`;
+    ``save_pretrained`` writes it back; :meth:`sampling_config` merges a call's settings over them.
+    """
+
+    _sampling_defaults: dict[str, Any] | None = None
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path: str | os.PathLike, **kwargs: Any) -> Any:
+        """Load a pipeline from a shipped model's name (``"c2i"``, ``"var"``…; :mod:`arvis.hub`) or a folder.
+
+        A folder holding ``model_index.json`` wins over a name. Nothing is downloaded. Other keyword
+        arguments go to ``DiffusionPipeline.from_pretrained`` (``dtype``…).
+        """
+        from arvis.hub import resolve_model
+
+        name = os.fspath(pretrained_model_name_or_path)
+        if not Path(name).is_dir():
+            name = str(resolve_model(name))  # ValueError listing the names when nothing matches
+        kwargs.setdefault("local_files_only", True)
+        pipe = super().from_pretrained(name, **kwargs)  # type: ignore[misc]
+        pipe._sampling_defaults = read_sampling_defaults(Path(name))
+        return pipe
+
+    def save_pretrained(self, save_directory: str | os.PathLike, **kwargs: Any) -> None:
+        """``DiffusionPipeline.save_pretrained`` without machine paths, plus the folder's ``sampling_defaults.json``."""
+        from arvis.hub import SAMPLING_DEFAULTS_FILE
+        from arvis.utils.serialization import atomic_path
+
+        super().save_pretrained(save_directory, **kwargs)  # type: ignore[misc]
+        folder = Path(save_directory)
+        # diffusers records where each component was loaded from (``_name_or_path``): an absolute path of
+        # this machine. A saved folder stands alone, so the field is dropped (loading sets it again).
+        for config in [folder / "model_index.json", *folder.glob("*/config.json")]:
+            if config.is_file():
+                data = json.loads(config.read_text())
+                if data.pop("_name_or_path", None) is not None:
+                    with atomic_path(config) as tmp:
+                        tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+        if self.sampling_defaults:
+            with atomic_path(folder / SAMPLING_DEFAULTS_FILE) as tmp:
+                tmp.write_text(json.dumps(self.sampling_defaults, indent=2) + "\n")
+
+    @property
+    def sampling_defaults(self) -> dict[str, Any]:
+        """The model's sampling defaults (``guidance_scale``, ``top_k``…): the folder's
+        ``sampling_defaults.json`` when loaded from one; settable."""
+        if self._sampling_defaults is None:
+            origin = getattr(self.config, "_name_or_path", None)  # type: ignore[attr-defined]
+            self._sampling_defaults = read_sampling_defaults(Path(origin)) if origin else {}
+        return self._sampling_defaults
+
+    @sampling_defaults.setter
+    def sampling_defaults(self, value: dict[str, Any]) -> None:
+        unknown = sorted(set(value) - set(SAMPLING_FIELDS))
+        if unknown:
+            raise ValueError(f"sampling_defaults: unknown setting(s) {unknown}; known: {list(SAMPLING_FIELDS)}")
+        self._sampling_defaults = dict(value)
+
+    def sampling_config(self, **settings: Any) -> SamplingConfig:
+        """The sampling settings of a call: given values, else :attr:`sampling_defaults`, else
+        :class:`~arvis.engine.SamplingConfig`'s defaults (``None`` means "not given")."""
+        unknown = sorted(set(settings) - set(SAMPLING_FIELDS))
+        if unknown:
+            raise ValueError(f"unknown sampling setting(s) {unknown}; known: {list(SAMPLING_FIELDS)}")
+        merged = {k: v for k, v in self.sampling_defaults.items() if k in SAMPLING_FIELDS}
+        merged.update({k: v for k, v in settings.items() if v is not None})
+        return SamplingConfig(**merged)
 
 
 def check_output_type(output_type: str) -> None:

@@ -17,7 +17,6 @@ Sampling settings left as ``None`` come from the model folder's ``sampling_defau
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -33,20 +32,18 @@ from diffusers.callbacks import MultiPipelineCallbacks, PipelineCallback
 from diffusers.utils import BaseOutput
 
 from arvis.engine.engine import DecodeEngine
-from arvis.engine.sampling import SamplingConfig
 from arvis.engine.stats import BatchStats
 from arvis.methods import decode, with_resources
 from arvis.models.llamagen import LlamaGenTransformer
 from arvis.models.protocol import Condition
 from arvis.models.text_encoder import WordTextEncoder
 from arvis.models.upsampler import TokenUpsampler
+from arvis.pipelines.common import SamplingDefaultsMixin
 from arvis.tokenizers.llamagen_vq import LlamaGenVQModel
 from arvis.utils.config_check import CheckedPipelineMixin
 from arvis.utils.random import GeneratorArg
 
 OUTPUT_TYPES = ("pil", "np", "pt", "latent")
-SAMPLING_FIELDS = ("guidance_scale", "top_k", "top_p", "temperature", "cfg_interval")
-SAMPLING_DEFAULTS_FILE = "sampling_defaults.json"
 PREVIEW_GREY = 0.5  # colour of not-yet-committed token cells in partial images
 
 
@@ -70,7 +67,7 @@ class LlamaGenPipelineOutput(BaseOutput):
     stats: BatchStats
 
 
-class LlamaGenPipeline(CheckedPipelineMixin, DiffusionPipeline):
+class LlamaGenPipeline(SamplingDefaultsMixin, CheckedPipelineMixin, DiffusionPipeline):
     """Class- or text-conditional generation with a LlamaGen GPT and its VQ tokenizer.
 
     Components:
@@ -116,73 +113,17 @@ class LlamaGenPipeline(CheckedPipelineMixin, DiffusionPipeline):
         self.register_modules(transformer=transformer, vqvae=vqvae, text_encoder=text_encoder,
                               draft_transformer=draft_transformer, tokenizer=tokenizer,
                               lowres_transformer=lowres_transformer, upsampler=upsampler)
-        self._sampling_defaults: dict[str, Any] | None = None
         self._interrupt = False
 
     # ------------------------------------------------------------------ loading and saving
-    @classmethod
-    def from_pretrained(cls, pretrained_model_name_or_path: str | os.PathLike, **kwargs: Any) -> LlamaGenPipeline:
-        """Load a pipeline from a shipped alias (``"c2i"``, ``"t2i"``; :mod:`arvis.hub`) or a folder.
-
-        A folder holding ``model_index.json`` wins over an alias of the same name. Nothing is downloaded.
-        Other keyword arguments go to ``DiffusionPipeline.from_pretrained`` (``dtype``…).
-        """
-        from arvis.hub import resolve_model
-
-        name = os.fspath(pretrained_model_name_or_path)
-        if not Path(name).is_dir():
-            name = str(resolve_model(name))  # ValueError listing the aliases when nothing matches
-        kwargs.setdefault("local_files_only", True)
-        pipe = super().from_pretrained(name, **kwargs)
-        pipe._sampling_defaults = _read_sampling_defaults(Path(name))
-        return pipe
-
     def save_pretrained(self, save_directory: str | os.PathLike, **kwargs: Any) -> None:
-        """``DiffusionPipeline.save_pretrained`` plus ``sampling_defaults.json`` and the ``pipeline.py`` that
+        """The shared saving (:class:`~arvis.pipelines.common.SamplingDefaultsMixin`) plus the ``pipeline.py`` that
         lets diffusers' generic ``DiffusionPipeline.from_pretrained`` load the folder (class docstring)."""
         super().save_pretrained(save_directory, **kwargs)
         from arvis.utils.serialization import atomic_path
 
-        folder = Path(save_directory)
-        # diffusers records where each component was loaded from (``_name_or_path``): an absolute path of
-        # this machine. A saved folder stands alone, so the field is dropped (loading sets it again).
-        for config in [folder / "model_index.json", *folder.glob("*/config.json")]:
-            if config.is_file():
-                data = json.loads(config.read_text())
-                if data.pop("_name_or_path", None) is not None:
-                    with atomic_path(config) as tmp:
-                        tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
-        if self.sampling_defaults:
-            with atomic_path(folder / SAMPLING_DEFAULTS_FILE) as tmp:
-                tmp.write_text(json.dumps(self.sampling_defaults, indent=2) + "\n")
-        with atomic_path(folder / "pipeline.py") as tmp:
+        with atomic_path(Path(save_directory) / "pipeline.py") as tmp:
             tmp.write_text(CUSTOM_PIPELINE_FILE)
-
-    @property
-    def sampling_defaults(self) -> dict[str, Any]:
-        """The model's sampling defaults (``guidance_scale``, ``top_k``…): the folder's
-        ``sampling_defaults.json`` when loaded from one; settable."""
-        if self._sampling_defaults is None:
-            origin = getattr(self.config, "_name_or_path", None)
-            self._sampling_defaults = _read_sampling_defaults(Path(origin)) if origin else {}
-        return self._sampling_defaults
-
-    @sampling_defaults.setter
-    def sampling_defaults(self, value: dict[str, Any]) -> None:
-        unknown = sorted(set(value) - set(SAMPLING_FIELDS))
-        if unknown:
-            raise ValueError(f"sampling_defaults: unknown setting(s) {unknown}; known: {list(SAMPLING_FIELDS)}")
-        self._sampling_defaults = dict(value)
-
-    def sampling_config(self, **settings: Any) -> SamplingConfig:
-        """The sampling settings of a call: given values, else :attr:`sampling_defaults`, else
-        :class:`~arvis.engine.SamplingConfig`'s defaults (``None`` means "not given")."""
-        unknown = sorted(set(settings) - set(SAMPLING_FIELDS))
-        if unknown:
-            raise ValueError(f"unknown sampling setting(s) {unknown}; known: {list(SAMPLING_FIELDS)}")
-        merged = {k: v for k, v in self.sampling_defaults.items() if k in SAMPLING_FIELDS}
-        merged.update({k: v for k, v in settings.items() if v is not None})
-        return SamplingConfig(**merged)
 
     @property
     def interrupt(self) -> bool:
@@ -460,16 +401,6 @@ class LlamaGenPipeline(CheckedPipelineMixin, DiffusionPipeline):
                                                                                     state[key])):
                 raise ValueError(f"callback_on_step_end returned a changed {key!r}: committed tokens are final in "
                                  f"autoregressive decoding; set pipe._interrupt = True to stop early instead")
-
-
-def _read_sampling_defaults(folder: Path) -> dict[str, Any]:
-    from arvis.hub import read_sampling_defaults
-
-    defaults = read_sampling_defaults(folder)
-    unknown = sorted(set(defaults) - set(SAMPLING_FIELDS))
-    if unknown:
-        raise ValueError(f"{SAMPLING_DEFAULTS_FILE}: unknown setting(s) {unknown}; known: {list(SAMPLING_FIELDS)}")
-    return defaults
 
 
 # Written into every saved folder: diffusers' generic loader imports it (custom_pipeline="pipeline",

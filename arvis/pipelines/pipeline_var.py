@@ -33,16 +33,17 @@ from arvis.methods import DecodingMethod, build_method, with_resources
 from arvis.methods.next_scale import NextScaleDecoder, as_next_scale, decode_scales
 from arvis.models.protocol import Condition
 from arvis.models.var import VARTransformer
-from arvis.pipelines.common import check_output_type
+from arvis.pipelines.common import SamplingDefaultsMixin, check_output_type
 from arvis.pipelines.pipeline_llamagen import LlamaGenPipeline, LlamaGenPipelineOutput
 from arvis.tokenizers.var_vq import VARVQModel
+from arvis.utils.config_check import CheckedPipelineMixin
 from arvis.utils.random import GeneratorArg
 
 # Same fields as LlamaGen's output: images, tokens ([B, L], every scale concatenated), stats.
 VARPipelineOutput = LlamaGenPipelineOutput
 
 
-class VARPipeline(DiffusionPipeline):
+class VARPipeline(SamplingDefaultsMixin, CheckedPipelineMixin, DiffusionPipeline):
     """Class-conditional generation with a VAR transformer and its multi-scale VQ tokenizer.
 
     Components:
@@ -96,10 +97,10 @@ class VARPipeline(DiffusionPipeline):
     def __call__(
         self,
         class_labels: int | str | Sequence[int | str],
-        guidance_scale: float = 1.5,
-        top_k: int = 0,
-        top_p: float = 1.0,
-        temperature: float = 1.0,
+        guidance_scale: float | None = None,
+        top_k: int | None = None,
+        top_p: float | None = None,
+        temperature: float | None = None,
         num_images_per_prompt: int = 1,
         generator: GeneratorArg = None,
         output_type: str = "pil",
@@ -116,6 +117,8 @@ class VARPipeline(DiffusionPipeline):
             guidance_scale: VAR's CFG strength (>= 0; ramped over scales; 0 disables guidance).
             top_k: keep the k most likely tokens (0 = all). top_p: nucleus mass in (0, 1] (1 = off).
             temperature: >= 0 (0 = greedy).
+                Settings left ``None`` come from :attr:`sampling_defaults` (the model folder's
+                ``sampling_defaults.json``), then from :class:`~arvis.engine.SamplingConfig`.
             num_images_per_prompt: images per class label (>= 1).
             generator: a ``torch.Generator``, or one per image (``B * num_images_per_prompt``).
             output_type: ``"pil"``, ``"np"``, ``"pt"`` or ``"latent"`` (the token pyramid ``[B, L]``).
@@ -131,7 +134,8 @@ class VARPipeline(DiffusionPipeline):
         check_output_type(output_type)
         if not isinstance(num_images_per_prompt, int) or num_images_per_prompt < 1:
             raise ValueError(f"num_images_per_prompt must be an integer >= 1, got {num_images_per_prompt!r}")
-        sampling = SamplingConfig(temperature=temperature, top_k=top_k, top_p=top_p, guidance_scale=guidance_scale)
+        sampling = self.sampling_config(temperature=temperature, top_k=top_k, top_p=top_p,
+                                        guidance_scale=guidance_scale)
         device = self.transformer.device
         labels = torch.tensor(self.class_ids(class_labels), device=device).repeat_interleave(num_images_per_prompt)
         B, L = labels.shape[0], self.transformer.scale_layout.num_tokens

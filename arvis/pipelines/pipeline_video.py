@@ -21,6 +21,7 @@ Example:
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import tempfile
 import time
@@ -36,11 +37,11 @@ from diffusers import DiffusionPipeline
 from diffusers.utils import BaseOutput
 
 from arvis.engine.engine import DecodeEngine
-from arvis.engine.sampling import SamplingConfig
 from arvis.engine.stats import BatchStats
 from arvis.methods import decode, with_resources
 from arvis.models.protocol import Condition
 from arvis.models.video import FramePrefix, VideoTransformer
+from arvis.pipelines.common import SamplingDefaultsMixin
 from arvis.tokenizers.llamagen_vq import LlamaGenVQModel
 from arvis.utils.config_check import CheckedPipelineMixin
 from arvis.utils.random import GeneratorArg
@@ -67,7 +68,7 @@ class VideoPipelineOutput(BaseOutput):
     stats: BatchStats
 
 
-class VideoPipeline(CheckedPipelineMixin, DiffusionPipeline):
+class VideoPipeline(SamplingDefaultsMixin, CheckedPipelineMixin, DiffusionPipeline):
     """Class-conditional clips with a :class:`~arvis.models.video.VideoTransformer` and a per-frame VQ.
 
     Components:
@@ -162,10 +163,10 @@ class VideoPipeline(CheckedPipelineMixin, DiffusionPipeline):
         class_labels: int | str | Sequence[int | str],
         image: Any = None,
         first_frame_tokens: torch.Tensor | None = None,
-        guidance_scale: float = 3.0,
-        top_k: int = 0,
-        top_p: float = 1.0,
-        temperature: float = 1.0,
+        guidance_scale: float | None = None,
+        top_k: int | None = None,
+        top_p: float | None = None,
+        temperature: float | None = None,
         num_videos_per_prompt: int = 1,
         generator: GeneratorArg = None,
         output_type: str = "pil",
@@ -182,6 +183,8 @@ class VideoPipeline(CheckedPipelineMixin, DiffusionPipeline):
                 instead gives its codes.
             guidance_scale: classifier-free guidance (>= 0; 1 disables it).
             top_k, top_p, temperature: sampling of the target distribution (0 = all tokens; 0 = greedy).
+                Settings left ``None`` come from :attr:`sampling_defaults` (the model folder's
+                ``sampling_defaults.json``), then from :class:`~arvis.engine.SamplingConfig`.
             num_videos_per_prompt: clips per class label (>= 1).
             generator: a ``torch.Generator``, or one per clip.
             output_type: ``"pil"``, ``"np"``, ``"pt"`` or ``"latent"``.
@@ -201,7 +204,8 @@ class VideoPipeline(CheckedPipelineMixin, DiffusionPipeline):
             raise ValueError(f"num_videos_per_prompt must be an integer >= 1, got {num_videos_per_prompt!r}")
         if image is not None and first_frame_tokens is not None:
             raise ValueError("pass at most one of image and first_frame_tokens")
-        sampling = SamplingConfig(temperature=temperature, top_k=top_k, top_p=top_p, guidance_scale=guidance_scale)
+        sampling = self.sampling_config(temperature=temperature, top_k=top_k, top_p=top_p,
+                                        guidance_scale=guidance_scale)
         ids = self.class_ids(class_labels)
         device = self.transformer.device
         condition = Condition(class_labels=torch.tensor(ids, device=device)).repeat_interleave(num_videos_per_prompt)
@@ -287,10 +291,12 @@ def export_frames(frames: Sequence[PIL.Image.Image] | np.ndarray, path: str | os
             images[0].save(tmp, format="GIF", save_all=True, append_images=images[1:], duration=round(1000 / fps),
                            loop=0)
         return path
-    try:
-        import imageio.v3 as iio
-    except ImportError as err:  # pragma: no cover - imageio ships with scikit-image
-        raise ValueError("path: writing MP4 needs imageio and imageio-ffmpeg (pip install 'arvis[video]')") from err
+    # Without its ffmpeg plugin imageio would hand a .mp4 to another writer (tifffile) and fail obscurely.
+    if importlib.util.find_spec("imageio") is None or importlib.util.find_spec("imageio_ffmpeg") is None:
+        raise ValueError("path: writing MP4 needs imageio and imageio-ffmpeg (pip install 'arvis[video]'); "
+                         "or write a .gif")
+    import imageio.v3 as iio
+
     path.parent.mkdir(parents=True, exist_ok=True)
     # ffmpeg picks the container from the file name: write under the real name in a private folder, then move.
     with tempfile.TemporaryDirectory(dir=path.parent, prefix=f".{path.name}.") as tmp:

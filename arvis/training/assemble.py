@@ -22,7 +22,6 @@ import argparse
 import json
 import os
 import shutil
-import tempfile
 from pathlib import Path
 
 import torch
@@ -34,7 +33,7 @@ from arvis.models.text_encoder import WordTextEncoder
 from arvis.models.upsampler import TokenUpsampler
 from arvis.pipelines import LlamaGenPipeline
 from arvis.tokenizers.llamagen_vq import LlamaGenVQModel
-from arvis.utils.serialization import atomic_path
+from arvis.utils.serialization import atomic_directory, atomic_path
 
 # Optional components a pipeline may link from their own folders, and their classes.
 LINKABLE = {"lowres_transformer": LlamaGenTransformer, "upsampler": TokenUpsampler}
@@ -46,20 +45,13 @@ def assemble(transformer: str, vq: str, out: str, draft: str | None = None, text
     out_path = Path(out)
     vq_path = Path(vq).resolve()
     pipe = _pipeline(transformer, vq, draft, text_encoder)
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=out_path.parent, prefix=f".{out_path.name}.") as tmp:
-        staged = Path(tmp) / "pipeline"
+    # Model cards survive a re-assembly.
+    with atomic_directory(out_path, keep=("README.md", "metrics.json", "samples.png")) as staged:
         pipe.save_pretrained(staged, safe_serialization=True)
         shutil.rmtree(staged / "vqvae")
         os.symlink(os.path.relpath(vq_path, out_path.resolve()), staged / "vqvae")
         (staged / "sampling_defaults.json").write_text(json.dumps(sampling_defaults or {}, indent=2) + "\n")
         (staged / MODEL_DATA_FILE).write_text(json.dumps({"data": check_data(data)}, indent=2) + "\n")
-        if out_path.exists():
-            keep = [p for p in ("README.md", "metrics.json", "samples.png") if (out_path / p).exists()]
-            for name in keep:  # model cards survive a re-assembly
-                shutil.copy2(out_path / name, staged / name)
-            shutil.rmtree(out_path)
-        staged.replace(out_path)
     return out_path
 
 

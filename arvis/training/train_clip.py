@@ -39,7 +39,6 @@ import json
 import os
 import shlex
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,6 +62,7 @@ from arvis.training.common import (
     restore_training_state,
     setup_logging,
 )
+from arvis.utils.serialization import atomic_directory, atomic_path
 
 __all__ = ["ATTRIBUTES", "ClipTrainConfig", "PRESETS", "evaluate", "export", "main", "swap_attribute", "train"]
 
@@ -242,10 +242,8 @@ def load_scenes(cfg: ClipTrainConfig, scratch: Path, split: str, n: int, seed: i
         with np.load(path, allow_pickle=False) as z:
             return z["images"], [str(c) for c in z["captions"]]
     images, captions, _ = build_scenes(n, split, cfg.image_size, seed=seed, progress=False)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=scratch)
-    with os.fdopen(fd, "wb") as f:
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
         np.savez(f, images=images, captions=np.array(captions))
-    os.replace(tmp, path)
     return images, captions
 
 
@@ -489,9 +487,7 @@ def export(model: torch.nn.Module, cfg: ClipTrainConfig, out: str | os.PathLike,
     import copy
 
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}.") as tmp:
-        staged = Path(tmp) / "folder"
+    with atomic_directory(out) as staged:
         write_clip_folder(copy.deepcopy(model).half(), cfg.model_cfg(), staged, preprocess_cfg=cfg.preprocess_cfg())
         scorer = load_clip_model(staged)  # what users get: fp16 file, fp32 model, the folder's own preprocessing
         t0 = time.time()
@@ -529,10 +525,6 @@ def export(model: torch.nn.Module, cfg: ClipTrainConfig, out: str | os.PathLike,
         (staged / "README.md").write_text(model_card(cfg, metrics) if cfg.data == "scenes" else
                                           emoji_model_card(cfg, metrics, out.name))
         metrics["eval_history"] = [h for h in summary["history"] if "eval" in h]
-        staged.chmod(0o755)  # tempfile directories are private
-        if out.exists():
-            out.replace(Path(tmp) / "previous")
-        staged.replace(out)
     return metrics
 
 

@@ -34,7 +34,6 @@ import json
 import os
 import shlex
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -68,6 +67,7 @@ from arvis.training.common import (
     restore_training_state,
     setup_logging,
 )
+from arvis.utils.serialization import atomic_directory
 
 __all__ = ["DomainTrainConfig", "PRESETS", "degrade", "evaluate_accuracy", "export", "main", "train"]
 
@@ -384,9 +384,7 @@ def export(model: DomainClassifier, cfg: DomainTrainConfig, out: str | os.PathLi
     never half-written.
     """
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}.") as tmp:
-        staged = Path(tmp) / "folder"
+    with atomic_directory(out) as staged:
         fp16 = DomainClassifier(**cfg.model_kwargs())
         fp16.load_state_dict(model.state_dict())
         fp16.half().save_pretrained(str(staged), safe_serialization=True)
@@ -424,10 +422,6 @@ def export(model: DomainClassifier, cfg: DomainTrainConfig, out: str | os.PathLi
         (staged / "README.md").write_text(model_card(cfg, metrics, out.name))
         history = [h for h in summary["history"] if "eval" in h]
         metrics["eval_history"] = history
-        staged.chmod(0o755)  # tempfile directories are private
-        if out.exists():
-            out.replace(Path(tmp) / "previous")
-        staged.replace(out)
     return metrics
 
 

@@ -32,9 +32,7 @@ import dataclasses
 import json
 import math
 import shlex
-import shutil
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,6 +53,7 @@ from arvis.training.common import (
     setup_logging,
 )
 from arvis.training.train_vq import evaluate
+from arvis.utils.serialization import atomic_directory
 
 __all__ = ["LMTrainConfig", "VQTrainConfig", "main"]
 
@@ -275,8 +274,7 @@ def export_vq(vq, cfg: VQTrainConfig, summary: dict[str, Any], out: Path, comman
     """fp16 ``Emu3VQVAE`` folder (``save_pretrained``) + ``training_metrics.json``; the fp16 copy is evaluated."""
     from transformers import Emu3VQVAE
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}.") as tmp:
+    with atomic_directory(out) as tmp:
         vq.half().save_pretrained(tmp)
         shipped = Emu3VQVAE.from_pretrained(tmp, dtype=torch.float32).eval()
         heldout = _emoji(None, "heldout", cfg.resolution, 0, smoke).images
@@ -290,10 +288,6 @@ def export_vq(vq, cfg: VQTrainConfig, summary: dict[str, Any], out: Path, comman
                        history=summary["history"])
         (Path(tmp) / "training_metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
         np.save(Path(tmp) / "heldout_reconstructions.npy", np.concatenate([heldout[:16], recon[:16]]))
-        if out.exists():
-            shutil.rmtree(out)
-        Path(tmp).rename(out)
-        Path(tmp).mkdir()  # the context manager removes it
     return metrics
 
 
@@ -549,15 +543,10 @@ def export_lm(result: dict[str, Any], cfg: LMTrainConfig, out: Path, command: st
                "validation_loss_ema": result["val_loss_ema"], "validation_perplexity": math.exp(val),
                "validation_images": result["num_val"], "exported_weights": result["exported_weights"],
                "command": command, "history": train_entries}
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}.") as tmp:
-        staged = Path(tmp) / "lm"
+    with atomic_directory(out) as staged:
         result["model"].half().save_pretrained(staged)
         result["tokenizer"].save_pretrained(staged / "tokenizer")
         (staged / "training_metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
-        if out.exists():
-            shutil.rmtree(out)
-        staged.replace(out)
     return metrics
 
 
@@ -588,9 +577,7 @@ def assemble(vq_dir: Path, lm_dir: Path, out: Path, sampling_defaults: dict[str,
     model.model.vqmodel.load_state_dict(vq.state_dict())
     grid = int(json.loads((lm_dir / "training_metrics.json").read_text())["config"]["resolution"]) // vq.vision_spatial_factor
     pipe = Emu3Pipeline(model.half(), tokenizer, default_height=grid, default_width=grid, default_negative_prompt="")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}.") as tmp:
-        staged = Path(tmp) / "pipeline"
+    with atomic_directory(out, keep=("README.md", "metrics.json")) as staged:
         pipe.save_pretrained(staged)
         atomic_write_text(staged / "sampling_defaults.json", json.dumps(sampling_defaults, indent=2) + "\n")
         records = staged / "training"
@@ -599,12 +586,6 @@ def assemble(vq_dir: Path, lm_dir: Path, out: Path, sampling_defaults: dict[str,
             metrics = json.loads((folder / "training_metrics.json").read_text())
             metrics["command"] = portable_command(metrics["command"])  # runs that predate portable records
             atomic_write_text(records / f"{stage}_training_metrics.json", json.dumps(metrics, indent=2) + "\n")
-        if out.exists():
-            for name in ("README.md", "metrics.json"):  # model cards survive a re-assembly
-                if (out / name).exists():
-                    shutil.copy2(out / name, staged / name)
-            shutil.rmtree(out)
-        staged.replace(out)
     return out
 
 

@@ -33,7 +33,6 @@ import logging
 import math
 import shlex
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -50,7 +49,16 @@ from arvis.models.llamagen import LlamaGenTransformer
 from arvis.models.protocol import Condition
 from arvis.models.text_encoder import WordTextEncoder
 from arvis.tokenizers.llamagen_vq import LlamaGenVQModel
-from arvis.training.common import EMA, atomic_torch_save, cosine_lr, dumps, load_checkpoint, setup_logging
+from arvis.training.common import (
+    EMA,
+    atomic_torch_save,
+    atomic_write_text,
+    cosine_lr,
+    dumps,
+    load_checkpoint,
+    setup_logging,
+)
+from arvis.utils.serialization import atomic_directory
 
 
 @dataclass(frozen=True)
@@ -316,20 +324,11 @@ def export(result: dict[str, Any], cfg: GPTTrainConfig, out: Path, command: str)
         "history": result["state"]["history"],
         "command": command,
     }
-    with tempfile.TemporaryDirectory(dir=out, prefix=".export.") as tmp:
-        result["model"].half().save_pretrained(Path(tmp) / "transformer", safe_serialization=True)
-        if result["text"] is not None:
-            result["text"].half().save_pretrained(Path(tmp) / "text_encoder", safe_serialization=True)
-        (Path(tmp) / "training_metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
-        for name in ("transformer", "text_encoder", "training_metrics.json"):
-            src = Path(tmp) / name
-            if src.exists():
-                dst = out / name
-                if dst.is_dir():
-                    import shutil
-
-                    shutil.rmtree(dst)
-                src.replace(dst)
+    for name, module in (("transformer", result["model"]), ("text_encoder", result["text"])):  # each entry replaced whole, never half-written
+        if module is not None:
+            with atomic_directory(out / name) as staged:
+                module.half().save_pretrained(staged, safe_serialization=True)
+    atomic_write_text(out / "training_metrics.json", json.dumps(metrics, indent=2) + "\n")
     return metrics
 
 

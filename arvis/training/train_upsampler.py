@@ -27,7 +27,6 @@ import math
 import os
 import shlex
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,7 +50,7 @@ from arvis.training.common import (
     setup_logging,
 )
 from arvis.training.train_gpt import GPTTrainConfig, build_dataset, encode_codes
-from arvis.utils.serialization import atomic_path
+from arvis.utils.serialization import atomic_directory, atomic_path
 
 
 @dataclass(frozen=True)
@@ -314,17 +313,12 @@ def export(result: dict[str, Any], cfg: UpsamplerTrainConfig, out: Path, command
         "command": recorded_command(result["command"], out),
         "export_command": command,
     }
-    with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}.") as tmp:
-        staged = Path(tmp) / "folder"
+    with atomic_directory(out) as staged:
         model.half().save_pretrained(staged, safe_serialization=True)
         model.float()
         metrics["safetensors_mb"] = os.path.getsize(staged / "diffusion_pytorch_model.safetensors") / 1e6
         (staged / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
         (staged / "README.md").write_text(model_card(cfg, metrics))
-        staged.chmod(0o755)  # tempfile directories are private
-        if out.exists():
-            out.replace(Path(tmp) / "previous")
-        staged.replace(out)
     return metrics
 
 

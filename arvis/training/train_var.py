@@ -24,7 +24,6 @@ import json
 import math
 import shlex
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,8 +36,17 @@ from tqdm.auto import tqdm
 
 from arvis.models.var import VARTransformer
 from arvis.tokenizers.var_vq import VARVQModel
-from arvis.training.common import EMA, atomic_torch_save, cosine_lr, dumps, load_checkpoint, setup_logging
+from arvis.training.common import (
+    EMA,
+    atomic_torch_save,
+    atomic_write_text,
+    cosine_lr,
+    dumps,
+    load_checkpoint,
+    setup_logging,
+)
 from arvis.training.train_gpt import build_dataset
+from arvis.utils.serialization import atomic_directory
 
 
 @dataclass(frozen=True)
@@ -219,16 +227,11 @@ def export(result: dict[str, Any], cfg: VARTrainConfig, out: Path, command: str)
         "history": result["state"]["history"],
         "command": command,
     }
-    with tempfile.TemporaryDirectory(dir=out, prefix=".export.") as tmp:
-        result["model"].half().save_pretrained(Path(tmp) / "transformer", safe_serialization=True)
-        (Path(tmp) / "training_metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
-        for name in ("transformer", "training_metrics.json"):
-            dst = out / name
-            if dst.is_dir():
-                import shutil
-
-                shutil.rmtree(dst)
-            (Path(tmp) / name).replace(dst)
+    for name, module in (("transformer", result["model"]),):  # each entry replaced whole, never half-written
+        if module is not None:
+            with atomic_directory(out / name) as staged:
+                module.half().save_pretrained(staged, safe_serialization=True)
+    atomic_write_text(out / "training_metrics.json", json.dumps(metrics, indent=2) + "\n")
     return metrics
 
 

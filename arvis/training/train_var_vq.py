@@ -36,7 +36,6 @@ import json
 import os
 import shlex
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,6 +57,7 @@ from arvis.training.common import (
     setup_logging,
 )
 from arvis.training.train_vq import _save_grid, evaluate, train_batch
+from arvis.utils.serialization import atomic_directory
 
 __all__ = ["SMOKE_CONFIG", "VARVQTrainConfig", "main", "train", "warm_start_from_llamagen_vq"]
 
@@ -401,8 +401,7 @@ def export(model: VARVQModel, cfg: VARVQTrainConfig, out: str | os.PathLike, sum
            grid_png: str | os.PathLike | None = None) -> dict[str, Any]:
     """Evaluate the fp16 copy on held-out crops; write safetensors + ``metrics.json`` into ``out`` atomically."""
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}.") as tmp:
+    with atomic_directory(out, keep="all") as tmp:
         model.to(torch.float16).save_pretrained(tmp, safe_serialization=True)
         shipped = VARVQModel.from_pretrained(tmp, torch_dtype=torch.float32).eval()
         images, _ = build_crops(cfg.final_eval_size, "heldout", cfg.resolution, seed=cfg.data_seed + 2,
@@ -423,9 +422,6 @@ def export(model: VARVQModel, cfg: VARVQTrainConfig, out: str | os.PathLike, sum
             command=command, config=dataclasses.asdict(cfg),
         )
         (Path(tmp) / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
-        out.mkdir(parents=True, exist_ok=True)
-        for name in ("config.json", "diffusion_pytorch_model.safetensors", "metrics.json"):
-            os.replace(Path(tmp) / name, out / name)
     if grid_png is not None:
         _save_grid(images[:16], recon[:16], Path(grid_png))
     return metrics

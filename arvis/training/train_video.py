@@ -24,7 +24,6 @@ import os
 import shlex
 import shutil
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +32,7 @@ import torch
 
 from arvis.training import train_gpt
 from arvis.training.train_gpt import GPTTrainConfig
+from arvis.utils.serialization import atomic_directory
 
 #: Frames per clip (``T``) of the shipped model; the frame side in pixels is the preset's ``resolution``.
 NUM_FRAMES = 8
@@ -97,19 +97,11 @@ def assemble(transformer: str, vq: str, out: str, sampling_defaults: dict[str, A
     out_path = Path(out)
     pipe = VideoPipeline(transformer=VideoTransformer.from_pretrained(transformer, torch_dtype=torch.float16),
                          vqvae=LlamaGenVQModel.from_pretrained(vq, torch_dtype=torch.float16))
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=out_path.parent, prefix=f".{out_path.name}.") as tmp:
-        staged = Path(tmp) / "pipeline"
+    with atomic_directory(out_path, keep=("README.md", "metrics.json", "training_metrics.json")) as staged:
         pipe.save_pretrained(staged, safe_serialization=True)
         shutil.rmtree(staged / "vqvae")
         os.symlink(os.path.relpath(Path(vq).resolve(), out_path.resolve()), staged / "vqvae")
         (staged / "sampling_defaults.json").write_text(json.dumps(sampling_defaults, indent=2) + "\n")
-        if out_path.exists():
-            for name in ("README.md", "metrics.json", "training_metrics.json"):
-                if (out_path / name).exists():
-                    shutil.copy2(out_path / name, staged / name)
-            shutil.rmtree(out_path)
-        staged.replace(out_path)
     return out_path
 
 

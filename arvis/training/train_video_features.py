@@ -23,9 +23,7 @@ import argparse
 import dataclasses
 import json
 import shlex
-import shutil
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +35,7 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from arvis.training.common import EMA, atomic_torch_save, cosine_lr, dumps, load_checkpoint, setup_logging
+from arvis.utils.serialization import atomic_directory
 
 
 @dataclass(frozen=True)
@@ -159,14 +158,9 @@ def export(net: Any, cfg: VideoFeatureConfig, state: dict[str, Any], out: Path, 
                "steps": state["step"], "train_hours": state["seconds"] / 3600,
                "final_train_loss": state["history"][-1]["loss"] if state["history"] else None,
                "history": state["history"], "command": command}
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}.") as tmp:
-        staged = Path(tmp) / "folder"
+    with atomic_directory(out) as staged:
         net.half().save_pretrained(str(staged), safe_serialization=True)
         (staged / "training_metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
-        if out.exists():
-            shutil.rmtree(out)
-        staged.replace(out)
     return metrics
 
 

@@ -31,7 +31,6 @@ import math
 import os
 import shlex
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,6 +52,7 @@ from arvis.training.common import (
     restore_training_state,
     setup_logging,
 )
+from arvis.utils.serialization import atomic_directory, atomic_path
 
 __all__ = ["SMOKE_CONFIG", "VQTrainConfig", "evaluate", "export", "main", "train"]
 
@@ -409,15 +409,8 @@ def _save_grid(originals: np.ndarray, recon: np.ndarray, path: Path, cols: int =
         rows.append(np.concatenate(list(originals[i : i + cols]), axis=1))
         rows.append(np.concatenate(list(recon[i : i + cols]), axis=1))
     grid = np.concatenate(rows, axis=0)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
+    with atomic_path(path) as tmp:
         Image.fromarray(grid).save(tmp, format="PNG")
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
 
 
 def decode_ms(model: LlamaGenVQModel, grid: int, repeats: int = 10) -> float:
@@ -444,11 +437,10 @@ def export(
     """Evaluate on ``cfg.final_eval_size`` held-out crops, write fp16 safetensors + README + metrics to ``out``.
 
     The fp16 copy is what gets evaluated (reloaded through ``from_pretrained``), so the reported numbers
-    are those of the shipped file. Files land in ``out`` through ``os.replace`` from a temp directory.
+    are those of the shipped file. ``out`` is replaced whole (its other files kept) by :func:`atomic_directory`.
     """
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}.") as tmp:
+    with atomic_directory(out, keep="all") as tmp:
         fp16 = LlamaGenVQModel(**cfg.model_kwargs())
         fp16.load_state_dict(model.state_dict())
         fp16.half().save_pretrained(tmp, safe_serialization=True)
@@ -470,9 +462,6 @@ def export(
         )
         (Path(tmp) / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
         (Path(tmp) / "README.md").write_text(model_card(cfg, metrics, command, out.name, grid_png))
-        out.mkdir(parents=True, exist_ok=True)
-        for name in ("config.json", "diffusion_pytorch_model.safetensors", "metrics.json", "README.md"):
-            os.replace(Path(tmp) / name, out / name)
     if grid_png is not None:
         _save_grid(images[:16], recon[:16], Path(grid_png))
     return metrics

@@ -36,6 +36,7 @@ import difflib
 import json
 import math
 import os
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,7 +45,14 @@ from typing import Any, ClassVar
 import torch
 
 from arvis.errors import CheckpointError, ConfigError
-from arvis.utils.serialization import SafetensorsHeader, compare_shapes, read_safetensors_header
+from arvis.utils.serialization import (
+    CONFIG_METADATA_KEY,
+    SafetensorsHeader,
+    add_safetensors_metadata,
+    apply_umask_to_written_files,
+    compare_shapes,
+    read_safetensors_header,
+)
 
 __all__ = ["Bound", "CheckedFolderMixin", "CheckedPipelineMixin", "check_config", "check_model_folder",
            "check_pipeline_folder", "expected_shapes"]
@@ -320,7 +328,25 @@ def check_model_folder(cls: Any, folder: str | os.PathLike, variant: str | None 
     shapes = expected_shapes(cls, config, source=str(config_path))
     compare_shapes(shapes, header.shapes, f"{str(weights)!r} does not fit the {cls.__name__} its "
                                           f"{config_path.name} describes")
+    _compare_saved_config(raw, header, config_path, weights)
     return config
+
+
+def _compare_saved_config(raw: dict[str, Any], header: SafetensorsHeader, config_path: Path, weights: Path) -> None:
+    """Fields no shape reveals (``n_head``…) against the configuration arvis recorded in the weights file when it
+    saved them (:data:`CONFIG_METADATA_KEY`); files without the record (official or older ones) pass."""
+    recorded = header.metadata.get(CONFIG_METADATA_KEY)
+    if recorded is None:
+        return
+    try:
+        saved = json.loads(recorded)
+    except ValueError:
+        raise CheckpointError(f"{str(weights)!r}: its {CONFIG_METADATA_KEY!r} metadata is not JSON") from None
+    for key, value in saved.items():
+        if key in raw and json.loads(json.dumps(raw[key])) != value:
+            raise ConfigError(f"{str(config_path)!r}: {key} = {raw[key]!r}, but the weights in {weights.name} were "
+                              f"saved with {key} = {value!r}; the config was edited or belongs to another model "
+                              f"(the tensor shapes cannot tell)")
 
 
 class CheckedFolderMixin:
@@ -345,6 +371,18 @@ class CheckedFolderMixin:
             return super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)  # type: ignore[misc]
         except OSError as err:
             raise CheckpointError(f"model folder {str(folder)!r} could not be loaded ({err})") from None
+
+    def save_pretrained(self, save_directory: str | os.PathLike, *args: Any, **kwargs: Any) -> None:
+        """diffusers' ``save_pretrained``; the weights file records the configuration (checked on load against
+        ``config.json`` for what no shape reveals), and the files get the umask's permissions."""
+        start = time.time_ns() - 1_000_000  # file-system timestamps may be coarser than the clock
+        super().save_pretrained(save_directory, *args, **kwargs)  # type: ignore[misc]
+        record = json.dumps({k: v for k, v in dict(self.config).items() if not k.startswith("_")},  # type: ignore[attr-defined]
+                            sort_keys=True, default=list)
+        for weights in Path(save_directory).glob("*.safetensors"):
+            if weights.stat().st_mtime_ns >= start:
+                add_safetensors_metadata(weights, {CONFIG_METADATA_KEY: record})
+        apply_umask_to_written_files(save_directory, start)
 
 
 # Libraries a pipeline component typed ``Any`` may come from (e.g. a transformers T5 text encoder).
@@ -448,3 +486,10 @@ class CheckedPipelineMixin:
                                   f"({err})") from None
         finally:
             _CHECKED_FOLDERS.reset(token)
+
+    def save_pretrained(self, save_directory: str | os.PathLike, *args: Any, **kwargs: Any) -> None:
+        """diffusers' ``save_pretrained``, with every component's files given the umask's permissions
+        (safetensors writes 0600 for diffusers and transformers components alike)."""
+        start = time.time_ns() - 1_000_000
+        super().save_pretrained(save_directory, *args, **kwargs)  # type: ignore[misc]
+        apply_umask_to_written_files(save_directory, start, subfolders=self.components)  # type: ignore[attr-defined]

@@ -128,7 +128,7 @@ class RandomStreams:
         return self._draw("exponential", rows, shape)
 
     def normal(self, shape: Sequence[int], rows: Sequence[int] | None = None) -> torch.Tensor:
-        """N(0, 1) draws, fp32, shape ``[len(rows), *shape]`` (continuous tokens' diffusion noise)."""
+        """N(0, 1) draws, fp32, shape ``[len(rows), *shape]`` (diffusion-head trajectory noise)."""
         return self._draw("normal", rows, shape)
 
 
