@@ -32,6 +32,8 @@ from diffusers import ConfigMixin, ModelMixin
 from diffusers.configuration_utils import register_to_config
 from torch import nn
 
+from arvis.utils.config_check import Bound, CheckedFolderMixin, check_config
+
 TRAIN_STEPS = 1000  # the official DiffLoss trains on a 1000-step cosine schedule
 
 
@@ -155,7 +157,16 @@ class SimpleMLPAdaLN(nn.Module):
 
 
 # ----------------------------------------------------------------------------- the head
-class MARDiffusionHead(ModelMixin, ConfigMixin):
+HEAD_CONFIG_BOUNDS: dict[str, Bound] = {
+    "token_dim": Bound.integer(1, 65536),
+    "cond_dim": Bound.integer(1, 65536),
+    "width": Bound.integer(1, 65536),
+    "depth": Bound.integer(1, 256),
+    "sampling_steps": Bound.integer(1, TRAIN_STEPS, note="DDPM steps at sampling, a subset of the 1000 trained"),
+}
+
+
+class MARDiffusionHead(CheckedFolderMixin, ModelMixin, ConfigMixin):
     """MAR's ``DiffLoss`` for sampling: a :class:`~arvis.models.protocol.DiffusionHead`.
 
     Its state dict is the official ``diffloss.*`` entries without the ``diffloss.`` prefix
@@ -170,11 +181,13 @@ class MARDiffusionHead(ModelMixin, ConfigMixin):
     """
 
     config_name = "config.json"
+    config_bounds = HEAD_CONFIG_BOUNDS
 
     @register_to_config
     def __init__(self, token_dim: int = 16, cond_dim: int = 1024, width: int = 1024, depth: int = 3,
                  sampling_steps: int = 100):
         super().__init__()
+        check_config(self.config, HEAD_CONFIG_BOUNDS, source=type(self).__name__)
         for name, value in (("token_dim", token_dim), ("cond_dim", cond_dim), ("width", width), ("depth", depth),
                             ("sampling_steps", sampling_steps)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:

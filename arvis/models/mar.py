@@ -51,6 +51,7 @@ from torch import nn
 from arvis.errors import CheckpointError, ConfigError
 from arvis.models.diffusion_head import MARDiffusionHead, split_sampling_steps
 from arvis.models.protocol import StaticKVCache, TokenLayout
+from arvis.utils.config_check import Bound, CheckedFolderMixin, check_config
 
 HEAD_PREFIX = "diffloss."  # where the official MAR keeps its diffusion head's weights
 
@@ -70,6 +71,31 @@ MAR_PRESETS: dict[str, MARPreset] = {
     "mar_base": MARPreset(768, 12, 12, 1024, 6, 207_924_768, "208M"),
     "mar_large": MARPreset(1024, 16, 16, 1280, 8, 478_326_304, "479M"),
     "mar_huge": MARPreset(1280, 20, 16, 1536, 12, 942_403_104, "943M"),
+}
+
+
+_RATE = Bound.number(0.0, 1.0)
+# Every MARTransformer configuration is checked against these before anything is built or loaded.
+MAR_CONFIG_BOUNDS: dict[str, Bound] = {
+    "img_size": Bound.integer(1, 1 << 14),
+    "vae_stride": Bound.integer(1, 1024),
+    "patch_size": Bound.integer(1, 64),
+    "encoder_embed_dim": Bound.integer(1, 16384),
+    "encoder_depth": Bound.integer(0, 256),
+    "encoder_num_heads": Bound.integer(1, 1024),
+    "decoder_embed_dim": Bound.integer(1, 16384),
+    "decoder_depth": Bound.integer(0, 256),
+    "decoder_num_heads": Bound.integer(1, 1024),
+    "mlp_ratio": Bound.number(0.0, 64.0, open_low=True),
+    "vae_embed_dim": Bound.integer(1, 4096),
+    "num_classes": Bound.integer(1, 1_000_000),
+    "buffer_size": Bound.integer(1, 4096),
+    "attn_dropout": _RATE,
+    "proj_dropout": _RATE,
+    "label_drop_prob": _RATE,
+    "mask_ratio_min": _RATE,
+    "causal": Bound.boolean(),
+    "class_names": Bound.strings(1_000_000, optional=True),
 }
 
 
@@ -141,7 +167,7 @@ class MARKVCache:
 
 
 # ----------------------------------------------------------------------------- the model
-class MARTransformer(ModelMixin, ConfigMixin):
+class MARTransformer(CheckedFolderMixin, ModelMixin, ConfigMixin):
     """MAR's encoder/decoder transformer (module docstring); ``z`` for the diffusion head.
 
     Configuration: the official ``MAR`` constructor arguments that shape the weights (``num_classes`` is the
@@ -155,6 +181,7 @@ class MARTransformer(ModelMixin, ConfigMixin):
     """
 
     config_name = "config.json"
+    config_bounds = MAR_CONFIG_BOUNDS
 
     @register_to_config
     def __init__(
@@ -180,6 +207,7 @@ class MARTransformer(ModelMixin, ConfigMixin):
         class_names: list[str] | None = None,
     ):
         super().__init__()
+        check_config(self.config, MAR_CONFIG_BOUNDS, source=type(self).__name__)
         for name, value in (("img_size", img_size), ("vae_stride", vae_stride), ("patch_size", patch_size),
                             ("encoder_embed_dim", encoder_embed_dim), ("encoder_num_heads", encoder_num_heads),
                             ("decoder_embed_dim", decoder_embed_dim), ("decoder_num_heads", decoder_num_heads),

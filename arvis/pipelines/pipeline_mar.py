@@ -26,11 +26,8 @@ Example:
 
 from __future__ import annotations
 
-import json
-import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -46,11 +43,11 @@ from arvis.methods.mar import MARStep, check_cfg_schedule, check_num_iter, decod
 from arvis.models.diffusion_head import MARDiffusionHead
 from arvis.models.mar import MARTransformer
 from arvis.models.protocol import Condition
-from arvis.pipelines.common import check_output_type, images_to_output
+from arvis.pipelines.common import SamplingDefaultsMixin, check_output_type, images_to_output
 from arvis.pipelines.pipeline_llamagen import LlamaGenPipeline
+from arvis.utils.config_check import CheckedPipelineMixin
 from arvis.utils.random import GeneratorArg
 
-SAMPLING_DEFAULTS_FILE = "sampling_defaults.json"
 # Settings a MAR folder's sampling_defaults.json may hold (the first two are also SamplingConfig's).
 MAR_SAMPLING_FIELDS = ("guidance_scale", "temperature", "num_iter", "cfg_schedule")
 # "ar": MAR's own sampler (masked) or raster AR (causal); "cspd-exact": exact speculative, causal target + causal
@@ -67,11 +64,12 @@ class MARPipelineOutput(BaseOutput):
     stats: BatchStats
 
 
-class MARPipeline(DiffusionPipeline):
+class MARPipeline(SamplingDefaultsMixin, CheckedPipelineMixin, DiffusionPipeline):
     """Class-conditional generation with a MAR transformer, its diffusion head and the KL VAE (module docstring)."""
 
     model_cpu_offload_seq = "transformer->head->vae"
     _optional_components = ["draft_transformer", "draft_head"]
+    sampling_fields = MAR_SAMPLING_FIELDS
 
     def __init__(self, transformer: MARTransformer, head: MARDiffusionHead, vae: AutoencoderKL,
                  draft_transformer: MARTransformer | None = None, draft_head: MARDiffusionHead | None = None):
@@ -92,52 +90,8 @@ class MARPipeline(DiffusionPipeline):
                 raise ValueError("draft_transformer: its grid, token channels or classes differ from the transformer's")
         self.register_modules(transformer=transformer, head=head, vae=vae, draft_transformer=draft_transformer,
                               draft_head=draft_head)
-        self._sampling_defaults: dict[str, Any] | None = None
 
-    # ------------------------------------------------------------------ loading and saving
-    @classmethod
-    def from_pretrained(cls, pretrained_model_name_or_path: str | os.PathLike, **kwargs: Any) -> MARPipeline:
-        """Load a ``save_pretrained`` folder (nothing is downloaded); keyword arguments go to diffusers."""
-        from arvis.hub import read_sampling_defaults, resolve_model
-
-        name = os.fspath(pretrained_model_name_or_path)
-        if not Path(name).is_dir():
-            name = str(resolve_model(name))
-        kwargs.setdefault("local_files_only", True)
-        pipe = super().from_pretrained(name, **kwargs)
-        if not isinstance(pipe, MARPipeline):
-            raise ValueError(f"{name}: its model_index.json names {type(pipe).__name__}, not MARPipeline")
-        pipe.sampling_defaults = read_sampling_defaults(name)
-        return pipe
-
-    def save_pretrained(self, save_directory: str | os.PathLike, **kwargs: Any) -> None:
-        """``DiffusionPipeline.save_pretrained`` plus ``sampling_defaults.json``; no machine paths recorded."""
-        super().save_pretrained(save_directory, **kwargs)
-        from arvis.utils.serialization import atomic_path
-
-        folder = Path(save_directory)
-        for config in [folder / "model_index.json", *folder.glob("*/config.json")]:
-            data = json.loads(config.read_text())
-            if data.pop("_name_or_path", None) is not None:
-                with atomic_path(config) as tmp:
-                    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
-        if self.sampling_defaults:
-            with atomic_path(folder / SAMPLING_DEFAULTS_FILE) as tmp:
-                tmp.write_text(json.dumps(self.sampling_defaults, indent=2) + "\n")
-
-    @property
-    def sampling_defaults(self) -> dict[str, Any]:
-        """``guidance_scale``, ``temperature``, ``num_iter``, ``cfg_schedule`` defaults (the folder's
-        ``sampling_defaults.json`` when loaded from one; settable)."""
-        return dict(self._sampling_defaults or {})
-
-    @sampling_defaults.setter
-    def sampling_defaults(self, value: dict[str, Any]) -> None:
-        unknown = sorted(set(value) - set(MAR_SAMPLING_FIELDS))
-        if unknown:
-            raise ValueError(f"sampling_defaults: unknown setting(s) {unknown}; known: {list(MAR_SAMPLING_FIELDS)}")
-        self._sampling_defaults = dict(value)
-
+    # ------------------------------------------------------------------ sampling settings
     def sampling_config(self, **settings: Any) -> SamplingConfig:
         """The target distribution's settings of a call (given values, else the defaults): ``guidance_scale``
         and ``temperature``; ``top_k`` / ``top_p`` do not apply to continuous tokens and are refused."""
