@@ -300,6 +300,14 @@ def test_bad_input_gets_clear_errors(tmp_path):
         MARPipeline(t, MARDiffusionHead(token_dim=4, cond_dim=16, width=8, depth=1), tiny_vae())
     with pytest.raises(ValueError, match="sampling_defaults"):
         pipe.sampling_defaults = {"top_k": 3}
+    # A saved folder whose configuration was edited is refused before anything loads, naming the field.
+    import json
+
+    pipe.save_pretrained(tmp_path / "edited")
+    config = tmp_path / "edited" / "head" / "config.json"
+    config.write_text(json.dumps({**json.loads(config.read_text()), "sampling_steps": 0}))
+    with pytest.raises(ConfigError, match="sampling_steps"):
+        MARPipeline.from_pretrained(tmp_path / "edited")
 
 
 def test_cli_generate_and_bench_on_a_tiny_folder(tmp_path, capsys):
