@@ -149,3 +149,8 @@ from arvis.methods.next_scale import NEXT_SCALE_METHODS  # noqa: E402  (next-sca
 
 for _next_scale_method in NEXT_SCALE_METHODS:
     register_method(_next_scale_method)
+
+from arvis.methods.cspd import CONTINUOUS_METHODS  # noqa: E402  (continuous-token / MAR methods)
+
+for _continuous_method in CONTINUOUS_METHODS:
+    register_method(_continuous_method)

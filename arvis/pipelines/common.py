@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,15 +27,15 @@ PREVIEW_GREY = 0.5  # colour of not-yet-committed token cells in partial images 
 SAMPLING_FIELDS = ("guidance_scale", "top_k", "top_p", "temperature", "cfg_interval")
 
 
-def read_sampling_defaults(folder: Path) -> dict[str, Any]:
-    """The folder's ``sampling_defaults.json`` checked against :data:`SAMPLING_FIELDS` (``{}`` when absent)."""
+def read_sampling_defaults(folder: Path, fields: Sequence[str] = SAMPLING_FIELDS) -> dict[str, Any]:
+    """The folder's ``sampling_defaults.json`` checked against ``fields`` (``{}`` when absent)."""
     from arvis.hub import SAMPLING_DEFAULTS_FILE
     from arvis.hub import read_sampling_defaults as read_file
 
     defaults = read_file(folder)
-    unknown = sorted(set(defaults) - set(SAMPLING_FIELDS))
+    unknown = sorted(set(defaults) - set(fields))
     if unknown:
-        raise ValueError(f"{SAMPLING_DEFAULTS_FILE}: unknown setting(s) {unknown}; known: {list(SAMPLING_FIELDS)}")
+        raise ValueError(f"{SAMPLING_DEFAULTS_FILE}: unknown setting(s) {unknown}; known: {list(fields)}")
     return defaults
 
 
@@ -48,6 +48,7 @@ class SamplingDefaultsMixin:
     """
 
     _sampling_defaults: dict[str, Any] | None = None
+    sampling_fields: tuple[str, ...] = SAMPLING_FIELDS  # what sampling_defaults.json may set
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path: str | os.PathLike, **kwargs: Any) -> Any:
@@ -63,7 +64,7 @@ class SamplingDefaultsMixin:
             name = str(resolve_model(name))  # ValueError listing the names when nothing matches
         kwargs.setdefault("local_files_only", True)
         pipe = super().from_pretrained(name, **kwargs)  # type: ignore[misc]
-        pipe._sampling_defaults = read_sampling_defaults(Path(name))
+        pipe._sampling_defaults = read_sampling_defaults(Path(name), cls.sampling_fields)
         return pipe
 
     def save_pretrained(self, save_directory: str | os.PathLike, **kwargs: Any) -> None:
@@ -91,14 +92,14 @@ class SamplingDefaultsMixin:
         ``sampling_defaults.json`` when loaded from one; settable."""
         if self._sampling_defaults is None:
             origin = getattr(self.config, "_name_or_path", None)  # type: ignore[attr-defined]
-            self._sampling_defaults = read_sampling_defaults(Path(origin)) if origin else {}
+            self._sampling_defaults = read_sampling_defaults(Path(origin), self.sampling_fields) if origin else {}
         return self._sampling_defaults
 
     @sampling_defaults.setter
     def sampling_defaults(self, value: dict[str, Any]) -> None:
-        unknown = sorted(set(value) - set(SAMPLING_FIELDS))
+        unknown = sorted(set(value) - set(self.sampling_fields))
         if unknown:
-            raise ValueError(f"sampling_defaults: unknown setting(s) {unknown}; known: {list(SAMPLING_FIELDS)}")
+            raise ValueError(f"sampling_defaults: unknown setting(s) {unknown}; known: {list(self.sampling_fields)}")
         self._sampling_defaults = dict(value)
 
     def sampling_config(self, **settings: Any) -> SamplingConfig:
