@@ -431,8 +431,19 @@ def test_partial_clips_are_grey_where_nothing_is_committed() -> None:
 def test_demo_core_runs_a_video_model_side_by_side(tmp_path) -> None:
     """The demo's Gradio-free core on a saved tiny video pipeline: AR and a method on the same seeds, film-strip
     previews while frames fill, the clips, the statistics and plots, and the clips as one GIF per side."""
-    from arvis.demo.core import (DemoLimits, ModelSet, Progress, RunResult, comparison, model_info, side_by_side,
-                                 stats_markdown, stats_plots, validate_request, write_clips_gif)
+    from arvis.demo.core import (
+        DemoLimits,
+        ModelSet,
+        Progress,
+        RunResult,
+        comparison,
+        model_info,
+        side_by_side,
+        stats_markdown,
+        stats_plots,
+        validate_request,
+        write_clips_gif,
+    )
 
     tiny_pipeline().save_pretrained(tmp_path / "pipe")
     pipe = VideoPipeline.from_pretrained(tmp_path / "pipe")
