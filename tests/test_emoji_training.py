@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -68,8 +69,11 @@ def test_train_domain_emoji_smoke_and_fid_with_its_reference(tmp_path):
     from arvis.training import train_domain
 
     out = tmp_path / "domain-emoji"
-    metrics = train_domain.main(["--preset", "smoke", "--data", "emoji", "--out", str(out), "--scratch",
-                                 str(tmp_path / "s")])
+    train_domain.main(["--preset", "smoke", "--data", "emoji", "--out", str(out), "--scratch", str(tmp_path / "s")])
+    spec = importlib.util.spec_from_file_location("domain_card", Path(__file__).parents[1] / "eval" / "domain_card.py")
+    card = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(card)
+    metrics = card.main(["--folder", str(out), "--no-progress"])  # the evaluation and the card
     net = load_domain_network(out)
     assert net.config.num_classes == 52 and net.config.class_names[20] == "fruit"
     assert set(metrics["heldout_per_class_accuracy"]) <= set(net.config.class_names)

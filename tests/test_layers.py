@@ -50,13 +50,7 @@ ACCEPTANCE_FORBIDDEN = ("os", "io", "pathlib", "shutil", "json", "pickle", "subp
                         "PIL", "gradio", "open_clip", "cleanfid")
 
 # name -> (why it is allowed for now, the (importer, imported) pairs it covers)
-KNOWN_VIOLATIONS: dict[str, tuple[str, frozenset[tuple[str, str]]]] = {
-    "training-reports-fid-through-eval": (
-        "issue 21.3: the domain trainer computes its FID report with arvis.eval.fid; with the networks in "
-        "arvis/models, record that report through the eval layer (or lift training above eval in "
-        "docs/architecture.md — a decision for the lead)",
-        frozenset({("arvis.training.train_domain", "arvis.eval.fid")})),
-}
+KNOWN_VIOLATIONS: dict[str, tuple[str, frozenset[tuple[str, str]]]] = {}
 
 
 def module_name(path: Path) -> str:

@@ -1,15 +1,20 @@
 """Training smoke tests for the evaluator networks: a few steps of the domain-network and CLIP trainers on
-tiny configs, export, reload through the official loaders (full training is not run in CI)."""
+tiny configs, export, reload through the official loaders, and the domain network's evaluation card
+(``eval/domain_card.py``; full training is not run in CI)."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
 from arvis.training import train_domain
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(autouse=True)
@@ -24,21 +29,40 @@ def _dtypes(path) -> set[torch.dtype]:
         return {f.get_tensor(k).dtype for k in f.keys()}
 
 
+def domain_card():
+    """``eval/domain_card.py``, the evaluation and model card of an exported domain network (a script)."""
+    spec = importlib.util.spec_from_file_location("domain_card", ROOT / "eval" / "domain_card.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def test_train_domain_smoke_exports_loads_and_resumes(tmp_path):
     from arvis.eval.domain import DomainClassifier, load_domain_network
     from arvis.eval.fid import array_statistics, compute_fid, load_extractor
 
     out, scratch = tmp_path / "domain", tmp_path / "scratch"
     argv = ["--preset", "smoke", "--out", str(out), "--scratch", str(scratch)]
-    metrics = train_domain.main(argv)
-    assert metrics["steps"] == 4 and 0.0 <= metrics["heldout_accuracy"] <= 1.0
-    assert {"heldout_vs_heldout", "train_vs_heldout", "degraded"} <= set(metrics["fid"])
-    assert sorted(p.name for p in out.iterdir()) == ["README.md", "config.json", "diffusion_pytorch_model.safetensors",
-                                                     "metrics.json"]
+    trained = train_domain.main(argv)
+    # Training exports weights and training metrics; evaluation and the card are the eval layer's.
+    assert trained["steps"] == 4 and "fid" not in trained and "heldout_accuracy" not in trained
+    assert sorted(p.name for p in out.iterdir()) == ["config.json", "diffusion_pytorch_model.safetensors",
+                                                     "training_metrics.json"]
     assert _dtypes(out / "diffusion_pytorch_model.safetensors") == {torch.float16}  # shipped weights are fp16
     net = load_domain_network(out)
     assert isinstance(net, DomainClassifier) and net.dtype == torch.float32 and net.config.image_size == 32
-    assert json.loads((out / "metrics.json").read_text())["fingerprint"] == metrics["fingerprint"]
+    card = domain_card()
+    metrics = card.main(["--folder", str(out), "--no-progress"])
+    assert metrics["steps"] == 4 and 0.0 <= metrics["heldout_accuracy"] <= 1.0
+    assert {"heldout_vs_heldout", "train_vs_heldout", "degraded"} <= set(metrics["fid"])
+    assert sorted(p.name for p in out.iterdir()) == ["README.md", "config.json", "diffusion_pytorch_model.safetensors",
+                                                     "metrics.json", "training_metrics.json"]
+    assert json.loads((out / "metrics.json").read_text())["fingerprint"] == trained["fingerprint"]
+    readme = (out / "README.md").read_text()
+    assert "python -m arvis.training.train_domain" in readme and f"python eval/domain_card.py --folder {out}" in readme
+    # The evaluation is deterministic: a second run reproduces the card.
+    card.main(["--folder", str(out), "--no-progress"])
+    assert (out / "README.md").read_text() == readme
     # The folder works as an FID extractor through the public API.
     images = np.random.default_rng(0).integers(0, 256, (12, 32, 32, 3), dtype=np.uint8)
     extractor = load_extractor(str(out))
@@ -46,21 +70,28 @@ def test_train_domain_smoke_exports_loads_and_resumes(tmp_path):
     result = compute_fid(images[:6], reference=reference, extractor=extractor, progress=False)
     assert np.isfinite(result.fid)
     # A rerun with more steps resumes from the checkpoint.
-    metrics = train_domain.main(argv + ["--steps", "5"])
-    assert "resumed from" in (scratch / "train.log").read_text() and metrics["steps"] == 5
-    # --export-only re-evaluates the checkpoint and keeps the command that trained it in the model card.
-    metrics = train_domain.main(argv + ["--export-only"])
-    assert metrics["steps"] == 5 and metrics["command"].endswith("--steps 5")
-    assert "Exported and evaluated by" in (out / "README.md").read_text()
+    trained = train_domain.main(argv + ["--steps", "5"])
+    assert "resumed from" in (scratch / "train.log").read_text() and trained["steps"] == 5
+    # --export-only re-exports the checkpoint and keeps the command that trained it in the model card.
+    trained = train_domain.main(argv + ["--export-only"])
+    assert trained["steps"] == 5 and trained["command"].endswith("--steps 5")
+    card.main(["--folder", str(out), "--no-progress"])
+    assert "Exported by `python -m arvis.training.train_domain" in (out / "README.md").read_text()
+
+
+def test_domain_card_needs_an_exported_folder(tmp_path):
+    with pytest.raises(ValueError, match="training_metrics.json"):
+        domain_card().main(["--folder", str(tmp_path)])
 
 
 def test_degradations_keep_shape_and_change_pixels():
+    card = domain_card()
     images = np.random.default_rng(0).integers(0, 256, (2, 32, 32, 3), dtype=np.uint8)
-    for kind, amount in train_domain.DEGRADATIONS:
-        d = train_domain.degrade(images, kind, amount)
+    for kind, amount in card.DEGRADATIONS:
+        d = card.degrade(images, kind, amount)
         assert d.shape == images.shape and d.dtype == np.uint8 and not np.array_equal(d, images), (kind, amount)
     with pytest.raises(ValueError, match="kind"):
-        train_domain.degrade(images, "sharpen", 1.0)
+        card.degrade(images, "sharpen", 1.0)
 
 
 def test_train_clip_smoke_exports_and_loads_through_load_clip(tmp_path):

@@ -92,17 +92,17 @@ def restore_training_state(ckpt_path: Path, cfg: Any, resumable: Iterable[str], 
 
 def recorded_command(summary_command: str, out: Path) -> str:
     """The command that trained a run: the one stored with its checkpoint, else (a checkpoint that predates
-    stored commands) the one in the previous export's ``metrics.json``."""
-    previous = out / "metrics.json"
-    if not summary_command and previous.is_file():
-        return str(json.loads(previous.read_text()).get("command", ""))
+    stored commands) the one in the previous export's ``training_metrics.json`` or ``metrics.json``."""
+    for previous in (out / "training_metrics.json", out / "metrics.json"):
+        if not summary_command and previous.is_file():
+            return str(json.loads(previous.read_text()).get("command", ""))
     return summary_command
 
 
-def export_note(metrics: dict[str, Any]) -> str:
+def export_note(metrics: dict[str, Any], done: str = "Exported and evaluated") -> str:
     """A model-card line naming the export command when it differs from the training command."""
     if metrics.get("export_command") and metrics["export_command"] != metrics["command"]:
-        return f"Exported and evaluated by `{metrics['export_command']}`.\n"
+        return f"{done} by `{metrics['export_command']}`.\n"
     return ""
 
 
