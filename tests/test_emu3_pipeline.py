@@ -103,6 +103,22 @@ def test_callback_sees_progress(pipe):
     assert seen == sorted(seen) and seen[-1] == 17
 
 
+def test_callback_gets_the_named_tensors_as_copies(pipe):
+    """The same step-callback contract as LlamaGen's (arvis.pipelines.common.decode_with_progress)."""
+    seen = []
+
+    def callback(p, step, committed, kwargs):
+        seen.append(sorted(kwargs))
+        kwargs["known"].fill_(False)  # a copy: the decode is unaffected
+
+    out = pipe("rocket", generator=gens(0), output_type="latent", callback_on_step_end=callback,
+               callback_on_step_end_tensor_inputs=["known"])
+    assert seen and all(s == ["known"] for s in seen)
+    assert torch.equal(out.tokens, pipe("rocket", generator=gens(0), output_type="latent").tokens)
+    with pytest.raises(ValueError, match=r"callback_on_step_end_tensor_inputs: \['latents'\]"):
+        pipe("rocket", callback_on_step_end=callback, callback_on_step_end_tensor_inputs=["latents"])
+
+
 def test_errors_name_the_argument(pipe):
     with pytest.raises(ValueError, match="output_type"):
         pipe("rocket", output_type="jpeg")

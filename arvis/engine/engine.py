@@ -309,6 +309,11 @@ class DecodeEngine:
         return kept_t
 
     # ------------------------------------------------------------------ results
+    def partial_stats(self) -> BatchStats:
+        """The statistics of a decode stopped early (a pipeline's interrupt): no completeness or health
+        check, peak memory not measured."""
+        return self.stats.finish(self.method, time.perf_counter() - self._t0, 0.0)
+
     def finish(self, extra: dict[str, Any] | None = None) -> BatchStats:
         """Stop the clock and return the statistics (raises if a token was never committed, or
         :class:`NonFiniteError` if a sample's distribution was non-finite)."""

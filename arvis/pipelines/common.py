@@ -1,5 +1,5 @@
 """What every arvis pipeline does the same way: sampling defaults from the model folder, and around a decode
-progress, step callbacks, output types."""
+progress, step callbacks (diffusers' contract, interruption), output types."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import PIL.Image
 import torch
+from diffusers.callbacks import MultiPipelineCallbacks, PipelineCallback
 
 from arvis.engine.engine import DecodeEngine
 from arvis.engine.sampling import SamplingConfig
@@ -118,31 +119,92 @@ def check_output_type(output_type: str) -> None:
         raise ValueError(f"output_type must be one of {OUTPUT_TYPES}, got {output_type!r}")
 
 
+class _Interrupted(Exception):
+    """Raised inside the commit hook when a callback set ``pipe._interrupt`` (an interruptible decode)."""
+
+
+# What ``callback_on_step_end`` may ask for (diffusers' ``callback_on_step_end_tensor_inputs``).
+CALLBACK_TENSOR_INPUTS = ("tokens", "known")
+
+
+def callback_tensor_inputs(callback: Callable | None, names: Sequence[str] | None) -> list[str]:
+    """The tensors a step callback receives: ``PipelineCallback`` objects declare their own; names outside
+    :data:`CALLBACK_TENSOR_INPUTS` are an error."""
+    if isinstance(callback, PipelineCallback | MultiPipelineCallbacks):
+        names = callback.tensor_inputs
+    tensor_inputs = list(names or ())
+    unknown = [k for k in tensor_inputs if k not in CALLBACK_TENSOR_INPUTS]
+    if unknown:
+        raise ValueError(f"callback_on_step_end_tensor_inputs: {unknown} are not among {list(CALLBACK_TENSOR_INPUTS)}")
+    return tensor_inputs
+
+
+def run_step_callback(pipe: Any, callback: Callable, tensor_inputs: Sequence[str], step: int, tokens: torch.Tensor,
+                      known: torch.Tensor) -> None:
+    """Call ``callback(pipe, step, committed_per_sample, {name: copy})`` once and honour its return value.
+
+    The callback gets copies of the tensors named in ``tensor_inputs`` (``tokens`` ``[B, N]``, ``NO_TOKEN``
+    where not committed; ``known`` ``[B, N]`` bool). It may return ``None`` or a dict; committed tokens are
+    final in autoregressive decoding, so a returned ``tokens`` or ``known`` that differs is an error.
+    """
+    state = {"tokens": tokens, "known": known}
+    returned = callback(pipe, step, known.sum(-1), {k: state[k].clone() for k in tensor_inputs})
+    if returned is None:
+        return
+    if not isinstance(returned, dict):
+        raise TypeError(f"callback_on_step_end must return a dict or None, got {type(returned).__name__}")
+    for key, value in returned.items():
+        if key in state and not (isinstance(value, torch.Tensor) and torch.equal(value.to(state[key].device),
+                                                                                state[key])):
+            raise ValueError(f"callback_on_step_end returned a changed {key!r}: committed tokens are final in "
+                             f"autoregressive decoding; set pipe._interrupt = True to stop early instead")
+
+
 def decode_with_progress(pipe: Any, backbone: Backbone, condition: Condition, sampling: SamplingConfig,
                          method: Any, generator: GeneratorArg, callback_on_step_end: Callable | None,
-                         method_options: dict[str, Any]) -> tuple[torch.Tensor, BatchStats]:
+                         method_options: dict[str, Any], tensor_inputs: Sequence[str] = CALLBACK_TENSOR_INPUTS,
+                         interruptible: bool = False) -> tuple[torch.Tensor, BatchStats]:
     """:func:`arvis.methods.decode` with the pipeline's progress bar (committed tokens, at most 10 updates a
-    second) and ``callback_on_step_end(pipe, forward_index, committed_per_sample, {"tokens", "known"})``."""
+    second) and diffusers' step callback after every commit (:func:`run_step_callback`).
+
+    Args:
+        tensor_inputs: the tensors the callback receives (checked by :func:`callback_tensor_inputs`).
+        interruptible: a callback that sets ``pipe._interrupt = True`` stops the decode after that commit;
+            the tokens committed so far are returned (``NO_TOKEN`` elsewhere) with the statistics up to there.
+
+    Returns:
+        ``tokens [B, N]`` and the decode statistics.
+    """
     B, N = condition.batch_size, backbone.layout.num_tokens
     if isinstance(generator, list | tuple) and len(generator) != B:
         raise ValueError(f"generator: got {len(generator)} generators for {B} images; pass one, or one per image")
+    if interruptible:
+        pipe._interrupt = False
     progress = pipe.progress_bar(total=B * N)
     committed = [0]
     last_update = [0.0]
+    engines: list[DecodeEngine] = []
 
     def on_commit(engine: DecodeEngine) -> None:
+        if not engines:
+            engines.append(engine)
         now = time.monotonic()
         if now - last_update[0] > 0.1:  # a host sync for the display at most 10 times a second
             done = int(engine.known.sum())
             progress.update(done - committed[0])
             committed[0], last_update[0] = done, now
         if callback_on_step_end is not None:
-            callback_on_step_end(pipe, engine.stats.forward_index - 1, engine.known.sum(-1),
-                                 {"tokens": engine.tokens, "known": engine.known})
+            run_step_callback(pipe, callback_on_step_end, tensor_inputs, engine.stats.forward_index - 1,
+                              engine.tokens, engine.known)
+        if interruptible and pipe._interrupt:
+            raise _Interrupted()
 
     try:
         tokens, stats = decode(backbone, condition, sampling, method, generator, on_commit, **method_options)
         progress.update(B * N - committed[0])
+    except _Interrupted:
+        engine = engines[0]
+        tokens, stats = engine.tokens.clone(), engine.partial_stats()
     finally:
         progress.close()
     return tokens, stats

@@ -34,7 +34,13 @@ from arvis.engine.sampling import SamplingConfig
 from arvis.methods import with_resources
 from arvis.models.emu3 import VISUAL_TOKEN, Emu3Backbone, Emu3Vocabulary, emu3_layout, image_codes
 from arvis.models.protocol import Condition, TokenLayout
-from arvis.pipelines.common import check_output_type, decode_with_progress, images_to_output
+from arvis.pipelines.common import (
+    CALLBACK_TENSOR_INPUTS,
+    callback_tensor_inputs,
+    check_output_type,
+    decode_with_progress,
+    images_to_output,
+)
 from arvis.pipelines.pipeline_llamagen import LlamaGenPipelineOutput
 from arvis.tokenizers.emu3_text import prompt_batch
 from arvis.tokenizers.emu3_vq import Emu3ImageTokenizer
@@ -63,6 +69,7 @@ class Emu3Pipeline(DiffusionPipeline):
 
     model_cpu_offload_seq = "transformer"
     _optional_components = ["draft_transformer"]
+    _callback_tensor_inputs = list(CALLBACK_TENSOR_INPUTS)
 
     def __init__(self, transformer: Any, tokenizer: Any, draft_transformer: Any = None, default_height: int = 90,
                  default_width: int = 90, default_negative_prompt: str = EMU3_NEGATIVE_PROMPT):
@@ -240,8 +247,10 @@ class Emu3Pipeline(DiffusionPipeline):
             generator: a ``torch.Generator``, or one per image (``B * num_images_per_prompt``).
             output_type: ``"pil"``, ``"np"``, ``"pt"`` or ``"latent"`` (code grids).
             return_dict: return an :class:`Emu3PipelineOutput` (else ``(images, tokens, stats)``).
-            callback_on_step_end: ``f(pipe, forward_index, committed_per_sample, {"tokens", "known"})`` after
-                every target forward that committed tokens.
+            callback_on_step_end: ``f(pipe, forward_index, committed_per_sample, callback_kwargs)`` after
+                every target forward that committed tokens; ``callback_kwargs`` holds copies of the tensors named
+                in ``callback_on_step_end_tensor_inputs`` (``"tokens"``, ``"known"``). diffusers' contract, as
+                :class:`~arvis.pipelines.LlamaGenPipeline`: a returned dict may not change committed tokens.
             method: decoding method name (``arvis.methods.available_methods()``); **method_options its options.
 
         Returns:
@@ -250,6 +259,7 @@ class Emu3Pipeline(DiffusionPipeline):
         check_output_type(output_type)
         if not isinstance(num_images_per_prompt, int) or num_images_per_prompt < 1:
             raise ValueError(f"num_images_per_prompt must be an integer >= 1, got {num_images_per_prompt!r}")
+        tensor_inputs = callback_tensor_inputs(callback_on_step_end, callback_on_step_end_tensor_inputs)
         prompts = [prompt] if isinstance(prompt, str) else list(prompt)
         if not prompts:
             raise ValueError("prompt: empty")
@@ -270,7 +280,7 @@ class Emu3Pipeline(DiffusionPipeline):
         target, draft, condition = self.backbones(prompts, negatives, height, width)
         method_options = with_resources(method, method_options, draft, self.codebook_neighbours)
         tokens, stats = decode_with_progress(self, target, condition, sampling, method, generator,
-                                             callback_on_step_end, method_options)
+                                             callback_on_step_end, method_options, tensor_inputs)
         codes = image_codes(tokens, target.layout)
         images = self.decode_tokens(codes, output_type)
         self.maybe_free_model_hooks()

@@ -18,7 +18,6 @@ Sampling settings left as ``None`` come from the model folder's ``sampling_defau
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,23 +30,25 @@ from diffusers import DiffusionPipeline
 from diffusers.callbacks import MultiPipelineCallbacks, PipelineCallback
 from diffusers.utils import BaseOutput
 
-from arvis.engine.engine import DecodeEngine
+from arvis.engine.engine import NO_TOKEN
 from arvis.engine.stats import BatchStats
-from arvis.methods import decode, with_resources
+from arvis.methods import with_resources
 from arvis.models.llamagen import LlamaGenTransformer
 from arvis.models.protocol import Condition
 from arvis.models.text_encoder import WordTextEncoder
 from arvis.models.upsampler import TokenUpsampler
-from arvis.pipelines.common import PREVIEW_GREY, SamplingDefaultsMixin
+from arvis.pipelines.common import (
+    CALLBACK_TENSOR_INPUTS,
+    PREVIEW_GREY,
+    SamplingDefaultsMixin,
+    callback_tensor_inputs,
+    check_output_type,
+    decode_with_progress,
+    images_to_output,
+)
 from arvis.tokenizers.llamagen_vq import LlamaGenVQModel
 from arvis.utils.config_check import CheckedPipelineMixin
 from arvis.utils.random import GeneratorArg
-
-OUTPUT_TYPES = ("pil", "np", "pt", "latent")
-
-
-class _Interrupted(Exception):
-    """Raised inside the commit hook when a callback set ``pipe._interrupt``."""
 
 
 @dataclass
@@ -88,7 +89,7 @@ class LlamaGenPipeline(SamplingDefaultsMixin, CheckedPipelineMixin, DiffusionPip
 
     model_cpu_offload_seq = "text_encoder->transformer->vqvae"
     _optional_components = ["text_encoder", "tokenizer", "draft_transformer", "lowres_transformer", "upsampler"]
-    _callback_tensor_inputs = ["tokens", "known"]
+    _callback_tensor_inputs = list(CALLBACK_TENSOR_INPUTS)
 
     # text_encoder: arvis's WordTextEncoder (imported above so that from_pretrained can resolve the library
     # a saved model_index.json names) or a transformers T5 encoder for official LlamaGen t2i checkpoints.
@@ -261,18 +262,12 @@ class LlamaGenPipeline(SamplingDefaultsMixin, CheckedPipelineMixin, DiffusionPip
             return tokens
         filled = tokens if known is None else torch.where(known, tokens, torch.zeros_like(tokens))
         with torch.no_grad():
-            images = self.vqvae.decode_codes(filled.to(self.vqvae.device))
-        images = ((images.float() + 1) / 2).clamp(0, 1).cpu()
+            images = self.vqvae.decode_codes(filled.to(self.vqvae.device)).float().cpu()
         if known is not None:
             cells = torch.nn.functional.interpolate(known[:, None].float().cpu(), size=images.shape[-2:],
                                                     mode="nearest")
-            images = images * cells + PREVIEW_GREY * (1 - cells)
-        if output_type == "pt":
-            return images
-        array = images.permute(0, 2, 3, 1).numpy()
-        if output_type == "np":
-            return array
-        return [PIL.Image.fromarray((a * 255).round().astype(np.uint8)) for a in array]
+            images = images * cells + (2 * PREVIEW_GREY - 1) * (1 - cells)  # images are in [-1, 1] here
+        return images_to_output(images, output_type)
 
     # ------------------------------------------------------------------ call
     @torch.no_grad()
@@ -328,78 +323,25 @@ class LlamaGenPipeline(SamplingDefaultsMixin, CheckedPipelineMixin, DiffusionPip
         Returns:
             :class:`LlamaGenPipelineOutput` with images, token grids and decode statistics.
         """
-        if output_type not in OUTPUT_TYPES:
-            raise ValueError(f"output_type must be one of {OUTPUT_TYPES}, got {output_type!r}")
+        check_output_type(output_type)
         if not isinstance(num_images_per_prompt, int) or num_images_per_prompt < 1:
             raise ValueError(f"num_images_per_prompt must be an integer >= 1, got {num_images_per_prompt!r}")
-        if isinstance(callback_on_step_end, PipelineCallback | MultiPipelineCallbacks):
-            callback_on_step_end_tensor_inputs = callback_on_step_end.tensor_inputs
-        tensor_inputs = list(callback_on_step_end_tensor_inputs or ())
-        unknown = [k for k in tensor_inputs if k not in self._callback_tensor_inputs]
-        if unknown:
-            raise ValueError(f"callback_on_step_end_tensor_inputs: {unknown} are not among "
-                             f"{self._callback_tensor_inputs}")
+        tensor_inputs = callback_tensor_inputs(callback_on_step_end, callback_on_step_end_tensor_inputs)
         sampling = self.sampling_config(guidance_scale=guidance_scale, top_k=top_k, top_p=top_p,
                                         temperature=temperature, cfg_interval=cfg_interval)
         condition = self._condition(class_labels, prompt, prompt_embeds, prompt_embeds_mask)
         condition = condition.repeat_interleave(num_images_per_prompt)
-        B, N = condition.batch_size, self.transformer.layout.num_tokens
-        if isinstance(generator, list | tuple) and len(generator) != B:
-            raise ValueError(f"generator: got {len(generator)} generators for {B} images; pass one, or one per image")
         method_options = with_resources(method, method_options, self.draft_transformer, self.codebook_neighbours,
                                         self.lowres_transformer, self.upsampler)
-
-        self._interrupt = False
-        progress = self.progress_bar(total=B * N)
-        committed = [0]
-        last_update = [0.0]
-        engines: list[DecodeEngine] = []
-
-        def on_commit(engine: DecodeEngine) -> None:
-            if not engines:
-                engines.append(engine)
-            now = time.monotonic()
-            if now - last_update[0] > 0.1:  # a host sync for the display at most 10 times a second
-                done = int(engine.known.sum())
-                progress.update(done - committed[0])
-                committed[0], last_update[0] = done, now
-            if callback_on_step_end is not None:
-                self._step_callback(callback_on_step_end, tensor_inputs, engine)
-            if self._interrupt:
-                raise _Interrupted()
-
-        try:
-            tokens, stats = decode(self.transformer, condition, sampling, method, generator, on_commit, **method_options)
-            known = None
-            progress.update(B * N - committed[0])
-        except _Interrupted:
-            engine = engines[0]
-            tokens, known = engine.tokens.clone(), engine.known.clone()
-            stats = engine.stats.finish(engine.method, time.perf_counter() - engine._t0, 0.0)
-        finally:
-            progress.close()
-        grid = self.transformer.layout.grid
-        tokens = tokens.view(B, *grid)
-        images = self.decode_tokens(tokens, output_type, None if known is None else known.view(B, *grid))
+        tokens, stats = decode_with_progress(self, self.transformer, condition, sampling, method, generator,
+                                             callback_on_step_end, method_options, tensor_inputs, interruptible=True)
+        tokens = tokens.view(condition.batch_size, *self.transformer.layout.grid)
+        known = tokens != NO_TOKEN if self._interrupt else None  # an interrupted decode: draw the rest grey
+        images = self.decode_tokens(tokens, output_type, known)
         self.maybe_free_model_hooks()
         if not return_dict:
             return images, tokens, stats
         return LlamaGenPipelineOutput(images=images, tokens=tokens, stats=stats)
-
-    def _step_callback(self, callback: Callable[..., Any], tensor_inputs: list[str], engine: DecodeEngine) -> None:
-        """Run ``callback_on_step_end`` once and honour its return value (see :meth:`__call__`)."""
-        state = {"tokens": engine.tokens, "known": engine.known}
-        kwargs = {k: state[k].clone() for k in tensor_inputs}
-        returned = callback(self, engine.stats.forward_index - 1, engine.known.sum(-1), kwargs)
-        if returned is None:
-            return
-        if not isinstance(returned, dict):
-            raise TypeError(f"callback_on_step_end must return a dict or None, got {type(returned).__name__}")
-        for key, value in returned.items():
-            if key in state and not (isinstance(value, torch.Tensor) and torch.equal(value.to(state[key].device),
-                                                                                    state[key])):
-                raise ValueError(f"callback_on_step_end returned a changed {key!r}: committed tokens are final in "
-                                 f"autoregressive decoding; set pipe._interrupt = True to stop early instead")
 
 
 # Written into every saved folder: diffusers' generic loader imports it (custom_pipeline="pipeline",
