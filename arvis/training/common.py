@@ -24,6 +24,8 @@ __all__ = [
     "load_checkpoint",
     "export_note",
     "recorded_command",
+    "reseed_rows",
+    "LogWindow",
     "restore_training_state",
     "setup_logging",
 ]
@@ -133,6 +135,46 @@ class EMA:
         """Write the averages into ``tensors`` (same order as construction)."""
         for dst, src in zip(tensors, self.shadow, strict=True):
             dst.copy_(src)
+
+
+@torch.no_grad()
+def reseed_rows(weight: torch.Tensor, rows: torch.Tensor, values: torch.Tensor, opt: torch.optim.Optimizer,
+                ema: EMA | None = None, ema_params: Iterable[torch.Tensor] | None = None) -> int:
+    """``weight[rows] <- values`` (dead codebook entries restarted), with no stale state left behind: the
+    rows' Adam moments are zeroed and, with ``ema`` (built over ``ema_params``), their EMA copies replaced.
+    Returns how many rows were reseeded."""
+    weight[rows] = values.to(weight.dtype)
+    state = opt.state.get(weight, {})
+    for key in ("exp_avg", "exp_avg_sq"):
+        if key in state:
+            state[key][rows] = 0
+    if ema is not None:
+        for shadow, param in zip(ema.shadow, ema_params if ema_params is not None else (), strict=True):
+            if param is weight:
+                shadow[rows] = weight[rows]
+    return int(rows.numel())
+
+
+class LogWindow:
+    """Per-step training statistics summed since the last log line, averaged into one history entry."""
+
+    def __init__(self) -> None:
+        self.sums: dict[str, float] = {}
+        self.steps = 0
+
+    def add(self, values: dict[str, float | torch.Tensor]) -> None:
+        """Add one step's statistics (tensors are read once, here: a host sync per step)."""
+        for key, value in values.items():
+            self.sums[key] = self.sums.get(key, 0.0) + float(value.detach() if isinstance(value, torch.Tensor)
+                                                             else value)
+        self.steps += 1
+
+    def flush(self, **extra: Any) -> dict[str, Any]:
+        """The means since the last flush followed by ``extra`` (step, lr, ...); starts a new window."""
+        entry: dict[str, Any] = {key: total / self.steps for key, total in self.sums.items()}
+        entry.update(extra)
+        self.sums, self.steps = {}, 0
+        return entry
 
 
 def setup_logging(log_file: str | os.PathLike | None, name: str) -> logging.Logger:

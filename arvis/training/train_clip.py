@@ -52,6 +52,7 @@ from arvis.data.scenes import BACKGROUNDS, COLOURS, PLACES, SHAPES, SIZES, build
 from arvis.models.clip import SIMPLE_TOKENIZER_VOCAB, ClipModel, load_clip_model, write_clip_folder
 from arvis.training.common import (
     EMA,
+    LogWindow,
     atomic_torch_save,
     cosine_lr,
     dumps,
@@ -423,7 +424,7 @@ def train(cfg: ClipTrainConfig, scratch: str | os.PathLike, threads: int = 1, co
             np.random.default_rng([cfg.data_seed, 32, s]).integers(0, cfg.num_train, cfg.batch_size)
 
     bar = tqdm(total=cfg.steps, initial=step, desc="train_clip", mininterval=10 if sys.stderr.isatty() else 60)
-    window: dict[str, float] = {}
+    window = LogWindow()
     t_last = time.time()
     while step < cfg.steps:
         index = batch_index(step)
@@ -443,20 +444,15 @@ def train(cfg: ClipTrainConfig, scratch: str | os.PathLike, threads: int = 1, co
             model.logit_scale.clamp_(0, np.log(100.0))  # CLIP's cap on the temperature
         ema.update(params)
         step += 1
-        for k, v in {"loss": float(loss.detach()), "grad_norm": float(grad_norm), **stats}.items():
-            window[k] = window.get(k, 0.0) + v
-        window["n"] = window.get("n", 0) + 1
+        window.add({"loss": loss, "grad_norm": grad_norm, **stats})
         now = time.time()
         elapsed += now - t_last
         t_last = now
         bar.update(1)
         if step % cfg.log_every == 0 or step == cfg.steps:
-            n = window.pop("n")
-            entry = {k: v / n for k, v in window.items()}
-            entry.update(step=step, lr=lr, sec=elapsed)
+            entry = window.flush(step=step, lr=lr, sec=elapsed)
             history.append(entry)
             log.info("train %s", dumps(entry))
-            window = {}
         if step % cfg.eval_every == 0 or step == cfg.steps:
             group = len(val_captions) if cfg.data == "emoji" else min(cfg.retrieval_batch, cfg.num_val)
             m = evaluate(_scorer_of(ema_copy(), cfg), val_images, val_captions, group, attributes=False)

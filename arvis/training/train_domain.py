@@ -56,6 +56,7 @@ from arvis.data.sources import (
 from arvis.models.domain_net import DomainClassifier, DomainFeatures, load_domain_network
 from arvis.training.common import (
     EMA,
+    LogWindow,
     atomic_torch_save,
     cosine_lr,
     dumps,
@@ -221,7 +222,7 @@ def train(cfg: DomainTrainConfig, scratch: str | os.PathLike, threads: int = 1, 
                                                   cfg.data_seed + 3, cfg.crop_scale)
     torch.manual_seed(cfg.data_seed * 1000 + step)  # nn.Dropout draws from the global RNG (training script)
     bar = tqdm(total=cfg.steps, initial=step, desc="train_domain", mininterval=10 if sys.stderr.isatty() else 60)
-    window: dict[str, float] = {}
+    window = LogWindow()
     t_last = time.time()
     while step < cfg.steps:
         x, y = train_batch(rng, cfg)
@@ -236,21 +237,15 @@ def train(cfg: DomainTrainConfig, scratch: str | os.PathLike, threads: int = 1, 
         opt.step()
         ema.update(params)
         step += 1
-        window["loss"] = window.get("loss", 0.0) + float(loss.detach())
-        window["acc"] = window.get("acc", 0.0) + float((logits.argmax(-1) == y).float().mean())
-        window["grad_norm"] = window.get("grad_norm", 0.0) + float(grad_norm)
-        window["n"] = window.get("n", 0) + 1
+        window.add({"loss": loss, "acc": (logits.argmax(-1) == y).float().mean(), "grad_norm": grad_norm})
         now = time.time()
         elapsed += now - t_last
         t_last = now
         bar.update(1)
         if step % cfg.log_every == 0 or step == cfg.steps:
-            n = window.pop("n")
-            entry = {k: v / n for k, v in window.items()}
-            entry.update(step=step, lr=lr, sec=elapsed)
+            entry = window.flush(step=step, lr=lr, sec=elapsed)
             history.append(entry)
             log.info("train %s", dumps(entry))
-            window = {}
         if step % cfg.eval_every == 0 or step == cfg.steps:
             m = evaluate_accuracy(ema_copy(), eval_images, eval_labels)
             history.append({"step": step, "eval": {"accuracy": m["accuracy"], "nll": m["nll"]}})

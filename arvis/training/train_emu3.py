@@ -45,11 +45,13 @@ import torch.nn.functional as F
 from arvis.tokenizers.emu3_vq import Emu3ImageTokenizer, quantized_forward
 from arvis.training.common import (
     EMA,
+    LogWindow,
     atomic_torch_save,
     atomic_write_text,
     cosine_lr,
     dumps,
     portable_command,
+    reseed_rows,
     restore_training_state,
     setup_logging,
 )
@@ -188,7 +190,7 @@ def train_vq(cfg: VQTrainConfig, scratch: Path, threads: int, smoke: bool = Fals
                            "counts": counts}, ckpt_path)
 
     late_from = int(round(cfg.steps * (1.0 - cfg.late_fraction)))
-    window: dict[str, float] = {}
+    window = LogWindow()
     t_last = time.time()
     while step < cfg.steps:
         x = _vq_batch(pool, cfg, rng, step >= late_from)
@@ -206,10 +208,8 @@ def train_vq(cfg: VQTrainConfig, scratch: Path, threads: int, smoke: bool = Fals
         ema.update(params)
         counts += torch.bincount(out.codes.flatten(), minlength=cfg.codebook_size).float()
         step += 1
-        for k, v in (("loss", loss), ("l1", l1), ("l2", l2), ("codebook", out.codebook_loss),
-                     ("commit", out.commitment_loss), ("grad_norm", grad_norm)):
-            window[k] = window.get(k, 0.0) + float(v.detach())
-        window["n"] = window.get("n", 0) + 1
+        window.add({"loss": loss, "l1": l1, "l2": l2, "codebook": out.codebook_loss, "commit": out.commitment_loss,
+                    "grad_norm": grad_norm})
         now = time.time()
         elapsed += now - t_last
         t_last = now
@@ -222,12 +222,9 @@ def train_vq(cfg: VQTrainConfig, scratch: Path, threads: int, smoke: bool = Fals
                      cfg.codebook_size, restarted)
             counts.zero_()
         if step % cfg.log_every == 0 or step == cfg.steps:
-            n = window.pop("n")
-            entry = {k: v / n for k, v in window.items()}
-            entry.update(step=step, lr=lr, res=x.shape[-1], sec=elapsed)
+            entry = window.flush(step=step, lr=lr, res=x.shape[-1], sec=elapsed)
             history.append(entry)
             log.info("train %s", dumps(entry))
-            window = {}
         if step % cfg.eval_every == 0 or step == cfg.steps:
             m = evaluate_vq(ema_tokenizer(), heldout)
             m.pop("recon")
@@ -257,17 +254,8 @@ def _restart_codes(model, opt, ema: EMA, dead: torch.Tensor, latents: torch.Tens
     z = latents.reshape(-1, latents.shape[-1])
     pick = torch.from_numpy(rng.integers(0, z.shape[0], size=dead.numel()))
     noise = torch.from_numpy(rng.standard_normal((dead.numel(), z.shape[1])).astype(np.float32))
-    weight = model.quantize.embedding.weight
-    with torch.no_grad():
-        weight[dead] = (z[pick] + 0.01 * z.std() * noise).to(weight.dtype)
-        for shadow, param in zip(ema.shadow, model.parameters(), strict=True):
-            if param is weight:
-                shadow[dead] = weight[dead]
-    state = opt.state.get(weight, {})
-    for key in ("exp_avg", "exp_avg_sq"):
-        if key in state:
-            state[key][dead] = 0
-    return int(dead.numel())
+    return reseed_rows(model.quantize.embedding.weight, dead, z[pick] + 0.01 * z.std() * noise, opt, ema,
+                       list(model.parameters()))
 
 
 def export_vq(vq, cfg: VQTrainConfig, summary: dict[str, Any], out: Path, command: str, smoke: bool = False

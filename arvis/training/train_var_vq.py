@@ -49,9 +49,11 @@ from arvis.data.crops import build_crops
 from arvis.tokenizers.var_vq import VARVQModel
 from arvis.training.common import (
     EMA,
+    LogWindow,
     atomic_torch_save,
     cosine_lr,
     dumps,
+    reseed_rows,
     restore_training_state,
     setup_logging,
     training_command,
@@ -266,18 +268,10 @@ def _reseed(q: Any, opt: torch.optim.Optimizer, counts: torch.Tensor, f: torch.T
     dead = torch.nonzero(counts == 0).flatten()
     if dead.numel() == 0:
         return 0
-    weight = q.embedding.weight
     with torch.no_grad():
         pool = torch.cat(_residual_vectors(q, f))
-        weight[dead] = pool[torch.from_numpy(rng.integers(0, pool.shape[0], size=dead.numel()))]
-        for key in ("exp_avg", "exp_avg_sq"):
-            if key in opt.state.get(weight, {}):
-                opt.state[weight][key][dead] = 0
-        if ema is not None and params is not None:
-            for shadow, param in zip(ema.shadow, params, strict=True):
-                if param is weight:
-                    shadow[dead] = weight[dead]
-    return int(dead.numel())
+    values = pool[torch.from_numpy(rng.integers(0, pool.shape[0], size=dead.numel()))]
+    return reseed_rows(q.embedding.weight, dead, values, opt, ema if params is not None else None, params)
 
 
 def _residual_vectors(q: Any, f: torch.Tensor) -> list[torch.Tensor]:
@@ -340,7 +334,7 @@ def train(cfg: VARVQTrainConfig, scratch: str | os.PathLike, threads: int | None
         return m.eval()
 
     bar = tqdm(total=cfg.steps, initial=step, desc="train_var_vq", mininterval=10 if sys.stderr.isatty() else 60)
-    window: dict[str, float] = {}
+    window = LogWindow()
     t_last = time.time()
     while step < cfg.steps:
         x = train_batch(rng, cfg, full_res=True)
@@ -357,10 +351,8 @@ def train(cfg: VARVQTrainConfig, scratch: str | os.PathLike, threads: int | None
         ema.update(params)
         counts += torch.bincount(torch.cat([i.flatten() for i in ids]), minlength=cfg.vocab_size).float()
         step += 1
-        for k, v in (("loss", loss), ("l1", l1), ("l2", l2), ("vq", losses.vq_loss), ("commit", losses.commit_loss),
-                     ("grad_norm", grad_norm)):
-            window[k] = window.get(k, 0.0) + float(v.detach())
-        window["n"] = window.get("n", 0) + 1
+        window.add({"loss": loss, "l1": l1, "l2": l2, "vq": losses.vq_loss, "commit": losses.commit_loss,
+                    "grad_norm": grad_norm})
         now = time.time()
         elapsed, t_last = elapsed + now - t_last, now
         bar.update(1)
@@ -373,11 +365,9 @@ def train(cfg: VARVQTrainConfig, scratch: str | os.PathLike, threads: int | None
                      cfg.vocab_size, restarted)
             counts.zero_()
         if step % cfg.log_every == 0 or step == cfg.steps:
-            n = window.pop("n")
-            entry = {**{k: v / n for k, v in window.items()}, "step": step, "lr": lr, "sec": elapsed}
+            entry = window.flush(step=step, lr=lr, sec=elapsed)
             history.append(entry)
             log.info("train %s", dumps(entry))
-            window = {}
         if step % cfg.eval_every == 0 or step == cfg.steps:
             m = evaluate(ema_model(), eval_images)
             m.pop("recon")

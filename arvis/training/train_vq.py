@@ -44,10 +44,12 @@ from arvis.data.sources import DATA_CHOICES, check_data, data_recipe, labelled_i
 from arvis.tokenizers.llamagen_vq import LlamaGenVQModel
 from arvis.training.common import (
     EMA,
+    LogWindow,
     atomic_torch_save,
     cosine_lr,
     dumps,
     load_checkpoint,
+    reseed_rows,
     restore_training_state,
     setup_logging,
     training_command,
@@ -245,16 +247,8 @@ def _restart_dead_codes(
         z = F.normalize(z.permute(0, 2, 3, 1).reshape(-1, z.shape[1]), dim=-1)
         pick = torch.from_numpy(rng.integers(0, z.shape[0], size=dead.numel()))
         noise = torch.from_numpy(rng.standard_normal((dead.numel(), z.shape[1])).astype(np.float32))
-        weight = model.quantize.embedding.weight
-        weight[dead] = F.normalize(z[pick] + 0.01 * noise, dim=-1).to(weight.dtype)
-        for shadow, param in zip(ema.shadow, model.parameters(), strict=True):
-            if param is weight:
-                shadow[dead] = weight[dead]
-        state = opt.state.get(weight, {})
-        for key in ("exp_avg", "exp_avg_sq"):
-            if key in state:
-                state[key][dead] = 0
-    return int(dead.numel())
+    return reseed_rows(model.quantize.embedding.weight, dead, F.normalize(z[pick] + 0.01 * noise, dim=-1), opt, ema,
+                       list(model.parameters()))
 
 
 def _new_state(cfg: VQTrainConfig) -> dict[str, Any]:
@@ -330,7 +324,7 @@ def train(
 
     full_res_from = int(round(cfg.steps * (1.0 - cfg.full_res_fraction)))
     bar = tqdm(total=cfg.steps, initial=step, desc="train_vq", mininterval=10 if sys.stderr.isatty() else 60)
-    window: dict[str, float] = {}
+    window = LogWindow()
     t_last = time.time()
     while step < cfg.steps:
         full_res = step >= full_res_from
@@ -352,10 +346,8 @@ def train(
         counts += torch.bincount(recent, minlength=cfg.codebook_size).float()
         step += 1
 
-        for k, v in (("loss", loss), ("l1", l1), ("l2", l2), ("vq", losses.vq_loss), ("commit", losses.commit_loss),
-                     ("grad_norm", grad_norm)):
-            window[k] = window.get(k, 0.0) + float(v.detach())
-        window["n"] = window.get("n", 0) + 1
+        window.add({"loss": loss, "l1": l1, "l2": l2, "vq": losses.vq_loss, "commit": losses.commit_loss,
+                    "grad_norm": grad_norm})
         now = time.time()
         elapsed += now - t_last
         t_last = now
@@ -370,13 +362,11 @@ def train(
                      cfg.codebook_size, restarted)
             counts.zero_()
         if step % cfg.log_every == 0 or step == cfg.steps:
-            n = window.pop("n")
-            rec_ = {k: v / n for k, v in window.items()}
-            rec_.update(step=step, lr=lr, res=x.shape[-1], usage_window=model.quantize.codebook_used.unique().numel()
-                        / cfg.codebook_size, sec=elapsed)
-            history.append(rec_)
-            log.info("train %s", dumps(rec_))
-            window = {}
+            entry = window.flush(step=step, lr=lr, res=x.shape[-1],
+                                 usage_window=model.quantize.codebook_used.unique().numel() / cfg.codebook_size,
+                                 sec=elapsed)
+            history.append(entry)
+            log.info("train %s", dumps(entry))
         if step % cfg.eval_every == 0 or step == cfg.steps:
             t0 = time.time()
             m = ema_eval(eval_images)
