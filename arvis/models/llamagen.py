@@ -301,7 +301,51 @@ class TransformerBlock(nn.Module):
 
 
 # ----------------------------------------------------------------------------- the model
-class LlamaGenTransformer(CheckedFolderMixin, ModelMixin, ConfigMixin):
+class RotaryDecoderStack:
+    """The decode core of arvis's rotary transformer backbones (LlamaGen's GPT, the video model): the static
+    cache they decode into and the blocks run at explicit slots with an explicit mask.
+
+    A host class provides ``layers`` (:class:`TransformerBlock`), ``tok_embeddings``, ``tok_dropout``,
+    ``norm``, ``output``, ``layout``, its rotary table ``_rope`` and a ``_rotation_on`` dict (per-device cache).
+    """
+
+    def allocate_cache(self, rows: int, dtype: torch.dtype | None = None,
+                       device: torch.device | str | None = None) -> StaticKVCache:
+        """A static cache for ``rows`` rows and every slot of the layout (rounded up to 8 like LlamaGen)."""
+        p = next(self.parameters())
+        a = self.layers[0].attention if len(self.layers) else None
+        heads = a.n_kv_head if a else 1
+        head_dim = a.head_dim if a else 1
+        slots = find_multiple(self.layout.max_slots, 8)
+        return StaticKVCache(len(self.layers), rows, heads, slots, head_dim,
+                             dtype or p.dtype, device or p.device)
+
+    def forward_tokens(self, tokens: torch.Tensor, slots: torch.Tensor, cache: StaticKVCache,
+                       attend_mask: torch.Tensor) -> torch.Tensor:
+        """Evaluate ``tokens: [R, T]`` at absolute ``slots: [R, T]``, attending where ``attend_mask: [R, T, S]``.
+
+        Returns fp32 logits ``[R, T, V]``; query ``t`` predicts the token after ``tokens[:, t]``.
+        """
+        return self._run(self.tok_embeddings(tokens), slots, cache, attend_mask)
+
+    def _run(self, h: torch.Tensor, slots: torch.Tensor, cache: StaticKVCache | None,
+             mask: torch.Tensor | None) -> torch.Tensor:
+        """Blocks, norm and head over ``h: [R, T, dim]`` at ``slots: [R, T]``; ``mask: [R, T, W]`` bool
+        (``W <= cache.slots``) or ``None`` (causal). Returns fp32 logits ``[R, T, V]``."""
+        if self.training:
+            h = self.tok_dropout(h)
+        rotation = self._rotation_on.get(h.device)
+        if rotation is None:  # [slots, head_dim / 2] complex64, built on first use
+            rotation = self._rotation_on[h.device] = rope_rotation(self._rope).to(h.device)
+        rotation = rotation[slots].unsqueeze(2)  # [R, T, 1, hd/2]
+        if mask is not None:  # additive form once for all layers (SDPA converts a bool mask in every call)
+            mask = torch.where(mask, 0.0, float("-inf")).to(h.dtype).unsqueeze(1)  # [R, 1, T, W]
+        for i, layer in enumerate(self.layers):
+            h = layer(h, rotation, mask, cache, i, slots)
+        return linear(self.output, self.norm(h)).float()
+
+
+class LlamaGenTransformer(RotaryDecoderStack, CheckedFolderMixin, ModelMixin, ConfigMixin):
     """LlamaGen GPT (class- or caption-conditional), implementing arvis's backbone protocol.
 
     The configuration mirrors the official ``ModelArgs`` (KV-cache sizes are gone: caches belong to
@@ -450,17 +494,6 @@ class LlamaGenTransformer(CheckedFolderMixin, ModelMixin, ConfigMixin):
         unc = self.cls_embedding.uncond_embedding.to(condition.embeddings.dtype)
         return Condition(embeddings=unc.expand_as(condition.embeddings).clone(), mask=condition.mask)
 
-    def allocate_cache(self, rows: int, dtype: torch.dtype | None = None,
-                       device: torch.device | str | None = None) -> StaticKVCache:
-        """A static cache for ``rows`` rows and every slot of the layout (rounded up to 8 like LlamaGen)."""
-        p = next(self.parameters())
-        a = self.layers[0].attention if len(self.layers) else None
-        heads = a.n_kv_head if a else 1
-        head_dim = a.head_dim if a else 1
-        slots = find_multiple(self.layout.max_slots, 8)
-        return StaticKVCache(len(self.layers), rows, heads, slots, head_dim,
-                             dtype or p.dtype, device or p.device)
-
     def embed_condition(self, condition: Condition) -> torch.Tensor:
         """``[B, C, dim]`` condition vectors for the condition slots."""
         if self.is_class_conditional:
@@ -503,30 +536,6 @@ class LlamaGenTransformer(CheckedFolderMixin, ModelMixin, ConfigMixin):
         mask = mask | torch.eye(C, dtype=torch.bool, device=h.device)
         logits = self._run(h, slots, cache, mask)
         return logits[:, -1], valid
-
-    def forward_tokens(self, tokens: torch.Tensor, slots: torch.Tensor, cache: StaticKVCache,
-                       attend_mask: torch.Tensor) -> torch.Tensor:
-        """Evaluate ``tokens: [R, T]`` at absolute ``slots: [R, T]``, attending where ``attend_mask: [R, T, S]``.
-
-        Returns fp32 logits ``[R, T, V]``; query ``t`` predicts the token after ``tokens[:, t]``.
-        """
-        return self._run(self.tok_embeddings(tokens), slots, cache, attend_mask)
-
-    def _run(self, h: torch.Tensor, slots: torch.Tensor, cache: StaticKVCache | None,
-             mask: torch.Tensor | None) -> torch.Tensor:
-        """Blocks, norm and head over ``h: [R, T, dim]`` at ``slots: [R, T]``; ``mask: [R, T, W]`` bool
-        (``W <= cache.slots``) or ``None`` (causal). Returns fp32 logits ``[R, T, V]``."""
-        if self.training:
-            h = self.tok_dropout(h)
-        rotation = self._rotation_on.get(h.device)
-        if rotation is None:  # [slots, head_dim / 2] complex64, built on first use
-            rotation = self._rotation_on[h.device] = rope_rotation(self._rope).to(h.device)
-        rotation = rotation[slots].unsqueeze(2)  # [R, T, 1, hd/2]
-        if mask is not None:  # additive form once for all layers (SDPA converts a bool mask in every call)
-            mask = torch.where(mask, 0.0, float("-inf")).to(h.dtype).unsqueeze(1)  # [R, 1, T, W]
-        for i, layer in enumerate(self.layers):
-            h = layer(h, rotation, mask, cache, i, slots)
-        return linear(self.output, self.norm(h)).float()
 
     # ------------------------------------------------------------------ training
     def forward(self, tokens: torch.Tensor, condition: Condition,

@@ -33,10 +33,8 @@ from torch import nn
 from arvis.models.llamagen import (
     LabelEmbedder,
     RMSNorm,
+    RotaryDecoderStack,
     TransformerBlock,
-    find_multiple,
-    linear,
-    rope_rotation,
 )
 from arvis.models.protocol import Condition, StaticKVCache, TokenLayout
 from arvis.utils.config_check import Bound, CheckedFolderMixin, check_config
@@ -97,7 +95,7 @@ def rope_table_3d(frames: int, height: int, width: int, head_dim: int, base: flo
 
 
 # ----------------------------------------------------------------------------- the model
-class VideoTransformer(CheckedFolderMixin, ModelMixin, ConfigMixin):
+class VideoTransformer(RotaryDecoderStack, CheckedFolderMixin, ModelMixin, ConfigMixin):
     """Class-conditional video GPT (LlamaGen blocks, 3-D RoPE) implementing arvis's backbone protocol.
 
     Args:
@@ -200,14 +198,6 @@ class VideoTransformer(CheckedFolderMixin, ModelMixin, ConfigMixin):
                              "guidance_scale must be 1.0")
         return Condition(class_labels=torch.full_like(condition.class_labels, self.config.num_classes))
 
-    def allocate_cache(self, rows: int, dtype: torch.dtype | None = None,
-                       device: torch.device | str | None = None) -> StaticKVCache:
-        """A static cache for ``rows`` rows and every slot of the layout (rounded up to 8)."""
-        p = next(self.parameters())
-        attention = self.layers[0].attention
-        return StaticKVCache(len(self.layers), rows, attention.n_kv_head, find_multiple(self.layout.max_slots, 8),
-                             attention.head_dim, dtype or p.dtype, device or p.device)
-
     def embed_condition(self, condition: Condition) -> torch.Tensor:
         """``[B, 1, dim]`` class vectors."""
         if condition.class_labels is None:
@@ -222,25 +212,6 @@ class VideoTransformer(CheckedFolderMixin, ModelMixin, ConfigMixin):
         mask = F.pad(torch.ones(R, 1, 1, dtype=torch.bool, device=h.device), (0, cache.slots - 1))
         logits = self._run(h, slots, cache, mask)
         return logits[:, -1], torch.ones(R, 1, dtype=torch.bool, device=h.device)
-
-    def forward_tokens(self, tokens: torch.Tensor, slots: torch.Tensor, cache: StaticKVCache,
-                       attend_mask: torch.Tensor) -> torch.Tensor:
-        """Evaluate ``tokens: [R, T]`` at ``slots: [R, T]`` attending where ``attend_mask: [R, T, S]``; fp32 ``[R, T, V]``."""
-        return self._run(self.tok_embeddings(tokens), slots, cache, attend_mask)
-
-    def _run(self, h: torch.Tensor, slots: torch.Tensor, cache: StaticKVCache | None,
-             mask: torch.Tensor | None) -> torch.Tensor:
-        if self.training:
-            h = self.tok_dropout(h)
-        rotation = self._rotation_on.get(h.device)
-        if rotation is None:  # [slots, head_dim / 2] complex64, built on first use
-            rotation = self._rotation_on[h.device] = rope_rotation(self._rope).to(h.device)
-        rotation = rotation[slots].unsqueeze(2)  # [R, T, 1, hd/2]
-        if mask is not None:  # the blocks take an additive [R, 1, T, S] mask (built once for all layers)
-            mask = torch.where(mask, 0.0, float("-inf")).to(h.dtype).unsqueeze(1)
-        for i, layer in enumerate(self.layers):
-            h = layer(h, rotation, mask, cache, i, slots)
-        return linear(self.output, self.norm(h)).float()
 
     # ------------------------------------------------------------------ training
     def forward(self, tokens: torch.Tensor, condition: Condition,
