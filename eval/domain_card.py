@@ -38,7 +38,7 @@ from arvis.data.sources import class_names, data_recipe, heldout_images_fn, labe
 from arvis.eval import fid as fidlib  # noqa: E402
 from arvis.eval.files import write_bytes_atomic, write_json_atomic  # noqa: E402
 from arvis.models.domain_net import DomainClassifier, DomainFeatures, load_domain_network  # noqa: E402
-from arvis.training.common import export_note  # noqa: E402
+from arvis.training.common import export_note, portable_command  # noqa: E402
 from arvis.training.train_domain import DomainTrainConfig, evaluate_accuracy  # noqa: E402
 
 
@@ -297,8 +297,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     shipped = load_domain_network(folder)  # what users get: fp16 file, fp32 network
     t0 = time.time()
     evaluation = evaluate(shipped, cfg, vq=args.vq, progress=not args.no_progress)
-    command = "python eval/domain_card.py " + " ".join(shlex.quote(a) for a in (
-        argv if argv is not None else sys.argv[1:]))
+    command = portable_command("python eval/domain_card.py " + " ".join(  # records carry no absolute paths
+        shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv)))
     metrics = {**training, **evaluation, "eval_minutes": (time.time() - t0) / 60, "eval_command": command}
     write_json_atomic(folder / "metrics.json", metrics)
     write_bytes_atomic(folder / "README.md", model_card(cfg, metrics, folder.name).encode())

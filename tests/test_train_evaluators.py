@@ -59,7 +59,7 @@ def test_train_domain_smoke_exports_loads_and_resumes(tmp_path):
                                                      "metrics.json", "training_metrics.json"]
     assert json.loads((out / "metrics.json").read_text())["fingerprint"] == trained["fingerprint"]
     readme = (out / "README.md").read_text()
-    assert "python -m arvis.training.train_domain" in readme and f"python eval/domain_card.py --folder {out}" in readme
+    assert "python -m arvis.training.train_domain" in readme and "python eval/domain_card.py --folder " in readme
     # The evaluation is deterministic: a second run reproduces the card.
     card.main(["--folder", str(out), "--no-progress"])
     assert (out / "README.md").read_text() == readme

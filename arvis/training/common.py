@@ -24,6 +24,7 @@ __all__ = [
     "load_checkpoint",
     "export_note",
     "recorded_command",
+    "export_only_steps",
     "reseed_rows",
     "LogWindow",
     "restore_training_state",
@@ -90,6 +91,14 @@ def restore_training_state(ckpt_path: Path, cfg: Any, resumable: Iterable[str], 
     rng.bit_generator.state = json.loads(ck["rng_state"])
     log.info("resumed from %s at step %d (%.0f s elapsed)", ckpt_path, int(ck["step"]), float(ck["elapsed"]))
     return ck
+
+
+def export_only_steps(scratch: Path) -> int:
+    """The step of the checkpoint in ``scratch`` that ``--export-only`` exports (ValueError when there is none)."""
+    ckpt = scratch / "checkpoint.pt"
+    if not ckpt.exists():
+        raise ValueError(f"--export-only needs a checkpoint at {ckpt}")
+    return int(load_checkpoint(ckpt)["step"])
 
 
 def recorded_command(summary_command: str, out: Path) -> str:

@@ -57,7 +57,7 @@ from arvis.training.common import (
     cosine_lr,
     dumps,
     export_note,
-    load_checkpoint,
+    export_only_steps,
     recorded_command,
     restore_training_state,
     setup_logging,
@@ -704,10 +704,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     out = Path(args.out)
     scratch = Path(args.scratch) if args.scratch else out.parent / f".{out.name}-scratch"
     if args.export_only:
-        ckpt = scratch / "checkpoint.pt"
-        if not ckpt.exists():
-            raise ValueError(f"--export-only needs a checkpoint at {ckpt}")
-        cfg = dataclasses.replace(cfg, steps=int(load_checkpoint(ckpt)["step"]))
+        cfg = dataclasses.replace(cfg, steps=export_only_steps(scratch))
     command = training_command("train_clip", argv)
     model, summary = train(cfg, scratch, threads=args.threads, command="" if args.export_only else command)
     summary["command"] = recorded_command(summary["command"], out)

@@ -34,7 +34,6 @@ import argparse
 import dataclasses
 import json
 import os
-import shlex
 import sys
 import time
 from dataclasses import dataclass
@@ -60,10 +59,11 @@ from arvis.training.common import (
     atomic_torch_save,
     cosine_lr,
     dumps,
-    load_checkpoint,
+    export_only_steps,
     recorded_command,
     restore_training_state,
     setup_logging,
+    training_command,
 )
 from arvis.utils.serialization import atomic_directory
 
@@ -333,12 +333,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     out = Path(args.out)
     scratch = Path(args.scratch) if args.scratch else out.parent / f".{out.name}-scratch"
     if args.export_only:
-        ckpt = scratch / "checkpoint.pt"
-        if not ckpt.exists():
-            raise ValueError(f"--export-only needs a checkpoint at {ckpt}")
-        cfg = dataclasses.replace(cfg, steps=int(load_checkpoint(ckpt)["step"]))
-    command = "python -m arvis.training.train_domain " + " ".join(shlex.quote(a) for a in (
-        argv if argv is not None else sys.argv[1:]))
+        cfg = dataclasses.replace(cfg, steps=export_only_steps(scratch))
+    command = training_command("train_domain", argv)
     model, summary = train(cfg, scratch, threads=args.threads, command="" if args.export_only else command)
     summary["command"] = recorded_command(summary["command"], out)
     metrics = export(model, cfg, out, summary, command)

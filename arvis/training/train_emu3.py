@@ -31,8 +31,6 @@ import argparse
 import dataclasses
 import json
 import math
-import shlex
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,6 +52,7 @@ from arvis.training.common import (
     reseed_rows,
     restore_training_state,
     setup_logging,
+    training_command,
 )
 from arvis.training.train_vq import evaluate
 from arvis.utils.serialization import atomic_directory
@@ -580,8 +579,7 @@ def assemble(vq_dir: Path, lm_dir: Path, out: Path, sampling_defaults: dict[str,
 
 # ============================================================================================== CLI
 def _command(argv: list[str] | None) -> str:
-    return portable_command("python -m arvis.training.train_emu3 "
-                            + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:])))
+    return training_command("train_emu3", argv)
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

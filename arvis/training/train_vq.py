@@ -48,7 +48,7 @@ from arvis.training.common import (
     atomic_torch_save,
     cosine_lr,
     dumps,
-    load_checkpoint,
+    export_only_steps,
     reseed_rows,
     restore_training_state,
     setup_logging,
@@ -583,10 +583,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     scratch = Path(args.scratch) if args.scratch else out.parent / f".{out.name}-scratch"
     command = training_command("train_vq", argv)
     if args.export_only:
-        ckpt = scratch / "checkpoint.pt"
-        if not ckpt.exists():
-            raise ValueError(f"--export-only needs a checkpoint at {ckpt}")
-        cfg = dataclasses.replace(cfg, steps=int(load_checkpoint(ckpt)["step"]))
+        cfg = dataclasses.replace(cfg, steps=export_only_steps(scratch))
     model, summary = train(cfg, scratch, log_file=scratch / "train.log", threads=args.threads)
     metrics = export(model, cfg, out, summary, command, args.grid_png)
     print(json.dumps({k: v for k, v in metrics.items() if k != "final_train_losses"}, indent=2))
