@@ -380,6 +380,12 @@ def validate_options(method: str, values: Mapping[str, Any], limits: DemoLimits,
     except (ValueError, TypeError) as err:
         raise DemoInputError(f"{method} options: {err}") from None
     # Methods check their resources when the decode starts; the page says so before it runs.
+    check_method = getattr(pipe, "check_method", None)  # pipelines that run only some methods (MAR)
+    if check_method is not None:
+        try:
+            check_method(method)
+        except ValueError as err:
+            raise DemoInputError(str(err)) from None
     if getattr(built, "draft_model", "") is None:
         raise DemoInputError(f"{method}: this model has no draft model (draft_transformer); choose another method")
     rule = getattr(built, "acceptance", None)
@@ -520,16 +526,16 @@ def film_strip(frames: list[PIL.Image.Image], gap: int = 2) -> PIL.Image.Image:
 
 
 def render_partial(pipe: Any, tokens: torch.Tensor, known: torch.Tensor) -> list[PIL.Image.Image] | None:
-    """Decode a partially committed token grid ``tokens [B, N]`` / ``known [B, N]`` (the pipeline's
+    """Decode a partially committed token grid ``tokens [B, N]`` (or ``[B, N, D]``) / ``known [B, N]`` (the pipeline's
     :meth:`decode_tokens`, cells not committed yet grey): one image per sample, or for clips one
     :func:`film_strip` per clip. ``None`` when the layout is not a plain ``h × w`` (or ``T × h × w``) grid."""
     grid = tuple(pipeline_layout(pipe).grid)
-    B, N = tokens.shape
+    B, N = tokens.shape[:2]  # continuous tokens (MAR) carry their channels last: [B, N, D]
     if len(grid) not in (2, 3) or math.prod(grid) != N or (len(grid) == 3) != is_video(pipe):
         return None
     if "known" not in inspect.signature(pipe.decode_tokens).parameters:  # no partial decoding (VAR's pyramids)
         return None
-    decoded = pipe.decode_tokens(tokens.view(B, *grid), "pil", known=known.view(B, *grid))
+    decoded = pipe.decode_tokens(tokens.view(B, *grid, *tokens.shape[2:]), "pil", known=known.view(B, *grid))
     return [film_strip(clip) for clip in decoded] if len(grid) == 3 else decoded
 
 
