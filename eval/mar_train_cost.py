@@ -11,6 +11,7 @@ preset's shape (the data does not change the cost). Prints one line per preset a
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import time
 
@@ -28,6 +29,17 @@ def _timed(step, n: int) -> float:
         step()
         times.append(time.perf_counter() - t)
     return float(np.mean(times[1:]))  # the first step warms up
+
+
+def _mar_step(c: train_mar.MARTrainConfig, t: torch.nn.Module, h: torch.nn.Module, opt: torch.optim.Optimizer,
+              g: torch.Generator) -> None:
+    tokens = torch.randn(c.batch_size, t.seq_len, t.token_embed_dim, generator=g)
+    labels = torch.randint(0, t.num_classes, (c.batch_size,), generator=g)
+    drop = torch.rand(c.batch_size, generator=g) < c.label_drop_prob
+    loss = train_mar.mar_loss(t, h, tokens, labels, drop, g, c.diffusion_batch_mul)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
@@ -55,16 +67,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         t, h = models["transformer"], models["head"]
         mopt = torch.optim.AdamW(models.parameters(), lr=1e-4)
 
-        def mar_step() -> None:
-            tokens = torch.randn(c.batch_size, t.seq_len, t.token_embed_dim, generator=g)
-            labels = torch.randint(0, t.num_classes, (c.batch_size,), generator=g)
-            drop = torch.rand(c.batch_size, generator=g) < c.label_drop_prob
-            loss = train_mar.mar_loss(t, h, tokens, labels, drop, g, c.diffusion_batch_mul)
-            mopt.zero_grad()
-            loss.backward()
-            mopt.step()
-
-        result[name] = _timed(mar_step, args.steps)
+        result[name] = _timed(functools.partial(_mar_step, c, t, h, mopt, g), args.steps)
         mb = [sum(p.numel() for p in m.parameters()) * 2 / 1e6 for m in (t, h)]
         print(f"{name}: {result[name]:.2f} s/step (batch {c.batch_size}, {c.steps} steps by default; fp16 "
               f"transformer {mb[0]:.1f} MB, head {mb[1]:.1f} MB)", flush=True)

@@ -56,7 +56,14 @@ from diffusers import AutoencoderKL
 from torch import nn
 from tqdm.auto import tqdm
 
-from arvis.data.sources import DATA_CHOICES, MODEL_DATA_FILE, check_data, class_names, data_recipe, labelled_images
+from arvis.data.sources import (
+    DATA_CHOICES,
+    MODEL_DATA_FILE,
+    check_data,
+    class_names,
+    data_recipe,
+    labelled_images,
+)
 from arvis.models.diffusion_head import TRAIN_STEPS, DDPMTables, MARDiffusionHead
 from arvis.models.mar import MARTransformer
 from arvis.training.common import (
