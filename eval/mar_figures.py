@@ -208,6 +208,7 @@ def write_report(out: Path) -> Path:
         lines.append("(not run yet)")
     lines += ["", "## Published anchors", "", *(f"- {a}" for a in ANCHORS), ""]
     path = out / "mar.md"
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines))
     return path
 
