@@ -53,14 +53,18 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     opt = torch.optim.AdamW(vae.parameters(), lr=1e-4)
     rng, g = np.random.default_rng(0), torch.Generator().manual_seed(0)
 
-    def vae_step() -> None:
-        loss, _ = train_mar_vae.vae_loss(vae, train_batch(rng, cfg, full_res=True), cfg, g)  # type: ignore[arg-type]
+    def vae_step(full_res: bool) -> None:
+        loss, _ = train_mar_vae.vae_loss(vae, train_batch(rng, cfg, full_res), cfg, g)  # type: ignore[arg-type]
         opt.zero_grad()
         loss.backward()
         opt.step()
 
-    result = {"vae": _timed(vae_step, args.steps)}
-    print(f"vae: {result['vae']:.2f} s/step (batch {cfg.batch_size}, {cfg.steps} steps by default)", flush=True)
+    patch, full = _timed(lambda: vae_step(False), args.steps), _timed(lambda: vae_step(True), args.steps)
+    result = {"vae_patch": patch, "vae_full": full,
+              "vae": (1 - cfg.full_res_fraction) * patch + cfg.full_res_fraction * full}
+    print(f"vae: {patch:.2f} s/step on {cfg.patch_size} px patches (batch {cfg.batch_size}), {full:.2f} s/step on "
+          f"whole {cfg.resolution} px crops (batch {cfg.full_res_batch_size}); mean over the schedule "
+          f"{result['vae']:.2f} s/step, {cfg.steps} steps by default", flush=True)
     for name in ("target", "draft", "causal-target", "causal-draft"):
         c = train_mar.PRESETS[name]
         models = train_mar.build_models(c, vae).train()

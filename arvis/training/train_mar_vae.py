@@ -10,8 +10,10 @@ shipped MAR pair must be trainable in hours on one core.
 
 Recipe:
 
-* data: fresh train-region crops every step (:func:`arvis.training.train_vq.train_batch`, whole crops at
-  ``resolution``) of the offline photos (``--data``);
+* data: fresh train-region crops every step (:func:`arvis.training.train_vq.train_batch`) of the offline
+  photos (``--data``), rendered at ``resolution``; most steps train on random ``patch_size`` patches of them
+  (64 px: about 4x cheaper, the network is convolutional), the last ``full_res_fraction`` of the steps on whole
+  crops so that the attention at the lowest level sees the full 8x8 grid (the VQ tokenizer's recipe);
 * loss: ``L1 + L2`` on pixels + ``kl_weight ·`` KL(posterior ‖ N(0, I)) (summed over latent values, divided by
   the pixel values, i.e. LDM's per-image sums with weight ``kl_weight``); no perceptual or adversarial loss
   (no pretrained feature network offline; the domain classifier of ``arvis/weights`` is trained on the same
@@ -74,6 +76,9 @@ class MARVAETrainConfig:
     data: str = "photos"
     resolution: int = 128
     batch_size: int = 8
+    patch_size: int = 64  # most steps train on random patches of this side
+    full_res_batch_size: int = 4
+    full_res_fraction: float = 0.2  # the last steps train on whole crops
     crop_scale: tuple[float, float] = (0.25, 1.0)
     data_seed: int = 0
     # optimisation
@@ -102,19 +107,15 @@ class MARVAETrainConfig:
         stride = 2 ** (len(self.block_out_channels) - 1)
         if self.resolution % stride:
             raise ValueError(f"resolution must be a multiple of the stride {stride}, got {self.resolution}")
-        if min(self.batch_size, self.eval_size, self.final_eval_size, self.scale_crops) < 1:
+        if self.patch_size % stride or not stride <= self.patch_size <= self.resolution:
+            raise ValueError(f"patch_size must be a multiple of {stride} in [{stride}, {self.resolution}], got "
+                             f"{self.patch_size}")
+        if not 0.0 <= self.full_res_fraction <= 1.0:
+            raise ValueError(f"full_res_fraction must be in [0, 1], got {self.full_res_fraction}")
+        if min(self.batch_size, self.full_res_batch_size, self.eval_size, self.final_eval_size, self.scale_crops) < 1:
             raise ValueError("batch, eval and scale sizes must be >= 1")
         if self.kl_weight < 0:
             raise ValueError(f"kl_weight must be >= 0, got {self.kl_weight}")
-
-    # train_vq.train_batch reads these two: whole crops at full resolution, every step.
-    @property
-    def full_res_batch_size(self) -> int:
-        return self.batch_size
-
-    @property
-    def patch_size(self) -> int:
-        return self.resolution
 
     @property
     def stride(self) -> int:
@@ -128,7 +129,8 @@ class MARVAETrainConfig:
 PRESETS: dict[str, MARVAETrainConfig] = {
     "vae": MARVAETrainConfig(),
     "smoke": MARVAETrainConfig(block_out_channels=(8, 8, 8, 8), norm_num_groups=4, latent_channels=4,
-                               attn_resolutions=(), resolution=32, batch_size=2, steps=3, warmup=1, eval_size=4,
+                               attn_resolutions=(), resolution=32, batch_size=2, patch_size=16,
+                               full_res_batch_size=2, full_res_fraction=0.5, steps=3, warmup=1, eval_size=4,
                                final_eval_size=4, scale_crops=4, eval_every=3, ckpt_every=2, log_every=1),
 }
 
@@ -209,7 +211,8 @@ def train(cfg: MARVAETrainConfig, scratch: str | os.PathLike, threads: int | Non
         lr = cosine_lr(step, cfg.steps, cfg.lr, cfg.warmup, cfg.min_lr_ratio)
         for g in opt.param_groups:
             g["lr"] = lr
-        x = train_batch(rng, cfg, full_res=True)  # type: ignore[arg-type]
+        full_res = step >= (1.0 - cfg.full_res_fraction) * cfg.steps
+        x = train_batch(rng, cfg, full_res=full_res)  # type: ignore[arg-type]
         loss, parts = vae_loss(vae, x, cfg, gen)
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -312,7 +315,8 @@ of the region's short side, random flips), rendered at {cfg.resolution} px.
 ```
 {m['command']}
 ```
-AdamW (betas 0.5/0.9, lr {cfg.lr}, {cfg.warmup} warm-up steps, cosine to {cfg.min_lr_ratio}x), batch {cfg.batch_size},
+Steps on {cfg.patch_size} px patches (batch {cfg.batch_size}), the last {cfg.full_res_fraction:.0%} on whole crops (batch
+{cfg.full_res_batch_size}). AdamW (betas 0.5/0.9, lr {cfg.lr}, {cfg.warmup} warm-up steps, cosine to {cfg.min_lr_ratio}x),
 grad-norm clip {cfg.grad_clip}, loss = {cfg.l1_weight}·L1 + {cfg.l2_weight}·L2 + {cfg.kl_weight:g}·KL (per pixel
 value), EMA {cfg.ema_decay} (shipped). No perceptual or adversarial loss. {m['steps']} steps,
 {m['train_hours']:.2f} h of training wall time ({m['torch_threads']} CPU thread(s) at export, shared machine).
