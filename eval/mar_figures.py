@@ -155,17 +155,20 @@ def _section(root: Path, kind: str, title: str) -> list[str]:
         lines += [f"{r0['samples']} samples, batch {b}, {r0.get('dtype')}, {r0.get('threads')} thread(s), CFG "
                   f"{r0['sampling']['guidance_scale']}; median of {r0['repeats']} interleaved rounds; commit "
                   f"`{str(r0.get('git_commit'))[:12]}`.", "",
-                  "| method | lossless | target fwd | draft fwd | fewer target fwd | latency s / image | speed-up | "
-                  "FID (N) | ΔFID vs `ar` |", "|---|---|---|---|---|---|---|---|---|"]
+                  "| method | lossless | target fwd | draft fwd | fewer target fwd | acceptance | fallbacks | "
+                  "latency s / image | speed-up | FID (N) | ΔFID vs `ar` |", "|---|---|---|---|---|---|---|---|---|---|---|"]
         base_fwd = next((r["target_forwards"] for r in recs if r["spec"] == "ar"), None)
         for r in recs:
             fid = fids.get((r["spec"], 0))
             fid_s = f"{fid['fid']:.2f} ({fid['num_generated']})" if fid else "–"
             delta = f"{fid['fid'] - ar[0]['fid']:+.2f}" if fid and 0 in ar and r["spec"] != "ar" else "–"
             fewer = f"{base_fwd / r['target_forwards']:.2f}x" if base_fwd and r["target_forwards"] else "–"
+            extra = r.get("extra") or {}
+            acc = f"{extra['acceptance_rate']:.3f}" if "acceptance_rate" in extra else "–"
+            fallbacks = f"{extra['fallbacks']:.1f}" if "fallbacks" in extra else "–"
             lines.append(f"| `{r['spec']}` | {'yes' if r['lossless'] else 'no'} | {r['target_forwards']:.1f} | "
-                         f"{r['draft_forwards']:.1f} | {fewer} | {r['latency_s']:.4f} | {r['speedup']:.2f}x | {fid_s} | "
-                         f"{delta} |")
+                         f"{r['draft_forwards']:.1f} | {fewer} | {acc} | {fallbacks} | {r['latency_s']:.4f} | "
+                         f"{r['speedup']:.2f}x | {fid_s} | {delta} |")
         lines.append("")
     if 0 in ar:
         floor = ar[0].get("real_vs_real_floor")

@@ -75,7 +75,8 @@ def test_acceptance_task_on_a_tiny_causal_pair(figures, tmp_path):
 
 
 def _bench(spec: str, fwd: float, lossless: bool, speedup: float) -> dict:
-    return {"spec": spec, "lossless": lossless, "target_forwards": fwd, "draft_forwards": 0.0 if spec == "ar" else 20.0,
+    extra = {} if spec == "ar" else {"acceptance_rate": 0.62, "fallbacks": 0.5}
+    return {"extra": extra, "spec": spec, "lossless": lossless, "target_forwards": fwd, "draft_forwards": 0.0 if spec == "ar" else 20.0,
             "latency_s": 1.0 / speedup, "speedup": speedup, "samples": 8, "dtype": "fp32", "threads": 1,
             "sampling": {"guidance_scale": 3.0}, "repeats": 5, "git_commit": "abc"}
 
@@ -96,6 +97,6 @@ def test_report_is_built_from_records_only(figures, tmp_path):
          "rows": [{"head_steps": 8, "acceptance_rate": 0.81, "target_forwards": 20.5, "tokens": 64}]}))
     (root / "parity.json").write_text(json.dumps({"reference": "mar", "lines": ["1. transformer z: max |diff| = 0"]}))
     page = figures.write_report(tmp_path).read_text()
-    assert "| `cspd` | no | 6.4 | 20.0 | 2.50x | 0.5263 | 1.90x | 40.90 (1000) | +0.90 |" in page
+    assert "| `cspd` | no | 6.4 | 20.0 | 2.50x | 0.620 | 0.5 | 0.5263 | 1.90x | 40.90 (1000) | +0.90 |" in page
     assert "seed-to-seed noise |ΔFID| = 1.50" in page and "real-vs-real floor 3.00" in page
     assert "| 8 | 0.810 | 20.5 | 64 |" in page and "1. transformer z: max |diff| = 0" in page
