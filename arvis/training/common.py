@@ -6,6 +6,7 @@ import json
 import logging
 import math
 import os
+import shlex
 import sys
 from collections.abc import Iterable
 from pathlib import Path
@@ -32,6 +33,21 @@ def _atomic(path: str | os.PathLike, write) -> Path:
     with atomic_path(path) as tmp, open(tmp, "wb") as f:
         write(f)
     return Path(path)
+
+
+def training_command(module: str, argv: list[str] | None) -> str:
+    """The command line that ran ``python -m arvis.training.<module>`` with ``argv`` (default ``sys.argv[1:]``), as
+    model cards and metrics record it: absolute paths are rewritten relative to the working directory, so that
+    records never carry a machine's absolute paths."""
+    args = sys.argv[1:] if argv is None else argv
+    return portable_command(f"python -m arvis.training.{module} " + " ".join(shlex.quote(a) for a in args))
+
+
+def portable_command(command: str, root: Path | None = None) -> str:
+    """``command`` with absolute paths rewritten relative to ``root`` (default: the working directory)."""
+    base = Path(root or Path.cwd())
+    return " ".join(shlex.quote(os.path.relpath(a, base)) if os.path.isabs(a) else shlex.quote(a)
+                    for a in shlex.split(command))
 
 
 def atomic_torch_save(obj: Any, path: str | os.PathLike) -> Path:

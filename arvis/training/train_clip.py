@@ -37,7 +37,6 @@ import argparse
 import dataclasses
 import json
 import os
-import shlex
 import sys
 import time
 from dataclasses import dataclass
@@ -61,6 +60,7 @@ from arvis.training.common import (
     recorded_command,
     restore_training_state,
     setup_logging,
+    training_command,
 )
 from arvis.utils.serialization import atomic_directory, atomic_path
 
@@ -712,8 +712,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         if not ckpt.exists():
             raise ValueError(f"--export-only needs a checkpoint at {ckpt}")
         cfg = dataclasses.replace(cfg, steps=int(load_checkpoint(ckpt)["step"]))
-    command = "python -m arvis.training.train_clip " + " ".join(shlex.quote(a) for a in (
-        argv if argv is not None else sys.argv[1:]))
+    command = training_command("train_clip", argv)
     model, summary = train(cfg, scratch, threads=args.threads, command="" if args.export_only else command)
     summary["command"] = recorded_command(summary["command"], out)
     metrics = export(model, cfg, out, summary, command, scratch)

@@ -49,6 +49,7 @@ from arvis.training.common import (
     atomic_write_text,
     cosine_lr,
     dumps,
+    portable_command,
     restore_training_state,
     setup_logging,
 )
@@ -590,16 +591,6 @@ def assemble(vq_dir: Path, lm_dir: Path, out: Path, sampling_defaults: dict[str,
 
 
 # ============================================================================================== CLI
-def portable_command(command: str, root: Path | None = None) -> str:
-    """``command`` with absolute paths rewritten relative to ``root`` (default: the working directory), so that
-    records never carry a machine's absolute paths."""
-    import os
-
-    base = Path(root or Path.cwd())
-    return " ".join(shlex.quote(os.path.relpath(a, base)) if os.path.isabs(a) else shlex.quote(a)
-                    for a in shlex.split(command))
-
-
 def _command(argv: list[str] | None) -> str:
     return portable_command("python -m arvis.training.train_emu3 "
                             + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:])))

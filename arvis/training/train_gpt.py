@@ -31,8 +31,6 @@ import dataclasses
 import json
 import logging
 import math
-import shlex
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -57,6 +55,7 @@ from arvis.training.common import (
     dumps,
     load_checkpoint,
     setup_logging,
+    training_command,
 )
 from arvis.utils.serialization import atomic_directory
 
@@ -362,7 +361,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
         overrides["num_train"] = sources.EMOJI_POOL  # the cached pool of augmented training views
     cfg = dataclasses.replace(cfg, **overrides)
-    command = "python -m arvis.training.train_gpt " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
+    command = training_command("train_gpt", argv)
     result = train(cfg, args.vq, Path(args.scratch), args.threads)
     metrics = export(result, cfg, Path(args.out), command)
     print(json.dumps({k: v for k, v in metrics.items() if k != "history"}, indent=2))

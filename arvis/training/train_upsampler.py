@@ -25,8 +25,6 @@ import dataclasses
 import json
 import math
 import os
-import shlex
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,6 +46,7 @@ from arvis.training.common import (
     recorded_command,
     restore_training_state,
     setup_logging,
+    training_command,
 )
 from arvis.training.train_gpt import GPTTrainConfig, build_dataset, encode_codes
 from arvis.utils.serialization import atomic_directory, atomic_path
@@ -389,8 +388,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     overrides = {k: v for k, v in (("steps", args.steps), ("num_train", args.num_train),
                                                    ("num_val", args.num_val)) if v is not None}
     cfg = dataclasses.replace(PRESETS[args.preset], **overrides)
-    command = "python -m arvis.training.train_upsampler " + " ".join(
-        shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
+    command = training_command("train_upsampler", argv)
     result = train(cfg, args.vq, Path(args.scratch), Path(args.data_cache) if args.data_cache else None,
                    args.threads, command)
     metrics = export(result, cfg, Path(args.out), command)

@@ -22,8 +22,6 @@ import argparse
 import dataclasses
 import json
 import math
-import shlex
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +42,7 @@ from arvis.training.common import (
     dumps,
     load_checkpoint,
     setup_logging,
+    training_command,
 )
 from arvis.training.train_gpt import build_dataset
 from arvis.utils.serialization import atomic_directory
@@ -250,7 +249,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     overrides = {k: v for k, v in (("steps", args.steps), ("batch_size", args.batch_size),
                                    ("num_train", args.num_train)) if v is not None}
     cfg = dataclasses.replace(PRESETS[args.preset], **overrides)
-    command = "python -m arvis.training.train_var " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
+    command = training_command("train_var", argv)
     result = train(cfg, args.vq, Path(args.scratch), args.threads, Path(args.data) if args.data else None)
     metrics = export(result, cfg, Path(args.out), command)
     print(json.dumps({k: v for k, v in metrics.items() if k != "history"}, indent=2))

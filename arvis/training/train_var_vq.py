@@ -34,7 +34,6 @@ import argparse
 import dataclasses
 import json
 import os
-import shlex
 import sys
 import time
 from dataclasses import dataclass
@@ -55,6 +54,7 @@ from arvis.training.common import (
     dumps,
     restore_training_state,
     setup_logging,
+    training_command,
 )
 from arvis.training.train_vq import _save_grid, evaluate, train_batch
 from arvis.utils.serialization import atomic_directory
@@ -463,7 +463,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.warm_start is not None:
         overrides["warm_start"] = None if args.warm_start == "none" else args.warm_start
     cfg = dataclasses.replace(cfg, **overrides)
-    command = "python -m arvis.training.train_var_vq " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
+    command = training_command("train_var_vq", argv)
     model, summary = train(cfg, args.scratch, threads=args.threads)
     metrics = export(model, cfg, args.out, summary, command, args.grid_png)
     print(json.dumps({k: v for k, v in metrics.items() if k not in ("final_train_losses", "config")}, indent=2))

@@ -21,7 +21,6 @@ import argparse
 import dataclasses
 import json
 import os
-import shlex
 import shutil
 import sys
 from pathlib import Path
@@ -31,6 +30,7 @@ import numpy as np
 import torch
 
 from arvis.training import train_gpt
+from arvis.training.common import training_command
 from arvis.training.train_gpt import GPTTrainConfig
 from arvis.utils.serialization import atomic_directory
 
@@ -173,7 +173,7 @@ def model_card(folder: Path, records: Path) -> str:
 
 
 def _command(argv: list[str] | None) -> str:
-    return "python -m arvis.training.train_video " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
+    return training_command("train_video", argv)
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

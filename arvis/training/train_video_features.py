@@ -22,8 +22,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import shlex
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,7 +32,15 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from arvis.training.common import EMA, atomic_torch_save, cosine_lr, dumps, load_checkpoint, setup_logging
+from arvis.training.common import (
+    EMA,
+    atomic_torch_save,
+    cosine_lr,
+    dumps,
+    load_checkpoint,
+    setup_logging,
+    training_command,
+)
 from arvis.utils.serialization import atomic_directory
 
 
@@ -175,8 +181,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     cfg = PRESETS[args.preset]
     if args.steps is not None:
         cfg = dataclasses.replace(cfg, steps=args.steps)
-    command = "python -m arvis.training.train_video_features " + " ".join(
-        shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))
+    command = training_command("train_video_features", argv)
     net, state = train(cfg, Path(args.scratch), args.threads)
     metrics = export(net, cfg, state, Path(args.out), command)
     print(json.dumps({k: v for k, v in metrics.items() if k != "history"}, indent=2))

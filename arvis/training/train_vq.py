@@ -29,7 +29,6 @@ import dataclasses
 import json
 import math
 import os
-import shlex
 import sys
 import time
 from dataclasses import dataclass
@@ -51,6 +50,7 @@ from arvis.training.common import (
     load_checkpoint,
     restore_training_state,
     setup_logging,
+    training_command,
 )
 from arvis.utils.serialization import atomic_directory, atomic_path
 
@@ -591,7 +591,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     cfg = dataclasses.replace(cfg, **overrides, data=args.data)
     out = Path(args.out)
     scratch = Path(args.scratch) if args.scratch else out.parent / f".{out.name}-scratch"
-    command = "python -m arvis.training.train_vq " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
+    command = training_command("train_vq", argv)
     if args.export_only:
         ckpt = scratch / "checkpoint.pt"
         if not ckpt.exists():
