@@ -42,7 +42,6 @@ import hashlib
 import json
 import math
 import os
-import shlex
 import shutil
 import sys
 import time
@@ -74,6 +73,7 @@ from arvis.training.common import (
     dumps,
     restore_training_state,
     setup_logging,
+    training_command,
 )
 from arvis.utils.serialization import atomic_directory
 
@@ -515,7 +515,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | Path:
     overrides = {k: v for k, v in (("steps", args.steps), ("batch_size", args.batch_size),
                                    ("num_train", args.num_train)) if v is not None}
     cfg = dataclasses.replace(PRESETS[args.preset], data=args.data, **overrides)
-    command = "python -m arvis.training.train_mar " + " ".join(shlex.quote(a) for a in argv)
+    command = training_command("train_mar", argv)
     result = train(cfg, args.vae, Path(args.scratch), args.threads, Path(args.data_cache) if args.data_cache else None)
     metrics = export(result, cfg, Path(args.out), command)
     print(json.dumps({k: v for k, v in metrics.items() if k not in ("history", "preset_config")}, indent=2))

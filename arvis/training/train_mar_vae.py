@@ -34,8 +34,6 @@ import argparse
 import dataclasses
 import json
 import os
-import shlex
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,6 +53,7 @@ from arvis.training.common import (
     dumps,
     restore_training_state,
     setup_logging,
+    training_command,
 )
 from arvis.training.train_vq import to_tensor, to_uint8, train_batch
 from arvis.utils.serialization import atomic_directory
@@ -342,7 +341,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = p.parse_args(argv)
     overrides = {k: v for k, v in (("steps", args.steps), ("batch_size", args.batch_size)) if v is not None}
     cfg = dataclasses.replace(PRESETS[args.preset], data=args.data, **overrides)
-    command = "python -m arvis.training.train_mar_vae " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
+    command = training_command("train_mar_vae", argv)
     vae, summary = train(cfg, args.scratch, threads=args.threads)
     metrics = export(vae, cfg, args.out, summary, command)
     print(json.dumps({k: v for k, v in metrics.items() if k not in ("history", "config", "final_train_losses")},
