@@ -72,6 +72,17 @@ def test_demo_runs_a_mar_folder_side_by_side(folders, name, method, options):
     assert record["ar"]["tokens_per_image"] == 16 and record["method"]["method"] == method
     assert record["method"]["lossless"] is (method == "cspd-exact")
     assert ar.stats.samples[0].target_forwards == (4 if method == "cspd" else 16)  # num_iter 4; one per token
+    if method == "cspd-exact":  # the AR side is the sampler cspd-exact is exact for: the same last-step std
+        from arvis.utils.random import image_generators
+
+        pipe = models.pipeline(name)
+        assert pipe.baseline_call_kwargs(method, options) == {"final_std": 0.05} and ar.options == {}
+
+        def plain(final_std: float) -> torch.Tensor:
+            return pipe(class_labels=["b", "b"], final_std=final_std, output_type="latent",
+                        generator=image_generators(0, range(2))).tokens
+
+        assert torch.equal(ar.tokens, plain(0.05)) and not torch.equal(ar.tokens, plain(0.0))
     histogram, order = stats_plots(ar, other, info["grid"])
     assert histogram.size[0] > 0 and order.size[0] > 0
 

@@ -582,7 +582,8 @@ def _generators(request: DemoRequest) -> list[torch.Generator]:
 
 
 def stream_run(pipe: Any, request: DemoRequest, side: str, method: str, options: Mapping[str, Any],
-               limits: DemoLimits, cancel: threading.Event) -> Iterator[Progress | RunResult]:
+               limits: DemoLimits, cancel: threading.Event, call_kwargs: Mapping[str, Any] | None = None
+               ) -> Iterator[Progress | RunResult]:
     """Run one side in a worker thread; yield :class:`Progress` while it decodes, then its :class:`RunResult`.
 
     The decode's callback only copies the token grid (at most every ``preview_interval_s``); previews are
@@ -608,7 +609,8 @@ def stream_run(pipe: Any, request: DemoRequest, side: str, method: str, options:
             tensors = {} if video else {"callback_on_step_end_tensor_inputs": ["tokens", "known"]}
             result = pipe(**request.condition_kwargs(), **_count_kwargs(pipe, request.num_images),
                           generator=_generators(request), **request.sampling_kwargs(), output_type="pil",
-                          callback_on_step_end=callback, method=method, **tensors, **dict(options))
+                          callback_on_step_end=callback, method=method, **tensors, **dict(options),
+                          **dict(call_kwargs or {}))
             out.put(("done", result))
         except BaseException as err:  # handed to the consumer, which re-raises it in the request's thread
             out.put(("error", err))
@@ -645,10 +647,12 @@ def stream_run(pipe: Any, request: DemoRequest, side: str, method: str, options:
         worker.join(timeout=60)
 
 
-def timed_decode(pipe: Any, request: DemoRequest, method: str, options: Mapping[str, Any]) -> float:
+def timed_decode(pipe: Any, request: DemoRequest, method: str, options: Mapping[str, Any],
+                 call_kwargs: Mapping[str, Any] | None = None) -> float:
     """One decode of the request's images without any callback: the pipeline's ``stats.latency_s``."""
     out = pipe(**request.condition_kwargs(), **_count_kwargs(pipe, request.num_images), generator=_generators(request),
-               **request.sampling_kwargs(), output_type="latent", method=method, **dict(options))
+               **request.sampling_kwargs(), output_type="latent", method=method, **dict(options),
+               **dict(call_kwargs or {}))
     return float(out.stats.latency_s)
 
 
@@ -675,9 +679,13 @@ def side_by_side(models: ModelSet, request: DemoRequest, limits: DemoLimits,
     cancel = cancel or threading.Event()
     pipe = models.pipeline(request.model)
     results: dict[str, RunResult] = {}
-    sides = (("ar", "ar", {}), ("method", request.method, dict(request.options)))
-    for side, method, options in sides:
-        for item in stream_run(pipe, request, side, method, options, limits, cancel):
+    # The AR side runs the sampler the method is exact for: a pipeline may name call settings for it (MAR's
+    # cspd-exact with final_std > 0 is exact for AR with the same last-step std); they are not method options.
+    baseline = getattr(pipe, "baseline_call_kwargs", None)
+    ar_kwargs = baseline(request.method, dict(request.options)) if baseline is not None else {}
+    sides = (("ar", "ar", {}, ar_kwargs), ("method", request.method, dict(request.options), {}))
+    for side, method, options, kwargs in sides:
+        for item in stream_run(pipe, request, side, method, options, limits, cancel, kwargs):
             if isinstance(item, RunResult):
                 results[side] = item
             else:
@@ -686,11 +694,11 @@ def side_by_side(models: ModelSet, request: DemoRequest, limits: DemoLimits,
         for side in results.values():
             side.latencies_s.append(float(side.stats.latency_s))
     for _ in range(request.timing_rounds - len(results["ar"].latencies_s)):
-        for side, method, options in sides:
+        for side, method, options, kwargs in sides:
             if cancel.is_set():
                 raise RunCancelled()
             yield Progress(side, -1, -1)  # "timing…" for the page
-            results[side].latencies_s.append(timed_decode(pipe, request, method, options))
+            results[side].latencies_s.append(timed_decode(pipe, request, method, options, kwargs))
     yield results["ar"]
     yield results["method"]
 

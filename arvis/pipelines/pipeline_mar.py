@@ -147,6 +147,13 @@ class MARPipeline(SamplingDefaultsMixin, CheckedPipelineMixin, DiffusionPipeline
             raise ValueError("method cspd: needs a masked transformer and a masked draft_transformer / draft_head "
                              "in the pipeline (cspd-exact is the causal variant's)")
 
+    def baseline_call_kwargs(self, method: str, options: dict[str, Any]) -> dict[str, Any]:
+        """The settings of the plain ``ar`` call that ``method`` with ``options`` is exact for (what a side-by-side
+        comparison runs as its baseline): ``cspd-exact``'s ``final_std``; nothing for the other methods."""
+        if method == "cspd-exact" and options.get("final_std"):
+            return {"final_std": float(options["final_std"])}
+        return {}
+
     def decode_condition(self, backbone: MARTransformer, condition: Condition, sampling: SamplingConfig,
                          method: Any, generator: GeneratorArg = None, **options: Any) -> tuple[torch.Tensor, BatchStats]:
         """Tokens for ``condition.class_labels`` with :func:`arvis.methods.decode`'s signature (what
