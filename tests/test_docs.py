@@ -53,6 +53,14 @@ NOT_RUN = [
      "no end-to-end test; its stages are covered: run_bench on a video model "
      "(tests/test_video.py::test_cli_bench_on_a_video_model), the video metrics (tests/test_video_metrics.py), "
      "the lossless cases (tests/test_video_lossless.py)"),
+    (r"pretrained_models/mar/", "needs the official MAR checkpoint and KL-16 VAE (not shipped)",
+     "tests/test_mar.py (tiny checkpoints in the official layouts, loaded and round-tripped)"),
+    (r"^python -m arvis\.training\.train_mar", "trains the MAR VAE and transformers (hours on this CPU) or assembles "
+     "their exports", "tests/test_mar_training.py (smoke presets: train, export, resume, reload, assemble, generate)"),
+    (r"^python eval/mar_train_cost\.py", "times full-size training steps (minutes on this CPU)",
+     "tests/test_mar_training.py (the losses it times, on smoke presets)"),
+    (r"^python eval/mar_figures\.py (--model|--reference-repo)", "needs the trained MAR pairs or an LTH14/mar checkout",
+     "tests/test_mar_figures.py (job list, acceptance task on a tiny folder, page from records)"),
     (r"--suite latency", "times every method for about 25 minutes and needs reference checkouts",
      "tests/test_eval_bench.py (the figures script on a tiny model)"),
 ]

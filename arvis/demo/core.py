@@ -380,6 +380,12 @@ def validate_options(method: str, values: Mapping[str, Any], limits: DemoLimits,
     except (ValueError, TypeError) as err:
         raise DemoInputError(f"{method} options: {err}") from None
     # Methods check their resources when the decode starts; the page says so before it runs.
+    check_method = getattr(pipe, "check_method", None)  # pipelines that run only some methods (MAR)
+    if check_method is not None:
+        try:
+            check_method(method)
+        except ValueError as err:
+            raise DemoInputError(str(err)) from None
     if getattr(built, "draft_model", "") is None:
         raise DemoInputError(f"{method}: this model has no draft model (draft_transformer); choose another method")
     rule = getattr(built, "acceptance", None)
@@ -520,16 +526,16 @@ def film_strip(frames: list[PIL.Image.Image], gap: int = 2) -> PIL.Image.Image:
 
 
 def render_partial(pipe: Any, tokens: torch.Tensor, known: torch.Tensor) -> list[PIL.Image.Image] | None:
-    """Decode a partially committed token grid ``tokens [B, N]`` / ``known [B, N]`` (the pipeline's
+    """Decode a partially committed token grid ``tokens [B, N]`` (or ``[B, N, D]``) / ``known [B, N]`` (the pipeline's
     :meth:`decode_tokens`, cells not committed yet grey): one image per sample, or for clips one
     :func:`film_strip` per clip. ``None`` when the layout is not a plain ``h × w`` (or ``T × h × w``) grid."""
     grid = tuple(pipeline_layout(pipe).grid)
-    B, N = tokens.shape
+    B, N = tokens.shape[:2]  # continuous tokens (MAR) carry their channels last: [B, N, D]
     if len(grid) not in (2, 3) or math.prod(grid) != N or (len(grid) == 3) != is_video(pipe):
         return None
     if "known" not in inspect.signature(pipe.decode_tokens).parameters:  # no partial decoding (VAR's pyramids)
         return None
-    decoded = pipe.decode_tokens(tokens.view(B, *grid), "pil", known=known.view(B, *grid))
+    decoded = pipe.decode_tokens(tokens.view(B, *grid, *tokens.shape[2:]), "pil", known=known.view(B, *grid))
     return [film_strip(clip) for clip in decoded] if len(grid) == 3 else decoded
 
 
@@ -576,7 +582,8 @@ def _generators(request: DemoRequest) -> list[torch.Generator]:
 
 
 def stream_run(pipe: Any, request: DemoRequest, side: str, method: str, options: Mapping[str, Any],
-               limits: DemoLimits, cancel: threading.Event) -> Iterator[Progress | RunResult]:
+               limits: DemoLimits, cancel: threading.Event, call_kwargs: Mapping[str, Any] | None = None
+               ) -> Iterator[Progress | RunResult]:
     """Run one side in a worker thread; yield :class:`Progress` while it decodes, then its :class:`RunResult`.
 
     The decode's callback only copies the token grid (at most every ``preview_interval_s``); previews are
@@ -602,7 +609,8 @@ def stream_run(pipe: Any, request: DemoRequest, side: str, method: str, options:
             tensors = {} if video else {"callback_on_step_end_tensor_inputs": ["tokens", "known"]}
             result = pipe(**request.condition_kwargs(), **_count_kwargs(pipe, request.num_images),
                           generator=_generators(request), **request.sampling_kwargs(), output_type="pil",
-                          callback_on_step_end=callback, method=method, **tensors, **dict(options))
+                          callback_on_step_end=callback, method=method, **tensors, **dict(options),
+                          **dict(call_kwargs or {}))
             out.put(("done", result))
         except BaseException as err:  # handed to the consumer, which re-raises it in the request's thread
             out.put(("error", err))
@@ -639,10 +647,12 @@ def stream_run(pipe: Any, request: DemoRequest, side: str, method: str, options:
         worker.join(timeout=60)
 
 
-def timed_decode(pipe: Any, request: DemoRequest, method: str, options: Mapping[str, Any]) -> float:
+def timed_decode(pipe: Any, request: DemoRequest, method: str, options: Mapping[str, Any],
+                 call_kwargs: Mapping[str, Any] | None = None) -> float:
     """One decode of the request's images without any callback: the pipeline's ``stats.latency_s``."""
     out = pipe(**request.condition_kwargs(), **_count_kwargs(pipe, request.num_images), generator=_generators(request),
-               **request.sampling_kwargs(), output_type="latent", method=method, **dict(options))
+               **request.sampling_kwargs(), output_type="latent", method=method, **dict(options),
+               **dict(call_kwargs or {}))
     return float(out.stats.latency_s)
 
 
@@ -669,9 +679,13 @@ def side_by_side(models: ModelSet, request: DemoRequest, limits: DemoLimits,
     cancel = cancel or threading.Event()
     pipe = models.pipeline(request.model)
     results: dict[str, RunResult] = {}
-    sides = (("ar", "ar", {}), ("method", request.method, dict(request.options)))
-    for side, method, options in sides:
-        for item in stream_run(pipe, request, side, method, options, limits, cancel):
+    # The AR side runs the sampler the method is exact for: a pipeline may name call settings for it (MAR's
+    # cspd-exact with final_std > 0 is exact for AR with the same last-step std); they are not method options.
+    baseline = getattr(pipe, "baseline_call_kwargs", None)
+    ar_kwargs = baseline(request.method, dict(request.options)) if baseline is not None else {}
+    sides = (("ar", "ar", {}, ar_kwargs), ("method", request.method, dict(request.options), {}))
+    for side, method, options, kwargs in sides:
+        for item in stream_run(pipe, request, side, method, options, limits, cancel, kwargs):
             if isinstance(item, RunResult):
                 results[side] = item
             else:
@@ -680,11 +694,11 @@ def side_by_side(models: ModelSet, request: DemoRequest, limits: DemoLimits,
         for side in results.values():
             side.latencies_s.append(float(side.stats.latency_s))
     for _ in range(request.timing_rounds - len(results["ar"].latencies_s)):
-        for side, method, options in sides:
+        for side, method, options, kwargs in sides:
             if cancel.is_set():
                 raise RunCancelled()
             yield Progress(side, -1, -1)  # "timing…" for the page
-            results[side].latencies_s.append(timed_decode(pipe, request, method, options))
+            results[side].latencies_s.append(timed_decode(pipe, request, method, options, kwargs))
     yield results["ar"]
     yield results["method"]
 

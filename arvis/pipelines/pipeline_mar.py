@@ -43,7 +43,7 @@ from arvis.methods.mar import MARStep, check_cfg_schedule, check_num_iter, decod
 from arvis.models.diffusion_head import MARDiffusionHead
 from arvis.models.mar import MARTransformer
 from arvis.models.protocol import Condition
-from arvis.pipelines.common import SamplingDefaultsMixin, check_output_type, images_to_output
+from arvis.pipelines.common import PREVIEW_GREY, SamplingDefaultsMixin, check_output_type, images_to_output
 from arvis.pipelines.pipeline_llamagen import LlamaGenPipeline
 from arvis.utils.config_check import CheckedPipelineMixin
 from arvis.utils.random import GeneratorArg
@@ -110,14 +110,49 @@ class MARPipeline(SamplingDefaultsMixin, CheckedPipelineMixin, DiffusionPipeline
     class_ids = LlamaGenPipeline.class_ids
 
     @torch.no_grad()
-    def decode_tokens(self, tokens: torch.Tensor, output_type: str = "pil"):
-        """Tokens ``[B, L, D]`` (MAR's scale) → images in ``output_type`` (``latent``: the tokens)."""
+    def decode_tokens(self, tokens: torch.Tensor, output_type: str = "pil", known: torch.Tensor | None = None):
+        """Tokens ``[B, L, D]`` or ``[B, h, w, D]`` (MAR's scale) → images in ``output_type`` (``latent``: the tokens).
+
+        ``known`` (``[B, L]`` or ``[B, h, w]`` bool, optional) marks committed tokens: the others decode as zeros
+        and their cells are drawn grey (partial images: the demo's previews).
+        """
         check_output_type(output_type)
         if output_type == "latent":
             return tokens
-        latents = self.transformer.unpatchify(tokens.float()) / self.vae.config.scaling_factor
+        B = tokens.shape[0]
+        tokens = tokens.reshape(B, self.transformer.seq_len, -1).float()
+        if known is not None:
+            known = known.reshape(B, self.transformer.seq_len).to(tokens.device)
+            tokens = torch.where(known[..., None], tokens, torch.zeros_like(tokens))
+        latents = self.transformer.unpatchify(tokens) / self.vae.config.scaling_factor
         images = self.vae.decode(latents.to(self.vae.dtype)).sample
+        if known is not None:
+            grid = known.view(B, 1, self.transformer.seq_h, self.transformer.seq_w).float()
+            cells = torch.nn.functional.interpolate(grid, size=images.shape[-2:], mode="nearest").to(images)
+            images = images * cells + (2 * PREVIEW_GREY - 1) * (1 - cells)  # images are in [-1, 1]
         return images_to_output(images, output_type)
+
+    def check_method(self, name: str) -> None:
+        """``ValueError`` unless this pipeline can decode with method ``name`` (callers such as the demo ask
+        before decoding)."""
+        if name not in METHODS:
+            raise ValueError(f"method: a MAR pipeline decodes with {', '.join(METHODS)} (MAR's own sampler, or one "
+                             f"token per forward for the causal variant; speculative with a causal draft), "
+                             f"got {name!r}")
+        draft = self.draft_transformer
+        if name == "cspd-exact" and (not self.transformer.is_causal or draft is None or not draft.is_causal):
+            raise ValueError("method cspd-exact: needs a causal transformer and a causal draft_transformer / "
+                             "draft_head in the pipeline")
+        if name == "cspd" and (self.transformer.is_causal or draft is None or draft.is_causal):
+            raise ValueError("method cspd: needs a masked transformer and a masked draft_transformer / draft_head "
+                             "in the pipeline (cspd-exact is the causal variant's)")
+
+    def baseline_call_kwargs(self, method: str, options: dict[str, Any]) -> dict[str, Any]:
+        """The settings of the plain ``ar`` call that ``method`` with ``options`` is exact for (what a side-by-side
+        comparison runs as its baseline): ``cspd-exact``'s ``final_std``; nothing for the other methods."""
+        if method == "cspd-exact" and options.get("final_std"):
+            return {"final_std": float(options["final_std"])}
+        return {}
 
     def decode_condition(self, backbone: MARTransformer, condition: Condition, sampling: SamplingConfig,
                          method: Any, generator: GeneratorArg = None, **options: Any) -> tuple[torch.Tensor, BatchStats]:
@@ -133,10 +168,7 @@ class MARPipeline(SamplingDefaultsMixin, CheckedPipelineMixin, DiffusionPipeline
         from arvis.methods import build_method
 
         name = getattr(method, "name", method)
-        if name not in METHODS:
-            raise ValueError(f"method: a MAR pipeline decodes with {', '.join(METHODS)} (MAR's own sampler, or one "
-                             f"token per forward for the causal variant; speculative with a causal draft), "
-                             f"got {name!r}")
+        self.check_method(name)
         if name == "cspd-exact" and final_std:  # the pipeline's final_std is the method's when it is not given
             if isinstance(method, str):
                 options.setdefault("final_std", final_std)
@@ -151,9 +183,6 @@ class MARPipeline(SamplingDefaultsMixin, CheckedPipelineMixin, DiffusionPipeline
         kw = dict(guidance_scale=float(sampling.guidance_scale), cfg_schedule=cfg_schedule,
                   temperature=float(sampling.temperature), generator=generator, on_step=on_step)
         if name == "cspd-exact":
-            if not self.transformer.is_causal or self.draft_transformer is None or not self.draft_transformer.is_causal:
-                raise ValueError("method cspd-exact: needs a causal transformer and a causal draft_transformer / "
-                                 "draft_head in the pipeline")
             if sampling.guidance_scale != 1.0 and cfg_schedule != "constant":
                 raise ValueError("cfg_schedule: speculative windows span positions, so guidance must be constant "
                                  "(cfg_schedule='constant'; use the same for the AR baseline)")
@@ -163,9 +192,6 @@ class MARPipeline(SamplingDefaultsMixin, CheckedPipelineMixin, DiffusionPipeline
         num_iter = num_iter if num_iter is not None else int(defaults.get("num_iter", 64))
         check_num_iter(num_iter)
         if name == "cspd":
-            if self.transformer.is_causal or self.draft_transformer is None or self.draft_transformer.is_causal:
-                raise ValueError("method cspd: needs a masked transformer and a masked draft_transformer / draft_head "
-                                 "in the pipeline (cspd-exact is the causal variant's)")
             return decode_masked_cspd(self.transformer, self.head, self.draft_transformer, self.draft_head, labels,
                                       num_iter=num_iter, **method_settings(method), **kw)
         if self.transformer.is_causal:

@@ -1,0 +1,353 @@
+"""Train the small KL VAE of arvis's MAR models (16 latent channels, 128 px → an 8x8 latent grid).
+
+A diffusers ``AutoencoderKL`` in MAR's KL-16 architecture (:func:`arvis.tokenizers.mar_vae.build_kl_vae`: LDM
+encoder/decoder, stride 16, self-attention at the lowest level and in the middle blocks) at reduced width:
+``block_out_channels (32, 64, 64, 128, 128)``, one residual block per level, 4,289,523 parameters (8.6 MB as
+fp16 safetensors). Stride 16 keeps MAR's tokenizer layout; at 128 px it gives an 8x8 grid, 64 tokens. 64, not
+256 (a stride-8 VAE's 16x16): on this CPU the transformers' training cost and the causal variant's one
+forward per token both grow with the token count (a causal decode is 64 forwards instead of 256), and the
+shipped MAR pair must be trainable in hours on one core.
+
+Recipe:
+
+* data: fresh train-region crops every step (:func:`arvis.training.train_vq.train_batch`) of the offline
+  photos (``--data``), rendered at ``resolution``; most steps train on random ``patch_size`` patches of them
+  (64 px: about 4x cheaper, the network is convolutional), the last ``full_res_fraction`` of the steps on whole
+  crops so that the attention at the lowest level sees the full 8x8 grid (the VQ tokenizer's recipe);
+* loss: ``L1 + L2`` on pixels + ``kl_weight ·`` KL(posterior ‖ N(0, I)) (summed over latent values, divided by
+  the pixel values, i.e. LDM's per-image sums with weight ``kl_weight``); no perceptual or adversarial loss
+  (no pretrained feature network offline; the domain classifier of ``arvis/weights`` is trained on the same
+  crops and was not tried as one);
+* AdamW, warm-up + cosine, an EMA of the weights (exported), atomic checkpoints and resume;
+* export: the EMA weights in fp16; ``scaling_factor`` (MAR's ``0.2325`` for KL-16) set to ``1 / std`` of
+  posterior samples of training crops, so that the transformer sees unit-variance tokens.
+
+Usage::
+
+    python -m arvis.training.train_mar_vae --out runs/mar-vae --scratch runs/mar-vae-scratch --threads 1
+    python -m arvis.training.train_mar_vae --preset smoke --out /tmp/vae --scratch /tmp/vae-s   # seconds
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from diffusers import AutoencoderKL
+from tqdm.auto import tqdm
+
+from arvis.data.sources import DATA_CHOICES, check_data, data_recipe, labelled_images
+from arvis.tokenizers.mar_vae import build_kl_vae
+from arvis.training.common import (
+    EMA,
+    atomic_torch_save,
+    cosine_lr,
+    dumps,
+    restore_training_state,
+    setup_logging,
+    training_command,
+)
+from arvis.training.train_vq import to_tensor, to_uint8, train_batch
+from arvis.utils.serialization import atomic_directory
+
+__all__ = ["PRESETS", "MARVAETrainConfig", "evaluate", "export", "main", "train"]
+
+
+@dataclass(frozen=True)
+class MARVAETrainConfig:
+    """Everything that determines a VAE training run."""
+
+    # model
+    block_out_channels: tuple[int, ...] = (32, 64, 64, 128, 128)
+    layers_per_block: int = 1
+    norm_num_groups: int = 16
+    latent_channels: int = 16
+    attn_resolutions: tuple[int, ...] = (8,)  # feature-map sizes with encoder attention (the lowest level)
+    # data (field names read by train_vq.train_batch)
+    data: str = "photos"
+    resolution: int = 128
+    batch_size: int = 8
+    patch_size: int = 64  # most steps train on random patches of this side
+    full_res_batch_size: int = 4
+    full_res_fraction: float = 0.2  # the last steps train on whole crops
+    crop_scale: tuple[float, float] = (0.25, 1.0)
+    data_seed: int = 0
+    # optimisation
+    steps: int = 4000
+    lr: float = 3e-4
+    warmup: int = 100
+    min_lr_ratio: float = 0.05
+    l1_weight: float = 1.0
+    l2_weight: float = 1.0
+    kl_weight: float = 1e-6
+    grad_clip: float = 1.0
+    ema_decay: float = 0.998
+    init_seed: int = 0
+    # bookkeeping
+    eval_size: int = 64
+    final_eval_size: int = 256
+    scale_crops: int = 256  # training crops whose latent std sets scaling_factor
+    eval_every: int = 500
+    ckpt_every: int = 50
+    log_every: int = 25
+
+    def __post_init__(self) -> None:
+        check_data(self.data)
+        if self.steps < 1:
+            raise ValueError(f"steps must be >= 1, got {self.steps}")
+        stride = 2 ** (len(self.block_out_channels) - 1)
+        if self.resolution % stride:
+            raise ValueError(f"resolution must be a multiple of the stride {stride}, got {self.resolution}")
+        if self.patch_size % stride or not stride <= self.patch_size <= self.resolution:
+            raise ValueError(f"patch_size must be a multiple of {stride} in [{stride}, {self.resolution}], got "
+                             f"{self.patch_size}")
+        if not 0.0 <= self.full_res_fraction <= 1.0:
+            raise ValueError(f"full_res_fraction must be in [0, 1], got {self.full_res_fraction}")
+        if min(self.batch_size, self.full_res_batch_size, self.eval_size, self.final_eval_size, self.scale_crops) < 1:
+            raise ValueError("batch, eval and scale sizes must be >= 1")
+        if self.kl_weight < 0:
+            raise ValueError(f"kl_weight must be >= 0, got {self.kl_weight}")
+
+    @property
+    def stride(self) -> int:
+        return 2 ** (len(self.block_out_channels) - 1)
+
+    def build(self) -> AutoencoderKL:
+        return build_kl_vae(self.block_out_channels, self.latent_channels, self.resolution, self.attn_resolutions,
+                            self.layers_per_block, self.norm_num_groups, scaling_factor=1.0)
+
+
+PRESETS: dict[str, MARVAETrainConfig] = {
+    "vae": MARVAETrainConfig(),
+    "smoke": MARVAETrainConfig(block_out_channels=(8, 8, 8, 8), norm_num_groups=4, latent_channels=4,
+                               attn_resolutions=(), resolution=32, batch_size=2, patch_size=16,
+                               full_res_batch_size=2, full_res_fraction=0.5, steps=3, warmup=1, eval_size=4,
+                               final_eval_size=4, scale_crops=4, eval_every=3, ckpt_every=2, log_every=1),
+}
+
+
+# ---------------------------------------------------------------------------------------------- loss and eval
+def vae_loss(vae: AutoencoderKL, x: torch.Tensor, cfg: MARVAETrainConfig, generator: torch.Generator
+             ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """``l1·|x − x̂| + l2·(x − x̂)² + kl_weight · KL / (pixel values)`` with ``x̂`` decoded from a posterior sample."""
+    posterior = vae.encode(x).latent_dist
+    recon = vae.decode(posterior.sample(generator=generator)).sample
+    l1 = (recon - x).abs().mean()
+    l2 = (recon - x).pow(2).mean()
+    kl = posterior.kl().mean() / x[0].numel()
+    loss = cfg.l1_weight * l1 + cfg.l2_weight * l2 + cfg.kl_weight * kl
+    return loss, {"l1": l1, "l2": l2, "kl": kl}
+
+
+@torch.no_grad()
+def evaluate(vae: AutoencoderKL, images: np.ndarray, batch_size: int = 32) -> dict[str, Any]:
+    """Reconstruction of ``uint8 [N, H, W, 3]`` images through the posterior means: PSNR (mean of per-image, uint8),
+    L1 / MSE on ``[-1, 1]``, the latent means' std, and ``recon`` (uint8)."""
+    was_training = vae.training
+    vae.eval()
+    recon = np.empty_like(images)
+    l1 = mse = 0.0
+    latents = []
+    for i in range(0, len(images), batch_size):
+        x = to_tensor(images[i:i + batch_size]).to(vae.dtype)
+        mean = vae.encode(x).latent_dist.mean
+        y = vae.decode(mean).sample.float()
+        latents.append(mean.float())
+        l1 += float((y - x.float()).abs().mean()) * len(x)
+        mse += float((y - x.float()).pow(2).mean()) * len(x)
+        recon[i:i + batch_size] = to_uint8(y)
+    vae.train(was_training)
+    err = (recon.astype(np.float64) - images.astype(np.float64)) / 255.0
+    per_image = np.maximum((err ** 2).mean(axis=(1, 2, 3)), 1e-10)
+    return {"psnr": float(np.mean(10 * np.log10(1.0 / per_image))), "l1": l1 / len(images), "mse": mse / len(images),
+            "latent_mean_std": float(torch.cat(latents).std()), "recon": recon}
+
+
+@torch.no_grad()
+def latent_scale(vae: AutoencoderKL, images: np.ndarray, generator: torch.Generator, batch_size: int = 32) -> float:
+    """``1 / std`` of posterior samples of ``images`` (LDM's way of choosing ``scaling_factor``)."""
+    samples = [vae.encode(to_tensor(images[i:i + batch_size]).to(vae.dtype)).latent_dist.sample(generator=generator)
+               for i in range(0, len(images), batch_size)]
+    return float(1.0 / torch.cat(samples).float().std())
+
+
+# ---------------------------------------------------------------------------------------------- training
+def train(cfg: MARVAETrainConfig, scratch: str | os.PathLike, threads: int | None = None
+          ) -> tuple[AutoencoderKL, dict[str, Any]]:
+    """Train (resuming from ``scratch/checkpoint.pt``) and return the EMA model and a summary."""
+    scratch = Path(scratch)
+    scratch.mkdir(parents=True, exist_ok=True)
+    log = setup_logging(scratch / "train.log", "arvis.train_mar_vae")
+    if threads:
+        torch.set_num_threads(threads)
+    torch.manual_seed(cfg.init_seed)  # diffusers' default initialisation draws from the global RNG
+    vae = cfg.build().train()
+    params = list(vae.parameters())
+    opt = torch.optim.AdamW(params, lr=cfg.lr, betas=(0.5, 0.9), weight_decay=0.0)  # LDM's autoencoder betas
+    ema = EMA(params, cfg.ema_decay)
+    rng = np.random.default_rng([cfg.data_seed, 16, 16])
+    step, elapsed, history = 0, 0.0, []
+    ck = restore_training_state(scratch / "checkpoint.pt", cfg, ("steps", "eval_every", "ckpt_every", "log_every"),
+                                vae, opt, ema, rng, log)
+    if ck is not None:
+        step, elapsed, history = int(ck["step"]), float(ck["elapsed"]), json.loads(ck["history"])
+    else:
+        log.info("new run: %d parameters, config %s", sum(p.numel() for p in params), dumps(dataclasses.asdict(cfg)))
+    gen = torch.Generator().manual_seed(cfg.data_seed * 1000 + step)  # posterior samples (differs per resume point)
+    eval_images = labelled_images(cfg.data, cfg.eval_size, "heldout", cfg.resolution, cfg.data_seed + 2)[0]
+    window: dict[str, float] = {}
+    t_last = time.time()
+    bar = tqdm(total=cfg.steps, initial=step, desc="train mar vae", unit="step", mininterval=30)
+    while step < cfg.steps:
+        lr = cosine_lr(step, cfg.steps, cfg.lr, cfg.warmup, cfg.min_lr_ratio)
+        for g in opt.param_groups:
+            g["lr"] = lr
+        full_res = step >= (1.0 - cfg.full_res_fraction) * cfg.steps
+        x = train_batch(rng, cfg, full_res=full_res)  # type: ignore[arg-type]
+        loss, parts = vae_loss(vae, x, cfg, gen)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
+        opt.step()
+        ema.update(params)
+        step += 1
+        for k, v in (("loss", loss), *parts.items(), ("grad_norm", grad_norm)):
+            window[k] = window.get(k, 0.0) + float(v.detach())
+        window["n"] = window.get("n", 0) + 1
+        now = time.time()
+        elapsed, t_last = elapsed + now - t_last, now
+        bar.update(1)
+        if step % cfg.log_every == 0 or step == cfg.steps:
+            n = window.pop("n")
+            entry = {**{k: v / n for k, v in window.items()}, "step": step, "lr": lr, "sec": elapsed}
+            history.append(entry)
+            log.info("train %s", dumps(entry))
+            window = {}
+        if step % cfg.eval_every == 0 or step == cfg.steps:
+            m = evaluate(_ema_copy(vae, ema, params), eval_images)
+            m.pop("recon")
+            history.append({"step": step, "eval": m})
+            log.info("eval step %d (ema, %d held-out crops): %s", step, cfg.eval_size, dumps(m))
+            t_last = time.time()
+        if step % cfg.ckpt_every == 0 or step == cfg.steps:
+            atomic_torch_save({"config": json.dumps(dataclasses.asdict(cfg)), "model": vae.state_dict(),
+                               "optimizer": opt.state_dict(), "ema": ema.shadow, "step": step, "elapsed": elapsed,
+                               "rng_state": json.dumps(rng.bit_generator.state), "history": json.dumps(history)},
+                              scratch / "checkpoint.pt")
+            t_last = time.time()
+    bar.close()
+    train_entries = [h for h in history if "eval" not in h]
+    return _ema_copy(vae, ema, params), {"steps": step, "train_seconds": elapsed, "history": history,
+                                         "final_train": train_entries[-1] if train_entries else {}}
+
+
+def _ema_copy(vae: AutoencoderKL, ema: EMA, params: list[torch.Tensor]) -> AutoencoderKL:
+    """A copy of ``vae`` holding the EMA weights (the training model keeps its own)."""
+    import copy
+
+    averaged = copy.deepcopy(vae).eval()
+    ema.copy_to(list(averaged.parameters()))
+    return averaged
+
+
+# ---------------------------------------------------------------------------------------------- export
+def export(vae: AutoencoderKL, cfg: MARVAETrainConfig, out: str | os.PathLike, summary: dict[str, Any],
+           command: str) -> dict[str, Any]:
+    """Set ``scaling_factor``, write fp16 safetensors + ``metrics.json`` + ``README.md`` into ``out`` atomically;
+    the metrics are those of the reloaded fp16 folder on held-out crops."""
+    out = Path(out)
+    train_images = labelled_images(cfg.data, cfg.scale_crops, "train", cfg.resolution, cfg.data_seed)[0]
+    scale = latent_scale(vae.float(), train_images, torch.Generator().manual_seed(cfg.data_seed))
+    vae.register_to_config(scaling_factor=scale)
+    with atomic_directory(out, keep=("samples.png",)) as tmp:
+        vae.to(torch.float16).save_pretrained(tmp, safe_serialization=True)
+        shipped = AutoencoderKL.from_pretrained(tmp, torch_dtype=torch.float32).eval()
+        images = labelled_images(cfg.data, cfg.final_eval_size, "heldout", cfg.resolution, cfg.data_seed + 2)[0]
+        metrics = evaluate(shipped, images)
+        metrics.pop("recon")
+        metrics.update(
+            params=sum(p.numel() for p in shipped.parameters()),
+            safetensors_mb=os.path.getsize(Path(tmp) / "diffusion_pytorch_model.safetensors") / 1e6,
+            scaling_factor=scale, latent_grid=cfg.resolution // cfg.stride, eval_crops=cfg.final_eval_size,
+            steps=summary["steps"], train_hours=summary["train_seconds"] / 3600, torch_threads=torch.get_num_threads(),
+            final_train_losses={k: v for k, v in summary["final_train"].items() if k != "step"},
+            history=summary["history"], command=command, config=dataclasses.asdict(cfg),
+        )
+        (Path(tmp) / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+        (Path(tmp) / "README.md").write_text(model_card(cfg, metrics, out.name))
+    return metrics
+
+
+def model_card(cfg: MARVAETrainConfig, m: dict[str, Any], name: str) -> str:
+    """Markdown model card of the exported VAE folder."""
+    g, tl = m["latent_grid"], m["final_train_losses"]
+    return f"""# {name}: KL VAE for arvis's MAR models
+
+A diffusers `AutoencoderKL` in MAR's KL-16 layout at reduced width: {cfg.resolution} px RGB ↔ {cfg.latent_channels}
+latent channels on a {g}x{g} grid (stride {cfg.stride}). MAR's tokens are `posterior.sample() · scaling_factor`
+(`scaling_factor` = {m['scaling_factor']:.4f} = 1 / std of posterior samples of {cfg.scale_crops} training crops).
+
+```python
+from diffusers import AutoencoderKL
+vae = AutoencoderKL.from_pretrained("{name}")     # fp16 file; pass torch_dtype=torch.float32 on the CPU
+latents = vae.encode(images).latent_dist.sample() * vae.config.scaling_factor   # images in [-1, 1]
+```
+
+## Architecture
+`block_out_channels` {list(cfg.block_out_channels)}, {cfg.layers_per_block} residual block(s) per level, GroupNorm
+{cfg.norm_num_groups}, encoder attention at {list(cfg.attn_resolutions)} px feature maps and in both middle blocks.
+{m['params']:,} parameters, {m['safetensors_mb']:.1f} MB as fp16 safetensors.
+
+## Data
+{data_recipe(cfg.data, cfg.resolution)} Fresh random crops every step (crop side {cfg.crop_scale[0]}–{cfg.crop_scale[1]}
+of the region's short side, random flips), rendered at {cfg.resolution} px.
+
+## Training
+```
+{m['command']}
+```
+Steps on {cfg.patch_size} px patches (batch {cfg.batch_size}), the last {cfg.full_res_fraction:.0%} on whole crops (batch
+{cfg.full_res_batch_size}). AdamW (betas 0.5/0.9, lr {cfg.lr}, {cfg.warmup} warm-up steps, cosine to {cfg.min_lr_ratio}x),
+grad-norm clip {cfg.grad_clip}, loss = {cfg.l1_weight}·L1 + {cfg.l2_weight}·L2 + {cfg.kl_weight:g}·KL (per pixel
+value), EMA {cfg.ema_decay} (shipped). No perceptual or adversarial loss. {m['steps']} steps,
+{m['train_hours']:.2f} h of training wall time ({m['torch_threads']} CPU thread(s) at export, shared machine).
+Final training losses (last logging window): L1 {tl.get('l1', float('nan')):.4f}, L2 {tl.get('l2', float('nan')):.5f},
+KL {tl.get('kl', float('nan')):.4f}.
+
+## Evaluation (the shipped fp16 weights, posterior means)
+{m['eval_crops']} held-out crops ({cfg.resolution} px, seed {cfg.data_seed + 2}): PSNR {m['psnr']:.2f} dB,
+L1 {m['l1']:.4f}, MSE {m['mse']:.5f} (on [-1, 1]).
+"""
+
+
+# ---------------------------------------------------------------------------------------------- CLI
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    p = argparse.ArgumentParser(prog="python -m arvis.training.train_mar_vae", description=__doc__.split("\n\n")[0])
+    p.add_argument("--preset", choices=sorted(PRESETS), default="vae")
+    p.add_argument("--out", required=True, help="export folder (diffusers AutoencoderKL layout)")
+    p.add_argument("--scratch", required=True, help="checkpoints and log (resumes from here)")
+    p.add_argument("--data", choices=DATA_CHOICES, default="photos")
+    p.add_argument("--steps", type=int, default=None)
+    p.add_argument("--batch-size", type=int, default=None)
+    p.add_argument("--threads", type=int, default=1)
+    args = p.parse_args(argv)
+    overrides = {k: v for k, v in (("steps", args.steps), ("batch_size", args.batch_size)) if v is not None}
+    cfg = dataclasses.replace(PRESETS[args.preset], data=args.data, **overrides)
+    command = training_command("train_mar_vae", argv)
+    vae, summary = train(cfg, args.scratch, threads=args.threads)
+    metrics = export(vae, cfg, args.out, summary, command)
+    print(json.dumps({k: v for k, v in metrics.items() if k not in ("history", "config", "final_train_losses")},
+                     indent=2))
+    return metrics
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,258 @@
+#!/usr/bin/env python
+"""Every MAR figure, reproducible by one command: jobs write JSON records, the page is built from them.
+
+    python eval/mar_figures.py                                    # run missing jobs, write docs/figures/mar.md
+    python eval/mar_figures.py --reference-repo <LTH14/mar checkout>   # + parity with the official code
+    python eval/mar_figures.py --report-only                      # rebuild the page from the records
+    python eval/mar_figures.py --list                             # print every job and its command
+
+The models are two pipeline folders assembled by ``python -m arvis.training.train_mar assemble``: the masked
+pair (``--model``, target + draft: ``ar`` and the published ``cspd``) and the causal raster pair
+(``--causal-model``: ``ar`` and the exact ``cspd-exact``). Jobs (records under ``docs/figures/mar/``; a job whose
+record exists is skipped, so a run resumes):
+
+- ``parity``: ``eval/compare_mar_reference.py`` against an LTH14/mar checkout (its printed lines kept); only with
+  ``--reference-repo``;
+- ``masked/bench-b1``, ``masked/bench-b8``: ``arvis bench`` of ``ar`` and ``cspd`` on the masked pair;
+- ``causal/bench-b1``, ``causal/bench-b8``: ``ar``, ``cspd-exact`` with ``final_std`` 0 (MAR's deterministic last
+  step: about one token per verify) and > 0 (whole windows commit) on the causal pair;
+- ``masked/fid/*``, ``causal/fid/*``: ``arvis fid`` (N = ``--fid-num``, the domain network) for every method, and
+  ``ar`` with a second seed (seed-to-seed noise) and the real-vs-real floor;
+- ``acceptance``: ``cspd-exact``'s acceptance rate and target forwards against the heads' sampling steps on the
+  causal pair (in-process task).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from figures import Job, _load, bench_job, fid_job  # noqa: E402  (the shared job helpers)
+
+MODEL = "arvis/weights/mar-photos"
+CAUSAL_MODEL = "arvis/weights/mar-causal-photos"
+FINAL_STD = 0.05  # cspd-exact's last-step std when whole windows should commit (docs/mar.md)
+MASKED_METHODS = ["ar", "cspd"]
+CAUSAL_METHODS = ["ar", "cspd-exact:final_std=0", f"cspd-exact:final_std={FINAL_STD}"]
+HEAD_STEPS = (8, 16, 32, 50, 100)
+ANCHORS = [
+    "CSpD (Wang et al., 2024, MarkXCloud/CSpD): 2.33x fewer target forwards on MAR at similar FID (ImageNet 256, "
+    "GPU); its acceptance tempers the density ratio (τ) and is lossy.",
+    "MAR (Li et al., NeurIPS 2024): the causal raster AR variant with the diffusion loss is the paper's Table 1 "
+    "baseline; masked generation with random order is its default.",
+]
+
+
+class Task(Job):
+    """A job run by a Python script (this file's tasks, the parity script)."""
+
+    def command(self) -> list[str]:
+        return [sys.executable, *self.args]
+
+
+def _prefixed(job: Job, prefix: str) -> Job:
+    job.name = f"{prefix}/{job.name}"
+    return job
+
+
+def jobs(out: Path, fid_num: int, reference: Path | None, model: str = MODEL, causal_model: str = CAUSAL_MODEL,
+         samples: int = 8) -> list[Job]:
+    """Every job, in the order they run; their records live under ``out/mar``."""
+    here = Path(__file__).resolve().parent
+    root = out / "mar"
+    me = [str(here / "mar_figures.py"), "--out", str(out), "--model", model, "--causal-model", causal_model]
+    found: list[Job] = []
+    if reference is not None:
+        found.append(Task("parity", "task", [*me, "--task", "parity", "--reference-repo", str(reference)],
+                          root / "parity.json"))
+    for kind, name, methods in (("masked", model, MASKED_METHODS), ("causal", causal_model, CAUSAL_METHODS)):
+        found += [bench_job(root, kind, "bench-b1", methods, model=name, samples=samples),
+                  bench_job(root, kind, "bench-b8", methods, model=name, samples=2 * samples, batch_size=8)]
+    for kind, name, methods in (("masked", model, MASKED_METHODS), ("causal", causal_model, CAUSAL_METHODS)):
+        fid_root = root / kind
+        found.append(_prefixed(fid_job(fid_root, "ar", model=name, num=fid_num, floor=True), kind))
+        found.append(_prefixed(fid_job(fid_root, "ar", model=name, num=fid_num, seed=1), kind))
+        found += [_prefixed(fid_job(fid_root, spec, model=name, num=fid_num), kind) for spec in methods if spec != "ar"]
+    found.append(Task("acceptance", "task", [*me, "--task", "acceptance"], root / "acceptance.json"))
+    return found
+
+
+# ----------------------------------------------------------------------------- in-process tasks
+def task_parity(out: Path, reference: Path) -> None:
+    """Run ``eval/compare_mar_reference.py`` and keep its result lines (max |diff| of every compared output)."""
+    from arvis.eval.files import write_json_atomic
+
+    script = Path(__file__).resolve().parent / "compare_mar_reference.py"
+    done = subprocess.run([sys.executable, str(script), "--reference-repo", str(reference)], capture_output=True,
+                          text=True, check=True)
+    lines = [ln.strip() for ln in done.stdout.splitlines() if ln.strip()[:2].rstrip(".").isdigit()]
+    write_json_atomic(out / "mar" / "parity.json", {"reference": str(reference.name), "lines": lines})
+
+
+def task_acceptance(out: Path, causal_model: str, num_images: int = 8, head_steps: tuple[int, ...] = HEAD_STEPS,
+                    final_std: float = FINAL_STD) -> dict:
+    """``cspd-exact`` on the causal pair with both heads sampled at each step count: acceptance, forwards."""
+    import torch
+
+    from arvis.eval.files import write_json_atomic
+    from arvis.eval.provenance import provenance
+    from arvis.pipelines import MARPipeline
+    from arvis.utils.random import image_generators
+
+    torch.set_num_threads(1)
+    base = MARPipeline.from_pretrained(causal_model)
+    base.set_progress_bar_config(disable=True)
+    labels = [i % base.transformer.num_classes for i in range(num_images)]
+    rows = []
+    for steps in head_steps:
+        pipe = MARPipeline(base.transformer, base.head.with_sampling_steps(steps), base.vae, base.draft_transformer,
+                           base.draft_head.with_sampling_steps(steps))
+        pipe.sampling_defaults = base.sampling_defaults
+        pipe.set_progress_bar_config(disable=True)
+        result = pipe(class_labels=labels, method="cspd-exact", final_std=final_std, output_type="latent",
+                      generator=image_generators(0, range(num_images)))
+        samples = result.stats.samples
+        rows.append({"head_steps": steps,
+                     "acceptance_rate": sum(s.extra["acceptance_rate"] for s in samples) / len(samples),
+                     "target_forwards": sum(s.target_forwards for s in samples) / len(samples),
+                     "tokens": base.transformer.seq_len, "fallbacks": sum(s.extra.get("fallbacks", 0) for s in samples)})
+    record = {"model": Path(causal_model).name, "num_images": num_images, "final_std": final_std,
+              "sampling": dict(base.sampling_defaults), "rows": rows, **provenance("cpu", torch.float32)}
+    write_json_atomic(out / "mar" / "acceptance.json", record)
+    return record
+
+
+# ----------------------------------------------------------------------------- report
+def _fids(root: Path) -> dict[tuple[str, int], dict]:
+    from arvis.eval.bench import MethodSpec
+
+    found = {}
+    for path in sorted((root / "fid").glob("*.json")):
+        rec = _load(path)
+        if isinstance(rec, dict):
+            label = MethodSpec(rec["method"], tuple(rec.get("options", {}).items())).label
+            found[(label, rec["seed"])] = rec
+    return found
+
+
+def _section(root: Path, kind: str, title: str) -> list[str]:
+    fids = _fids(root / kind)
+    ar = {seed: rec for (label, seed), rec in fids.items() if label == "ar"}
+    noise = abs(ar[0]["fid"] - ar[1]["fid"]) if 0 in ar and 1 in ar else None
+    lines = [f"## {title}", ""]
+    for b in (1, 8):
+        recs = _load(root / kind / f"bench-b{b}.json")
+        lines += [f"### Batch {b}", ""]
+        if not isinstance(recs, list) or not recs:
+            lines += ["(not run yet)", ""]
+            continue
+        r0 = recs[0]
+        lines += [f"{r0['samples']} samples, batch {b}, {r0.get('dtype')}, {r0.get('threads')} thread(s), CFG "
+                  f"{r0['sampling']['guidance_scale']}; median of {r0['repeats']} interleaved rounds; commit "
+                  f"`{str(r0.get('git_commit'))[:12]}`.", "",
+                  "| method | lossless | target fwd | draft fwd | fewer target fwd | acceptance | fallbacks | "
+                  "latency s / image | speed-up | FID (N) | ΔFID vs `ar` |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+        base_fwd = next((r["target_forwards"] for r in recs if r["spec"] == "ar"), None)
+        for r in recs:
+            fid = fids.get((r["spec"], 0))
+            fid_s = f"{fid['fid']:.2f} ({fid['num_generated']})" if fid else "–"
+            delta = f"{fid['fid'] - ar[0]['fid']:+.2f}" if fid and 0 in ar and r["spec"] != "ar" else "–"
+            fewer = f"{base_fwd / r['target_forwards']:.2f}x" if base_fwd and r["target_forwards"] else "–"
+            extra = r.get("extra") or {}
+            acc = f"{extra['acceptance_rate']:.3f}" if "acceptance_rate" in extra else "–"
+            fallbacks = f"{extra['fallbacks']:.1f}" if "fallbacks" in extra else "–"
+            lines.append(f"| `{r['spec']}` | {'yes' if r['lossless'] else 'no'} | {r['target_forwards']:.1f} | "
+                         f"{r['draft_forwards']:.1f} | {fewer} | {acc} | {fallbacks} | {r['latency_s']:.4f} | "
+                         f"{r['speedup']:.2f}x | {fid_s} | {delta} |")
+        lines.append("")
+    if 0 in ar:
+        floor = ar[0].get("real_vs_real_floor")
+        lines.append(f"FID of `ar`: {ar[0]['fid']:.2f} (seed 0)" +
+                     (f", {ar[1]['fid']:.2f} (seed 1): seed-to-seed noise |ΔFID| = {noise:.2f}" if noise is not None
+                      else "; second seed not run yet") +
+                     (f"; real-vs-real floor {floor:.2f}." if floor is not None else "."))
+        lines.append("")
+    return lines
+
+
+def write_report(out: Path) -> Path:
+    """``out/mar.md`` from the records under ``out/mar`` only (missing records say so)."""
+    root = out / "mar"
+    lines = ["# Figures: MAR (continuous tokens) and continuous speculative decoding", "",
+             "Generated by `python eval/mar_figures.py` from the JSON records in `mar/` (`--list` prints every "
+             "command; `--reference-repo` adds the parity record). The masked pair runs `ar` and the published, "
+             "lossy `cspd`; the causal raster pair runs `ar` and the exact `cspd-exact` (docs: [../mar.md](../mar.md)). "
+             "FID uses the domain network on held-out crops; a method is within seed noise when |ΔFID| ≤ the "
+             "baseline's seed-to-seed |ΔFID|.", "", "## Parity with the official code", ""]
+    parity = _load(root / "parity.json")
+    if isinstance(parity, dict):
+        lines += [f"`eval/compare_mar_reference.py` against {parity['reference']} (tiny configuration, perturbed "
+                  "random weights, fixed noise):", "", "```", *parity["lines"], "```", ""]
+    else:
+        lines += ["(run with `--reference-repo` to produce it)", ""]
+    lines += _section(root, "masked", "Masked MAR: `ar` and `cspd` (published, lossy)")
+    lines += _section(root, "causal", "Causal raster variant: `ar` and `cspd-exact` (exact)")
+    lines += [f"`cspd-exact:final_std=0` is exact for MAR's sampler (deterministic last step) but ends each window "
+              f"at an accepted trajectory; with `final_std={FINAL_STD}` whole windows commit and the sampler it is "
+              "exact for is `ar` with the same `final_std`.", "", "## Acceptance against the heads' sampling steps", ""]
+    acc = _load(root / "acceptance.json")
+    if isinstance(acc, dict):
+        lines += [f"`cspd-exact` (final_std {acc['final_std']}) on `{acc['model']}`, {acc['num_images']} images, both "
+                  "heads sampled with the given DDPM steps:", "",
+                  "| head steps | acceptance rate | target forwards / image | tokens |", "|---|---|---|---|"]
+        for r in acc["rows"]:
+            lines.append(f"| {r['head_steps']} | {r['acceptance_rate']:.3f} | {r['target_forwards']:.1f} | {r['tokens']} |")
+    else:
+        lines.append("(not run yet)")
+    lines += ["", "## Published anchors", "", *(f"- {a}" for a in ANCHORS), ""]
+    path = out / "mar.md"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines))
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", default="docs/figures", type=Path)
+    p.add_argument("--model", default=MODEL, help="the masked MAR pipeline folder (target + draft)")
+    p.add_argument("--causal-model", default=CAUSAL_MODEL, help="the causal MAR pipeline folder (target + draft)")
+    p.add_argument("--fid-num", type=int, default=1000)
+    p.add_argument("--samples", type=int, default=8, help="bench samples at batch 1 (twice as many at batch 8)")
+    p.add_argument("--reference-repo", type=Path, default=None, help="an LTH14/mar checkout")
+    p.add_argument("--only", default=None, help="run only jobs whose name starts with this")
+    p.add_argument("--list", action="store_true")
+    p.add_argument("--report-only", action="store_true")
+    p.add_argument("--task", default=None, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.task == "parity":
+        task_parity(args.out, args.reference_repo)
+        return 0
+    if args.task == "acceptance":
+        task_acceptance(args.out, args.causal_model)
+        return 0
+    todo = [j for j in jobs(args.out, args.fid_num, args.reference_repo, args.model, args.causal_model, args.samples)
+            if args.only is None or j.name.startswith(args.only)]
+    if args.list:
+        for job in todo:
+            print(f"[{'done' if job.output.exists() else 'todo'}] {job.name}: {shlex.join(job.command())}")
+        return 0
+    if not args.report_only:
+        for i, job in enumerate(j for j in todo if not j.output.exists()):
+            job.output.parent.mkdir(parents=True, exist_ok=True)
+            print(f"[{i + 1}] {job.name}: {shlex.join(job.command())}", flush=True)
+            t0 = time.time()
+            rc = subprocess.run(job.command()).returncode
+            print(f"[{i + 1}] {job.name}: exit {rc} after {time.time() - t0:.0f} s", flush=True)
+            if rc != 0:
+                return rc
+    print(f"wrote {write_report(args.out)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

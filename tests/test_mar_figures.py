@@ -1,0 +1,102 @@
+"""eval/mar_figures.py: its job list, the acceptance task on a tiny saved causal pair, and the page built from
+records only (no long runs)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from arvis.models.mar import MARTransformer
+from arvis.pipelines import MARPipeline
+from arvis.tokenizers.mar_vae import build_kl_vae
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def figures():
+    sys.path.insert(0, str(ROOT / "eval"))
+    spec = importlib.util.spec_from_file_location("mar_figures", ROOT / "eval" / "mar_figures.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _pair(width: int, seed: int):
+    t = MARTransformer(img_size=64, vae_stride=16, encoder_embed_dim=width, encoder_depth=1, encoder_num_heads=2,
+                       decoder_embed_dim=width, decoder_depth=1, decoder_num_heads=2, vae_embed_dim=4, buffer_size=4,
+                       num_classes=3, causal=True)
+    t.init_weights(torch.Generator().manual_seed(seed))
+    head = t.default_head(width=16, depth=1, sampling_steps=4)
+    head.init_weights(torch.Generator().manual_seed(seed + 1))
+    with torch.no_grad():
+        for p in head.parameters():
+            p.add_(0.05 * torch.randn(p.shape, generator=torch.Generator().manual_seed(seed + 2)))
+    return t.eval(), head.eval()
+
+
+def test_job_list(figures, tmp_path, capsys):
+    found = figures.jobs(tmp_path, 1000, None, "m", "c")
+    names = [j.name for j in found]
+    assert len(names) == len(set(names)) and "parity" not in names
+    assert all(tmp_path / "mar" in j.output.parents for j in found)
+    assert {"masked/bench-b1", "masked/bench-b8", "causal/bench-b1", "causal/bench-b8", "acceptance"} <= set(names)
+    fid = [j for j in found if "/fid/" in j.name]
+    # Per pair: ar at two seeds (one with the real-vs-real floor) and every other method once, all at N = 1000.
+    assert len(fid) == 2 + 1 + 2 + 2 and all("1000" in j.args for j in fid)
+    causal_bench = next(j for j in found if j.name == "causal/bench-b8")
+    assert "ar;cspd-exact:final_std=0;cspd-exact:final_std=0.05" in causal_bench.args and "c" in causal_bench.args
+    assert "--batch-size" in causal_bench.args and "8" in causal_bench.args
+    with_ref = figures.jobs(tmp_path, 1000, tmp_path / "mar-checkout", "m", "c")
+    assert with_ref[0].name == "parity" and "compare" not in with_ref[0].args[0]
+    # A job whose record exists is listed as done (and skipped by a run).
+    (tmp_path / "mar").mkdir()
+    (tmp_path / "mar" / "acceptance.json").write_text("{}")
+    assert figures.main(["--out", str(tmp_path), "--model", "m", "--causal-model", "c", "--list"]) == 0
+    listed = capsys.readouterr().out
+    assert "[done] acceptance" in listed and "[todo] masked/bench-b1" in listed
+
+
+def test_acceptance_task_on_a_tiny_causal_pair(figures, tmp_path):
+    vae = build_kl_vae(block_out_channels=(8, 8, 8, 8, 8), latent_channels=4, resolution=64, norm_num_groups=4).eval()
+    pipe = MARPipeline(*_pair(32, 0), vae, *_pair(16, 5))
+    pipe.save_pretrained(tmp_path / "causal", safe_serialization=True)
+    (tmp_path / "causal" / "sampling_defaults.json").write_text(json.dumps({"cfg_schedule": "constant"}))
+    record = figures.task_acceptance(tmp_path, str(tmp_path / "causal"), num_images=2, head_steps=(2, 4))
+    assert [r["head_steps"] for r in record["rows"]] == [2, 4]
+    for r in record["rows"]:
+        assert 0.0 <= r["acceptance_rate"] <= 1.0 and 1 <= r["target_forwards"] <= 16 and r["tokens"] == 16
+    assert json.loads((tmp_path / "mar" / "acceptance.json").read_text())["rows"] == record["rows"]
+
+
+def _bench(spec: str, fwd: float, lossless: bool, speedup: float) -> dict:
+    extra = {} if spec == "ar" else {"acceptance_rate": 0.62, "fallbacks": 0.5}
+    return {"extra": extra, "spec": spec, "lossless": lossless, "target_forwards": fwd, "draft_forwards": 0.0 if spec == "ar" else 20.0,
+            "latency_s": 1.0 / speedup, "speedup": speedup, "samples": 8, "dtype": "fp32", "threads": 1,
+            "sampling": {"guidance_scale": 3.0}, "repeats": 5, "git_commit": "abc"}
+
+
+def test_report_is_built_from_records_only(figures, tmp_path):
+    empty = figures.write_report(tmp_path).read_text()
+    assert empty.count("(not run yet)") >= 5 and "--reference-repo" in empty
+    root = tmp_path / "mar"
+    (root / "masked" / "fid").mkdir(parents=True)
+    (root / "masked" / "bench-b1.json").write_text(json.dumps([_bench("ar", 16, True, 1.0),
+                                                                _bench("cspd", 6.4, False, 1.9)]))
+    for method, seed, fid in (("ar", 0, 40.0), ("ar", 1, 41.5), ("cspd", 0, 40.9)):
+        (root / "masked" / "fid" / f"{method}-seed{seed}.json").write_text(json.dumps(
+            {"method": method, "options": {}, "seed": seed, "fid": fid, "num_generated": 1000,
+             "real_vs_real_floor": 3.0}))
+    (root / "acceptance.json").write_text(json.dumps(
+        {"model": "mar-causal", "num_images": 8, "final_std": 0.05,
+         "rows": [{"head_steps": 8, "acceptance_rate": 0.81, "target_forwards": 20.5, "tokens": 64}]}))
+    (root / "parity.json").write_text(json.dumps({"reference": "mar", "lines": ["1. transformer z: max |diff| = 0"]}))
+    page = figures.write_report(tmp_path).read_text()
+    assert "| `cspd` | no | 6.4 | 20.0 | 2.50x | 0.620 | 0.5 | 0.5263 | 1.90x | 40.90 (1000) | +0.90 |" in page
+    assert "seed-to-seed noise |ΔFID| = 1.50" in page and "real-vs-real floor 3.00" in page
+    assert "| 8 | 0.810 | 20.5 | 64 |" in page and "1. transformer z: max |diff| = 0" in page
