@@ -246,8 +246,8 @@ def main(argv: list[str] | None = None) -> dict:
 
     torch.set_num_threads(args.threads or available_cores())
 
-    from arvis.cli import load_pipeline
     from arvis.engine.sampling import SamplingConfig
+    from arvis.hub import load_pipeline
     from arvis.methods import decode
     from arvis.models.protocol import Condition
 

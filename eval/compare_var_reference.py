@@ -169,10 +169,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         raise ValueError("--batch, --repeats and --crops must be >= 1")
     torch.set_num_threads(args.threads)
 
-    from arvis.cli import load_pipeline
     from arvis.data.crops import heldout_crops
     from arvis.engine.sampling import SamplingConfig
     from arvis.eval.files import write_json_atomic
+    from arvis.hub import load_pipeline
     from arvis.methods.ar import Autoregressive
     from arvis.methods.next_scale import decode_scales
 

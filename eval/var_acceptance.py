@@ -33,10 +33,10 @@ def main(argv: list[str] | None = None) -> dict:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 1")
     torch.set_num_threads(args.threads)
 
-    from arvis.cli import load_pipeline
     from arvis.engine.sampling import SamplingConfig
     from arvis.eval.files import write_json_atomic
     from arvis.eval.jobs import image_generator
+    from arvis.hub import load_pipeline
     from arvis.methods.next_scale import measure_scale_agreement
 
     pipe, defaults, _ = load_pipeline(args.model, torch.float32, "cpu")

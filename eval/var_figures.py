@@ -85,8 +85,8 @@ def task_layout(out: Path, model_name: str = MODEL) -> None:
 
     import torch
 
-    from arvis.cli import load_pipeline
     from arvis.eval.files import write_json_atomic
+    from arvis.hub import load_pipeline
     from arvis.models.var import export_var_checkpoint, load_var_checkpoint, official_state_dict
     from arvis.tokenizers.var_vq import VARVQModel
 
@@ -126,12 +126,12 @@ def task_timeline(out: Path, batch: int, repeats: int = 5, model_name: str = MOD
     """Per scale, median forward time and positions evaluated, for every method (interleaved rounds)."""
     import torch
 
-    from arvis.cli import load_pipeline
     from arvis.engine.sampling import SamplingConfig
     from arvis.eval.bench import parse_method_specs
     from arvis.eval.files import write_json_atomic
     from arvis.eval.jobs import image_generator
     from arvis.eval.provenance import provenance
+    from arvis.hub import load_pipeline
     from arvis.methods import build_method, with_resources
     from arvis.methods.next_scale import as_next_scale, decode_scales
 

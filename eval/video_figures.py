@@ -74,7 +74,7 @@ def _label(method: str, options: dict[str, Any]) -> str:
 
 
 def load_pipe(model: str, threads: int):
-    from arvis.cli import load_pipeline
+    from arvis.hub import load_pipeline
 
     torch.set_num_threads(threads)
     pipe, defaults, path = load_pipeline(model, torch.float32, "cpu")
@@ -82,9 +82,9 @@ def load_pipe(model: str, threads: int):
     return pipe, defaults, path
 
 
-def model_name(path: Any) -> str:
-    """The model as recorded: its folder name (never a machine path)."""
-    return Path(str(path)).name
+def model_name(ref: Any) -> str:
+    """The model as recorded: the hub's name for it (an alias, or a folder name; never a machine path)."""
+    return ref.name if hasattr(ref, "name") and not isinstance(ref, Path) else Path(str(ref)).name
 
 
 # ----------------------------------------------------------------------------- bench
