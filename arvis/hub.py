@@ -32,7 +32,7 @@ SHIPPED_PIPELINES: dict[str, str] = {
     "t2i": "llamagen-t2i-scenes",
     "var": "var-photos",
     "emoji": "llamagen-c2i-emoji",
-    "video": "video-clips",  # not shipped yet (docs/video.md): the name is reserved, its absence said plainly
+    "video": "video-clips",
 }
 DEFAULT_MODEL = "c2i"
 TINY_RANDOM = "tiny-random"

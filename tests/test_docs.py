@@ -39,17 +39,19 @@ NOT_RUN = [
      "tests/test_emu3_pipeline.py (official-layout folders written by the test)"),
     (r"\bmulo", "needs a trained low-resolution drafter and up-sampler (not shipped yet)",
      "tests/test_mulo.py and tests/test_lossless.py (tiny drafters)"),
-    (r"arvis/weights/video-clips", "no video model is shipped yet",
-     "tests/test_video.py (a tiny VideoPipeline saved, loaded and decoded)"),
+    (r"arvis/weights/video-clips", "rewrites the shipped video model's folder (assemble, card)",
+     "tests/test_video.py::test_train_video_smoke_assemble_and_card"),
     (r"^python -m arvis\.training\.train_video", "trains the video GPT or the video feature network (an hour or "
      "more on this CPU)", "tests/test_video.py (train_video and train_video_features smoke runs, assemble, card)"),
-    (r"^python eval/video_features_card\.py", "needs the trained video feature network (not shipped yet)",
+    (r"^python eval/video_features_card\.py", "evaluates the shipped feature network on 400 held-out clips and "
+     "rewrites its card (minutes)",
      "tests/test_video.py::test_train_video_features_smoke (the card script on a smoke-trained network)"),
     (r"^python eval/video_tokenizer\.py", "encodes 200 held-out clips and 4,000 reference frames (minutes)",
      "tests/test_video_metrics.py (the script's temporal candidate on a tiny Emu3VQVAE)"),
     (r"^python eval/video_temporal_drafting\.py", "needs a train_video checkpoint (runs/video/run/checkpoint.pt)",
      "tests/test_video_lossless.py (the script's measurements on a tiny video model)"),
-    (r"^python eval/video_figures\.py", "needs the trained video model (not shipped yet)",
+    (r"^python eval/video_figures\.py", "times every method on the shipped video model and samples 96 clips per "
+     "method (tens of minutes)",
      "no end-to-end test; its stages are covered: run_bench on a video model "
      "(tests/test_video.py::test_cli_bench_on_a_video_model), the video metrics (tests/test_video_metrics.py), "
      "the lossless cases (tests/test_video_lossless.py)"),

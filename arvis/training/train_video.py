@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import os
 import shutil
 import sys
@@ -30,7 +31,7 @@ import numpy as np
 import torch
 
 from arvis.training import train_gpt
-from arvis.training.common import training_command
+from arvis.training.common import atomic_write_text, portable_command, training_command
 from arvis.training.train_gpt import GPTTrainConfig
 from arvis.utils.serialization import atomic_directory
 
@@ -151,7 +152,7 @@ def model_card(folder: Path, records: Path) -> str:
              f"({m['exported_weights']}).", "",
              "| | |", "|---|---|",
              f"| steps | {m['steps']} |",
-             f"| wall time | {m['train_hours']:.2f} h (one niced thread on a shared 2-core machine) |",
+             f"| wall time | {m['train_hours']:.2f} h (on a shared 2-core machine) |",
              f"| final training loss | {m['final_train_loss']:.3f} |",
              f"| validation loss (raw / EMA) | {m['validation_loss_raw']:.3f} / {m['validation_loss_ema']:.3f} |",
              f"| validation perplexity | {m['validation_perplexity']:.1f} |",
@@ -165,6 +166,12 @@ def model_card(folder: Path, records: Path) -> str:
                   f"FID {f['fid']:.2f} (real-vs-real floor {f['real_vs_real_floor']:.2f}), domain FVD {v['fvd']:.2f} "
                   f"(floor {v['real_vs_real_floor']:.2f}). Decoding speed and the other methods: "
                   "docs/figures/video.md.", ""]
+    else:
+        lines += ["## Evaluation", f"Held-out validation loss {m['validation_loss']:.3f} (perplexity "
+                  f"{m['validation_perplexity']:.1f}; a uniform model scores {math.log(config['vocab_size']):.2f}) on "
+                  f"{c['num_val']} held-out clips. Per-frame FID and domain FVD are not measured yet: "
+                  "`python eval/video_figures.py quality` writes them (docs/figures/video.md), and this card picks them "
+                  "up when rebuilt (`python -m arvis.training.train_video card`).", ""]
     lines += ["## Limits", "A small model trained briefly on a shared CPU: clips are 64 px and blurry (the per-frame "
               "VQ reconstructs emoji and digits at 64 px poorly: see the tokenizer table in docs/figures/video.md), "
               "and motion is learned only as far as the figures show. It exists to make the video path and its "
@@ -183,8 +190,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         p.add_argument("--folder", default="arvis/weights/video-clips")
         p.add_argument("--records", default="docs/figures/video")
         a = p.parse_args(args_list[1:])
-        from arvis.training.common import atomic_write_text
-
         atomic_write_text(Path(a.folder) / "README.md", model_card(Path(a.folder), Path(a.records)))
         print(f"wrote {Path(a.folder) / 'README.md'}")
         return {}
@@ -199,7 +204,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         path = assemble(a.transformer, a.vq, a.out, {"guidance_scale": a.guidance_scale, "top_k": a.top_k})
         metrics = Path(a.transformer).parent / "training_metrics.json"
         if metrics.is_file():
-            shutil.copy2(metrics, path / "training_metrics.json")
+            record = json.loads(metrics.read_text())
+            record["command"] = portable_command(record.get("command", ""))  # runs that predate portable records
+            atomic_write_text(path / "training_metrics.json", json.dumps(record, indent=2) + "\n")
         print(f"assembled {path}")
         return {"out": str(path)}
     p = argparse.ArgumentParser(prog="python -m arvis.training.train_video", description=__doc__.split("\n\n")[0])
