@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from arvis.utils.serialization import atomic_path
+from arvis.utils.serialization import atomic_directory, atomic_path
 
 __all__ = [
     "EMA",
@@ -51,6 +51,16 @@ def portable_command(command: str, root: Path | None = None) -> str:
     base = Path(root or Path.cwd())
     return " ".join(shlex.quote(os.path.relpath(a, base)) if os.path.isabs(a) else shlex.quote(a)
                     for a in shlex.split(command))
+
+
+def export_modules(out: Path, modules: dict[str, Any], metrics: dict[str, Any]) -> None:
+    """Write each module (``None`` skipped) as an fp16 ``save_pretrained`` folder ``out/<name>`` — each replaced
+    whole, never half-written — and ``out/training_metrics.json``."""
+    for name, module in modules.items():
+        if module is not None:
+            with atomic_directory(out / name) as staged:
+                module.half().save_pretrained(staged, safe_serialization=True)
+    atomic_write_text(out / "training_metrics.json", json.dumps(metrics, indent=2) + "\n")
 
 
 def atomic_torch_save(obj: Any, path: str | os.PathLike) -> Path:

@@ -50,14 +50,13 @@ from arvis.tokenizers.llamagen_vq import LlamaGenVQModel
 from arvis.training.common import (
     EMA,
     atomic_torch_save,
-    atomic_write_text,
     cosine_lr,
     dumps,
+    export_modules,
     load_checkpoint,
     setup_logging,
     training_command,
 )
-from arvis.utils.serialization import atomic_directory
 
 
 @dataclass(frozen=True)
@@ -323,11 +322,7 @@ def export(result: dict[str, Any], cfg: GPTTrainConfig, out: Path, command: str)
         "history": result["state"]["history"],
         "command": command,
     }
-    for name, module in (("transformer", result["model"]), ("text_encoder", result["text"])):  # each entry replaced whole, never half-written
-        if module is not None:
-            with atomic_directory(out / name) as staged:
-                module.half().save_pretrained(staged, safe_serialization=True)
-    atomic_write_text(out / "training_metrics.json", json.dumps(metrics, indent=2) + "\n")
+    export_modules(out, {"transformer": result["model"], "text_encoder": result["text"]}, metrics)
     return metrics
 
 

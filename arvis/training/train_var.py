@@ -37,15 +37,14 @@ from arvis.tokenizers.var_vq import VARVQModel
 from arvis.training.common import (
     EMA,
     atomic_torch_save,
-    atomic_write_text,
     cosine_lr,
     dumps,
+    export_modules,
     load_checkpoint,
     setup_logging,
     training_command,
 )
 from arvis.training.train_gpt import build_dataset
-from arvis.utils.serialization import atomic_directory
 
 
 @dataclass(frozen=True)
@@ -226,11 +225,7 @@ def export(result: dict[str, Any], cfg: VARTrainConfig, out: Path, command: str)
         "history": result["state"]["history"],
         "command": command,
     }
-    for name, module in (("transformer", result["model"]),):  # each entry replaced whole, never half-written
-        if module is not None:
-            with atomic_directory(out / name) as staged:
-                module.half().save_pretrained(staged, safe_serialization=True)
-    atomic_write_text(out / "training_metrics.json", json.dumps(metrics, indent=2) + "\n")
+    export_modules(out, {"transformer": result["model"]}, metrics)
     return metrics
 
 
