@@ -77,6 +77,26 @@ class Job:
         return shlex.join(["python", *self.args] if self.kind == "script" else ["arvis", self.kind, *self.args])
 
 
+def list_jobs(jobs: list[Job]) -> None:
+    """Print every job, done or to do, with its command."""
+    for job in jobs:
+        print(f"[{'done' if job.output.exists() else 'todo'}] {job.name}: {shlex.join(job.command())}")
+
+
+def run_missing_jobs(jobs: list[Job]) -> int:
+    """Run, in order, every job whose record is missing (a run resumes); stop at the first failure, returning its
+    exit code (0 when all ran)."""
+    for i, job in enumerate(j for j in jobs if not j.output.exists()):
+        job.output.parent.mkdir(parents=True, exist_ok=True)
+        print(f"[{i + 1}] {job.name}: {shlex.join(job.command())}", flush=True)
+        t0 = time.time()
+        rc = subprocess.run(job.command()).returncode
+        print(f"[{i + 1}] {job.name}: exit {rc} after {time.time() - t0:.0f} s", flush=True)
+        if rc != 0:
+            return rc
+    return 0
+
+
 def bench_job(out: Path, suite: str, name: str, methods: list[str], *, model: str, samples: int,
               batch_size: int = 1, dtype: str = "fp32", repeats: int = 5, plots: bool = False,
               threads: int | None = None) -> Job:

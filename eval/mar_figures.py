@@ -25,14 +25,12 @@ record exists is skipped, so a run resumes):
 from __future__ import annotations
 
 import argparse
-import shlex
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from figures import Job, _load, bench_job, fid_job  # noqa: E402  (the shared job helpers)
+from figures import Job, _load, bench_job, fid_job, list_jobs, run_missing_jobs  # noqa: E402  (the shared job helpers)
 
 MODEL = "arvis/weights/mar-photos"
 CAUSAL_MODEL = "arvis/weights/mar-causal-photos"
@@ -238,18 +236,12 @@ def main(argv: list[str] | None = None) -> int:
     todo = [j for j in jobs(args.out, args.fid_num, args.reference_repo, args.model, args.causal_model, args.samples)
             if args.only is None or j.name.startswith(args.only)]
     if args.list:
-        for job in todo:
-            print(f"[{'done' if job.output.exists() else 'todo'}] {job.name}: {shlex.join(job.command())}")
+        list_jobs(todo)
         return 0
     if not args.report_only:
-        for i, job in enumerate(j for j in todo if not j.output.exists()):
-            job.output.parent.mkdir(parents=True, exist_ok=True)
-            print(f"[{i + 1}] {job.name}: {shlex.join(job.command())}", flush=True)
-            t0 = time.time()
-            rc = subprocess.run(job.command()).returncode
-            print(f"[{i + 1}] {job.name}: exit {rc} after {time.time() - t0:.0f} s", flush=True)
-            if rc != 0:
-                return rc
+        rc = run_missing_jobs(todo)
+        if rc != 0:
+            return rc
     print(f"wrote {write_report(args.out)}")
     return 0
 
