@@ -111,3 +111,20 @@ def test_bad_row_lag_raises():
     with pytest.raises(ValueError, match="no option"):  # SJD's `window` means something else
         decode(tiny_llamagen("c2i"), Condition(class_labels=torch.tensor([0])), SamplingConfig(), "zipar", None,
                window=4)
+
+
+def test_video_grid_decodes_as_rows_across_frames():
+    """On a (T, H, W) video the staircase runs over T·H rows of W: AR exactly at row_lag >= W, the 2-D
+    schedule's forward count otherwise, and no query ever reads a slot that was not written."""
+    from tests.test_video import gens, tiny_video
+
+    model = tiny_video(frames=3, side=4, vocab=16)
+    assert model.layout.grid == (3, 4, 4)
+    cond = Condition(class_labels=torch.tensor([0, 2]))
+    sampling = SamplingConfig(guidance_scale=2.0)
+    ar, _ = decode(model, cond, sampling, "ar", gens(1, 2))
+    same, stats = decode(model, cond, sampling, "zipar", gens(1, 2), row_lag=4)
+    assert torch.equal(ar, same) and stats.summary()["target_forwards"] == 48
+    tokens, stats = decode(WriteTrackingBackbone(model), cond, sampling, "zipar", gens(1, 2), row_lag=1)
+    assert ((tokens >= 0) & (tokens < 16)).all()
+    assert stats.summary()["target_forwards"] == zipar_forward_count(12, 4, 1) < 48

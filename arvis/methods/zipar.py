@@ -10,7 +10,8 @@ output distribution differs from the model's; its cost is measured by FID, not b
 What the reference gets wrong and arvis does not: undecoded slots are masked explicitly (the
 engine's attention mask only admits written slots; the reference attends to zero K/V there), the
 schedule lives in the method's per-request loop (not on the model), and batches > 1 and CFG work.
-With ``row_lag >= grid width`` it is plain AR, token for token.
+With ``row_lag >= grid width`` it is plain AR, token for token. A video grid ``(T, H, W)`` decodes as
+``T·H`` rows of ``W`` (rows across frames).
 
 On layouts whose rows end with a known end-of-line token (Emu3) no proxy is needed: a new row's first
 token is predicted from the end-of-line slot of the row above (:func:`~arvis.engine.schedules.zipar_schedule_eol`).
@@ -18,6 +19,7 @@ token is predicted from the end-of-line slot of the row above (:func:`~arvis.eng
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -50,9 +52,13 @@ class ZipAR(DecodingMethod):
 
     def run(self, engine: DecodeEngine) -> dict[str, Any]:
         layout = engine.layout
-        if len(layout.grid) != 2:
-            raise ValueError("zipar needs a 2-D token grid")
-        height, width = layout.grid
+        if len(layout.grid) not in (2, 3):
+            raise ValueError(f"zipar needs a 2-D (H, W) or 3-D (T, H, W) token grid, got {layout.grid}")
+        if len(layout.grid) == 3 and layout.structural_tokens:
+            raise ValueError("zipar on a video needs a (T, H, W) grid without structural tokens")
+        # A video is T·H rows of W in raster order: the staircase runs on from a frame's last row into the
+        # next frame's first row, whose sequence indices follow on directly.
+        height, width = math.prod(layout.grid[:-1]), layout.grid[-1]
         if not layout.structural_tokens:
             schedule = zipar_schedule(height, width, self.row_lag)
         elif layout.row_stride == width + 1 and all(
