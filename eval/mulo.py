@@ -321,6 +321,49 @@ def figure_jobs(out: Path, model: str, fid_num: int, samples: int, radii: list[i
     ]
 
 
+def lowres_card(folder: Path, alpha_json: Path | None = None) -> str:
+    """Model card of the low-resolution drafter from its trainer's ``training_metrics.json`` (and, when it
+    exists, the α record of ``alpha``): nothing typed in by hand."""
+    m = json.loads((folder / "training_metrics.json").read_text())
+    cfg = m["preset_config"]
+    grid = cfg["resolution"] // 8
+    weights = sum(p.stat().st_size for p in folder.rglob("*.safetensors"))
+    alpha = _load_json(alpha_json) if alpha_json is not None else None
+    lines = [
+        "# lowres-c2i-photos: the low-resolution drafter of multi-scale drafting", "",
+        f"A LlamaGen-architecture class-conditional GPT (`arvis.models.llamagen`) on an {grid}x{grid} grid of the "
+        f"shipped VQ's codes (`vq-photos`), i.e. {cfg['resolution']} px images of the same 22 photo classes as the "
+        "c2i target. In multi-scale drafting (`arvis.drafting.multiscale`, docs/mulo.md) it samples a low-resolution "
+        "token map that the up-sampler (`upsampler-photos`) turns into per-position drafts for the 16x16 target; "
+        "it is linked into `llamagen-c2i-photos` as `lowres_transformer`.", "",
+        "## Architecture",
+        f"{cfg['n_layer']} layers, width {cfg['dim']}, {cfg['n_head']} heads, {m['params']:,} parameters, "
+        f"{weights / 2**20:.2f} MB as fp16 safetensors (`transformer/`).", "",
+        "## Data",
+        f"`arvis.data.crops`: {cfg.get('num_train', '–')} train-region crops of the 22 offline photos (label = photo, "
+        f"seed {cfg.get('data_seed', 0)}) rendered at {cfg['resolution']} px and tokenised by `vq-photos`; validation on "
+        "crops of the disjoint held-out strips.", "",
+        "## Training", "```", m["command"], "```",
+        f"Teacher-forced cross-entropy with class dropout for CFG, AdamW, cosine schedule, EMA; {m['steps']} steps "
+        f"(batch {cfg['batch_size']}), {60 * m['train_hours']:.0f} min on one CPU thread (2-core machine shared with "
+        f"other jobs). Final training loss {m['final_train_loss']:.4f}; validation loss {m['validation_loss']:.4f} "
+        f"(perplexity {m['validation_perplexity']:.1f}; raw {m['validation_loss_raw']:.4f}, EMA "
+        f"{m['validation_loss_ema']:.4f}; exported: the {m['exported_weights']} weights).", ""]
+    lines += ["## As a drafter", ""]
+    if isinstance(alpha, dict) and "independent" in alpha.get("drafts", {}):
+        d = alpha["drafts"]["independent"]
+        lines += [f"Per-token acceptance of its up-sampled drafts against the c2i target on the target's own samples "
+                  f"(`python eval/mulo.py alpha`, {alpha.get('num', '?')} samples): α = {d['alpha']:.3f} with an "
+                  f"independent low-resolution sample; every row in docs/figures/mulo.md.", ""]
+    else:
+        lines += ["α not measured yet (`python eval/mulo.py alpha`).", ""]
+    return "\n".join(lines)
+
+
+def _load_json(path: Path) -> Any:
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
 def _alpha_lines(record: dict[str, Any]) -> list[str]:
     low = record["low_grid"]
     source = (f"`{record['lowres_model']}` (the steered row: {record['steered_samples']} decodes of "
@@ -527,6 +570,9 @@ def main(argv: list[str] | None = None) -> int:
     m.add_argument("--seed", type=int, default=0)
     m.add_argument("--json", required=True)
     m.add_argument("--plots", default=None, help="folder for decode_order.png and rejections.png")
+    c = sub.add_parser("lowres-card", help="write the low-resolution drafter's README.md from its training record")
+    c.add_argument("--folder", type=Path, default=Path("arvis/weights/lowres-c2i-photos"))
+    c.add_argument("--alpha", type=Path, default=Path("docs/figures/mulo/alpha.json"))
     f = sub.add_parser("figures", help="run the missing jobs, then write docs/figures/mulo.md")
     f.add_argument("--out", default="docs/figures", type=Path)
     f.add_argument("--model", default="c2i")
@@ -539,6 +585,12 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.command == "figures":
         return figures(args)
+    if args.command == "lowres-card":
+        from arvis.training.common import atomic_write_text
+
+        atomic_write_text(args.folder / "README.md", lowres_card(args.folder, args.alpha) + "\n")
+        print(f"wrote {args.folder / 'README.md'}")
+        return 0
     if args.command == "alpha-table":
         print(f"wrote {write_alpha_markdown(json.loads(Path(args.json).read_text()), Path(args.json), Path(args.markdown))}")
         return 0
