@@ -164,8 +164,10 @@ def model_card(folder: Path, records: Path) -> str:
         f, v = ar["per_frame_fid"], ar["domain_fvd"]
         lines += ["## Evaluation", f"{q['num_clips']} AR clips (CFG {q['sampling']['guidance_scale']}): per-frame "
                   f"FID {f['fid']:.2f} (real-vs-real floor {f['real_vs_real_floor']:.2f}), domain FVD {v['fvd']:.2f} "
-                  f"(floor {v['real_vs_real_floor']:.2f}). Decoding speed and the other methods: "
-                  "docs/figures/video.md.", ""]
+                  f"(floor {v['real_vs_real_floor']:.2f})"
+                  + (f"; with other seeds {q['ar_second_seed']['per_frame_fid']['fid']:.2f} and "
+                     f"{q['ar_second_seed']['domain_fvd']['fvd']:.2f} (the seed-to-seed noise)" if "ar_second_seed" in q else "")
+                  + ". Decoding speed and the other methods: docs/figures/video.md.", ""]
     else:
         lines += ["## Evaluation", f"Held-out validation loss {m['validation_loss']:.3f} (perplexity "
                   f"{m['validation_perplexity']:.1f}; a uniform model scores {math.log(config['vocab_size']):.2f}) on "
