@@ -338,12 +338,14 @@ def lowres_card(folder: Path, alpha_json: Path | None = None) -> str:
         "it is linked into `llamagen-c2i-photos` as `lowres_transformer`.", "",
         "## Architecture",
         f"{cfg['n_layer']} layers, width {cfg['dim']}, {cfg['n_head']} heads, {m['params']:,} parameters, "
-        f"{weights / 2**20:.2f} MB as fp16 safetensors (`transformer/`).", "",
+        f"{weights / 2**20:.2f} MB as fp16 safetensors.", "",
         "## Data",
         f"`arvis.data.crops`: {cfg.get('num_train', '–')} train-region crops of the 22 offline photos (label = photo, "
         f"seed {cfg.get('data_seed', 0)}) rendered at {cfg['resolution']} px and tokenised by `vq-photos`; validation on "
         "crops of the disjoint held-out strips.", "",
-        "## Training", "```", m["command"], "```",
+        "## Training", "```", m["command"],
+        f"cp runs/mulo/lowres-export/transformer/* runs/mulo/lowres-export/training_metrics.json {folder.as_posix()}/",
+        "```",
         f"Teacher-forced cross-entropy with class dropout for CFG, AdamW, cosine schedule, EMA; {m['steps']} steps "
         f"(batch {cfg['batch_size']}), {60 * m['train_hours']:.0f} min on one CPU thread (2-core machine shared with "
         f"other jobs). Final training loss {m['final_train_loss']:.4f}; validation loss {m['validation_loss']:.4f} "
@@ -353,7 +355,7 @@ def lowres_card(folder: Path, alpha_json: Path | None = None) -> str:
     if isinstance(alpha, dict) and "independent" in alpha.get("drafts", {}):
         d = alpha["drafts"]["independent"]
         lines += [f"Per-token acceptance of its up-sampled drafts against the c2i target on the target's own samples "
-                  f"(`python eval/mulo.py alpha`, {alpha.get('num', '?')} samples): α = {d['alpha']:.3f} with an "
+                  f"(`python eval/mulo.py alpha`, {alpha['samples']} samples): α = {d['alpha']:.3f} with an "
                   f"independent low-resolution sample; every row in docs/figures/mulo.md.", ""]
     else:
         lines += ["α not measured yet (`python eval/mulo.py alpha`).", ""]
