@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from pathlib import Path
@@ -331,6 +332,7 @@ def lowres_card(folder: Path, alpha_json: Path | None = None) -> str:
     exists, the α record of ``alpha``): nothing typed in by hand."""
     m = json.loads((folder / "training_metrics.json").read_text())
     cfg = m["preset_config"]
+    vocab = json.loads((folder / "config.json").read_text())["vocab_size"]
     grid = cfg["resolution"] // 8
     weights = sum(p.stat().st_size for p in folder.rglob("*.safetensors"))
     alpha = _load_json(alpha_json) if alpha_json is not None else None
@@ -353,10 +355,12 @@ def lowres_card(folder: Path, alpha_json: Path | None = None) -> str:
         "```",
         f"Teacher-forced cross-entropy with class dropout for CFG, AdamW, cosine schedule, EMA; {m['steps']} steps "
         f"(batch {cfg['batch_size']}), {60 * m['train_hours']:.0f} min on one CPU thread (2-core machine shared with "
-        f"other jobs). Final training loss {m['final_train_loss']:.4f}; validation loss {m['validation_loss']:.4f} "
-        f"(perplexity {m['validation_perplexity']:.1f}; raw {m['validation_loss_raw']:.4f}, EMA "
-        f"{m['validation_loss_ema']:.4f}; exported: the {m['exported_weights']} weights).", ""]
-    lines += ["## As a drafter", ""]
+        f"other jobs). Final training loss {m['final_train_loss']:.4f} "
+        f"(exported: the {m['exported_weights']} weights).", "",
+        "## Evaluation",
+        f"Held-out validation loss {m['validation_loss']:.4f} nats per token (perplexity "
+        f"{m['validation_perplexity']:.1f}; raw {m['validation_loss_raw']:.4f}, EMA {m['validation_loss_ema']:.4f}; "
+        f"a uniform model scores {math.log(vocab):.2f}).", ""]
     if isinstance(alpha, dict) and "independent" in alpha.get("drafts", {}):
         d = alpha["drafts"]["independent"]
         lines += [f"Per-token acceptance of its up-sampled drafts against the c2i target on the target's own samples "
