@@ -37,8 +37,6 @@ NOT_RUN = [
     (r"c2i_XL_384\.pt", "needs an official LlamaGen checkpoint (not shipped)", "tests/test_checkpoints.py"),
     (r"Emu3-Gen-hf", "needs the official Emu3 weights (not shipped)",
      "tests/test_emu3_pipeline.py (official-layout folders written by the test)"),
-    (r"\bmulo", "needs a trained low-resolution drafter and up-sampler (not shipped yet)",
-     "tests/test_mulo.py and tests/test_lossless.py (tiny drafters)"),
     (r"arvis/weights/video-clips", "rewrites the shipped video model's folder (assemble, card)",
      "tests/test_video.py::test_train_video_smoke_assemble_and_card"),
     (r"^python -m arvis\.training\.train_video", "trains the video GPT or the video feature network (an hour or "
