@@ -73,25 +73,28 @@ class Job:
         return [sys.executable, "-m", "arvis", self.kind, *self.args]
 
     def display(self) -> str:
-        """The command as a user types it."""
-        return shlex.join(["python", *self.args] if self.kind == "script" else ["arvis", self.kind, *self.args])
+        """The command as a user types it (also for subclasses that build their own :meth:`command`)."""
+        args = self.command()[1:]
+        return shlex.join(["arvis", *args[2:]] if args[:2] == ["-m", "arvis"] else ["python", *args])
 
 
 def list_jobs(jobs: list[Job]) -> None:
     """Print every job, done or to do, with its command."""
     for job in jobs:
-        print(f"[{'done' if job.output.exists() else 'todo'}] {job.name}: {shlex.join(job.command())}")
+        print(f"[{'done' if job.output.exists() else 'todo'}] {job.name}: {job.display()}")
 
 
-def run_missing_jobs(jobs: list[Job]) -> int:
-    """Run, in order, every job whose record is missing (a run resumes); stop at the first failure, returning its
-    exit code (0 when all ran)."""
-    for i, job in enumerate(j for j in jobs if not j.output.exists()):
+def run_missing_jobs(jobs: list[Job], shard: tuple[int, int] = (0, 1)) -> int:
+    """Run, in order, every job whose record is missing (a run resumes) among shard ``k`` of ``n`` (jobs
+    ``i`` with ``i % n == k``); stop at the first failure, returning its exit code (0 when all ran)."""
+    k, n = shard
+    missing = [j for i, j in enumerate(jobs) if i % n == k and not j.output.exists()]
+    for i, job in enumerate(missing, 1):
         job.output.parent.mkdir(parents=True, exist_ok=True)
-        print(f"[{i + 1}] {job.name}: {shlex.join(job.command())}", flush=True)
+        print(f"[{i}/{len(missing)}] {job.name}: {job.display()}", flush=True)
         t0 = time.time()
         rc = subprocess.run(job.command()).returncode
-        print(f"[{i + 1}] {job.name}: exit {rc} after {time.time() - t0:.0f} s", flush=True)
+        print(f"[{i}/{len(missing)}] {job.name}: exit {rc} after {time.time() - t0:.0f} s", flush=True)
         if rc != 0:
             return rc
     return 0
@@ -483,20 +486,10 @@ def main(argv: list[str] | None = None) -> int:
             jobs.setdefault(str(job.output), job)  # FID jobs shared between suites run once
     todo = [j for j in jobs.values() if args.only in (None, j.kind)]
     if args.list:
-        for job in todo:
-            state = "done" if job.output.exists() else "todo"
-            print(f"[{state}] {job.name}: {job.display()}")
+        list_jobs(todo)
         return 0
-    if not args.report_only:
-        mine = [j for i, j in enumerate(todo) if i % n == k and not j.output.exists()]
-        for i, job in enumerate(mine, 1):
-            job.output.parent.mkdir(parents=True, exist_ok=True)
-            print(f"[{i}/{len(mine)}] {job.name}: {job.display()}", flush=True)
-            t0 = time.time()
-            rc = subprocess.run(job.command()).returncode
-            print(f"[{i}/{len(mine)}] {job.name}: exit {rc} after {time.time() - t0:.0f} s", flush=True)
-            if rc != 0:
-                return rc
+    if not args.report_only and (rc := run_missing_jobs(todo, (k, n))) != 0:
+        return rc
     for suite in suites:
         print(f"wrote {write_report(suite, per_suite[suite], args.out)}")
     return 0

@@ -545,26 +545,15 @@ def write_mulo_report(jobs: list[Any], out: Path, fid_num: int) -> Path:
 
 
 def figures(args: argparse.Namespace) -> int:
-    import shlex
-    import subprocess
-
     radii = [int(r) for r in args.radii.split(",") if r]
     jobs = figure_jobs(args.out, args.model, args.fid_num, args.samples, radii)
     todo = [j for j in jobs if args.only in (None, j.kind)]
+    fig = _figures_module()
     if args.list:
-        for job in todo:
-            print(f"[{'done' if job.output.exists() else 'todo'}] {job.name}: {shlex.join(job.command()[1:])}")
+        fig.list_jobs(todo)
         return 0
-    if not args.report_only:
-        missing = [j for j in todo if not j.output.exists()]
-        for i, job in enumerate(missing, 1):
-            job.output.parent.mkdir(parents=True, exist_ok=True)
-            print(f"[{i}/{len(missing)}] {job.name}: {shlex.join(job.command()[1:])}", flush=True)
-            t0 = time.time()
-            rc = subprocess.run(job.command()).returncode
-            print(f"[{i}/{len(missing)}] {job.name}: exit {rc} after {time.time() - t0:.0f} s", flush=True)
-            if rc != 0:
-                return rc
+    if not args.report_only and (rc := fig.run_missing_jobs(todo)) != 0:
+        return rc
     print(f"wrote {write_mulo_report(jobs, args.out, args.fid_num)}")
     return 0
 
