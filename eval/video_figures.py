@@ -112,8 +112,12 @@ def stage_bench(args: argparse.Namespace, group: str) -> Path:
 
 
 # ----------------------------------------------------------------------------- quality
+#: Clip i of every quality row is seeded SEED_BASE + i (the same clips' seeds for every method).
+SEED_BASE = 1000
+
+
 def _clips(pipe, method: str, options: dict[str, Any], num: int, batch: int, sampling: dict[str, Any],
-           seed_base: int = 1000) -> tuple[np.ndarray, torch.Tensor, list[Any]]:
+           seed_base: int = SEED_BASE) -> tuple[np.ndarray, torch.Tensor, list[Any]]:
     from arvis.utils.random import make_generators
 
     names = pipe.class_names
@@ -128,7 +132,7 @@ def _clips(pipe, method: str, options: dict[str, Any], num: int, batch: int, sam
     return np.concatenate(frames), torch.cat(tokens), stats
 
 
-#: Clip i of the seed-noise rows is seeded SECOND_SEED_BASE + i (the other rows: 1000 + i): AR and the lossless
+#: Clip i of the seed-noise rows is seeded SECOND_SEED_BASE + i: AR and the lossless
 #: method each measured twice, so the spread of each pair is beside the difference between them.
 SECOND_SEED_BASE = 500_000
 SECOND_SEED_ROWS: dict[str, tuple[str, dict[str, Any]]] = {
@@ -138,7 +142,7 @@ SECOND_SEED_ROWS: dict[str, tuple[str, dict[str, Any]]] = {
 
 
 def _quality_row(vm: Any, pipe: Any, method: str, options: dict[str, Any], args: argparse.Namespace,
-                 sampling: dict[str, Any], seed_base: int = 1000) -> tuple[dict[str, Any], torch.Tensor]:
+                 sampling: dict[str, Any], seed_base: int = SEED_BASE) -> tuple[dict[str, Any], torch.Tensor]:
     """One method's clips and their figures: per-frame FID, domain FVD, temporal consistency."""
     t0 = time.time()
     clips, tokens, stats = _clips(pipe, method, options, args.num, args.batch, sampling, seed_base)
@@ -274,7 +278,7 @@ def write_report(records: Path, doc: Path) -> Path:
     if quality.exists():
         q = json.loads(quality.read_text())
         lines += ["## Quality beside speed", "",
-                  f"{q['num_clips']} clips per method (the 24 classes round robin, clip i seeded 1000 + i), "
+                  f"{q['num_clips']} clips per method (the 24 classes round robin, clip i seeded {SEED_BASE} + i), "
                   f"CFG {q['sampling']['guidance_scale']}. Per-frame FID: image domain network, "
                   f"{q['reference_frames']} held-out frames as reference. Domain FVD: the video feature network "
                   "trained here (not comparable with I3D FVDs). Floors: independent real held-out clips of the same "
@@ -293,9 +297,9 @@ def write_report(records: Path, doc: Path) -> Path:
         if second:
             ar = next(r for r in q["rows"] if r["method"] == "ar")
             lines += ["", f"Seed-to-seed noise of plain AR at this N (clip i seeded {second['seed_base']} + i instead of "
-                      f"1000 + i): |Δ per-frame FID| = {abs(ar['per_frame_fid']['fid'] - second['per_frame_fid']['fid']):.2f}, "
+                      f"{SEED_BASE} + i): |Δ per-frame FID| = {abs(ar['per_frame_fid']['fid'] - second['per_frame_fid']['fid']):.2f}, "
                       f"|Δ domain FVD| = {abs(ar['domain_fvd']['fvd'] - second['domain_fvd']['fvd']):.2f}. A lossless method's "
-                      "differences from `ar` are of this kind: it samples the same distribution with other random numbers."]
+                      "differences from `ar` should be of this size: it samples the same distribution with other random numbers."]
             if "lossless_second_seed" in q:
                 b = q["lossless_second_seed"]
                 a = next(r for r in q["rows"] if r["label"] == b["label"])
