@@ -338,7 +338,7 @@ def lowres_card(folder: Path, alpha_json: Path | None = None) -> str:
     vocab = json.loads((folder / "config.json").read_text())["vocab_size"]
     grid = cfg["resolution"] // 8
     weights = sum(p.stat().st_size for p in folder.rglob("*.safetensors"))
-    alpha = _load_json(alpha_json) if alpha_json is not None else None
+    alpha = _figures_module()._load(alpha_json) if alpha_json is not None else None
     lines = [
         "# lowres-c2i-photos: the low-resolution drafter of multi-scale drafting", "",
         f"A LlamaGen-architecture class-conditional GPT (`arvis.models.llamagen`) on an {grid}x{grid} grid of the "
@@ -350,8 +350,8 @@ def lowres_card(folder: Path, alpha_json: Path | None = None) -> str:
         f"{cfg['n_layer']} layers, width {cfg['dim']}, {cfg['n_head']} heads, {m['params']:,} parameters, "
         f"{weights / 2**20:.2f} MB as fp16 safetensors.", "",
         "## Data",
-        f"`arvis.data.crops`: {cfg.get('num_train', '–')} train-region crops of the 22 offline photos (label = photo, "
-        f"seed {cfg.get('data_seed', 0)}) rendered at {cfg['resolution']} px and tokenised by `vq-photos`; validation on "
+        f"`arvis.data.crops`: {cfg['num_train']} train-region crops of the 22 offline photos (label = photo, "
+        f"seed {cfg['data_seed']}) rendered at {cfg['resolution']} px and tokenised by `vq-photos`; validation on "
         "crops of the disjoint held-out strips.", "",
         "## Training", "```", m["command"],
         f"cp runs/mulo/lowres-export/transformer/* runs/mulo/lowres-export/training_metrics.json {folder.as_posix()}/",
@@ -372,10 +372,6 @@ def lowres_card(folder: Path, alpha_json: Path | None = None) -> str:
     else:
         lines += ["α not measured yet (`python eval/mulo.py alpha`).", ""]
     return "\n".join(lines)
-
-
-def _load_json(path: Path) -> Any:
-    return json.loads(path.read_text()) if path.is_file() else None
 
 
 def _alpha_lines(record: dict[str, Any]) -> list[str]:
@@ -449,12 +445,11 @@ def _verdicts(records: list[dict[str, Any]], fids: dict, fid_num: int, maps: Any
         line = (f"- Lossless, 33 positions per forward: `mulo:window=32` {mulo['step_compression']:.2f}x vs "
                 f"`mc-sjd:window=32` {mc['step_compression']:.2f}x step compression ({mulo['samples']} samples, batch 1)")
         specs = maps.get("specs", {}) if isinstance(maps, dict) else {}
-        if "mulo:window=32" in specs and "mc-sjd:window=32" in specs:
-            n = [len(specs[k]["target_forwards"]) for k in ("mulo:window=32", "mc-sjd:window=32")]
-            f_mulo, f_mc = (sum(specs[k]["target_forwards"]) / len(specs[k]["target_forwards"])
-                            for k in ("mulo:window=32", "mc-sjd:window=32"))
-            tokens = len(specs["mulo:window=32"]["commit_forward"][0])
-            line += (f"; over the maps' {n[0]} samples {tokens / f_mulo:.2f}x vs {tokens / f_mc:.2f}x "
+        if mulo["spec"] in specs and mc["spec"] in specs:
+            m_fwd, c_fwd = specs[mulo["spec"]]["target_forwards"], specs[mc["spec"]]["target_forwards"]
+            f_mulo, f_mc = sum(m_fwd) / len(m_fwd), sum(c_fwd) / len(c_fwd)
+            tokens = len(specs[mulo["spec"]]["commit_forward"][0])
+            line += (f"; over the maps' {len(m_fwd)} samples {tokens / f_mulo:.2f}x vs {tokens / f_mc:.2f}x "
                      f"({f_mulo:.1f} vs {f_mc:.1f} forwards)")
             beats = beats and f_mulo < f_mc
         lines.append(line + f" — {'beats' if beats else 'does not beat'} MC-SJD at equal positions per forward.")
@@ -533,7 +528,7 @@ def write_mulo_report(jobs: list[Any], out: Path, fid_num: int) -> Path:
             if len(ar) >= 2:
                 lines.append(f"\nSeed-to-seed noise of AR at N = {n}: |ΔFID| = {max(ar) - min(ar):.2f}.")
         lines.append("")
-    maps = fig._load(next((j.output for j in jobs if j.kind == "maps"), Path("-")))
+    maps = next((fig._load(j.output) for j in jobs if j.kind == "maps"), None)
     lines += ["## Targets", "", *_verdicts(verdict_records, fids, fid_num, maps), "",
               "## Published anchor", "",
               "- MuLo-SD (Peruzzo et al., CVPR 2026): up to 1.7x latency (v1) and up to 5x (v2) on large "
