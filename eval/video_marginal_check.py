@@ -59,9 +59,11 @@ def compare(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
 
 
 def shipped_likelihoods(num: int = 64, batch: int = 16, guidance: float = 3.0) -> None:
+    from arvis.eval.token_stats import sampling_distributions
     from arvis.hub import load_pipeline
 
     pipe, _, _ = load_pipeline("video", torch.float32, "cpu")
+    sampling = SamplingConfig(guidance_scale=guidance)
     model, classes = pipe.transformer, len(pipe.class_names)
 
     @torch.no_grad()
@@ -70,10 +72,9 @@ def shipped_likelihoods(num: int = 64, batch: int = 16, guidance: float = 3.0) -
         for start in range(0, num, batch):
             cond = Condition(class_labels=torch.tensor([(start + i) % classes for i in range(batch)]))
             gens = [torch.Generator().manual_seed(seed_base + start + i) for i in range(batch)]
-            tokens, _ = decode(model, cond, SamplingConfig(guidance_scale=guidance), method, gens, **options)
-            c, u = model(tokens, cond).float(), model(tokens, model.null_condition(cond)).float()
-            logp = (u + guidance * (c - u)).log_softmax(-1)  # the engine's CFG, temperature 1, no top-k
-            out.append(logp.gather(-1, tokens[..., None])[..., 0].sum(-1))
+            tokens, _ = decode(model, cond, sampling, method, gens, **options)
+            p = sampling_distributions(model, tokens, cond, sampling)  # what decoding samples from, teacher-forced
+            out.append(p.gather(-1, tokens[..., None])[..., 0].clamp_min(1e-30).log().sum(-1))
         return torch.cat(out).numpy()
 
     ar, ar2 = scores("ar", 1000), scores("ar", 500_000)
