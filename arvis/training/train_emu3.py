@@ -590,6 +590,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     vq.add_argument("--scratch", required=True, help="checkpoints and log")
     vq.add_argument("--steps", type=int, default=None)
     vq.add_argument("--codebook-size", type=int, default=None)
+    vq.add_argument("--resolution", type=int, default=None, help="image side in pixels (emoji renders)")
+    vq.add_argument("--channel-multiplier", type=int, nargs="+", default=None,
+                    help="per-level width multipliers; len - 1 levels of 2x down-sampling")
+    vq.add_argument("--patch-size", type=int, default=None, help="training crop side (early steps)")
+    vq.add_argument("--batch-size", type=int, default=None, help="crops per step (early steps)")
+    vq.add_argument("--late-patch-size", type=int, default=None, help="crop side of the last steps")
+    vq.add_argument("--late-batch-size", type=int, default=None)
+    vq.add_argument("--lr", type=float, default=None, help="peak learning rate")
+    vq.add_argument("--warmup", type=int, default=None, help="warm-up steps")
+    vq.add_argument("--ema-decay", type=float, default=None, help="EMA of the weights (the better of EMA / raw ships)")
     vq.add_argument("--eval-every", type=int, default=None, help="held-out evaluation period (steps)")
     vq.add_argument("--threads", type=int, default=1)
     vq.add_argument("--smoke", action="store_true", help="a tiny model, a few steps (seconds)")
@@ -600,6 +610,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     lm.add_argument("--steps", type=int, default=None)
     lm.add_argument("--batch-size", type=int, default=None)
     lm.add_argument("--num-train", type=int, default=None)
+    lm.add_argument("--resolution", type=int, default=None, help="image side in pixels; the VQ's grid follows")
     lm.add_argument("--threads", type=int, default=1)
     lm.add_argument("--smoke", action="store_true", help="a tiny model, a few steps (seconds)")
     asm = sub.add_parser("assemble", help="the Emu3Pipeline folder from the vq and lm exports")
@@ -619,7 +630,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.stage == "lm":
         cfg = LM_SMOKE if args.smoke else LMTrainConfig()
         overrides = {k: v for k, v in (("steps", args.steps), ("batch_size", args.batch_size),
-                                       ("num_train", args.num_train)) if v is not None}
+                                       ("num_train", args.num_train), ("resolution", args.resolution))
+                     if v is not None}
         cfg = dataclasses.replace(cfg, **overrides)
         result = train_lm(cfg, Path(args.vq), Path(args.scratch), args.threads, args.smoke)
         metrics = export_lm(result, cfg, Path(args.out), command)
@@ -627,8 +639,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         return metrics
     if args.stage == "vq":
         cfg = VQ_SMOKE if args.smoke else VQTrainConfig()
+        multiplier = tuple(args.channel_multiplier) if args.channel_multiplier else None
         overrides = {k: v for k, v in (("steps", args.steps), ("codebook_size", args.codebook_size),
-                                       ("eval_every", args.eval_every)) if v is not None}
+                                       ("eval_every", args.eval_every), ("resolution", args.resolution),
+                                       ("channel_multiplier", multiplier), ("patch_size", args.patch_size),
+                                       ("batch_size", args.batch_size), ("late_patch_size", args.late_patch_size),
+                                       ("late_batch_size", args.late_batch_size), ("lr", args.lr),
+                                       ("warmup", args.warmup), ("ema_decay", args.ema_decay)) if v is not None}
+        if multiplier is not None and "attn_resolutions" not in overrides:
+            overrides["attn_resolutions"] = (len(multiplier) - 1,)  # attention at the lowest level, as the default
         cfg = dataclasses.replace(cfg, **overrides)
         model, summary = train_vq(cfg, Path(args.scratch), args.threads, args.smoke)
         metrics = export_vq(model, cfg, summary, Path(args.out), command, args.smoke)
