@@ -33,6 +33,7 @@ SHIPPED_PIPELINES: dict[str, str] = {
     "var": "var-photos",
     "emoji": "llamagen-c2i-emoji",
     "video": "video-clips",
+    "emu3": "emu3-emoji",
 }
 DEFAULT_MODEL = "c2i"
 TINY_RANDOM = "tiny-random"
