@@ -47,7 +47,7 @@ sys.path.insert(0, str(ROOT))
 
 RECORDS = ROOT / "docs" / "figures" / "emu3"
 REPORT = ROOT / "docs" / "figures" / "emu3.md"
-MODEL = "arvis/weights/emu3-emoji"  # where train_emu3 assemble writes the model (not shipped yet)
+MODEL = "arvis/weights/emu3-emoji"  # the shipped model (alias emu3), written by train_emu3 assemble
 STAGES = ("parity", "lossless", "bench", "quality", "memory", "samples")
 SAMPLE_GRID = ROOT / "docs" / "emu3-emoji-samples.png"
 
@@ -302,8 +302,8 @@ def stage_quality(args: argparse.Namespace) -> None:
         return
     pipe = shipped_pipeline()
     defaults = json.loads((Path(pipe.config._name_or_path) / "sampling_defaults.json").read_text())
-    prompts = heldout_captions(args.quality_samples)
-    prompts = (prompts * -(-args.quality_samples // len(prompts)))[:args.quality_samples]  # cycle past the 216
+    names = heldout_captions()
+    prompts = [names[i % len(names)] for i in range(args.quality_samples)]  # past the 216 held-out names, cycle
     rows = []
     # AR once more with another seed set: the seed noise the other rows' differences are read against.
     runs = [(spec, args.seed, spec.label) for spec in parse_method_specs(QUALITY_METHODS)]
