@@ -19,7 +19,9 @@ record exists is skipped, so a run resumes):
 - ``masked/fid/*``, ``causal/fid/*``: ``arvis fid`` (N = ``--fid-num``, the domain network) for every method, and
   ``ar`` with a second seed (seed-to-seed noise) and the real-vs-real floor;
 - ``acceptance``: ``cspd-exact``'s acceptance rate and target forwards against the heads' sampling steps on the
-  causal pair (in-process task).
+  causal pair (in-process task);
+- ``lossless``: ``cspd-exact`` against plain AR on the causal pair (two-sample KS tests on scalar views of the
+  tokens), with a second AR set as the null and the draft's own samples as the planted-bug control.
 """
 
 from __future__ import annotations
@@ -27,7 +29,13 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
+import time
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import numpy as np
+    import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from figures import Job, _load, bench_job, fid_job, list_jobs, run_missing_jobs  # noqa: E402  (the shared job helpers)
@@ -38,6 +46,8 @@ FINAL_STD = 0.05  # cspd-exact's last-step std when whole windows should commit 
 MASKED_METHODS = ["ar", "cspd"]
 CAUSAL_METHODS = ["ar", "cspd-exact:final_std=0", f"cspd-exact:final_std={FINAL_STD}"]
 HEAD_STEPS = (8, 16, 32, 50, 100)
+LOSSLESS_POSITIONS = (0, 1, 2, 7, 31, 63)  # raster positions whose tokens the two-sample test compares
+LOSSLESS_ALPHA = 1e-3  # per-test threshold; 12 tests: a false alarm of an exact method has probability < 1.2%
 ANCHORS = [
     "CSpD (Wang et al., 2024, MarkXCloud/CSpD): 2.33x fewer target forwards on MAR at similar FID (ImageNet 256, "
     "GPU); its acceptance tempers the density ratio (τ) and is lossy.",
@@ -77,6 +87,7 @@ def jobs(out: Path, fid_num: int, reference: Path | None, model: str = MODEL, ca
         found.append(_prefixed(fid_job(fid_root, "ar", model=name, num=fid_num, seed=1), kind))
         found += [_prefixed(fid_job(fid_root, spec, model=name, num=fid_num), kind) for spec in methods if spec != "ar"]
     found.append(Task("acceptance", "task", [*me, "--task", "acceptance"], root / "acceptance.json"))
+    found.append(Task("lossless", "task", [*me, "--task", "lossless"], root / "lossless.json"))
     return found
 
 
@@ -122,6 +133,76 @@ def task_acceptance(out: Path, causal_model: str, num_images: int = 8, head_step
     record = {"model": Path(causal_model).name, "num_images": num_images, "final_std": final_std,
               "sampling": dict(base.sampling_defaults), "rows": rows, **provenance("cpu", torch.float32)}
     write_json_atomic(out / "mar" / "acceptance.json", record)
+    return record
+
+
+def token_projections(tokens: torch.Tensor, positions: tuple[int, ...] = LOSSLESS_POSITIONS) -> dict[str, np.ndarray]:
+    """Scalar views of tokens ``[N, L, D]`` for two-sample tests: channel 0 and the channel mean at each position."""
+    L = tokens.shape[1]
+    views = {}
+    for pos in sorted({min(p, L - 1) for p in positions}):
+        views[f"pos{pos}/ch0"] = tokens[:, pos, 0].double().numpy()
+        views[f"pos{pos}/mean"] = tokens[:, pos].double().mean(dim=1).numpy()
+    return views
+
+
+def two_sample_p_values(a: torch.Tensor, b: torch.Tensor) -> dict[str, float]:
+    """Two-sample KS p-value of every :func:`token_projections` view of token sets ``a`` and ``b``."""
+    from scipy.stats import ks_2samp
+
+    va, vb = token_projections(a), token_projections(b)
+    return {k: float(ks_2samp(va[k], vb[k]).pvalue) for k in va}
+
+
+def task_lossless(out: Path, causal_model: str, num: int = 2000, final_std: float = FINAL_STD, gamma: int = 4,
+                  batch: int = 250) -> dict:
+    """``cspd-exact`` against plain AR on the trained causal pair: ``num`` samples each (labels cycling over the
+    classes, the folder's guidance), two-sample KS tests on scalar views of the tokens. Controls: a second AR
+    sample set (the null: its p-values are uniform) and the draft's own AR samples — what a loop committing every
+    draft unverified would produce — which the same tests must tell from the target's."""
+    import torch
+
+    from arvis.eval.files import write_json_atomic
+    from arvis.eval.provenance import provenance
+    from arvis.methods.cspd import decode_causal_speculative
+    from arvis.methods.mar import decode_causal
+    from arvis.pipelines import MARPipeline
+
+    torch.set_num_threads(1)
+    pipe = MARPipeline.from_pretrained(causal_model, dtype=torch.float32)
+    s = pipe.sampling_defaults
+    settings = {"guidance_scale": float(s.get("guidance_scale", 1.0)), "temperature": float(s.get("temperature", 1.0))}
+    labels = torch.arange(num) % pipe.transformer.num_classes
+
+    def batched(fn, seed: int):
+        parts, stats = [], []
+        for i in range(0, num, batch):  # one generator per chunk: the chunks are independent sample sets
+            tokens, st = fn(labels[i:i + batch], torch.Generator().manual_seed(seed * 100_000 + i))
+            parts.append(tokens)
+            stats += st.samples
+        return torch.cat(parts), stats
+
+    def ar(model, head, seed: int):
+        return batched(lambda lab, g: decode_causal(model, head, lab, cfg_schedule="constant", generator=g,
+                                                    final_std=final_std, **settings), seed)
+
+    t0 = time.perf_counter()
+    target, _ = ar(pipe.transformer, pipe.head, 1)
+    target2, _ = ar(pipe.transformer, pipe.head, 2)
+    draft, _ = ar(pipe.draft_transformer, pipe.draft_head, 3)
+    spec, stats = batched(lambda lab, g: decode_causal_speculative(
+        pipe.transformer, pipe.head, pipe.draft_transformer, pipe.draft_head, lab, gamma=gamma, final_std=final_std,
+        generator=g, **settings), 4)
+    rows = {"cspd-exact": two_sample_p_values(target, spec), "ar (second seed set)": two_sample_p_values(target, target2),
+            "draft's own samples (planted bug)": two_sample_p_values(target, draft)}
+    record = {"model": Path(causal_model).name, "num": num, "final_std": final_std, "gamma": gamma,
+              "sampling": {**settings, "cfg_schedule": "constant"}, "alpha": LOSSLESS_ALPHA,
+              "p_values": rows, "min_p": {k: min(v.values()) for k, v in rows.items()},
+              "passes": {k: min(v.values()) > LOSSLESS_ALPHA for k, v in rows.items()},
+              "acceptance_rate": sum(x.extra["accepted"] for x in stats) / max(1, sum(x.extra["drafted"] for x in stats)),
+              "target_forwards": sum(x.target_forwards for x in stats) / len(stats),
+              "seconds": time.perf_counter() - t0, **provenance("cpu", torch.float32)}
+    write_json_atomic(out / "mar" / "lossless.json", record)
     return record
 
 
@@ -207,6 +288,22 @@ def write_report(out: Path) -> Path:
             lines.append(f"| {r['head_steps']} | {r['acceptance_rate']:.3f} | {r['target_forwards']:.1f} | {r['tokens']} |")
     else:
         lines.append("(not run yet)")
+    lines += ["", "## Lossless test of `cspd-exact` on the trained causal pair", ""]
+    ll = _load(root / "lossless.json")
+    if isinstance(ll, dict):
+        views = ", ".join(next(iter(ll["p_values"].values())))
+        lines += [f"{ll['num']} samples per arm (labels cycling over the classes, CFG {ll['sampling']['guidance_scale']} "
+                  f"constant, final_std {ll['final_std']}, γ = {ll['gamma']}), two-sample KS test on each of "
+                  f"{len(next(iter(ll['p_values'].values())))} scalar views of the tokens ({views}); a set passes when "
+                  f"every p-value exceeds {ll['alpha']:g}. Acceptance rate {ll['acceptance_rate']:.3f}, "
+                  f"{ll['target_forwards']:.1f} target forwards per image.", "",
+                  "| compared with plain AR of the target | min p-value | passes |", "|---|---|---|"]
+        for name, p_min in ll["min_p"].items():
+            lines.append(f"| {name} | {p_min:.2e} | {'yes' if ll['passes'][name] else 'no'} |")
+        lines += ["", "The second AR set is the null (calibration); the draft's own samples are what a loop committing "
+                  "every draft unverified would produce, so the test must fail them for it to have power.", ""]
+    else:
+        lines += ["(not run yet)", ""]
     lines += ["", "## Published anchors", "", *(f"- {a}" for a in ANCHORS), ""]
     path = out / "mar.md"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -222,6 +319,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--fid-num", type=int, default=1000)
     p.add_argument("--samples", type=int, default=8, help="bench samples at batch 1 (twice as many at batch 8)")
     p.add_argument("--reference-repo", type=Path, default=None, help="an LTH14/mar checkout")
+    p.add_argument("--lossless-num", type=int, default=2000, help="samples per arm of the lossless test")
     p.add_argument("--only", default=None, help="run only jobs whose name starts with this")
     p.add_argument("--list", action="store_true")
     p.add_argument("--report-only", action="store_true")
@@ -232,6 +330,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.task == "acceptance":
         task_acceptance(args.out, args.causal_model)
+        return 0
+    if args.task == "lossless":
+        task_lossless(args.out, args.causal_model, num=args.lossless_num)
         return 0
     todo = [j for j in jobs(args.out, args.fid_num, args.reference_repo, args.model, args.causal_model, args.samples)
             if args.only is None or j.name.startswith(args.only)]

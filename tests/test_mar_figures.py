@@ -45,7 +45,8 @@ def test_job_list(figures, tmp_path, capsys):
     names = [j.name for j in found]
     assert len(names) == len(set(names)) and "parity" not in names
     assert all(tmp_path / "mar" in j.output.parents for j in found)
-    assert {"masked/bench-b1", "masked/bench-b8", "causal/bench-b1", "causal/bench-b8", "acceptance"} <= set(names)
+    assert {"masked/bench-b1", "masked/bench-b8", "causal/bench-b1", "causal/bench-b8", "acceptance",
+            "lossless"} <= set(names)
     fid = [j for j in found if "/fid/" in j.name]
     # Per pair: ar at two seeds (one with the real-vs-real floor) and every other method once, all at N = 1000.
     assert len(fid) == 2 + 1 + 2 + 2 and all("1000" in j.args for j in fid)
@@ -96,7 +97,33 @@ def test_report_is_built_from_records_only(figures, tmp_path):
         {"model": "mar-causal", "num_images": 8, "final_std": 0.05,
          "rows": [{"head_steps": 8, "acceptance_rate": 0.81, "target_forwards": 20.5, "tokens": 64}]}))
     (root / "parity.json").write_text(json.dumps({"reference": "mar", "lines": ["1. transformer z: max |diff| = 0"]}))
+    views = {"pos0/ch0": 0.5, "pos0/mean": 0.2}
+    (root / "lossless.json").write_text(json.dumps(
+        {"num": 2000, "final_std": 0.05, "gamma": 4, "sampling": {"guidance_scale": 3.0}, "alpha": 1e-3,
+         "p_values": {"cspd-exact": views, "draft's own samples (planted bug)": {"pos0/ch0": 1e-9, "pos0/mean": 0.3}},
+         "min_p": {"cspd-exact": 0.2, "draft's own samples (planted bug)": 1e-9},
+         "passes": {"cspd-exact": True, "draft's own samples (planted bug)": False},
+         "acceptance_rate": 0.55, "target_forwards": 30.2}))
     page = figures.write_report(tmp_path).read_text()
+    assert "| cspd-exact | 2.00e-01 | yes |" in page and "| draft's own samples (planted bug) | 1.00e-09 | no |" in page
+    assert "2000 samples per arm" in page and "(pos0/ch0, pos0/mean)" in page
     assert "| `cspd` | no | 6.4 | 20.0 | 2.50x | 0.620 | 0.5 | 0.5263 | 1.90x | 40.90 (1000) | +0.90 |" in page
     assert "seed-to-seed noise |ΔFID| = 1.50" in page and "real-vs-real floor 3.00" in page
     assert "| 8 | 0.810 | 20.5 | 64 |" in page and "1. transformer z: max |diff| = 0" in page
+
+
+def test_lossless_task_on_a_tiny_causal_pair(figures, tmp_path):
+    """The task's structure and its power on a pair whose draft is unrelated: cspd-exact (all residual draws
+    here) passes, the draft's own samples do not."""
+    vae = build_kl_vae(block_out_channels=(8, 8, 8, 8, 8), latent_channels=4, resolution=64, norm_num_groups=4).eval()
+    pipe = MARPipeline(*_pair(32, 0), vae, *_pair(16, 5))
+    pipe.save_pretrained(tmp_path / "causal", safe_serialization=True)
+    (tmp_path / "causal" / "sampling_defaults.json").write_text(json.dumps({"cfg_schedule": "constant"}))
+    record = figures.task_lossless(tmp_path, str(tmp_path / "causal"), num=600, batch=300, final_std=0.1)
+    rows = record["p_values"]
+    assert set(rows) == {"cspd-exact", "ar (second seed set)", "draft's own samples (planted bug)"}
+    assert set(rows["cspd-exact"]) == {f"pos{p}/{v}" for p in (0, 1, 2, 7, 15) for v in ("ch0", "mean")}
+    assert record["passes"]["cspd-exact"] and record["passes"]["ar (second seed set)"]
+    assert not record["passes"]["draft's own samples (planted bug)"]
+    assert 0.0 <= record["acceptance_rate"] <= 1.0 and 1 <= record["target_forwards"] <= 16
+    assert json.loads((tmp_path / "mar" / "lossless.json").read_text())["min_p"] == record["min_p"]
