@@ -76,12 +76,68 @@ def max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a.float() - b.float()).abs().max())
 
 
+@torch.no_grad()
+def compare_models(official: nn.Module, transformer: Any, head: Any, g: torch.Generator, labels: torch.Tensor,
+                   tag: str = "") -> None:
+    """Print checks 1-3 (transformer ``z``, head transitions with and without CFG, a fixed-noise sampling run)
+    for the official module and arvis's loaded ``(transformer, head)`` on the same weights."""
+    B, L, D = labels.shape[0], transformer.seq_len, transformer.token_embed_dim
+    # 1. z of the masked transformer
+    tokens = torch.randn(B, L, D, generator=g)
+    orders = torch.stack([torch.randperm(L, generator=g) for _ in range(B)])
+    n_masked = L // 3
+    mask = torch.zeros(B, L).scatter(1, orders[:, :n_masked], 1.0)
+    ce = official.class_emb(labels)
+    z_ref = official.forward_mae_decoder(official.forward_mae_encoder(tokens, mask, ce), mask)
+    z = transformer(tokens, mask.bool(), transformer.class_embedding(labels), num_masked=n_masked)
+    print(f"1.{tag} transformer z ({B}x{L}x{z.shape[-1]}, {n_masked} masked): max |diff| = {max_diff(z, z_ref):.3e} "
+          f"(|z| max {float(z_ref.abs().max()):.2f})")
+
+    # 2. head transitions
+    diff = official.diffloss.gen_diffusion
+    zc = z_ref.reshape(-1, z_ref.shape[-1])[:16]
+    zu = torch.randn(zc.shape, generator=g)
+    x = torch.randn(16, D, generator=g)
+    worst = {"mean": 0.0, "std": 0.0, "mean_cfg": 0.0, "std_cfg": 0.0}
+    S = head.num_sampling_steps()
+    for step in range(S):
+        t = torch.full((16,), step, dtype=torch.long)
+        out = diff.p_mean_variance(official.diffloss.net, x, t, clip_denoised=False, model_kwargs={"c": zc})
+        mean, std = head.transition(x, step, zc)
+        ref_std = torch.exp(0.5 * out["log_variance"]) * (step != 0)
+        worst["mean"] = max(worst["mean"], max_diff(mean, out["mean"]))
+        worst["std"] = max(worst["std"], max_diff(std.expand_as(ref_std), ref_std))
+        out = diff.p_mean_variance(official.diffloss.net.forward_with_cfg, torch.cat([x, x]), torch.cat([t, t]),
+                                   clip_denoised=False, model_kwargs={"c": torch.cat([zc, zu]), "cfg_scale": 2.5})
+        mean, std = head.transition(x, step, zc, guidance_scale=2.5, z_uncond=zu)
+        ref_std = torch.exp(0.5 * out["log_variance"][:16]) * (step != 0)
+        worst["mean_cfg"] = max(worst["mean_cfg"], max_diff(mean, out["mean"][:16]))
+        worst["std_cfg"] = max(worst["std_cfg"], max_diff(std.expand_as(ref_std), ref_std))
+    print(f"2.{tag} head transitions over {S} steps: max |diff| mean {worst['mean']:.3e}, std {worst['std']:.3e}; "
+          f"with CFG 2.5: mean {worst['mean_cfg']:.3e}, std {worst['std_cfg']:.3e}")
+
+    # 3. a whole sampling run with fixed noise and temperature 0.9
+    noise = torch.randn(S, 16, D, generator=g)
+    x_ref = noise[0].clone()
+    for k, step in enumerate(range(S - 1, -1, -1)):
+        t = torch.full((16,), step, dtype=torch.long)
+        out = diff.p_mean_variance(official.diffloss.net, x_ref, t, clip_denoised=False, model_kwargs={"c": zc})
+        eps = noise[k + 1] if step > 0 else torch.zeros_like(x_ref)
+        x_ref = out["mean"] + (step != 0) * torch.exp(0.5 * out["log_variance"]) * eps * 0.9  # p_sample's formula
+    x0 = head.sample(zc, temperature=0.9, noise=noise)
+    print(f"3.{tag} head sampling ({S} steps, temperature 0.9, fixed noise): max |diff| x0 = {max_diff(x0, x_ref):.3e} "
+          f"(|x0| max {float(x_ref.abs().max()):.2f})")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--reference-repo", required=True, help="an LTH14/mar checkout")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--sampling-steps", type=int, default=20, help="head sampling steps (default 20)")
     parser.add_argument("--skip-vae", action="store_true", help="skip the full-size VAE (66M parameters)")
+    parser.add_argument("--pipeline", default=None,
+                        help="also a trained masked MARPipeline folder: its weights exported to the official layout, "
+                             "loaded by the official module, checks 1-3 on them")
     args = parser.parse_args(argv)
     ref = load_reference(args.reference_repo)
 
@@ -111,55 +167,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"arvis loaded checkpoint-last.pth: transformer {sum(p.numel() for p in transformer.parameters()):,} + "
           f"head {sum(p.numel() for p in head.parameters()):,} parameters")
 
-    B, L, D = 2, transformer.seq_len, 16
+    L, D = transformer.seq_len, 16
+    compare_models(official, transformer, head, g, torch.tensor([1, 3]))
     with torch.no_grad():
-        # 1. z of the masked transformer
-        tokens = torch.randn(B, L, D, generator=g)
-        orders = torch.stack([torch.randperm(L, generator=g) for _ in range(B)])
-        n_masked = L // 3
-        mask = torch.zeros(B, L).scatter(1, orders[:, :n_masked], 1.0)
-        labels = torch.tensor([1, 3])
-        ce = official.class_emb(labels)
-        z_ref = official.forward_mae_decoder(official.forward_mae_encoder(tokens, mask, ce), mask)
-        z = transformer(tokens, mask.bool(), transformer.class_embedding(labels), num_masked=n_masked)
-        print(f"1. transformer z ({B}x{L}x{z.shape[-1]}, {n_masked} masked): max |diff| = {max_diff(z, z_ref):.3e} "
-              f"(|z| max {float(z_ref.abs().max()):.2f})")
-
-        # 2. head transitions
-        diff = official.diffloss.gen_diffusion
-        zc = z_ref.reshape(-1, z_ref.shape[-1])[:16]
-        zu = torch.randn(zc.shape, generator=g)
-        x = torch.randn(16, D, generator=g)
-        worst = {"mean": 0.0, "std": 0.0, "mean_cfg": 0.0, "std_cfg": 0.0}
-        S = head.num_sampling_steps()
-        for step in range(S):
-            t = torch.full((16,), step, dtype=torch.long)
-            out = diff.p_mean_variance(official.diffloss.net, x, t, clip_denoised=False, model_kwargs={"c": zc})
-            mean, std = head.transition(x, step, zc)
-            ref_std = torch.exp(0.5 * out["log_variance"]) * (step != 0)
-            worst["mean"] = max(worst["mean"], max_diff(mean, out["mean"]))
-            worst["std"] = max(worst["std"], max_diff(std.expand_as(ref_std), ref_std))
-            out = diff.p_mean_variance(official.diffloss.net.forward_with_cfg, torch.cat([x, x]), torch.cat([t, t]),
-                                       clip_denoised=False, model_kwargs={"c": torch.cat([zc, zu]), "cfg_scale": 2.5})
-            mean, std = head.transition(x, step, zc, guidance_scale=2.5, z_uncond=zu)
-            ref_std = torch.exp(0.5 * out["log_variance"][:16]) * (step != 0)
-            worst["mean_cfg"] = max(worst["mean_cfg"], max_diff(mean, out["mean"][:16]))
-            worst["std_cfg"] = max(worst["std_cfg"], max_diff(std.expand_as(ref_std), ref_std))
-        print(f"2. head transitions over {S} steps: max |diff| mean {worst['mean']:.3e}, std {worst['std']:.3e}; "
-              f"with CFG 2.5: mean {worst['mean_cfg']:.3e}, std {worst['std_cfg']:.3e}")
-
-        # 3. a whole sampling run with fixed noise and temperature 0.9
-        noise = torch.randn(S, 16, D, generator=g)
-        x_ref = noise[0].clone()
-        for k, step in enumerate(range(S - 1, -1, -1)):
-            t = torch.full((16,), step, dtype=torch.long)
-            out = diff.p_mean_variance(official.diffloss.net, x_ref, t, clip_denoised=False, model_kwargs={"c": zc})
-            eps = noise[k + 1] if step > 0 else torch.zeros_like(x_ref)
-            x_ref = out["mean"] + (step != 0) * torch.exp(0.5 * out["log_variance"]) * eps * 0.9  # p_sample's formula
-        x0 = head.sample(zc, temperature=0.9, noise=noise)
-        print(f"3. head sampling ({S} steps, temperature 0.9, fixed noise): max |diff| x0 = {max_diff(x0, x_ref):.3e} "
-              f"(|x0| max {float(x_ref.abs().max()):.2f})")
-
         # 5. the masked sampler's schedule (count of predicted tokens and CFG scale per iteration)
         for num_iter, cfg_scale in ((4, 3.0), (16, 1.5), (L, 2.0)):
             calls: list[tuple[int, float]] = []
@@ -197,7 +207,40 @@ def main(argv: list[str] | None = None) -> int:
         print(f"4. KL-16 VAE (diffusers AutoencoderKL, {sum(p.numel() for p in vae.parameters()):,} parameters): "
               f"decode max |diff| = {max_diff(a, b):.3e} (|x| max {float(a.abs().max()):.2f}); "
               f"encoder mean max |diff| = {max_diff(ma, mb):.3e}")
+    if args.pipeline:
+        compare_pipeline(ref, args.pipeline, g)
     return 0
+
+
+def compare_pipeline(ref: dict[str, Any], folder: str, g: torch.Generator) -> None:
+    """Checks 1-3 on a trained arvis MAR: exported with ``export_mar_checkpoint``, the file read back with
+    ``torch.load(weights_only=True)`` into the official module (strict keys)."""
+    from arvis.models.mar import export_mar_checkpoint
+    from arvis.pipelines import MARPipeline
+    from arvis.utils.serialization import load_pickle_checkpoint
+
+    pipe = MARPipeline.from_pretrained(folder, dtype=torch.float32)
+    transformer, head = pipe.transformer, pipe.head
+    if transformer.is_causal:
+        raise ValueError("--pipeline: the official code has no causal variant; pass the masked pair")
+    c, h = transformer.config, head.config
+    official = ref["mar"].MAR(
+        img_size=c.img_size, vae_stride=c.vae_stride, patch_size=c.patch_size, encoder_embed_dim=c.encoder_embed_dim,
+        encoder_depth=c.encoder_depth, encoder_num_heads=c.encoder_num_heads, decoder_embed_dim=c.decoder_embed_dim,
+        decoder_depth=c.decoder_depth, decoder_num_heads=c.decoder_num_heads, mlp_ratio=c.mlp_ratio,
+        norm_layer=partial(nn.LayerNorm, eps=1e-6), vae_embed_dim=c.vae_embed_dim, class_num=c.num_classes,
+        buffer_size=c.buffer_size, diffloss_d=h.depth, diffloss_w=h.width, num_sampling_steps=str(h.sampling_steps)
+    ).eval()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "checkpoint-last.pth"
+        export_mar_checkpoint(transformer, head, path)
+        ckpt = load_pickle_checkpoint(path)  # torch.load(weights_only=True), argparse.Namespace allowed
+        official.load_state_dict(ckpt["model_ema"], strict=True)
+    name = Path(folder).resolve().name
+    print(f"reference MAR built for {name}: {sum(p.numel() for p in official.parameters()):,} parameters "
+          f"(arvis: {sum(p.numel() for p in transformer.parameters()) + sum(p.numel() for p in head.parameters()):,})")
+    labels = torch.arange(2) % c.num_classes
+    compare_models(official, transformer, head, g, labels, tag=f" [{name}]")
 
 
 if __name__ == "__main__":

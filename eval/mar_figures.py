@@ -92,13 +92,15 @@ def jobs(out: Path, fid_num: int, reference: Path | None, model: str = MODEL, ca
 
 
 # ----------------------------------------------------------------------------- in-process tasks
-def task_parity(out: Path, reference: Path) -> None:
-    """Run ``eval/compare_mar_reference.py`` and keep its result lines (max |diff| of every compared output)."""
+def task_parity(out: Path, reference: Path, model: str | None = None) -> None:
+    """Run ``eval/compare_mar_reference.py`` and keep its result lines (max |diff| of every compared output); with
+    ``model`` (a masked pipeline folder that exists) the checks also run on its trained weights."""
     from arvis.eval.files import write_json_atomic
 
     script = Path(__file__).resolve().parent / "compare_mar_reference.py"
-    done = subprocess.run([sys.executable, str(script), "--reference-repo", str(reference)], capture_output=True,
-                          text=True, check=True)
+    extra = ["--pipeline", model] if model and Path(model).is_dir() else []
+    done = subprocess.run([sys.executable, str(script), "--reference-repo", str(reference), *extra],
+                          capture_output=True, text=True, check=True)
     lines = [ln.strip() for ln in done.stdout.splitlines() if ln.strip()[:2].rstrip(".").isdigit()]
     write_json_atomic(out / "mar" / "parity.json", {"reference": str(reference.name), "lines": lines})
 
@@ -270,8 +272,10 @@ def write_report(out: Path) -> Path:
              "baseline's seed-to-seed |ΔFID|.", "", "## Parity with the official code", ""]
     parity = _load(root / "parity.json")
     if isinstance(parity, dict):
-        lines += [f"`eval/compare_mar_reference.py` against {parity['reference']} (tiny configuration, perturbed "
-                  "random weights, fixed noise):", "", "```", *parity["lines"], "```", ""]
+        lines += [f"`eval/compare_mar_reference.py` against {parity['reference']} (a tiny configuration with perturbed "
+                  "random weights; lines tagged with a folder name: the shipped masked pair's trained weights, exported "
+                  "to the official layout and loaded by the official module; fixed noise):", "", "```",
+                  *parity["lines"], "```", ""]
     else:
         lines += ["(run with `--reference-repo` to produce it)", ""]
     lines += _section(root, "masked", "Masked MAR: `ar` and `cspd` (published, lossy)")
@@ -326,7 +330,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--task", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.task == "parity":
-        task_parity(args.out, args.reference_repo)
+        task_parity(args.out, args.reference_repo, args.model)
         return 0
     if args.task == "acceptance":
         task_acceptance(args.out, args.causal_model)
