@@ -350,9 +350,11 @@ def test_speculative_decoding_on_the_causal_variant_commits_windows():
     pipe.set_progress_bar_config(disable=True)
     kw = dict(method="cspd-exact", gamma=3, final_std=0.05, guidance_scale=2.0, cfg_schedule="constant",
               output_type="latent")
+    # The batch decodes together; an image does not depend on its batch (up to batched-matmul rounding).
     both = pipe(class_labels=[0, 1], generator=[torch.Generator().manual_seed(i) for i in range(2)], **kw)
     one = pipe(class_labels=[1], generator=torch.Generator().manual_seed(1), **kw)
-    assert torch.equal(one.tokens[0], both.tokens[1])
+    assert close(one.tokens[0], both.tokens[1]) and both.stats.batch_target_forwards < 2 * 16
+    assert one.stats.samples[0].accepted_per_forward == both.stats.samples[1].accepted_per_forward
     for s in both.stats.samples:
         assert sum(s.accepted_per_forward) == 16 and s.extra["fallbacks"] == 0 and -1 not in s.commit_forward
     with pytest.raises(ValueError, match="cfg_schedule"):
@@ -387,6 +389,13 @@ def test_published_cspd_on_masked_mar_is_labelled_lossy_and_commits_every_token(
     s = out.stats.samples[1]
     assert s.accepted_per_forward == [1, 1, 1, 5, 5, 3] and s.target_forwards == 6 and -1 not in s.commit_forward
     assert torch.isfinite(out.tokens).all() and s.extra["acceptance_rate"] < 1.0
+    # Per-image generators: the batch decodes together (6 target forwards in all) and an image does not depend
+    # on its batch (up to batched-matmul rounding).
+    kw = dict(method="cspd", num_iter=8, window=2, guidance_scale=2.0, output_type="latent")
+    both = pipe(class_labels=[0, 1], generator=[torch.Generator().manual_seed(i) for i in (3, 4)], **kw)
+    one = pipe(class_labels=[1], generator=torch.Generator().manual_seed(4), **kw)
+    assert both.stats.batch_target_forwards == 6 and close(one.tokens[0], both.tokens[1])
+    assert not torch.allclose(both.tokens[0], both.tokens[1])
     with pytest.raises(ValueError, match="masked"):
         tiny_pipeline(causal=True)(class_labels=[0], method="cspd")
 

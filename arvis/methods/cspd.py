@@ -18,8 +18,9 @@ Round by round (per row ``b`` with ``n_b`` committed tokens):
 3. verify, commit ``num_tokens`` tokens (accepted drafts, then the recovered or bonus token).
 
 Token 0 is sampled by the target from its prefill (one target forward), so every row has ``n ≥ 1``.
-The window shrinks near the end of the sequence (``γ_round = min(γ, L − max n)``); rows that are done ride
-along without committing.
+Every round drafts a full window of ``γ`` for every row, also near the end of the sequence: positions past
+the last token are drafted and verified (the model writes them at its last slot, which no earlier position
+attends) but never committed or counted; rows that are done ride along without committing.
 
 Which sampler is the target: the target head with MAR's temperature and a *constant* CFG scale (a window
 spans positions, so MAR's per-position linear ramp does not apply), and at step 0 ``x_0 = mean +
@@ -29,8 +30,11 @@ draft's: a context break, see :mod:`arvis.acceptance.continuous`); with ``final_
 commit and the method is exact for that slightly smoothed sampler — the AR baseline it is compared with must
 use the same ``final_std`` (``MARPipeline(..., final_std=…)`` with ``method="ar"``).
 
-Randomness: one generator drives a batch; with one generator per image, every image is decoded on its own
-(batch 1) with its generator, so an image never depends on the batch it is drawn in.
+Randomness: one generator drives a batch, or one generator per image: then every random draw of a row comes
+from its own generator and the number of draws depends on that row's state alone (full windows, the residual
+rounds row by row), so an image does not depend on the batch it is decoded in and batches still decode
+together. The published ``cspd`` (masked MAR, below) draws the same way: every row its orders, trajectory
+noise and acceptance draws from its own generator.
 """
 
 from __future__ import annotations
@@ -56,7 +60,7 @@ from arvis.methods.mar import MARStep, check_guidance, mask_schedule
 from arvis.methods.options import Option
 from arvis.models.diffusion_head import MARDiffusionHead, check_temperature
 from arvis.models.mar import MARTransformer
-from arvis.utils.random import RandomStreams
+from arvis.utils.random import GeneratorArg, RandomStreams
 
 
 @dataclass(frozen=True)
@@ -165,22 +169,19 @@ def decode_causal_speculative(target: MARTransformer, target_head: MARDiffusionH
     check_temperature(temperature)
     if temperature == 0:
         raise ValueError("temperature: continuous speculative decoding compares densities; it needs temperature > 0")
-    if isinstance(generator, list | tuple):
-        if len(generator) != labels.shape[0]:
-            raise ValueError(f"generator: got {len(generator)} generators for {labels.shape[0]} images")
-        parts = [decode_causal_speculative(target, target_head, draft, draft_head, labels[b:b + 1], gamma=gamma,
-                                           final_std=final_std, max_rounds=max_rounds, guidance_scale=guidance_scale,
-                                           temperature=temperature, generator=g, on_step=on_step)
-                 for b, g in enumerate(generator)]
-        return torch.cat([p[0] for p in parts]), _merge([p[1] for p in parts])
+    if isinstance(generator, list | tuple) and len(generator) != labels.shape[0]:
+        raise ValueError(f"generator: got {len(generator)} generators for {labels.shape[0]} images")
     return _decode_batch(target, target_head, draft, draft_head, labels, gamma, final_std, max_rounds,
                          guidance_scale, temperature, generator, on_step)
 
 
 def _decode_batch(target: MARTransformer, target_head: MARDiffusionHead, draft: MARTransformer,
                   draft_head: MARDiffusionHead, labels: torch.Tensor, gamma: int, final_std: float, max_rounds: int,
-                  guidance_scale: float, temperature: float, generator: torch.Generator | None,
+                  guidance_scale: float, temperature: float, generator: GeneratorArg,
                   on_step: Callable[[MARStep], None] | None) -> tuple[torch.Tensor, BatchStats]:
+    # Every row drafts a full window of γ each round, also near the end (positions past the last token are
+    # drafted and verified but never committed): a row's random draws then depend on its own state alone, so
+    # with one generator per image an image does not depend on the batch it is decoded in.
     device = target.mask_token.device
     t0 = time.perf_counter()
     clock = ForwardClock(device)
@@ -217,8 +218,7 @@ def _decode_batch(target: MARTransformer, target_head: MARDiffusionHead, draft: 
         active = [k < L for k in n_list]
         if not any(active):
             break
-        g = min(gamma, L - max(k for k, a in zip(n_list, active, strict=True) if a))
-        act = torch.tensor(active, device=device)
+        g = gamma
         # 1. draft catch-up and proposals
         if first_round:
             feed, start = tokens[:, :1], torch.zeros(B, dtype=torch.long, device=device)
@@ -236,15 +236,15 @@ def _decode_batch(target: MARTransformer, target_head: MARDiffusionHead, draft: 
                                          final_std=final_std)
             drafts.append(traj)
             if i < g - 1:
-                pos = torch.where(act, n + i, torch.full_like(n, L - 1))
+                pos = (n + i).clamp_max(L - 1)  # past the end (or a finished row): the last slot, never committed
                 with clock.measure("draft"):
                     zd = draft.forward_tokens(_dup(traj.token[:, None], cfg), _dup(pos, cfg), cache_d)[:, 0]
                 batch_draft += 1
         window = Trajectory.stack(drafts, 1)  # [B, g]
         z_draft = torch.stack(zds, 1)  # [R, g, C']
         # 2. one target forward over the last committed token and the drafts
-        start_t = torch.where(act, n - 1, torch.full_like(n, L - 1 - g))
-        last = tokens.gather(1, start_t.clamp_max(L - 1)[:, None, None].expand(-1, 1, D))
+        start_t = n - 1
+        last = tokens.gather(1, start_t[:, None, None].expand(-1, 1, D))
         inputs = torch.cat([last, window.token], 1)  # [B, g+1, D]
         with clock.measure("target"):
             zt = target.forward_tokens(_dup(inputs, cfg), _dup(start_t, cfg), cache_t)  # [R, g+1, C]
@@ -260,15 +260,16 @@ def _decode_batch(target: MARTransformer, target_head: MARDiffusionHead, draft: 
         for b in range(B):
             if not active[b]:
                 continue
-            k = min(counts[b], L - n_list[b])
+            left = L - n_list[b]  # positions past the end are drafted but not counted
+            k = min(counts[b], left)
             tokens[b, n_list[b]: n_list[b] + k] = ver.tokens[b, :k]
             for j in range(n_list[b], n_list[b] + k):
                 commit[b][j] = target_fw[b]
             per_forward[b].append(k)
             target_fw[b] += 1
             draft_fw[b] += g
-            drafted[b] += g
-            accepted_total[b] += acc[b]
+            drafted[b] += min(g, left)
+            accepted_total[b] += min(acc[b], left)
             rounds_total[b] += rounds[b]
             fallbacks_total[b] += fallbacks[b]
             n_list[b] += k
@@ -291,16 +292,6 @@ def _decode_batch(target: MARTransformer, target_head: MARDiffusionHead, draft: 
     return tokens, BatchStats(samples=samples, batch_target_forwards=batch_target, batch_draft_forwards=batch_draft,
                               latency_s=latency, peak_memory_mb=memory, target_forward_s=times.get("target", 0.0),
                               draft_forward_s=times.get("draft", 0.0))
-
-
-def _merge(parts: list[BatchStats]) -> BatchStats:
-    """Batch statistics of images decoded one after another."""
-    return BatchStats(samples=[s for p in parts for s in p.samples],
-                      batch_target_forwards=sum(p.batch_target_forwards for p in parts),
-                      batch_draft_forwards=sum(p.batch_draft_forwards for p in parts),
-                      latency_s=sum(p.latency_s for p in parts), peak_memory_mb=max(p.peak_memory_mb for p in parts),
-                      target_forward_s=sum(p.target_forward_s for p in parts),
-                      draft_forward_s=sum(p.draft_forward_s for p in parts))
 
 
 def method_settings(method: Any) -> dict[str, Any]:
@@ -330,15 +321,8 @@ def decode_masked_cspd(target: MARTransformer, target_head: MARDiffusionHead, dr
     check_temperature(temperature)
     if temperature == 0:
         raise ValueError("temperature: cspd compares densities; it needs temperature > 0")
-    if isinstance(generator, list | tuple):
-        if len(generator) != labels.shape[0]:
-            raise ValueError(f"generator: got {len(generator)} generators for {labels.shape[0]} images")
-        parts = [decode_masked_cspd(target, target_head, draft, draft_head, labels[b:b + 1], num_iter=num_iter,
-                                    window=window, prefill_ratio=prefill_ratio, tau=tau, max_tries=max_tries,
-                                    guidance_scale=guidance_scale, cfg_schedule=cfg_schedule, temperature=temperature,
-                                    generator=g, on_step=on_step)
-                 for b, g in enumerate(generator)]
-        return torch.cat([p[0] for p in parts]), _merge([p[1] for p in parts])
+    if isinstance(generator, list | tuple) and len(generator) != labels.shape[0]:
+        raise ValueError(f"generator: got {len(generator)} generators for {labels.shape[0]} images")
     schedule = mask_schedule(target.seq_len, num_iter, guidance_scale, cfg_schedule)
     device = target.mask_token.device
     t0 = time.perf_counter()
@@ -357,6 +341,11 @@ def decode_masked_cspd(target: MARTransformer, target_head: MARDiffusionHead, dr
         z = model(_dup(tokens, cfg), _dup(mask, cfg), cond, num_masked=masked)
         index = positions[..., None].expand(-1, -1, z.shape[-1])
         return z[:B].gather(1, index), (z[B:].gather(1, index) if cfg else None)  # [B, k, C] each
+
+    steps = target_head.num_sampling_steps()
+
+    def noise(count: int) -> torch.Tensor:  # [B·count, S+1, D] trajectory noise, each row from its own stream
+        return streams.normal((count, steps + 1, D)).reshape(B * count, steps + 1, D)
 
     cond_t, cond_d = conditions(target), conditions(draft)
     tokens = torch.zeros(B, L, D, device=device)
@@ -377,7 +366,7 @@ def decode_masked_cspd(target: MARTransformer, target_head: MARDiffusionHead, dr
                 zc, zu = z_at(target, cond_t, tokens, mask, masked, positions)
             with clock.measure("head"):
                 traj = sample_trajectory(DiffusionSampler(target_head, temperature, scale), zc.reshape(B * count, -1),
-                                         generator=generator, z_uncond=None if zu is None else zu.reshape(B * count, -1))
+                                         noise=noise(count), z_uncond=None if zu is None else zu.reshape(B * count, -1))
             new = traj.token.reshape(B, count, D)
             per_forward.append(count)
         else:
@@ -386,7 +375,7 @@ def decode_masked_cspd(target: MARTransformer, target_head: MARDiffusionHead, dr
             draft_forwards += 1
             with clock.measure("head"):
                 traj = sample_trajectory(DiffusionSampler(draft_head, temperature, scale), zc.reshape(B * count, -1),
-                                         generator=generator, z_uncond=None if zu is None else zu.reshape(B * count, -1))
+                                         noise=noise(count), z_uncond=None if zu is None else zu.reshape(B * count, -1))
             pending.append((positions, traj.reshape(B, count)))
             new = traj.token.reshape(B, count, D)
             drafted += count

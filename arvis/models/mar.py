@@ -447,11 +447,13 @@ class MARTransformer(CheckedFolderMixin, ModelMixin, ConfigMixin):
         position's embedding, a value nobody samples from).
 
         Writes their keys/values at slots ``buffer + index``; slots after them keep stale values that are
-        never attended (rolling back a row = calling this again from its accepted length).
+        never attended (rolling back a row = calling this again from its accepted length). Indices past the
+        last token (a speculative window running over the end) are written at the last slot: only inputs at
+        index ``≥ seq_len − 1`` attend it, and their outputs are ``z`` of positions past the end.
         """
         R, T = tokens.shape[:2]
         start_t = torch.as_tensor(start, device=tokens.device).reshape(-1, 1).expand(R, 1)
-        index = start_t + torch.arange(T, device=tokens.device)[None]  # [R, T]
+        index = (start_t + torch.arange(T, device=tokens.device)[None]).clamp_max(self.seq_len - 1)  # [R, T]
         h = self._causal_run(self._causal_inputs(tokens, None), index + self.buffer_size, cache)
         nxt = (index + 1).clamp_max(self.seq_len - 1)
         return h + _gather_rows(self.diffusion_pos_embed_learned[0], nxt)
