@@ -116,13 +116,15 @@ def bench_job(out: Path, suite: str, name: str, methods: list[str], *, model: st
 
 
 def fid_job(out: Path, spec: str, *, model: str, num: int, seed: int = 0, floor: bool = False,
-            batch_size: int = 16) -> Job:
+            batch_size: int = 16, threads: int | None = None) -> Job:
     slug = spec.replace(":", "_").replace(",", "_").replace("=", "-").replace('"', "")
     path = out / "fid" / f"{slug}-seed{seed}-n{num}.json"
     args = ["--model", model, "--num-images", str(num), "--seed", str(seed), "--batch-size",
             str(batch_size), "--json", str(path), "--no-progress", "--method", spec]
     if floor:
         args.append("--floor")
+    if threads is not None:
+        args += ["--threads", str(threads)]
     return Job(f"fid/{slug}-seed{seed}", "fid", args, path)
 
 

@@ -79,13 +79,14 @@ def jobs(out: Path, fid_num: int, reference: Path | None, model: str = MODEL, ca
         found.append(Task("parity", "task", [*me, "--task", "parity", "--reference-repo", str(reference)],
                           root / "parity.json"))
     for kind, name, methods in (("masked", model, MASKED_METHODS), ("causal", causal_model, CAUSAL_METHODS)):
-        found += [bench_job(root, kind, "bench-b1", methods, model=name, samples=samples),
-                  bench_job(root, kind, "bench-b8", methods, model=name, samples=2 * samples, batch_size=8)]
+        found += [bench_job(root, kind, "bench-b1", methods, model=name, samples=samples, threads=1),
+                  bench_job(root, kind, "bench-b8", methods, model=name, samples=2 * samples, batch_size=8, threads=1)]
     for kind, name, methods in (("masked", model, MASKED_METHODS), ("causal", causal_model, CAUSAL_METHODS)):
         fid_root = root / kind
-        found.append(_prefixed(fid_job(fid_root, "ar", model=name, num=fid_num, floor=True), kind))
-        found.append(_prefixed(fid_job(fid_root, "ar", model=name, num=fid_num, seed=1), kind))
-        found += [_prefixed(fid_job(fid_root, spec, model=name, num=fid_num), kind) for spec in methods if spec != "ar"]
+        found.append(_prefixed(fid_job(fid_root, "ar", model=name, num=fid_num, floor=True, threads=1), kind))
+        found.append(_prefixed(fid_job(fid_root, "ar", model=name, num=fid_num, seed=1, threads=1), kind))
+        found += [_prefixed(fid_job(fid_root, spec, model=name, num=fid_num, threads=1), kind)
+                  for spec in methods if spec != "ar"]
     found.append(Task("acceptance", "task", [*me, "--task", "acceptance"], root / "acceptance.json"))
     found.append(Task("lossless", "task", [*me, "--task", "lossless"], root / "lossless.json"))
     return found
