@@ -133,8 +133,13 @@ def task_acceptance(out: Path, causal_model: str, num_images: int = 8, head_step
                      "acceptance_rate": sum(s.extra["acceptance_rate"] for s in samples) / len(samples),
                      "target_forwards": sum(s.target_forwards for s in samples) / len(samples),
                      "tokens": base.transformer.seq_len, "fallbacks": sum(s.extra.get("fallbacks", 0) for s in samples)})
+    trained = _load(Path(causal_model) / "metrics.json")  # how close the pair is: their held-out losses
+    losses = ({name: trained[part]["validation_loss"] for name, part in (("target", "transformer"),
+                                                                         ("draft", "draft_transformer"))}
+              if isinstance(trained, dict) and "draft_transformer" in trained else None)
     record = {"model": Path(causal_model).name, "num_images": num_images, "final_std": final_std,
-              "sampling": dict(base.sampling_defaults), "rows": rows, **provenance("cpu", torch.float32)}
+              "sampling": dict(base.sampling_defaults), "rows": rows, "validation_loss": losses,
+              **provenance("cpu", torch.float32)}
     write_json_atomic(out / "mar" / "acceptance.json", record)
     return record
 
@@ -286,8 +291,11 @@ def write_report(out: Path) -> Path:
               "exact for is `ar` with the same `final_std`.", "", "## Acceptance against the heads' sampling steps", ""]
     acc = _load(root / "acceptance.json")
     if isinstance(acc, dict):
+        losses = acc.get("validation_loss")
+        close = (f" How close the pair is: held-out diffusion loss of the target {losses['target']:.4f}, of the "
+                 f"draft {losses['draft']:.4f}." if losses else "")
         lines += [f"`cspd-exact` (final_std {acc['final_std']}) on `{acc['model']}`, {acc['num_images']} images, both "
-                  "heads sampled with the given DDPM steps:", "",
+                  f"heads sampled with the given DDPM steps.{close}", "",
                   "| head steps | acceptance rate | target forwards / image | tokens |", "|---|---|---|---|"]
         for r in acc["rows"]:
             lines.append(f"| {r['head_steps']} | {r['acceptance_rate']:.3f} | {r['target_forwards']:.1f} | {r['tokens']} |")
