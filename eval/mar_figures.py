@@ -69,7 +69,7 @@ def _prefixed(job: Job, prefix: str) -> Job:
 
 
 def jobs(out: Path, fid_num: int, reference: Path | None, model: str = MODEL, causal_model: str = CAUSAL_MODEL,
-         samples: int = 8) -> list[Job]:
+         samples: int = 8, repeats: int = 5, head_steps: tuple[int, ...] = HEAD_STEPS) -> list[Job]:
     """Every job, in the order they run; their records live under ``out/mar``."""
     here = Path(__file__).resolve().parent
     root = out / "mar"
@@ -79,15 +79,17 @@ def jobs(out: Path, fid_num: int, reference: Path | None, model: str = MODEL, ca
         found.append(Task("parity", "task", [*me, "--task", "parity", "--reference-repo", str(reference)],
                           root / "parity.json"))
     for kind, name, methods in (("masked", model, MASKED_METHODS), ("causal", causal_model, CAUSAL_METHODS)):
-        found += [bench_job(root, kind, "bench-b1", methods, model=name, samples=samples, threads=1),
-                  bench_job(root, kind, "bench-b8", methods, model=name, samples=2 * samples, batch_size=8, threads=1)]
+        found += [bench_job(root, kind, "bench-b1", methods, model=name, samples=samples, threads=1, repeats=repeats),
+                  bench_job(root, kind, "bench-b8", methods, model=name, samples=2 * samples, batch_size=8, threads=1,
+                            repeats=repeats)]
     for kind, name, methods in (("masked", model, MASKED_METHODS), ("causal", causal_model, CAUSAL_METHODS)):
         fid_root = root / kind
         found.append(_prefixed(fid_job(fid_root, "ar", model=name, num=fid_num, floor=True, threads=1), kind))
         found.append(_prefixed(fid_job(fid_root, "ar", model=name, num=fid_num, seed=1, threads=1), kind))
         found += [_prefixed(fid_job(fid_root, spec, model=name, num=fid_num, threads=1), kind)
                   for spec in methods if spec != "ar"]
-    found.append(Task("acceptance", "task", [*me, "--task", "acceptance"], root / "acceptance.json"))
+    found.append(Task("acceptance", "task", [*me, "--task", "acceptance", "--head-steps", *map(str, head_steps)],
+                      root / "acceptance.json"))
     found.append(Task("lossless", "task", [*me, "--task", "lossless"], root / "lossless.json"))
     return found
 
@@ -331,6 +333,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--causal-model", default=CAUSAL_MODEL, help="the causal MAR pipeline folder (target + draft)")
     p.add_argument("--fid-num", type=int, default=1000)
     p.add_argument("--samples", type=int, default=8, help="bench samples at batch 1 (twice as many at batch 8)")
+    p.add_argument("--repeats", type=int, default=5, help="interleaved timing rounds of every bench")
+    p.add_argument("--head-steps", type=int, nargs="+", default=list(HEAD_STEPS),
+                   help="the heads' sampling steps of the acceptance job")
     p.add_argument("--reference-repo", type=Path, default=None, help="an LTH14/mar checkout")
     p.add_argument("--lossless-num", type=int, default=2000, help="samples per arm of the lossless test")
     p.add_argument("--only", default=None, help="run only jobs whose name starts with this")
@@ -342,12 +347,13 @@ def main(argv: list[str] | None = None) -> int:
         task_parity(args.out, args.reference_repo, args.model)
         return 0
     if args.task == "acceptance":
-        task_acceptance(args.out, args.causal_model)
+        task_acceptance(args.out, args.causal_model, head_steps=tuple(args.head_steps))
         return 0
     if args.task == "lossless":
         task_lossless(args.out, args.causal_model, num=args.lossless_num)
         return 0
-    todo = [j for j in jobs(args.out, args.fid_num, args.reference_repo, args.model, args.causal_model, args.samples)
+    todo = [j for j in jobs(args.out, args.fid_num, args.reference_repo, args.model, args.causal_model, args.samples,
+                          args.repeats, tuple(args.head_steps))
             if args.only is None or j.name.startswith(args.only)]
     if args.list:
         list_jobs(todo)
