@@ -115,9 +115,14 @@ def bench_job(out: Path, suite: str, name: str, methods: list[str], *, model: st
     return Job(f"{suite}/{name}", "bench", args, base.with_suffix(".json"))
 
 
+def fid_slug(spec: str) -> str:
+    """A method spec as it appears in FID record names (``mc-sjd:window=16`` → ``mc-sjd_window-16``)."""
+    return spec.replace(":", "_").replace(",", "_").replace("=", "-").replace('"', "")
+
+
 def fid_job(out: Path, spec: str, *, model: str, num: int, seed: int = 0, floor: bool = False,
             batch_size: int = 16, threads: int | None = None) -> Job:
-    slug = spec.replace(":", "_").replace(",", "_").replace("=", "-").replace('"', "")
+    slug = fid_slug(spec)
     path = out / "fid" / f"{slug}-seed{seed}-n{num}.json"
     args = ["--model", model, "--num-images", str(num), "--seed", str(seed), "--batch-size",
             str(batch_size), "--json", str(path), "--no-progress", "--method", spec]

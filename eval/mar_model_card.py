@@ -18,6 +18,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from figures import fid_slug
 from var_model_card import _f, _load
 
 from arvis.data.sources import data_recipe
@@ -62,8 +63,7 @@ def pipeline_card(pair: str, m: dict, defaults: dict) -> str:
                    f"{r['latency_s']:.3f} | {r['speedup']:.2f}x |" for r in bench]
     fid_lines = []
     for r in bench:
-        slug = r["spec"].replace(":", "_").replace(",", "_").replace("=", "-")
-        rec = _fid(pair, slug, 0)
+        rec = _fid(pair, fid_slug(r["spec"]), 0)
         fid_lines.append(f"| `{r['spec']}` (seed 0) | {_f(rec and rec['fid'])} |")
     return f"""# {name}: arvis's MAR pair ({'causal raster variant' if causal else 'masked'})
 

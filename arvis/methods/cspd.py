@@ -179,9 +179,7 @@ def _decode_batch(target: MARTransformer, target_head: MARDiffusionHead, draft: 
                   draft_head: MARDiffusionHead, labels: torch.Tensor, gamma: int, final_std: float, max_rounds: int,
                   guidance_scale: float, temperature: float, generator: GeneratorArg,
                   on_step: Callable[[MARStep], None] | None) -> tuple[torch.Tensor, BatchStats]:
-    # Every row drafts a full window of γ each round, also near the end (positions past the last token are
-    # drafted and verified but never committed): a row's random draws then depend on its own state alone, so
-    # with one generator per image an image does not depend on the batch it is decoded in.
+    # Full windows for every row every round (module docstring): a row's draws depend on its own state alone.
     device = target.mask_token.device
     t0 = time.perf_counter()
     clock = ForwardClock(device)
@@ -218,7 +216,6 @@ def _decode_batch(target: MARTransformer, target_head: MARDiffusionHead, draft: 
         active = [k < L for k in n_list]
         if not any(active):
             break
-        g = gamma
         # 1. draft catch-up and proposals
         if first_round:
             feed, start = tokens[:, :1], torch.zeros(B, dtype=torch.long, device=device)
@@ -229,25 +226,25 @@ def _decode_batch(target: MARTransformer, target_head: MARDiffusionHead, draft: 
             zd = draft.forward_tokens(_dup(feed, cfg), _dup(start, cfg), cache_d)[:, -1]
         batch_draft += 1
         drafts, zds = [], []
-        for i in range(g):
+        for i in range(gamma):
             zds.append(zd)
             with clock.measure("head"):
                 traj = sample_trajectory(q, zd[:B], generator=generator, z_uncond=zd[B:] if cfg else None,
                                          final_std=final_std)
             drafts.append(traj)
-            if i < g - 1:
+            if i < gamma - 1:
                 pos = (n + i).clamp_max(L - 1)  # past the end (or a finished row): the last slot, never committed
                 with clock.measure("draft"):
                     zd = draft.forward_tokens(_dup(traj.token[:, None], cfg), _dup(pos, cfg), cache_d)[:, 0]
                 batch_draft += 1
-        window = Trajectory.stack(drafts, 1)  # [B, g]
-        z_draft = torch.stack(zds, 1)  # [R, g, C']
+        window = Trajectory.stack(drafts, 1)  # [B, γ]
+        z_draft = torch.stack(zds, 1)  # [R, γ, C']
         # 2. one target forward over the last committed token and the drafts
         start_t = n - 1
         last = tokens.gather(1, start_t[:, None, None].expand(-1, 1, D))
-        inputs = torch.cat([last, window.token], 1)  # [B, g+1, D]
+        inputs = torch.cat([last, window.token], 1)  # [B, γ+1, D]
         with clock.measure("target"):
-            zt = target.forward_tokens(_dup(inputs, cfg), _dup(start_t, cfg), cache_t)  # [R, g+1, C]
+            zt = target.forward_tokens(_dup(inputs, cfg), _dup(start_t, cfg), cache_t)  # [R, γ+1, C]
         batch_target += 1
         # 3. verify and commit
         with clock.measure("head"):
@@ -267,8 +264,8 @@ def _decode_batch(target: MARTransformer, target_head: MARDiffusionHead, draft: 
                 commit[b][j] = target_fw[b]
             per_forward[b].append(k)
             target_fw[b] += 1
-            draft_fw[b] += g
-            drafted[b] += min(g, left)
+            draft_fw[b] += gamma
+            drafted[b] += min(gamma, left)
             accepted_total[b] += min(acc[b], left)
             rounds_total[b] += rounds[b]
             fallbacks_total[b] += fallbacks[b]
