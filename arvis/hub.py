@@ -34,6 +34,8 @@ SHIPPED_PIPELINES: dict[str, str] = {
     "emoji": "llamagen-c2i-emoji",
     "video": "video-clips",
     "emu3": "emu3-emoji",
+    "mar": "mar-photos",
+    "mar-causal": "mar-causal-photos",
 }
 DEFAULT_MODEL = "c2i"
 TINY_RANDOM = "tiny-random"

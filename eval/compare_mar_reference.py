@@ -221,6 +221,8 @@ def compare_pipeline(ref: dict[str, Any], folder: str, g: torch.Generator) -> No
 
     pipe = MARPipeline.from_pretrained(folder, dtype=torch.float32)
     transformer, head = pipe.transformer, pipe.head
+    # the official sampler re-spaces the trained cosine schedule; arvis's own folders may sample on the linear one
+    head = head.with_sampling_steps(head.num_sampling_steps(), schedule="cosine")
     if transformer.is_causal:
         raise ValueError("--pipeline: the official code has no causal variant; pass the masked pair")
     c, h = transformer.config, head.config

@@ -15,7 +15,7 @@ import torch
 
 from arvis.errors import CheckpointError, ConfigError
 from arvis.methods.mar import causal_guidance, mask_schedule
-from arvis.models.diffusion_head import DDPMTables, MARDiffusionHead, cosine_betas, spaced_timesteps
+from arvis.models.diffusion_head import DDPMTables, MARDiffusionHead, cosine_betas, linear_betas, spaced_timesteps
 from arvis.models.mar import (
     MAR_PRESETS,
     MARTransformer,
@@ -163,6 +163,49 @@ def test_schedule_tables_are_iddpms():
     base = torch.cumprod(1 - cosine_betas(1000), 0)
     assert torch.allclose(spaced.alphas_cumprod, base[spaced.timestep_map], rtol=1e-12)
     assert abs(float(base[-1])) < 1e-4 and float(cosine_betas(1000).max()) == 0.999
+
+
+def _first_step_gain(tables: DDPMTables) -> float:
+    """How much an ε error at a step moves the next sample at most: coef1 · √(1/ᾱ − 1) over the steps."""
+    return float((tables.posterior_mean_coef1 * tables.sqrt_recipm1_alphas_cumprod).max())
+
+
+def test_linear_sampling_schedule_asks_the_net_at_equal_noise_levels():
+    cosine, linear = DDPMTables(1000, 100), DDPMTables(1000, 100, "linear")
+    lin_base = torch.cumprod(1 - linear_betas(1000), 0)
+    kept = torch.tensor(spaced_timesteps(1000, 100))
+    assert torch.allclose(linear.alphas_cumprod, lin_base[kept], rtol=1e-12)
+    # the net's (fractional) cosine steps: their interpolated log ᾱ is the linear schedule's
+    cos_base = torch.cumprod(1 - cosine_betas(1000), 0).log()
+    t = linear.timestep_map.double()
+    lo = t.floor().long().clamp_max(998)
+    interp = cos_base[lo] + (t - lo) * (cos_base[lo + 1] - cos_base[lo])
+    assert torch.allclose(interp, linear.alphas_cumprod.log(), atol=1e-5)
+    assert bool((linear.timestep_map[1:] > linear.timestep_map[:-1]).all()) and float(linear.timestep_map[-1]) < 999
+    # the reason for the option: the cosine schedule's last jump multiplies an ε error by hundreds
+    assert _first_step_gain(cosine) > 300 and _first_step_gain(linear) < 1
+    with pytest.raises(ValueError, match="sampling schedule"):
+        DDPMTables(1000, 10, "quadratic")
+
+
+@torch.no_grad()
+def test_head_sampling_schedule_is_config_and_survives_reloads(tmp_path):
+    _, head = tiny_mar(steps=6)
+    linear = MARDiffusionHead(**{**head.config, "sampling_schedule": "linear"})
+    linear.load_state_dict(head.state_dict())
+    linear.save_pretrained(tmp_path / "head")
+    again = MARDiffusionHead.from_pretrained(tmp_path / "head")
+    assert again.config.sampling_schedule == "linear" and again._tables.schedule == "linear"
+    assert again.with_sampling_steps(4)._tables.schedule == "linear"
+    assert again.with_sampling_steps(4, schedule="cosine")._tables.schedule == "cosine"
+    z = torch.randn(3, head.config.cond_dim, generator=torch.Generator().manual_seed(1))
+    noise = torch.randn(6, 3, head.token_dim, generator=torch.Generator().manual_seed(2))
+    a, b = head.sample(z, noise=noise), again.sample(z, noise=noise)
+    assert bool(torch.isfinite(b).all()) and not torch.allclose(a, b)  # other noise levels, other samples
+    # the same net: at one matched noise level both heads ask it the same question
+    assert torch.equal(again.with_sampling_steps(6, schedule="cosine").sample(z, noise=noise), a)
+    with pytest.raises(ValueError):
+        MARDiffusionHead(**{**head.config, "sampling_schedule": "exotic"})
 
 
 @torch.no_grad()

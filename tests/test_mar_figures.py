@@ -48,10 +48,12 @@ def test_job_list(figures, tmp_path, capsys):
     assert {"masked/bench-b1", "masked/bench-b8", "causal/bench-b1", "causal/bench-b8", "acceptance",
             "lossless"} <= set(names)
     fid = [j for j in found if "/fid/" in j.name]
-    # Per pair: ar at two seeds (one with the real-vs-real floor) and every other method once, all at N = 1000.
-    assert len(fid) == 2 + 1 + 2 + 2 and all("1000" in j.args for j in fid)
+    # Per pair: ar at two seeds (one with the real-vs-real floor) and the pair's method once, all at N = 1000.
+    assert len(fid) == 2 + 1 + 2 + 1 and all("1000" in j.args for j in fid)
+    assert any("cspd-exact:final_std=0.05,gamma=2" in j.args for j in fid)
     causal_bench = next(j for j in found if j.name == "causal/bench-b8")
-    assert "ar;cspd-exact:final_std=0;cspd-exact:final_std=0.05" in causal_bench.args and "c" in causal_bench.args
+    assert ("ar;cspd-exact:final_std=0;cspd-exact:final_std=0.05;cspd-exact:final_std=0.05,gamma=2"
+            in causal_bench.args and "c" in causal_bench.args)
     assert "--batch-size" in causal_bench.args and "8" in causal_bench.args
     with_ref = figures.jobs(tmp_path, 1000, tmp_path / "mar-checkout", "m", "c")
     assert with_ref[0].name == "parity" and "compare" not in with_ref[0].args[0]

@@ -117,8 +117,15 @@ def test_assembled_folders_generate_with_every_method(trained):
     train_mar.main(["assemble", "--target", str(root / "smoke"), "--draft", str(root / "smoke"), "--vae",
                     str(root / "vae"), "--out", str(root / "pipe"), "--num-iter", "4"])
     train_mar.main(["assemble", "--target", str(root / "smoke-causal"), "--draft", str(root / "smoke-causal"),
-                    "--vae", str(root / "vae"), "--out", str(root / "pipe-causal")])
+                    "--vae", str(root / "vae"), "--out", str(root / "pipe-causal"), "--sampling-schedule", "cosine"])
     assert (root / "pipe" / "vae").is_symlink()
+    # the heads' sampling schedule: linear unless asked (the exports themselves keep the official cosine)
+    head_config = json.loads((root / "pipe" / "head" / "config.json").read_text())
+    assert head_config["sampling_schedule"] == "linear"
+    assert json.loads((root / "pipe" / "draft_head" / "config.json").read_text())["sampling_schedule"] == "linear"
+    assert json.loads((root / "pipe-causal" / "head" / "config.json").read_text())["sampling_schedule"] == "cosine"
+    assert json.loads((root / "smoke" / "head" / "config.json").read_text()).get("sampling_schedule",
+                                                                                 "cosine") == "cosine"
     assert json.loads((root / "pipe" / "sampling_defaults.json").read_text())["num_iter"] == 4
     assert json.loads((root / "pipe-causal" / "sampling_defaults.json").read_text())["cfg_schedule"] == "constant"
     for folder, methods in (("pipe", ("ar", "cspd")), ("pipe-causal", ("ar", "cspd-exact"))):

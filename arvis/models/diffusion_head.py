@@ -9,6 +9,12 @@ transformer's output ``z`` for its position. It is the official ``DiffLoss``:
   (IDDPM's learned range);
 - a cosine noise schedule over 1000 training steps, re-spaced to ``num_sampling_steps`` steps for
   sampling (IDDPM's ``space_timesteps``: the net sees the original step indices);
+- optionally (``sampling_schedule="linear"``, not official) sampling over the noise levels of DDPM's
+  linear-β schedule instead, the net queried at the (fractional) cosine step of equal noise level. The
+  cosine schedule clips its last βs at 0.999, so its final level is ᾱ ≈ 2.4e-9 and the first transition
+  multiplies the ε error by ``√(ᾱ_prev/ᾱ_T)`` ≈ 350 at 100 steps; a head trained briefly (ε error ~3e-2 there)
+  then samples tokens hundreds of times too large. The linear schedule ends at ᾱ ≈ 4e-5 with no such jump;
+  the head's weights and training are the same (the official sampler stays the default);
 - DDPM ancestral sampling where MAR's *temperature* multiplies the noise of every transition (not the
   initial ``x_T``), and classifier-free guidance combines the noise predictions
   ``ε = ε_u + s · (ε_c − ε_u)`` while the variance comes from the conditional rows.
@@ -47,6 +53,26 @@ def cosine_betas(steps: int, max_beta: float = 0.999) -> torch.Tensor:
                         dtype=torch.float64, device="cpu")
 
 
+def linear_betas(steps: int) -> torch.Tensor:
+    """DDPM's linear schedule (β from 1e-4 to 0.02, scaled to ``steps``), float64."""
+    scale = 1000 / steps
+    return torch.linspace(scale * 1e-4, scale * 0.02, steps, dtype=torch.float64, device="cpu")
+
+
+SAMPLING_SCHEDULES = ("cosine", "linear")
+
+
+def equivalent_steps(alphas_cumprod: torch.Tensor, trained: torch.Tensor) -> torch.Tensor:
+    """The fractional steps of the ``trained`` ᾱ table that have the noise levels ``alphas_cumprod``
+    (linear interpolation in log ᾱ, which decreases with the step), float64."""
+    log_trained, log_target = trained.log(), alphas_cumprod.log()
+    # searchsorted needs ascending values: -log ᾱ increases with the step
+    hi = torch.searchsorted(-log_trained, -log_target).clamp(1, len(trained) - 1)
+    lo = hi - 1
+    frac = (log_trained[lo] - log_target) / (log_trained[lo] - log_trained[hi])
+    return lo.double() + frac.clamp(0, 1)
+
+
 def spaced_timesteps(train_steps: int, sampling_steps: int) -> list[int]:
     """The training steps a ``sampling_steps``-step sampler keeps (IDDPM's ``space_timesteps`` with one
     section: evenly strided, rounded), ascending."""
@@ -66,10 +92,19 @@ class DDPMTables:
     """Float64 tables of a re-spaced diffusion (the quantities ``GaussianDiffusion`` precomputes), on the CPU
     (also when the module is built on the meta device)."""
 
-    def __init__(self, train_steps: int, sampling_steps: int):
-        base = torch.cumprod(1 - cosine_betas(train_steps), 0)
-        self.timestep_map = torch.tensor(spaced_timesteps(train_steps, sampling_steps), dtype=torch.int64, device="cpu")
-        kept = base[self.timestep_map]
+    def __init__(self, train_steps: int, sampling_steps: int, schedule: str = "cosine"):
+        if schedule not in SAMPLING_SCHEDULES:
+            raise ValueError(f"sampling schedule must be one of {SAMPLING_SCHEDULES}, got {schedule!r}")
+        trained = torch.cumprod(1 - cosine_betas(train_steps), 0)
+        kept_steps = torch.tensor(spaced_timesteps(train_steps, sampling_steps), dtype=torch.int64, device="cpu")
+        if schedule == "cosine":
+            base = trained
+            self.timestep_map = kept_steps  # integer steps, as official
+        else:
+            base = torch.cumprod(1 - linear_betas(train_steps), 0)
+            self.timestep_map = equivalent_steps(base[kept_steps], trained).float()
+        self.schedule = schedule
+        kept = base[kept_steps]
         prev = torch.cat([torch.ones(1, dtype=torch.float64, device="cpu"), kept[:-1]])
         betas = 1 - kept / prev
         self.betas = betas
@@ -163,6 +198,7 @@ HEAD_CONFIG_BOUNDS: dict[str, Bound] = {
     "width": Bound.integer(1, 65536),
     "depth": Bound.integer(1, 256),
     "sampling_steps": Bound.integer(1, TRAIN_STEPS, note="DDPM steps at sampling, a subset of the 1000 trained"),
+    "sampling_schedule": Bound.choice(*SAMPLING_SCHEDULES),
 }
 
 
@@ -178,6 +214,8 @@ class MARDiffusionHead(CheckedFolderMixin, ModelMixin, ConfigMixin):
         cond_dim: channels of ``z`` (the transformer's decoder width).
         width, depth: the denoiser's width and residual blocks (official ``diffloss_w`` / ``diffloss_d``).
         sampling_steps: DDPM steps at sampling (official ``num_sampling_steps``, ``"100"``).
+        sampling_schedule: ``"cosine"`` (official: the trained schedule re-spaced) or ``"linear"`` (DDPM's
+            linear-β noise levels, the net asked at the cosine step of equal ᾱ; see the module docstring).
     """
 
     config_name = "config.json"
@@ -185,7 +223,7 @@ class MARDiffusionHead(CheckedFolderMixin, ModelMixin, ConfigMixin):
 
     @register_to_config
     def __init__(self, token_dim: int = 16, cond_dim: int = 1024, width: int = 1024, depth: int = 3,
-                 sampling_steps: int = 100):
+                 sampling_steps: int = 100, sampling_schedule: str = "cosine"):
         super().__init__()
         check_config(self.config, HEAD_CONFIG_BOUNDS, source=type(self).__name__)
         for name, value in (("token_dim", token_dim), ("cond_dim", cond_dim), ("width", width), ("depth", depth),
@@ -194,7 +232,7 @@ class MARDiffusionHead(CheckedFolderMixin, ModelMixin, ConfigMixin):
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
         self.token_dim = token_dim
         self.net = SimpleMLPAdaLN(token_dim, width, 2 * token_dim, cond_dim, depth)
-        self._tables = DDPMTables(TRAIN_STEPS, sampling_steps)
+        self._tables = DDPMTables(TRAIN_STEPS, sampling_steps, sampling_schedule)
 
     @torch.no_grad()
     def init_weights(self, generator: torch.Generator | None = None) -> None:
@@ -220,12 +258,13 @@ class MARDiffusionHead(CheckedFolderMixin, ModelMixin, ConfigMixin):
     def num_sampling_steps(self) -> int:
         return len(self._tables.timestep_map)
 
-    def with_sampling_steps(self, steps: int) -> MARDiffusionHead:
-        """The same weights sampled with ``steps`` DDPM steps (a shallow copy; the module is shared)."""
+    def with_sampling_steps(self, steps: int, schedule: str | None = None) -> MARDiffusionHead:
+        """The same weights sampled with ``steps`` DDPM steps on ``schedule`` (default: this head's); a shallow
+        copy, the module is shared."""
         import copy
 
         other = copy.copy(self)
-        other._tables = DDPMTables(TRAIN_STEPS, steps)
+        other._tables = DDPMTables(TRAIN_STEPS, steps, schedule or self._tables.schedule)
         return other
 
     def transition(self, x_t: torch.Tensor, step: int, z: torch.Tensor, *, temperature: float = 1.0,
@@ -332,4 +371,4 @@ def split_sampling_steps(value: int | str | Sequence[int]) -> int:
     raise ValueError(f"num_sampling_steps must be an integer, got {value!r}")
 
 
-__all__ = ["MARDiffusionHead", "DDPMTables", "cosine_betas", "spaced_timesteps"]
+__all__ = ["MARDiffusionHead", "DDPMTables", "SAMPLING_SCHEDULES", "cosine_betas", "linear_betas", "spaced_timesteps"]

@@ -63,7 +63,7 @@ from arvis.data.sources import (
     data_recipe,
     labelled_images,
 )
-from arvis.models.diffusion_head import TRAIN_STEPS, DDPMTables, MARDiffusionHead
+from arvis.models.diffusion_head import SAMPLING_SCHEDULES, TRAIN_STEPS, DDPMTables, MARDiffusionHead
 from arvis.models.mar import MARTransformer
 from arvis.training.common import (
     EMA,
@@ -228,23 +228,28 @@ def sample_mask_ratio(mask_ratio_min: float, generator: torch.Generator) -> floa
     return float(1.0 + 0.25 * torch.special.ndtri(u))
 
 
-def mar_loss(model: MARTransformer, head: MARDiffusionHead, tokens: torch.Tensor, labels: torch.Tensor,
-             drop: torch.Tensor | None, generator: torch.Generator, diffusion_batch_mul: int) -> torch.Tensor:
-    """The mean diffusion loss of a batch: masked MAR on its masked tokens, the causal variant on every token."""
+def loss_conditions(model: MARTransformer, tokens: torch.Tensor, labels: torch.Tensor, drop: torch.Tensor | None,
+                    generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """The head's training pairs of a batch, ``(z [B, n, C], target tokens [B, n, D])``: masked MAR's masked
+    tokens (MAR's masking ratio and random orders), the causal variant's every token (teacher forcing)."""
     B, L, _ = tokens.shape
     cond = model.class_embedding(labels)
     if drop is not None:
         cond = torch.where(drop[:, None], model.class_embedding(None, B).to(cond.dtype), cond)
     if model.is_causal:
-        z = model(tokens, None, cond)
-        target = tokens
-    else:
-        ratio = sample_mask_ratio(model.config.mask_ratio_min, generator)
-        n = min(L, max(1, math.ceil(L * ratio)))
-        orders = model.sample_orders(B, generator)
-        mask = torch.zeros(B, L, dtype=torch.bool).scatter_(1, orders[:, :n], True)
-        z = model(tokens, mask, cond, n)
-        z, target = z[mask].view(B, n, -1), tokens[mask].view(B, n, -1)
+        return model(tokens, None, cond), tokens
+    ratio = sample_mask_ratio(model.config.mask_ratio_min, generator)
+    n = min(L, max(1, math.ceil(L * ratio)))
+    orders = model.sample_orders(B, generator)
+    mask = torch.zeros(B, L, dtype=torch.bool).scatter_(1, orders[:, :n], True)
+    z = model(tokens, mask, cond, n)
+    return z[mask].view(B, n, -1), tokens[mask].view(B, n, -1)
+
+
+def mar_loss(model: MARTransformer, head: MARDiffusionHead, tokens: torch.Tensor, labels: torch.Tensor,
+             drop: torch.Tensor | None, generator: torch.Generator, diffusion_batch_mul: int) -> torch.Tensor:
+    """The mean diffusion loss of a batch: masked MAR on its masked tokens, the causal variant on every token."""
+    z, target = loss_conditions(model, tokens, labels, drop, generator)
     z = z.reshape(-1, z.shape[-1]).repeat(diffusion_batch_mul, 1)
     target = target.reshape(-1, target.shape[-1]).repeat(diffusion_batch_mul, 1)
     return diffusion_loss(head, target, z, generator).mean()
@@ -432,15 +437,20 @@ EMA {m['validation_loss_ema']:.4f}).
 
 # ----------------------------------------------------------------------------- assembling a pipeline folder
 def assemble(target: str, vae: str, out: str, draft: str | None = None, sampling_defaults: dict | None = None,
-             data: str = "photos") -> Path:
+             data: str = "photos", sampling_schedule: str = "linear") -> Path:
     """Write the :class:`~arvis.pipelines.MARPipeline` folder ``out`` (replacing it atomically): the target's
     ``transformer`` and ``head``, the draft's (if any) as ``draft_transformer`` / ``draft_head``, ``vae`` a relative
-    link to the VAE folder, ``sampling_defaults.json`` and ``evaluation.json``."""
+    link to the VAE folder, ``sampling_defaults.json`` and ``evaluation.json``.
+
+    ``sampling_schedule`` goes into both heads' configs: ``linear`` by default, because a head trained for hours
+    (not MAR's 400 ImageNet epochs) is not accurate enough at the cosine schedule's last noise level, where the
+    first transition multiplies its ε error by ~300 (see :mod:`arvis.models.diffusion_head`)."""
     from arvis.pipelines import MARPipeline
 
     def pair(folder: str) -> tuple[MARTransformer, MARDiffusionHead]:
         return (MARTransformer.from_pretrained(Path(folder) / "transformer", torch_dtype=torch.float16),
-                MARDiffusionHead.from_pretrained(Path(folder) / "head", torch_dtype=torch.float16))
+                MARDiffusionHead.from_pretrained(Path(folder) / "head", torch_dtype=torch.float16,
+                                                 sampling_schedule=sampling_schedule))
 
     transformer, head = pair(target)
     draft_transformer, draft_head = pair(draft) if draft else (None, None)
@@ -481,13 +491,15 @@ def _assemble_main(argv: list[str]) -> Path:
     p.add_argument("--temperature", type=float, default=None)
     p.add_argument("--cfg-schedule", choices=("linear", "constant"), default=None)
     p.add_argument("--data", choices=DATA_CHOICES, default="photos")
+    p.add_argument("--sampling-schedule", choices=SAMPLING_SCHEDULES, default="linear",
+                   help="the heads' sampling noise levels (cosine = MAR's; see arvis.models.diffusion_head)")
     args = p.parse_args(argv)
     causal = json.loads((Path(args.target) / "transformer" / "config.json").read_text()).get("causal", False)
     defaults = default_sampling(bool(causal))
     for key in ("num_iter", "guidance_scale", "temperature", "cfg_schedule"):
         if getattr(args, key) is not None:
             defaults[key] = getattr(args, key)
-    path = assemble(args.target, args.vae, args.out, args.draft, defaults, args.data)
+    path = assemble(args.target, args.vae, args.out, args.draft, defaults, args.data, args.sampling_schedule)
     from arvis.pipelines import MARPipeline
 
     loaded = MARPipeline.from_pretrained(str(path))
