@@ -251,7 +251,8 @@ def _section(root: Path, kind: str, title: str) -> list[str]:
                   f"{r0['sampling']['guidance_scale']}; median of {r0['repeats']} interleaved rounds; commit "
                   f"`{str(r0.get('git_commit'))[:12]}`.", "",
                   "| method | lossless | target fwd | draft fwd | fewer target fwd | acceptance | fallbacks | "
-                  "latency s / image | speed-up | FID (N) | ΔFID vs `ar` |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+                  "latency s / image | outside forwards | speed-up | FID (N) | ΔFID vs `ar` |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|"]
         base_fwd = next((r["target_forwards"] for r in recs if r["spec"] == "ar"), None)
         for r in recs:
             fid = fids.get((r["spec"], 0))
@@ -263,8 +264,9 @@ def _section(root: Path, kind: str, title: str) -> list[str]:
             fallbacks = f"{extra['fallbacks']:.1f}" if "fallbacks" in extra else "–"
             lines.append(f"| `{r['spec']}` | {'yes' if r['lossless'] else 'no'} | {r['target_forwards']:.1f} | "
                          f"{r['draft_forwards']:.1f} | {fewer} | {acc} | {fallbacks} | {r['latency_s']:.4f} | "
-                         f"{r['speedup']:.2f}x | {fid_s} | {delta} |")
-        lines.append("")
+                         f"{r.get('outside_share', float('nan')):.0%} | {r['speedup']:.2f}x | {fid_s} | {delta} |")
+        lines += ["", "*outside forwards*: the share of the latency spent outside the transformers' forwards — "
+                  "mostly the diffusion heads' sampling steps, which every method runs for every token.", ""]
     if 0 in ar:
         floor = ar[0].get("real_vs_real_floor")
         lines.append(f"FID of `ar`: {ar[0]['fid']:.2f} (seed 0)" +
@@ -273,6 +275,26 @@ def _section(root: Path, kind: str, title: str) -> list[str]:
                      (f"; real-vs-real floor {floor:.2f}." if floor is not None else "."))
         lines.append("")
     return lines
+
+
+def _schedule_section(root: Path) -> list[str]:
+    """The records of ``eval/mar_sampling_schedule.py`` (why the shipped heads sample on the linear schedule)."""
+    recs = [r for r in (_load(p) for p in sorted(root.glob("sampling-schedule-*.json"))) if isinstance(r, dict)]
+    lines = ["## The heads' sampling schedule", ""]
+    if not recs:
+        return lines + ["(run `python eval/mar_sampling_schedule.py --model <folder> --json "
+                        "docs/figures/mar/sampling-schedule-<folder>.json`)", ""]
+    gains = recs[0]["transition_gain"]
+    lines += ["Largest factor by which one transition multiplies the head's ε error: " + "; ".join(
+        f"{name}: " + ", ".join(f"{v:.3g} at {k} steps" for k, v in row.items()) for name, row in gains.items()) + ".",
+        "", "| folder | ε MSE at t = 999 (held-out) | token std, cosine | token std, linear | held-out latents |",
+        "|---|---|---|---|---|"]
+    for r in recs:
+        std = r["sampled_token_std"]
+        lines.append(f"| `{r['model']}` | {r['eps_mse']['999']:.2g} | {std['cosine']:.3g} | {std['linear']:.3g} | "
+                     f"{r['heldout_token_std']:.3g} |")
+    return lines + ["", f"`{recs[0]['command']}` ({recs[0]['num_images']} images, {recs[0]['head_steps']} head steps). "
+                    "The shipped folders sample on the linear schedule (docs/mar.md).", ""]
 
 
 def write_report(out: Path) -> Path:
@@ -292,6 +314,7 @@ def write_report(out: Path) -> Path:
                   *parity["lines"], "```", ""]
     else:
         lines += ["(run with `--reference-repo` to produce it)", ""]
+    lines += _schedule_section(root)
     lines += _section(root, "masked", "Masked MAR: `ar` and `cspd` (published, lossy)")
     lines += _section(root, "causal", "Causal raster variant: `ar` and `cspd-exact` (exact)")
     lines += [f"`cspd-exact:final_std=0` is exact for MAR's sampler (deterministic last step) but ends each window "

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from arvis.data.sources import class_names, model_data
 from arvis.eval.files import write_json_atomic
 from arvis.eval.provenance import provenance
 from arvis.models.diffusion_head import SAMPLING_SCHEDULES, TRAIN_STEPS, DDPMTables
@@ -89,7 +90,11 @@ def main(argv: list[str] | None = None) -> int:
 
     with tempfile.TemporaryDirectory() as tmp:
         cache = Path(args.data_cache or tmp)
-        cfg = MARTrainConfig(num_val=256)  # the trainer's held-out split
+        cache.mkdir(parents=True, exist_ok=True)
+        cfg = MARTrainConfig(num_val=256, data=model_data(args.model))  # the trainer's held-out split
+        if len(class_names(cfg.data)) != pipe.transformer.num_classes:
+            p.error(f"--model: {pipe.transformer.num_classes} classes, but its data set {cfg.data!r} has "
+                    f"{len(class_names(cfg.data))}")
         data = build_latents(cfg, pipe.vae, str(Path(args.model) / "vae"), cache, "heldout", cfg.num_val)
     gains = transition_gains()
     errors = eps_errors(pipe, data, scale, args.num_heldout)

@@ -27,10 +27,10 @@ def figures():
     return module
 
 
-def _pair(width: int, seed: int):
+def _pair(width: int, seed: int, num_classes: int = 3):
     t = MARTransformer(img_size=64, vae_stride=16, encoder_embed_dim=width, encoder_depth=1, encoder_num_heads=2,
                        decoder_embed_dim=width, decoder_depth=1, decoder_num_heads=2, vae_embed_dim=4, buffer_size=4,
-                       num_classes=3, causal=True)
+                       num_classes=num_classes, causal=True)
     t.init_weights(torch.Generator().manual_seed(seed))
     head = t.default_head(width=16, depth=1, sampling_steps=4)
     head.init_weights(torch.Generator().manual_seed(seed + 1))
@@ -80,7 +80,7 @@ def test_acceptance_task_on_a_tiny_causal_pair(figures, tmp_path):
 def _bench(spec: str, fwd: float, lossless: bool, speedup: float) -> dict:
     extra = {} if spec == "ar" else {"acceptance_rate": 0.62, "fallbacks": 0.5}
     return {"extra": extra, "spec": spec, "lossless": lossless, "target_forwards": fwd, "draft_forwards": 0.0 if spec == "ar" else 20.0,
-            "latency_s": 1.0 / speedup, "speedup": speedup, "samples": 8, "dtype": "fp32", "threads": 1,
+            "latency_s": 1.0 / speedup, "speedup": speedup, "outside_share": 0.7, "samples": 8, "dtype": "fp32", "threads": 1,
             "sampling": {"guidance_scale": 3.0}, "repeats": 5, "git_commit": "abc"}
 
 
@@ -98,6 +98,10 @@ def test_report_is_built_from_records_only(figures, tmp_path):
     (root / "acceptance.json").write_text(json.dumps(
         {"model": "mar-causal", "num_images": 8, "final_std": 0.05,
          "rows": [{"head_steps": 8, "acceptance_rate": 0.81, "target_forwards": 20.5, "tokens": 64}]}))
+    (root / "sampling-schedule-m.json").write_text(json.dumps(
+        {"model": "m", "command": "python eval/mar_sampling_schedule.py --model m", "num_images": 8, "head_steps": 50,
+         "transition_gain": {"cosine": {"50": 632.0}, "linear": {"50": 0.41}}, "eps_mse": {"999": 0.0011},
+         "sampled_token_std": {"cosine": 609.0, "linear": 1.09}, "heldout_token_std": 1.1}))
     (root / "parity.json").write_text(json.dumps({"reference": "mar", "lines": ["1. transformer z: max |diff| = 0"]}))
     views = {"pos0/ch0": 0.5, "pos0/mean": 0.2}
     (root / "lossless.json").write_text(json.dumps(
@@ -109,9 +113,10 @@ def test_report_is_built_from_records_only(figures, tmp_path):
     page = figures.write_report(tmp_path).read_text()
     assert "| cspd-exact | 2.00e-01 | yes |" in page and "| draft's own samples (planted bug) | 1.00e-09 | no |" in page
     assert "2000 samples per arm" in page and "(pos0/ch0, pos0/mean)" in page
-    assert "| `cspd` | no | 6.4 | 20.0 | 2.50x | 0.620 | 0.5 | 0.5263 | 1.90x | 40.90 (1000) | +0.90 |" in page
+    assert "| `cspd` | no | 6.4 | 20.0 | 2.50x | 0.620 | 0.5 | 0.5263 | 70% | 1.90x | 40.90 (1000) | +0.90 |" in page
     assert "seed-to-seed noise |ΔFID| = 1.50" in page and "real-vs-real floor 3.00" in page
     assert "| 8 | 0.810 | 20.5 | 64 |" in page and "1. transformer z: max |diff| = 0" in page
+    assert "| `m` | 0.0011 | 609 | 1.09 | 1.1 |" in page and "cosine: 632 at 50 steps" in page
 
 
 def test_lossless_task_on_a_tiny_causal_pair(figures, tmp_path):
@@ -129,3 +134,23 @@ def test_lossless_task_on_a_tiny_causal_pair(figures, tmp_path):
     assert not record["passes"]["draft's own samples (planted bug)"]
     assert 0.0 <= record["acceptance_rate"] <= 1.0 and 1 <= record["target_forwards"] <= 16
     assert json.loads((tmp_path / "mar" / "lossless.json").read_text())["min_p"] == record["min_p"]
+
+
+def test_sampling_schedule_script_on_a_tiny_folder(tmp_path, capsys):
+    """eval/mar_sampling_schedule.py measures gains, held-out eps errors and sampled token stds and records them."""
+    sys.path.insert(0, str(ROOT / "eval"))
+    spec = importlib.util.spec_from_file_location("mar_sampling_schedule", ROOT / "eval" / "mar_sampling_schedule.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    vae = build_kl_vae(block_out_channels=(8, 8, 8, 8, 8), latent_channels=4, resolution=64, norm_num_groups=4).eval()
+    pipe = MARPipeline(*_pair(32, 0, num_classes=22), vae)  # the photo classes (the script's held-out data)
+    pipe.save_pretrained(tmp_path / "causal", safe_serialization=True)
+    (tmp_path / "causal" / "sampling_defaults.json").write_text(json.dumps({"cfg_schedule": "constant"}))
+    out = tmp_path / "rec.json"
+    assert module.main(["--model", str(tmp_path / "causal"), "--num-images", "2", "--num-heldout", "4",
+                        "--data-cache", str(tmp_path / "cache"), "--json", str(out)]) == 0
+    rec = json.loads(out.read_text())
+    assert rec["transition_gain"]["cosine"]["50"] > 300 > 1 > rec["transition_gain"]["linear"]["50"]
+    assert set(rec["eps_mse"]) == {str(t) for t in module.NOISE_STEPS} and all(v >= 0 for v in rec["eps_mse"].values())
+    assert set(rec["sampled_token_std"]) == {"cosine", "linear"} and rec["heldout_token_std"] > 0
+    assert "sampled token std" in capsys.readouterr().out
