@@ -90,6 +90,9 @@ def run_missing_jobs(jobs: list[Job], shard: tuple[int, int] = (0, 1)) -> int:
     k, n = shard
     missing = [j for i, j in enumerate(jobs) if i % n == k and not j.output.exists()]
     for i, job in enumerate(missing, 1):
+        if job.output.exists():  # written meanwhile by another run of the same list (a shard, a second stream)
+            print(f"[{i}/{len(missing)}] {job.name}: done meanwhile, skipped", flush=True)
+            continue
         job.output.parent.mkdir(parents=True, exist_ok=True)
         print(f"[{i}/{len(missing)}] {job.name}: {job.display()}", flush=True)
         t0 = time.time()

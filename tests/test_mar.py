@@ -15,7 +15,13 @@ import torch
 
 from arvis.errors import CheckpointError, ConfigError
 from arvis.methods.mar import causal_guidance, mask_schedule
-from arvis.models.diffusion_head import DDPMTables, MARDiffusionHead, cosine_betas, linear_betas, spaced_timesteps
+from arvis.models.diffusion_head import (
+    DDPMTables,
+    MARDiffusionHead,
+    cosine_betas,
+    linear_betas,
+    spaced_timesteps,
+)
 from arvis.models.mar import (
     MAR_PRESETS,
     MARTransformer,
