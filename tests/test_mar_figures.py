@@ -52,8 +52,9 @@ def test_job_list(figures, tmp_path, capsys):
     assert len(fid) == 2 + 1 + 2 + 1 and all("1000" in j.args for j in fid)
     assert any("cspd-exact:final_std=0.05,gamma=2" in j.args for j in fid)
     causal_bench = next(j for j in found if j.name == "causal/bench-b8")
-    assert ("ar;cspd-exact:final_std=0;cspd-exact:final_std=0.05;cspd-exact:final_std=0.05,gamma=2"
-            in causal_bench.args and "c" in causal_bench.args)
+    assert "ar;cspd-exact:final_std=0.05,gamma=2" in causal_bench.args and "c" in causal_bench.args
+    b1 = next(j for j in found if j.name == "causal/bench-b1")
+    assert "ar;cspd-exact:final_std=0;cspd-exact:final_std=0.05;cspd-exact:final_std=0.05,gamma=2" in b1.args
     assert "--batch-size" in causal_bench.args and "8" in causal_bench.args
     with_ref = figures.jobs(tmp_path, 1000, tmp_path / "mar-checkout", "m", "c")
     assert with_ref[0].name == "parity" and "compare" not in with_ref[0].args[0]
