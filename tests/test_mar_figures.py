@@ -48,8 +48,8 @@ def test_job_list(figures, tmp_path, capsys):
     assert {"masked/bench-b1", "masked/bench-b8", "causal/bench-b1", "causal/bench-b8", "acceptance",
             "lossless"} <= set(names)
     fid = [j for j in found if "/fid/" in j.name]
-    # Per pair: ar at two seeds (one with the real-vs-real floor) and the pair's method once, all at N = 1000.
-    assert len(fid) == 2 + 1 + 2 + 1 and all("1000" in j.args for j in fid)
+    # Per pair: ar at two seeds (one with the real-vs-real floor) and every other method once, all at N = 1000.
+    assert len(fid) == 2 + 2 + 2 + 1 and all("1000" in j.args for j in fid)
     assert any("cspd-exact:final_std=0.05,gamma=2" in j.args for j in fid)
     causal_bench = next(j for j in found if j.name == "causal/bench-b8")
     assert "ar;cspd-exact:final_std=0.05,gamma=2" in causal_bench.args and "c" in causal_bench.args
