@@ -92,8 +92,9 @@ Default sampling (`sampling_defaults.json`): {json.dumps(defaults)}.
 
 `arvis.models.mar.MARTransformer` (official MAR state-dict keys; buffer of {tc['buffer_size']} class-embedding
 positions, null class for guidance) and `arvis.models.diffusion_head.MARDiffusionHead` (MAR's `SimpleMLPAdaLN`,
-IDDPM cosine schedule, DDPM sampling with MAR's temperature); tokens are the VAE's 8x8 grid of 16-channel
-latents of a 128 px image.
+trained on IDDPM's cosine schedule, sampled on the noise levels of the linear one — the heads' `sampling_schedule`,
+because the cosine schedule's first step multiplies their ε error by hundreds: docs/mar.md — with DDPM and MAR's
+temperature); tokens are the VAE's 8x8 grid of 16-channel latents of a 128 px image.
 
 ## Data
 {data_recipe(tc['data'], 128)} {tc['num_train']:,} training crops (seed {tc['data_seed']}) at 128 px, encoded once by
