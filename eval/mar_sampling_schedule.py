@@ -1,11 +1,12 @@
 #!/usr/bin/env python
 """Why arvis's own MAR folders sample their heads on the linear schedule: measured, on a shipped pair.
 
-    python eval/mar_sampling_schedule.py --model arvis/weights/mar-photos --json docs/figures/mar/sampling-schedule.json
+    python eval/mar_sampling_schedule.py --model arvis/weights/mar-photos \
+        --json docs/figures/mar/sampling-schedule-mar-photos.json
 
 Three measurements (docs/mar.md, "The heads' sampling schedule"):
 
-1. the gain ``coef1 · √(1/ᾱ − 1)`` by which a transition multiplies the head's ε error, largest over the steps,
+1. the largest gain by which a transition multiplies the head's ε error (``DDPMTables.eps_error_gain``)
    for the cosine (MAR's) and linear schedules at several step counts (from the tables alone);
 2. the head's ε MSE on held-out latents at noise levels near the end of the cosine schedule (the transformer's
    ``z`` as in training: masked MAR's random masks, the causal variant's teacher forcing; fixed noise);
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -35,8 +37,8 @@ NOISE_STEPS = (999, 995, 989, 979, 900, 500)
 
 
 def transition_gains() -> dict[str, dict[int, float]]:
-    return {schedule: {steps: float((lambda t: (t.posterior_mean_coef1 * t.sqrt_recipm1_alphas_cumprod).max())(
-        DDPMTables(TRAIN_STEPS, steps, schedule))) for steps in STEP_COUNTS} for schedule in SAMPLING_SCHEDULES}
+    return {schedule: {steps: DDPMTables(TRAIN_STEPS, steps, schedule).eps_error_gain() for steps in STEP_COUNTS}
+            for schedule in SAMPLING_SCHEDULES}
 
 
 @torch.no_grad()
@@ -47,7 +49,7 @@ def eps_errors(pipe: MARPipeline, data: dict[str, np.ndarray], scale: float, num
     tokens = sample_tokens(pipe.transformer, data, index, scale, g)
     z, target = loss_conditions(pipe.transformer, tokens, torch.from_numpy(data["labels"][index]), None, g)
     z, target = z.reshape(-1, z.shape[-1]).float(), target.reshape(-1, target.shape[-1]).float()
-    alphas = torch.cumprod(1 - DDPMTables(TRAIN_STEPS, TRAIN_STEPS).betas, 0)
+    alphas = DDPMTables(TRAIN_STEPS, TRAIN_STEPS).alphas_cumprod  # the trained schedule, every step
     found = {}
     for step in NOISE_STEPS:
         noise = torch.randn(target.shape, generator=g)
@@ -61,15 +63,14 @@ def eps_errors(pipe: MARPipeline, data: dict[str, np.ndarray], scale: float, num
 @torch.no_grad()
 def sampled_std(pipe: MARPipeline, num: int) -> dict[str, float]:
     labels = [i % pipe.transformer.num_classes for i in range(num)]
-    head, draft = pipe.head, pipe.draft_head
-    found = {}
+    head, found = pipe.head, {}
     try:
         for schedule in SAMPLING_SCHEDULES:
             pipe.head = head.with_sampling_steps(head.num_sampling_steps(), schedule=schedule)
             out = pipe(class_labels=labels, generator=image_generators(0, range(num)), output_type="latent")
             found[schedule] = float(out.tokens.std())
     finally:
-        pipe.head, pipe.draft_head = head, draft
+        pipe.head = head
     return found
 
 
@@ -86,8 +87,6 @@ def main(argv: list[str] | None = None) -> int:
     pipe = MARPipeline.from_pretrained(args.model, dtype=torch.float32)
     pipe.set_progress_bar_config(disable=True)
     scale = float(pipe.vae.config.scaling_factor)
-    import tempfile
-
     with tempfile.TemporaryDirectory() as tmp:
         cache = Path(args.data_cache or tmp)
         cache.mkdir(parents=True, exist_ok=True)

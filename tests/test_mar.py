@@ -171,11 +171,6 @@ def test_schedule_tables_are_iddpms():
     assert abs(float(base[-1])) < 1e-4 and float(cosine_betas(1000).max()) == 0.999
 
 
-def _first_step_gain(tables: DDPMTables) -> float:
-    """How much an ε error at a step moves the next sample at most: coef1 · √(1/ᾱ − 1) over the steps."""
-    return float((tables.posterior_mean_coef1 * tables.sqrt_recipm1_alphas_cumprod).max())
-
-
 def test_linear_sampling_schedule_asks_the_net_at_equal_noise_levels():
     cosine, linear = DDPMTables(1000, 100), DDPMTables(1000, 100, "linear")
     lin_base = torch.cumprod(1 - linear_betas(1000), 0)
@@ -189,7 +184,7 @@ def test_linear_sampling_schedule_asks_the_net_at_equal_noise_levels():
     assert torch.allclose(interp, linear.alphas_cumprod.log(), atol=1e-5)
     assert bool((linear.timestep_map[1:] > linear.timestep_map[:-1]).all()) and float(linear.timestep_map[-1]) < 999
     # the reason for the option: the cosine schedule's last jump multiplies an ε error by hundreds
-    assert _first_step_gain(cosine) > 300 and _first_step_gain(linear) < 1
+    assert cosine.eps_error_gain() > 300 and linear.eps_error_gain() < 1
     with pytest.raises(ValueError, match="sampling schedule"):
         DDPMTables(1000, 10, "quadratic")
 

@@ -12,7 +12,8 @@ transformer's output ``z`` for its position. It is the official ``DiffLoss``:
 - optionally (``sampling_schedule="linear"``, not official) sampling over the noise levels of DDPM's
   linear-β schedule instead, the net queried at the (fractional) cosine step of equal noise level. The
   cosine schedule clips its last βs at 0.999, so its final level is ᾱ ≈ 2.4e-9 and the first transition
-  multiplies the ε error by ``√(ᾱ_prev/ᾱ_T)`` ≈ 350 at 100 steps; a head trained briefly (ε error ~3e-2 there)
+  multiplies the ε error by up to 316 at 100 steps (632 at 50; :meth:`DDPMTables.eps_error_gain`); a head
+  trained briefly (ε error ~3e-2 there)
   then samples tokens hundreds of times too large. The linear schedule ends at ᾱ ≈ 4e-5 with no such jump;
   the head's weights and training are the same (the official sampler stays the default);
 - DDPM ancestral sampling where MAR's *temperature* multiplies the noise of every transition (not the
@@ -118,6 +119,12 @@ class DDPMTables:
         self.log_betas = torch.log(betas)
         self.posterior_mean_coef1 = betas * torch.sqrt(prev) / (1 - kept)
         self.posterior_mean_coef2 = (1 - prev) * torch.sqrt(1 - betas) / (1 - kept)
+
+    def eps_error_gain(self) -> float:
+        """The largest factor by which one transition moves the next sample per unit of ε error:
+        ``coef1 · √(1/ᾱ − 1)`` over the steps (the mean is ``coef1 · x0 + coef2 · x`` with
+        ``x0 = x/√ᾱ − √(1/ᾱ − 1)·ε``)."""
+        return float((self.posterior_mean_coef1 * self.sqrt_recipm1_alphas_cumprod).max())
 
     def at(self, name: str, step: int, device: torch.device) -> torch.Tensor:
         """Table ``name`` at sampling step ``step`` as a float32 scalar tensor (cast after indexing, as official)."""
