@@ -20,7 +20,12 @@ Stages (each writes ``<stage>.json``):
   method, matched vs shuffled captions;
 - ``memory``: bytes of the per-position draft state SJD keeps, measured on the shipped layout and on an
   Emu3-Gen-sized layout (vocabulary 32,768 codes), against the dense ``[A, N, V]`` fp32 table;
-- ``samples``: a captioned sample grid (held-out and training emoji captions), docs/emu3-emoji-samples.png.
+- ``samples``: a captioned sample grid (held-out and training emoji captions), docs/emu3-emoji-samples.png;
+- ``tokens``: next-token statistics of the shipped model (``arvis.eval.token_stats``: entropy, top-1, the
+  acceptance of simple drafts) over AR samples for held-out captions, shown beside the class-conditional
+  models' so that speed-ups on predictable emoji are not read as speed-ups on photos.
+
+The bench stage also times draft-model speculative decoding when the pipeline ships a ``draft_transformer``.
 
 The report step also writes the shipped model's card (``arvis/weights/emu3-emoji/README.md``) from its training
 records and these figures.
@@ -48,12 +53,13 @@ sys.path.insert(0, str(ROOT))
 RECORDS = ROOT / "docs" / "figures" / "emu3"
 REPORT = ROOT / "docs" / "figures" / "emu3.md"
 MODEL = "arvis/weights/emu3-emoji"  # the shipped model (alias emu3), written by train_emu3 assemble
-STAGES = ("parity", "lossless", "bench", "quality", "memory", "samples")
+STAGES = ("parity", "lossless", "bench", "quality", "memory", "samples", "tokens")
 SAMPLE_GRID = ROOT / "docs" / "emu3-emoji-samples.png"
 
 BENCH_METHODS = ["sjd:window=16", "mc-sjd:window=16", "mc-sjd:window=32", "mc-sjd:window=64",
                  "mc-sjd:window=32,coupling=gumbel", "mc-sjd:window=16,window_shape=staircase",
                  "zipar:row_lag=4", "zipar:row_lag=8"]
+DRAFT_METHODS = ["speculative:gamma=2", "speculative:gamma=4"]  # timed when the pipeline ships a draft model
 QUALITY_METHODS = ["ar", "sjd:window=16", "mc-sjd:window=32", "zipar:row_lag=4", "zipar:row_lag=8"]
 #: The quality stage's seed-noise row: AR again with seed ``--seed + SECOND_SEED_OFFSET``.
 SECOND_SEED_OFFSET = 1000
@@ -234,13 +240,14 @@ def stage_bench(args: argparse.Namespace) -> None:
     h, w = pipe.config.default_height, pipe.config.default_width
     # A backbone is built for one prompt length: bench prompt by prompt, then average.
     records, curve = [], []
+    methods = BENCH_METHODS + (DRAFT_METHODS if pipe.draft_transformer is not None else [])
     for i, prompt in enumerate(prompts):
-        target, _, cond = pipe.backbones([prompt], [pipe.config.default_negative_prompt], h, w)
-        result = run_bench(target, parse_method_specs(BENCH_METHODS), sampling, samples=1, seed=args.seed + i,
+        target, draft, cond = pipe.backbones([prompt], [pipe.config.default_negative_prompt], h, w)
+        result = run_bench(target, parse_method_specs(methods), sampling, samples=1, seed=args.seed + i,
                            repeats=args.repeats, conditions=[([0], cond)],
                            forward_cost_sizes=(1, 2, 4, 8, 16, 32, 64) if i == 0 else (),
                            context={**model_context(), "prompt": prompt}, progress=True,
-                           neighbours=pipe.codebook_neighbours)
+                           neighbours=pipe.codebook_neighbours, draft_model=draft)
         records.append(result.records)
         curve = curve or result.forward_cost
     merged = []
@@ -249,6 +256,7 @@ def stage_bench(args: argparse.Namespace) -> None:
         merged.append({"spec": first["spec"], "method": first["method"], "lossless": first["lossless"],
                        "options": first["options"],
                        "target_forwards": statistics.mean(r["target_forwards"] for r in rows),
+                       "draft_forwards": statistics.mean(r.get("draft_forwards", 0) for r in rows),
                        "tokens": statistics.mean(r["tokens"] for r in rows),
                        "step_compression": statistics.mean(r["step_compression"] for r in rows),
                        "accepted_per_forward": statistics.mean(r["accepted_per_forward"] for r in rows),
@@ -401,6 +409,47 @@ def stage_samples(args: argparse.Namespace) -> None:
                              "seed": args.seed, "sampling": defaults, "method": "ar", **model_context()})
 
 
+# ============================================================================================== tokens
+#: The class-conditional models' next-token statistics (their model-card records), shown beside Emu3's.
+TOKEN_STATS_BESIDE = {"llamagen-c2i-emoji": ROOT / "docs" / "figures" / "emoji" / "model_card_emoji.json",
+                      "llamagen-c2i-photos": ROOT / "docs" / "figures" / "model_card_c2i.json"}
+
+
+def stage_tokens(args: argparse.Namespace) -> None:
+    from arvis.engine.sampling import SamplingConfig
+    from arvis.eval.token_stats import token_statistics
+
+    torch.set_num_threads(1)
+    pipe = shipped_pipeline()
+    defaults = json.loads((Path(pipe.config._name_or_path) / "sampling_defaults.json").read_text())
+    sampling = SamplingConfig(guidance_scale=defaults["guidance_scale"], top_k=defaults["top_k"])
+    h, w = pipe.config.default_height, pipe.config.default_width
+    prompts = heldout_captions(args.token_samples)
+    batches = [prompts[i:i + 8] for i in range(0, len(prompts), 8)]
+    requests = []
+    for batch in batches:  # one backbone per batch: its prompts fix the condition length
+        target, _, cond = pipe.backbones(batch, [pipe.config.default_negative_prompt], h, w)
+        requests.append((target, cond))
+    stats = token_statistics(requests, sampling, seed=args.seed)
+    write_record("tokens", {"prompts": "held-out emoji names", **stats, **model_context()})
+
+
+def token_stats_table(own: dict[str, Any]) -> list[str]:
+    """Next-token statistics of the shipped Emu3 model beside the class-conditional models' (their cards)."""
+    rows = [("`emu3` (emoji names)", own)]
+    for name, path in TOKEN_STATS_BESIDE.items():
+        if path.is_file() and (ts := json.loads(path.read_text()).get("token_stats")):
+            rows.append((f"`{name}`", ts))
+    lines = ["| model | samples | CFG | entropy (nats) | uniform over codes | top-1 p | positions with top-1 > 0.9 | "
+             "accept: uniform draft | accept: upper neighbour's p | p(left token) |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for name, t in rows:
+        uniform = f"{t['entropy_of_uniform']:.2f}" if "entropy_of_uniform" in t else "-"
+        lines.append(f"| {name} | {t['samples']} | {t['guidance_scale']} | {t['entropy']:.2f} | {uniform} | "
+                     f"{t['top1']:.2f} | {100 * t['fraction_positions_top1_over_0.9']:.0f}% | "
+                     f"{t['accept_uniform_draft']:.3f} | {t['accept_upper_neighbour']:.3f} | {t['repeat_left_prob']:.3f} |")
+    return lines
+
+
 # ============================================================================================== report
 def _fmt(x: float, d: int = 2) -> str:
     return f"{x:.{d}f}"
@@ -452,14 +501,15 @@ def report() -> str:
                   f"{bench['repeats']}x interleaved (median), means over prompts. A {bench['grid'][0]}x{bench['grid'][1]} "
                   f"image is {int(ar['tokens'])} tokens (rows + end-of-line, end-of-frame, end-of-image); AR spends "
                   f"one forward per token, as transformers' generate() does.", "",
-                  "| method | lossless | target forwards | fewer forwards than AR | step compression | latency (s) | "
-                  "speedup | CLIP score (shuffled) | FID |", "|---|---|---|---|---|---|---|---|---|"]
+                  "| method | lossless | target forwards | draft forwards | fewer target forwards than AR | step "
+                  "compression | latency (s) | speedup | CLIP score (shuffled) | FID |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
         for m in bench["methods"]:
             q = quality.get(m["spec"], {})
             clip = f"{q['clip_score']:.1f} ({q['clip_score_shuffled']:.1f})" if "clip_score" in q else "-"
             fid = f"{q['fid']:.2f}" if "fid" in q else "-"
             lines.append(f"| {m['spec']} | {'yes' if m['lossless'] else 'no'} | {m['target_forwards']:.1f} | "
-                         f"{100 * (1 - m['target_forwards'] / ar['target_forwards']):.0f}% | "
+                         f"{m.get('draft_forwards', 0):.1f} | {100 * (1 - m['target_forwards'] / ar['target_forwards']):.0f}% | "
                          f"{_fmt(m['step_compression'])}x | {_fmt(m['latency_s'], 3)} | {_fmt(m['speedup'])}x | "
                          f"{clip} | {fid} |")
         qrec = read_record("quality")
@@ -501,6 +551,15 @@ def report() -> str:
             lines.append("")
     if quality and not bench:
         lines += ["## Quality", ""] + [f"- {k}: CLIP {v['clip_score']:.1f}" for k, v in quality.items()] + [""]
+    tokens = read_record("tokens")
+    if tokens:
+        lines += ["## Next-token statistics: how predictable the model is", "",
+                  "`arvis.eval.token_stats` over AR samples (the sampling distribution recomputed teacher-forced at "
+                  "every image position, CFG and top-k as decoding applies them), beside the class-conditional "
+                  "models' records. Emoji are flat drawings: far lower entropy and far more confident positions than "
+                  "the photo model's, so every method accepts more on them; read the speed figures above as figures "
+                  "of this easier distribution, not of natural images.", ""]
+        lines += token_stats_table(tokens) + [""]
     memory = read_record("memory")
     if memory:
         lines += ["## Memory of the per-position draft state", "",
@@ -629,6 +688,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--parity-prompts", type=int, default=3)
     p.add_argument("--quality-samples", type=int, default=128)
     p.add_argument("--quality-batch", type=int, default=16)
+    p.add_argument("--token-samples", type=int, default=64, help="held-out captions of the tokens stage")
     p.add_argument("--model", default=MODEL, help="the Emu3 pipeline (alias or folder; records name it by this)")
     p.add_argument("--records", default=None, help="records folder (default docs/figures/emu3); the report goes "
                                                     "beside it as <folder>.md")

@@ -162,12 +162,13 @@ def main(argv: list[str] | None = None) -> int:
         metrics = json.loads((resolve_domain_path(DATA_EXTRACTORS[data]) / "metrics.json").read_text())
         result["classifier_heldout_real_accuracy"] = metrics["heldout_accuracy"]
         from arvis.engine.sampling import SamplingConfig
-        from arvis.eval.token_stats import token_statistics
+        from arvis.eval.token_stats import class_requests, token_statistics
 
         sampling = SamplingConfig(**{k: v for k, v in defaults.items() if k in ("guidance_scale", "top_k",
                                                                                   "top_p", "temperature")})
         n_cls = int(pipe.transformer.config.num_classes)
-        result["token_stats"] = token_statistics(pipe.transformer, [i % n_cls for i in range(64)], sampling)
+        result["token_stats"] = token_statistics(class_requests(pipe.transformer, [i % n_cls for i in range(64)]),
+                                                 sampling)
     else:
         from arvis.eval.clip_score import folder_captions, load_clip
 

@@ -26,7 +26,7 @@ def main(argv: list[str] | None = None) -> dict:
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     from arvis.engine.sampling import SamplingConfig
-    from arvis.eval.token_stats import token_statistics
+    from arvis.eval.token_stats import class_requests, token_statistics
     from arvis.hub import load_pipeline
 
     pipe, defaults, path = load_pipeline(args.model, torch.float32, "cpu")
@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> dict:
                               top_k=args.top_k if args.top_k is not None else defaults.get("top_k", 0))
     n_classes = pipe.transformer.config.num_classes
     labels = [i % n_classes for i in range(args.samples)]
-    stats = token_statistics(pipe.transformer.eval(), labels, sampling, seed=args.seed)
+    stats = token_statistics(class_requests(pipe.transformer.eval(), labels), sampling, seed=args.seed)
     stats["model"] = str(path)
     summary = {k: v for k, v in stats.items() if not k.endswith(("_map", "_by_row"))}
     print(json.dumps(summary, indent=2))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 import torch
@@ -47,6 +48,37 @@ def test_rerun_resumes_instead_of_restarting(trained):
                                "--scratch", str(root / "lm-run")])
     assert metrics["steps"] == 3
     assert "resumed from" in (root / "lm-run" / "train.log").read_text()[len(log):]
+
+
+def test_a_draft_shares_the_targets_tokenizer_and_ships_in_the_pipeline(trained):
+    """``lm --tokenizer`` copies the target's tokenizer (the draft must speak its ids); ``assemble --draft-lm``
+    ships it as the pipeline's draft_transformer, which speculative decoding then uses."""
+    root, _, _ = trained
+    draft = train_emu3.main(["lm", "--smoke", "--vq", str(root / "vq"), "--out", str(root / "draft"),
+                             "--scratch", str(root / "draft-run"), "--tokenizer", str(root / "lm" / "tokenizer"),
+                             "--hidden-size", "16", "--heads", "2", "--kv-heads", "1", "--intermediate-size", "32"])
+    assert draft["config"]["hidden_size"] == 16
+    train_emu3.main(["assemble", "--vq", str(root / "vq"), "--lm", str(root / "lm"), "--out", str(root / "pipe-d"),
+                     "--draft-lm", str(root / "draft")])
+    pipe = Emu3Pipeline.from_pretrained(root / "pipe-d")
+    pipe.set_progress_bar_config(disable=True)
+    assert type(pipe.draft_transformer).__name__ == "Emu3ForCausalLM"
+    assert pipe.draft_transformer.config.hidden_size == 16
+    out = pipe("red apple", generator=torch.Generator().manual_seed(0), method="speculative", gamma=2,
+               output_type="np")
+    assert out.stats.summary()["draft_forwards"] > 0 and out.tokens.shape == (1, 16, 16)
+    assert (root / "pipe-d" / "training" / "draft_training_metrics.json").is_file()
+    # A draft whose tokenizer differs is refused: its ids would not be the target's.
+    from transformers import AutoTokenizer
+
+    shutil.copytree(root / "draft", root / "alien")
+    alien = AutoTokenizer.from_pretrained(root / "alien" / "tokenizer")
+    alien.add_tokens(["<not-the-targets>"])
+    alien.save_pretrained(root / "alien" / "tokenizer")
+    with pytest.raises(ValueError, match="another tokenizer"):
+        train_emu3.main(["assemble", "--vq", str(root / "vq"), "--lm", str(root / "lm"),
+                         "--out", str(root / "pipe-x"), "--draft-lm", str(root / "alien")])
+    assert not (root / "pipe-x").exists()
 
 
 def test_training_loss_is_the_decoders_negative_log_likelihood():

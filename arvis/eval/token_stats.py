@@ -17,29 +17,43 @@ predictable (large flat areas that any method accepts) shows up as top-1 near 1 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import torch
 
-from arvis.engine.sampling import SamplingConfig, logits_to_probs
+from arvis.engine.engine import DecodeEngine
+from arvis.engine.sampling import SamplingConfig
 from arvis.methods import decode
-from arvis.models.llamagen import LlamaGenTransformer
-from arvis.models.protocol import Condition
+from arvis.models.protocol import Backbone, Condition, TokenLayout
 
 
 @torch.no_grad()
-def sampling_distributions(model: LlamaGenTransformer, tokens: torch.Tensor, condition: Condition,
+def sampling_distributions(backbone: Backbone, tokens: torch.Tensor, condition: Condition,
                            sampling: SamplingConfig) -> torch.Tensor:
-    """``p_j`` for every position of ``tokens [B, N]`` (teacher-forced, as decoding sees it) → ``[B, N, V]``."""
-    cond_logits = model(tokens, condition)
-    uncond_logits = model(tokens, model.null_condition(condition)) if sampling.uses_cfg else None
-    index = torch.arange(tokens.shape[1]).expand_as(tokens)
-    return logits_to_probs(cond_logits, uncond_logits, sampling, index)
+    """``p_j`` for every position of ``tokens [B, N]`` (teacher-forced, as decoding sees it) → ``[B, N, V]``.
+
+    One prefill and one forward over the whole sequence through :class:`DecodeEngine`, so any backbone
+    (LlamaGen, Emu3 with its structural tokens, video) gives exactly the distributions its decoding uses."""
+    engine = DecodeEngine(backbone, condition, sampling)
+    first = engine.prefill()[:, None]
+    B, N = tokens.shape
+    if N == 1:
+        return first
+    index = torch.arange(N - 1, device=tokens.device).expand(B, -1)
+    return torch.cat([first, engine.evaluate(tokens[:, :-1], index)], dim=1)
 
 
-def summarise(p: torch.Tensor, tokens: torch.Tensor, grid: tuple[int, int]) -> dict[str, Any]:
-    """Means and grid maps of the statistics in the module docstring; ``p: [B, N, V]``, ``tokens: [B, N]``."""
-    H, W = grid
+def summarise(p: torch.Tensor, tokens: torch.Tensor, layout: TokenLayout) -> dict[str, Any]:
+    """Means and grid maps of the statistics in the module docstring; ``p: [B, N, V]``, ``tokens: [B, N]``.
+
+    Only the image positions count (structural tokens such as Emu3's end-of-line are forced, not
+    predicted), over the image ids only; the last two grid axes are the map's rows and columns."""
+    H, W = int(layout.grid[-2]), int(layout.grid[-1])
+    free = torch.ones(layout.num_tokens, dtype=torch.bool)
+    free[list(layout.structural_tokens)] = False
+    lo, hi = layout.image_token_range or (0, p.shape[-1])
+    p, tokens = p[:, free, lo:hi], tokens[:, free] - lo
     V = p.shape[-1]
     logp = torch.where(p > 0, p.log(), torch.zeros_like(p))
     per_position = {
@@ -56,25 +70,36 @@ def summarise(p: torch.Tensor, tokens: torch.Tensor, grid: tuple[int, int]) -> d
     per_position["repeat_left_prob"] = left
     out: dict[str, Any] = {}
     for name, values in per_position.items():
+        grids = values.reshape(-1, H, W)
         out[name] = float(values.nanmean())
-        out[f"{name}_map"] = values.nanmean(0).view(H, W).tolist()
-        out[f"{name}_by_row"] = values.view(-1, H, W).nanmean(dim=(0, 2)).tolist()
+        out[f"{name}_map"] = grids.nanmean(0).tolist()
+        out[f"{name}_by_row"] = grids.nanmean(dim=(0, 2)).tolist()
     out["fraction_positions_top1_over_0.9"] = float((per_position["top1"] > 0.9).double().mean())
+    out["entropy_of_uniform"] = float(torch.log(torch.tensor(float(V))))
     return out
 
 
-def token_statistics(model: LlamaGenTransformer, labels: list[int], sampling: SamplingConfig, seed: int = 0,
-                     batch_size: int = 16) -> dict[str, Any]:
-    """Draw one AR sample per label (seed + i) and summarise the sampling distributions along the way."""
-    ps, toks = [], []
-    for start in range(0, len(labels), batch_size):
-        chunk = labels[start:start + batch_size]
-        cond = Condition(class_labels=torch.tensor(chunk))
-        gens = [torch.Generator().manual_seed(seed + start + i) for i in range(len(chunk))]
-        tokens, _ = decode(model, cond, sampling, "ar", gens)
-        ps.append(sampling_distributions(model, tokens, cond, sampling))
+def token_statistics(requests: Iterable[tuple[Backbone, Condition]], sampling: SamplingConfig,
+                     seed: int = 0) -> dict[str, Any]:
+    """Draw one AR sample per request row (generator ``seed + i`` for the ``i``-th sample overall) and
+    summarise the sampling distributions along the way. ``requests``: ``(backbone, condition)`` batches
+    (one backbone per batch: a text model's backbone depends on its prompts' length)."""
+    ps, toks, layout, n = [], [], None, 0
+    for backbone, cond in requests:
+        gens = [torch.Generator().manual_seed(seed + n + i) for i in range(cond.batch_size)]
+        tokens, _ = decode(backbone, cond, sampling, "ar", gens)
+        ps.append(sampling_distributions(backbone, tokens, cond, sampling))
         toks.append(tokens)
-    result = summarise(torch.cat(ps), torch.cat(toks), model.layout.grid)
-    result.update(samples=len(labels), guidance_scale=sampling.guidance_scale, top_k=sampling.top_k,
+        layout, n = backbone.layout, n + cond.batch_size
+    if layout is None:
+        raise ValueError("requests: no samples to summarise")
+    result = summarise(torch.cat(ps), torch.cat(toks), layout)
+    result.update(samples=n, guidance_scale=sampling.guidance_scale, top_k=sampling.top_k,
                   temperature=sampling.temperature)
     return result
+
+
+def class_requests(model: Backbone, labels: list[int], batch_size: int = 16) -> list[tuple[Backbone, Condition]]:
+    """A class-conditional model's requests for :func:`token_statistics`: ``labels`` in batches."""
+    return [(model, Condition(class_labels=torch.tensor(labels[i:i + batch_size])))
+            for i in range(0, len(labels), batch_size)]

@@ -429,9 +429,11 @@ def lm_validation_loss(text_model, head, vocab, builder, data: dict[str, np.ndar
     return total / max(count, 1)
 
 
-def train_lm(cfg: LMTrainConfig, vq_path: Path, scratch: Path, threads: int, smoke: bool = False) -> dict[str, Any]:
-    """Build the tokenizer, tokenise the data, train the language model (resumable); returns the parts."""
-    from transformers import Emu3ForCausalLM, Emu3VQVAE
+def train_lm(cfg: LMTrainConfig, vq_path: Path, scratch: Path, threads: int, smoke: bool = False,
+             tokenizer_from: Path | None = None) -> dict[str, Any]:
+    """Build the tokenizer (or copy ``tokenizer_from``'s: a draft shares its target's ids), tokenise the data,
+    train the language model (resumable); returns the parts."""
+    from transformers import AutoTokenizer, Emu3ForCausalLM, Emu3VQVAE
 
     from arvis.tokenizers.emu3_text import build_emu3_tokenizer
 
@@ -440,11 +442,12 @@ def train_lm(cfg: LMTrainConfig, vq_path: Path, scratch: Path, threads: int, smo
     log = setup_logging(scratch / "train.log", "arvis.train_emu3.lm")
     vq = Emu3VQVAE.from_pretrained(vq_path, dtype=torch.float32).eval()
     tok_dir = scratch / "tokenizer"
+    if tokenizer_from is not None and not (tok_dir / "tokenizer.json").exists():
+        # A draft model must share the target's token ids: copy its tokenizer instead of training another.
+        AutoTokenizer.from_pretrained(tokenizer_from).save_pretrained(tok_dir)
     if not (tok_dir / "tokenizer.json").exists():
         corpus = caption_corpus() if not smoke else ["red apple", "grinning face", "dog face"]
         build_emu3_tokenizer(corpus, int(vq.config.codebook_size), cfg.text_vocab_size).save_pretrained(tok_dir)
-    from transformers import AutoTokenizer
-
     tokenizer = AutoTokenizer.from_pretrained(tok_dir)
     grid = cfg.resolution // vq.vision_spatial_factor
     builder = SequenceBuilder(tokenizer, grid, grid)
@@ -539,9 +542,12 @@ def export_lm(result: dict[str, Any], cfg: LMTrainConfig, out: Path, command: st
 
 
 # ============================================================================================== assemble
-def assemble(vq_dir: Path, lm_dir: Path, out: Path, sampling_defaults: dict[str, Any]) -> Path:
+def assemble(vq_dir: Path, lm_dir: Path, out: Path, sampling_defaults: dict[str, Any],
+             draft_dir: Path | None = None) -> Path:
     """One official-layout ``Emu3ForConditionalGeneration`` (LM + VQ + vocabulary map, fp16) and the tokenizer,
-    saved as an :class:`~arvis.pipelines.Emu3Pipeline` folder; training records are copied beside it."""
+    saved as an :class:`~arvis.pipelines.Emu3Pipeline` folder; training records are copied beside it.
+    ``draft_dir``: a smaller language model trained with the same tokenizer (``lm --tokenizer``), shipped as the
+    pipeline's ``draft_transformer`` (an ``Emu3ForCausalLM``) for ``method="speculative"``."""
     from transformers import (
         AutoTokenizer,
         Emu3Config,
@@ -564,13 +570,21 @@ def assemble(vq_dir: Path, lm_dir: Path, out: Path, sampling_defaults: dict[str,
     model.lm_head.load_state_dict(lm.lm_head.state_dict())
     model.model.vqmodel.load_state_dict(vq.state_dict())
     grid = int(json.loads((lm_dir / "training_metrics.json").read_text())["config"]["resolution"]) // vq.vision_spatial_factor
-    pipe = Emu3Pipeline(model.half(), tokenizer, default_height=grid, default_width=grid, default_negative_prompt="")
+    draft = None
+    stages = [("vq", vq_dir), ("lm", lm_dir)]
+    if draft_dir is not None:
+        if AutoTokenizer.from_pretrained(draft_dir / "tokenizer").get_vocab() != tokenizer.get_vocab():
+            raise ValueError(f"draft: {draft_dir} was trained with another tokenizer; train it with --tokenizer")
+        draft = Emu3ForCausalLM.from_pretrained(draft_dir, dtype=torch.float16).eval()
+        stages.append(("draft", draft_dir))
+    pipe = Emu3Pipeline(model.half(), tokenizer, draft_transformer=draft, default_height=grid, default_width=grid,
+                        default_negative_prompt="")
     with atomic_directory(out, keep=("README.md", "metrics.json")) as staged:
         pipe.save_pretrained(staged)
         atomic_write_text(staged / "sampling_defaults.json", json.dumps(sampling_defaults, indent=2) + "\n")
         records = staged / "training"
         records.mkdir()
-        for stage, folder in (("vq", vq_dir), ("lm", lm_dir)):
+        for stage, folder in stages:
             metrics = json.loads((folder / "training_metrics.json").read_text())
             metrics["command"] = portable_command(metrics["command"])  # runs that predate portable records
             atomic_write_text(records / f"{stage}_training_metrics.json", json.dumps(metrics, indent=2) + "\n")
@@ -611,29 +625,43 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     lm.add_argument("--batch-size", type=int, default=None)
     lm.add_argument("--num-train", type=int, default=None)
     lm.add_argument("--resolution", type=int, default=None, help="image side in pixels; the VQ's grid follows")
+    lm.add_argument("--hidden-size", type=int, default=None)
+    lm.add_argument("--layers", type=int, default=None)
+    lm.add_argument("--heads", type=int, default=None)
+    lm.add_argument("--kv-heads", type=int, default=None)
+    lm.add_argument("--intermediate-size", type=int, default=None)
+    lm.add_argument("--lr", type=float, default=None, help="peak learning rate")
+    lm.add_argument("--tokenizer", default=None,
+                    help="reuse this tokenizer folder (a draft model: the target's export/tokenizer)")
     lm.add_argument("--threads", type=int, default=1)
     lm.add_argument("--smoke", action="store_true", help="a tiny model, a few steps (seconds)")
     asm = sub.add_parser("assemble", help="the Emu3Pipeline folder from the vq and lm exports")
     asm.add_argument("--vq", required=True)
     asm.add_argument("--lm", required=True)
     asm.add_argument("--out", required=True)
+    asm.add_argument("--draft-lm", default=None, help="a draft language model export (lm --tokenizer <target's>)")
     asm.add_argument("--guidance-scale", type=float, default=3.0)
     asm.add_argument("--top-k", type=int, default=0)
     args = p.parse_args(argv)
     command = _command(argv)
     if args.stage == "assemble":
         path = assemble(Path(args.vq), Path(args.lm), Path(args.out),
-                        {"guidance_scale": args.guidance_scale, "top_k": args.top_k})
+                        {"guidance_scale": args.guidance_scale, "top_k": args.top_k},
+                        Path(args.draft_lm) if args.draft_lm else None)
         sizes = {f.name: f.stat().st_size for f in path.rglob("*.safetensors")}
         print(json.dumps({"assembled": str(path), "safetensors_bytes": sizes}, indent=2))
         return {"path": str(path), "safetensors_bytes": sizes}
     if args.stage == "lm":
         cfg = LM_SMOKE if args.smoke else LMTrainConfig()
         overrides = {k: v for k, v in (("steps", args.steps), ("batch_size", args.batch_size),
-                                       ("num_train", args.num_train), ("resolution", args.resolution))
+                                       ("num_train", args.num_train), ("resolution", args.resolution),
+                                       ("hidden_size", args.hidden_size), ("num_layers", args.layers),
+                                       ("num_heads", args.heads), ("num_kv_heads", args.kv_heads),
+                                       ("intermediate_size", args.intermediate_size), ("lr", args.lr))
                      if v is not None}
         cfg = dataclasses.replace(cfg, **overrides)
-        result = train_lm(cfg, Path(args.vq), Path(args.scratch), args.threads, args.smoke)
+        result = train_lm(cfg, Path(args.vq), Path(args.scratch), args.threads, args.smoke,
+                          Path(args.tokenizer) if args.tokenizer else None)
         metrics = export_lm(result, cfg, Path(args.out), command)
         print(json.dumps({k: v for k, v in metrics.items() if k not in ("history", "config")}, indent=2))
         return metrics
