@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 import subprocess
 import sys
@@ -136,6 +137,17 @@ def fid_job(out: Path, spec: str, *, model: str, num: int, seed: int = 0, floor:
     return Job(f"fid/{slug}-seed{seed}", "fid", args, path)
 
 
+def token_stats_job(out: Path, model: str, samples: int = 64) -> Job:
+    """Next-token statistics of the suite's model (entropy, top-1, the acceptance of simple drafts): shared by
+    every suite of a figure set, printed beside the tables so that figures on an easy model are read as such."""
+    path = out / TOKEN_STATS
+    return Job("tokens", "script", ["eval/token_stats.py", "--model", model, "--samples", str(samples),
+                                    "--json", str(path)], path)
+
+
+TOKEN_STATS = "token_stats.json"
+#: The figure sets whose next-token statistics every report shows side by side (folder relative to the repo).
+FIGURE_SETS = {"docs/figures": "photos (`llamagen-c2i-photos`)", "docs/figures/emoji": "emoji (`llamagen-c2i-emoji`)"}
 WINDOWS = (8, 16, 32, 64)
 INITS = ("repeat_horizontal", "repeat_vertical", "neighbour_distribution")
 
@@ -162,6 +174,7 @@ def sjd_jobs(out: Path, model: str, fid_num: int, samples: int) -> list[Job]:
         fid_job(out, "ar", model=model, num=lossless_fid_num(fid_num), seed=1),
         fid_job(out, "mc-sjd:window=16", model=model, num=lossless_fid_num(fid_num)),
         fid_job(out, "sjd:window=16", model=model, num=lossless_fid_num(fid_num)),
+        token_stats_job(out, model),
     ]
 
 
@@ -178,6 +191,7 @@ def zipar_jobs(out: Path, model: str, fid_num: int, samples: int) -> list[Job]:
     return [
         bench_job(out, "zipar", "batch1-fp32", methods, model=model, samples=samples, plots=True),
         *(fid_job(out, f"zipar:row_lag={w}", model=model, num=fid_num) for w in (4, 2, 8)),
+        token_stats_job(out, model),
     ]
 
 
@@ -194,6 +208,7 @@ def relaxed_jobs(out: Path, model: str, fid_num: int, samples: int) -> list[Job]
         bench_job(out, "relaxed", "batch1-fp32", ["ar", *RELAXED], model=model, samples=samples),
         *(fid_job(out, spec, model=model, num=fid_num) for spec in sorted(
             (r for r in RELAXED if r != "speculative:gamma=8"), key=lambda r: ("delta=0.1" not in r, "lantern" not in r))),
+        token_stats_job(out, model),
     ]
 
 
@@ -418,6 +433,37 @@ def _reference_words(jobs: list[Job]) -> str:
     return "the shipped domain network, held-out real crops as reference"
 
 
+def token_stats_section(suite: str, out: Path) -> list[str]:
+    """This figure set's next-token statistics (first) beside every other known set's, with links to their
+    pages of ``suite``."""
+    root = Path(__file__).resolve().parents[1]
+    here = out.resolve()
+    sets = [(here, None)] + [((root / f).resolve(), name) for f, name in FIGURE_SETS.items() if (root / f).resolve() != here]
+    rows = []
+    for folder, name in sets:
+        rec = _load(folder / TOKEN_STATS)
+        if not isinstance(rec, dict):
+            continue
+        label = name or next((n for f, n in FIGURE_SETS.items() if (root / f).resolve() == here), f"`{rec['model']}`")
+        link = "this page" if folder == here else f"[its {suite} figures]({_relative(folder / f'{suite}.md', here)})"
+        rows.append(f"| {label} ({link}) | {rec['samples']} | {rec['guidance_scale']} | {rec['entropy']:.2f} | "
+                    f"{rec['top1']:.2f} | {100 * rec['fraction_positions_top1_over_0.9']:.0f}% | "
+                    f"{rec['accept_uniform_draft']:.3f} | {rec['accept_upper_neighbour']:.3f} | {rec['repeat_left_prob']:.3f} |")
+    if not rows:
+        return []
+    return ["## How predictable each model is", "",
+            "Next-token statistics over AR samples (`eval/token_stats.py`: the sampling distribution recomputed "
+            "teacher-forced at every position, CFG as in decoding). A lower entropy and more confident positions "
+            "mean every draft is accepted more often: a speed-up measured on the emoji model is a figure of that "
+            "easier distribution, not of natural images. Read each table beside the other model's.", "",
+            "| model | samples | CFG | entropy (nats) | top-1 p | positions with top-1 > 0.9 | accept: uniform draft | "
+            "accept: upper neighbour's p | p(left token) |", "|---|---|---|---|---|---|---|---|---|", *rows, ""]
+
+
+def _relative(target: Path, start: Path) -> str:
+    return os.path.relpath(target, start)
+
+
 def write_report(suite: str, jobs: list[Job], out: Path) -> Path:
     if suite == "latency":
         return write_latency_report(jobs, out)
@@ -462,6 +508,7 @@ def write_report(suite: str, jobs: list[Job], out: Path) -> Path:
                 lines += ["", f"Seed-to-seed noise of AR at N = {n} (same model and method; seeds differ): "
                               f"|ΔFID| = {max(ar) - min(ar):.2f}."]
         lines.append("")
+    lines += token_stats_section(suite, out)
     lines += ["## Published anchors", "", *(f"- {a}" for a in ANCHORS.get(suite, ())), ""]
     path = out / f"{suite}.md"
     path.write_text("\n".join(lines))

@@ -280,6 +280,15 @@ def test_figures_jobs_are_real_commands_and_tables_come_from_records(tmp_path, c
     assert "| `zipar:row_lag=4` | no | 88.0 | 0.0 | 2.91x | 2.91 | 0.500 | 2.50x | 11.25 (16) |" in md
     assert "| `zipar:row_lag=4` | 0 | 16 | 11.25 | 1.50 |" in md and "|ΔFID| = 0.60" in md
     assert "| ms / forward | 2.00 | 3.00 |" in md
+    # The model's next-token statistics (its own record, first) beside the other figure sets'.
+    tokens = next(j for j in jobs if j.name == "tokens")
+    assert tokens.display().startswith("python eval/token_stats.py --model tiny-random")
+    tokens.output.write_text(json.dumps({"model": "tiny-random", "samples": 64, "guidance_scale": 3.0, "entropy": 1.234,
+                                         "top1": 0.5, "fraction_positions_top1_over_0.9": 0.25, "accept_uniform_draft": 0.1,
+                                         "accept_upper_neighbour": 0.4, "repeat_left_prob": 0.3}))
+    md = figures.write_report("zipar", jobs, tmp_path).read_text()
+    rows = md[md.index("## How predictable each model is"):].splitlines()
+    assert next(r for r in rows if r.startswith("| `tiny-random`")).startswith("| `tiny-random` (this page) | 64 | 3.0 | 1.23 |")
 
 
 def test_specs_needing_pipeline_resources_parse_without_a_pipeline():
