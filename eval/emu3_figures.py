@@ -712,7 +712,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--bench-samples", type=int, default=4, help="held-out captions timed in the bench stage")
     p.add_argument("--parity-prompts", type=int, default=3)
-    p.add_argument("--quality-samples", type=int, default=128)
+    p.add_argument("--quality-samples", type=int, default=1000, help="images per method (the published figures: 1000)")
     p.add_argument("--quality-batch", type=int, default=16)
     p.add_argument("--token-samples", type=int, default=64, help="held-out captions of the tokens stage")
     p.add_argument("--model", default=MODEL, help="the Emu3 pipeline (alias or folder; records name it by this)")

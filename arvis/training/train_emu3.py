@@ -648,7 +648,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         path = assemble(Path(args.vq), Path(args.lm), Path(args.out),
                         {"guidance_scale": args.guidance_scale, "top_k": args.top_k},
                         Path(args.draft_lm) if args.draft_lm else None)
-        sizes = {f.name: f.stat().st_size for f in path.rglob("*.safetensors")}
+        sizes = {str(f.relative_to(path)): f.stat().st_size for f in path.rglob("*.safetensors")}
         print(json.dumps({"assembled": str(path), "safetensors_bytes": sizes}, indent=2))
         return {"path": str(path), "safetensors_bytes": sizes}
     if args.stage == "lm":
