@@ -557,9 +557,10 @@ def report() -> str:
         lines += ["## Next-token statistics: how predictable the model is", "",
                   "`arvis.eval.token_stats` over AR samples (the sampling distribution recomputed teacher-forced at "
                   "every image position, CFG and top-k as decoding applies them), beside the class-conditional "
-                  "models' records. Emoji are flat drawings: far lower entropy and far more confident positions than "
-                  "the photo model's, so every method accepts more on them; read the speed figures above as figures "
-                  "of this easier distribution, not of natural images.", ""]
+                  "models' records. Emoji models have far lower entropy and more confident positions than the photo "
+                  "model, which changes what each draft wins (a right guess is accepted more often, a random draft "
+                  "less often): read the speed figures above as figures of this distribution, not of natural "
+                  "images.", ""]
         lines += token_stats_table(tokens) + [""]
     memory = read_record("memory")
     if memory:
@@ -652,7 +653,7 @@ def model_card(folder: Path) -> str | None:
         f"{lmc['ema_decay']}; {lm['steps']} steps, {lm['train_hours']:.2f} h of wall time. Final training loss "
         f"{lm['final_train_loss']:.3f}; held-out emoji: validation loss {lm['validation_loss']:.3f} (perplexity "
         f"{lm['validation_perplexity']:.1f} over {vqc['codebook_size']} codes; {lm['exported_weights']} weights "
-        "exported)." + (f" {_resumed(lm)}" if _resumed(lm) else ""),
+        "exported).",
         *([f"- draft language model: the same data, loss and schedule at lr {draft['config']['lr']}; "
            f"{draft['steps']} steps, {draft['train_hours']:.2f} h. Final training loss {draft['final_train_loss']:.3f}; "
            f"held-out validation loss {draft['validation_loss']:.3f} (the target's: {lm['validation_loss']:.3f})."]
@@ -682,18 +683,6 @@ def model_card(folder: Path) -> str | None:
                   "transformers' `generate()` with Emu3's prefix constraint (with and without CFG).", ""]
     lines += [f"Sample grid (captions of held-out emoji, then training emoji): `docs/{SAMPLE_GRID.name}`.", ""]
     return "\n".join(lines)
-
-
-def _resumed(metrics: dict[str, Any]) -> str:
-    """How a run extended past its first ``--steps`` went, from its history: where the learning rate jumped up."""
-    history = metrics.get("history", [])
-    jumps = [(a, b) for a, b in zip(history, history[1:], strict=False) if b["lr"] > 1.5 * a["lr"] and a["step"] > 200]
-    if not jumps:
-        return ""
-    a, b = jumps[0]
-    return (f"The run was extended after its first schedule ended: resumed at step {a['step']} with a longer "
-            f"`--steps`, its cosine learning rate went from {a['lr']:.1e} back up to {b['lr']:.1e} (a warm restart) "
-            f"and decayed again to step {metrics['steps']}.")
 
 
 def _parity_row(name: str, case: dict[str, Any]) -> str:

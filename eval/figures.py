@@ -445,7 +445,9 @@ def token_stats_section(suite: str, out: Path) -> list[str]:
         if not isinstance(rec, dict):
             continue
         label = name or next((n for f, n in FIGURE_SETS.items() if (root / f).resolve() == here), f"`{rec['model']}`")
-        link = "this page" if folder == here else f"[its {suite} figures]({_relative(folder / f'{suite}.md', here)})"
+        page = folder / f"{suite}.md"
+        link = ("this page" if folder == here else f"[its {suite} figures]({_relative(page, here)})" if page.is_file()
+                else f"no {suite} figures for it yet")
         rows.append(f"| {label} ({link}) | {rec['samples']} | {rec['guidance_scale']} | {rec['entropy']:.2f} | "
                     f"{rec['top1']:.2f} | {100 * rec['fraction_positions_top1_over_0.9']:.0f}% | "
                     f"{rec['accept_uniform_draft']:.3f} | {rec['accept_upper_neighbour']:.3f} | {rec['repeat_left_prob']:.3f} |")
@@ -453,9 +455,10 @@ def token_stats_section(suite: str, out: Path) -> list[str]:
         return []
     return ["## How predictable each model is", "",
             "Next-token statistics over AR samples (`eval/token_stats.py`: the sampling distribution recomputed "
-            "teacher-forced at every position, CFG as in decoding). A lower entropy and more confident positions "
-            "mean every draft is accepted more often: a speed-up measured on the emoji model is a figure of that "
-            "easier distribution, not of natural images. Read each table beside the other model's.", "",
+            "teacher-forced at every position, CFG as in decoding). How much a method wins depends on these: a "
+            "sharper model accepts a right guess more often and a random draft less often (1 − TV(p, uniform)), so "
+            "a figure measured on one model does not stand for the other. Read each table beside the other "
+            "model's.", "",
             "| model | samples | CFG | entropy (nats) | top-1 p | positions with top-1 > 0.9 | accept: uniform draft | "
             "accept: upper neighbour's p | p(left token) |", "|---|---|---|---|---|---|---|---|---|", *rows, ""]
 

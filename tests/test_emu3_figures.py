@@ -1,5 +1,5 @@
-"""eval/emu3_figures.py's report pieces: the next-token table, the card's draft-model lines and the note on an
-extended training run come from the records, not from typed numbers."""
+"""eval/emu3_figures.py's report pieces: the next-token table and the card's draft-model lines come from the
+records, not from typed numbers."""
 
 from __future__ import annotations
 
@@ -38,13 +38,6 @@ def test_token_table_puts_the_emu3_model_first_beside_the_class_models(figures, 
     rows = figures.token_stats_table(_stats(1.5))
     assert rows[2].startswith("| `emu3` (emoji names) | 64 | 3.0 | 50 | 1.50 | 6.93 | 0.60 | 30% |")
     assert rows[3].startswith("| `llamagen-c2i-photos` | 64 | 3.0 | off | 3.31 |") and len(rows) == 4
-
-
-def test_an_extended_run_is_named_from_its_history(figures):
-    history = [{"step": s, "lr": lr} for s, lr in ((2975, 6.1e-5), (3000, 6e-5), (3025, 3.9e-4), (3050, 3.8e-4))]
-    note = figures._resumed({"history": history, "steps": 6000})
-    assert "resumed at step 3000" in note and "6.0e-05 back up to 3.9e-04" in note and "step 6000" in note
-    assert figures._resumed({"history": history[:2], "steps": 3000}) == ""
 
 
 @pytest.mark.skipif(not (SHIPPED / "training" / "lm_training_metrics.json").is_file(), reason="emu3-emoji not shipped")
