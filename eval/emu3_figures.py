@@ -440,14 +440,9 @@ def token_stats_table(own: dict[str, Any]) -> list[str]:
     for name, path in TOKEN_STATS_BESIDE.items():
         if path.is_file() and (ts := json.loads(path.read_text()).get("token_stats")):
             rows.append((f"`{name}`", ts))
-    lines = ["| model | samples | CFG | top-k | entropy (nats) | uniform over codes | top-1 p | positions with top-1 > "
-             "0.9 | accept: uniform draft | accept: upper neighbour's p | p(left token) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for name, t in rows:
-        uniform = f"{t['entropy_of_uniform']:.2f}" if "entropy_of_uniform" in t else "-"
-        lines.append(f"| {name} | {t['samples']} | {t['guidance_scale']} | {t['top_k'] or 'off'} | {t['entropy']:.2f} | {uniform} | "
-                     f"{t['top1']:.2f} | {100 * t['fraction_positions_top1_over_0.9']:.0f}% | "
-                     f"{t['accept_uniform_draft']:.3f} | {t['accept_upper_neighbour']:.3f} | {t['repeat_left_prob']:.3f} |")
+    from arvis.eval.token_stats import TABLE_HEADER, table_row
+
+    lines = [*TABLE_HEADER, *(table_row(name, t) for name, t in rows)]
     return lines
 
 

@@ -436,6 +436,8 @@ def _reference_words(jobs: list[Job]) -> str:
 def token_stats_section(suite: str, out: Path) -> list[str]:
     """This figure set's next-token statistics (first) beside every other known set's, with links to their
     pages of ``suite``."""
+    from arvis.eval.token_stats import TABLE_HEADER, table_row
+
     root = Path(__file__).resolve().parents[1]
     here = out.resolve()
     sets = [(here, None)] + [((root / f).resolve(), name) for f, name in FIGURE_SETS.items() if (root / f).resolve() != here]
@@ -448,9 +450,7 @@ def token_stats_section(suite: str, out: Path) -> list[str]:
         page = folder / f"{suite}.md"
         link = ("this page" if folder == here else f"[its {suite} figures]({_relative(page, here)})" if page.is_file()
                 else f"no {suite} figures for it yet")
-        rows.append(f"| {label} ({link}) | {rec['samples']} | {rec['guidance_scale']} | {rec['entropy']:.2f} | "
-                    f"{rec['top1']:.2f} | {100 * rec['fraction_positions_top1_over_0.9']:.0f}% | "
-                    f"{rec['accept_uniform_draft']:.3f} | {rec['accept_upper_neighbour']:.3f} | {rec['repeat_left_prob']:.3f} |")
+        rows.append(table_row(f"{label} ({link})", rec))
     if not rows:
         return []
     return ["## How predictable each model is", "",
@@ -459,8 +459,7 @@ def token_stats_section(suite: str, out: Path) -> list[str]:
             "sharper model accepts a right guess more often and a random draft less often (1 − TV(p, uniform)), so "
             "a figure measured on one model does not stand for the other. Read each table beside the other "
             "model's.", "",
-            "| model | samples | CFG | entropy (nats) | top-1 p | positions with top-1 > 0.9 | accept: uniform draft | "
-            "accept: upper neighbour's p | p(left token) |", "|---|---|---|---|---|---|---|---|---|", *rows, ""]
+            *TABLE_HEADER, *rows, ""]
 
 
 def _relative(target: Path, start: Path) -> str:

@@ -36,7 +36,7 @@ def test_token_table_puts_the_emu3_model_first_beside_the_class_models(figures, 
     monkeypatch.setattr(figures, "TOKEN_STATS_BESIDE", {"llamagen-c2i-photos": other,
                                                         "missing": tmp_path / "absent.json"})
     rows = figures.token_stats_table(_stats(1.5))
-    assert rows[2].startswith("| `emu3` (emoji names) | 64 | 3.0 | 50 | 1.50 | 6.93 | 0.60 | 30% |")
+    assert rows[2].startswith("| `emu3` (emoji names) | 64 | 3.0 | 50 | 1.50 | 0.60 | 30% |")
     assert rows[3].startswith("| `llamagen-c2i-photos` | 64 | 3.0 | off | 3.31 |") and len(rows) == 4
 
 

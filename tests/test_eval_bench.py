@@ -288,7 +288,7 @@ def test_figures_jobs_are_real_commands_and_tables_come_from_records(tmp_path, c
                                          "accept_upper_neighbour": 0.4, "repeat_left_prob": 0.3}))
     md = figures.write_report("zipar", jobs, tmp_path).read_text()
     rows = md[md.index("## How predictable each model is"):].splitlines()
-    assert next(r for r in rows if r.startswith("| `tiny-random`")).startswith("| `tiny-random` (this page) | 64 | 3.0 | 1.23 |")
+    assert next(r for r in rows if r.startswith("| `tiny-random`")).startswith("| `tiny-random` (this page) | 64 | 3.0 | off | 1.23 |")
 
 
 def test_specs_needing_pipeline_resources_parse_without_a_pipeline():

@@ -103,3 +103,17 @@ def class_requests(model: Backbone, labels: list[int], batch_size: int = 16) -> 
     """A class-conditional model's requests for :func:`token_statistics`: ``labels`` in batches."""
     return [(model, Condition(class_labels=torch.tensor(labels[i:i + batch_size])))
             for i in range(0, len(labels), batch_size)]
+
+
+#: Markdown header of :func:`table_row` (figure pages show several models' statistics side by side).
+TABLE_HEADER = ["| model | samples | CFG | top-k | entropy (nats) | top-1 p | positions with top-1 > 0.9 | "
+                "accept: uniform draft | accept: upper neighbour's p | p(left token) |",
+                "|---|---|---|---|---|---|---|---|---|---|"]
+
+
+def table_row(name: str, stats: dict[str, Any]) -> str:
+    """One model's :func:`token_statistics` as a row under :data:`TABLE_HEADER`."""
+    return (f"| {name} | {stats['samples']} | {stats['guidance_scale']} | {stats.get('top_k') or 'off'} | "
+            f"{stats['entropy']:.2f} | {stats['top1']:.2f} | {100 * stats['fraction_positions_top1_over_0.9']:.0f}% | "
+            f"{stats['accept_uniform_draft']:.3f} | {stats['accept_upper_neighbour']:.3f} | "
+            f"{stats['repeat_left_prob']:.3f} |")
