@@ -95,6 +95,11 @@ def shipped_pipeline(dtype: torch.dtype = torch.float32):
     return pipe
 
 
+def sampling_defaults(pipe) -> dict[str, Any]:
+    """The shipped folder's ``sampling_defaults.json`` (what every stage samples with)."""
+    return json.loads((Path(pipe.config._name_or_path) / "sampling_defaults.json").read_text())
+
+
 def heldout_captions(n: int | None = None) -> list[str]:
     """Plain names of held-out emoji (never in the training images), in catalog order."""
     from arvis.data.emoji import emoji_split, load_catalog
@@ -234,7 +239,7 @@ def stage_bench(args: argparse.Namespace) -> None:
 
     torch.set_num_threads(1)
     pipe = shipped_pipeline()
-    defaults = json.loads((Path(pipe.config._name_or_path) / "sampling_defaults.json").read_text())
+    defaults = sampling_defaults(pipe)
     sampling = SamplingConfig(guidance_scale=defaults["guidance_scale"], top_k=defaults["top_k"])
     prompts = heldout_captions(args.bench_samples)
     h, w = pipe.config.default_height, pipe.config.default_width
@@ -256,7 +261,7 @@ def stage_bench(args: argparse.Namespace) -> None:
         merged.append({"spec": first["spec"], "method": first["method"], "lossless": first["lossless"],
                        "options": first["options"],
                        "target_forwards": statistics.mean(r["target_forwards"] for r in rows),
-                       "draft_forwards": statistics.mean(r.get("draft_forwards", 0) for r in rows),
+                       "draft_forwards": statistics.mean(r["draft_forwards"] for r in rows),
                        "tokens": statistics.mean(r["tokens"] for r in rows),
                        "step_compression": statistics.mean(r["step_compression"] for r in rows),
                        "accepted_per_forward": statistics.mean(r["accepted_per_forward"] for r in rows),
@@ -309,7 +314,7 @@ def stage_quality(args: argparse.Namespace) -> None:
         print("quality: neither an emoji CLIP nor the emoji domain network is installed; skipped")
         return
     pipe = shipped_pipeline()
-    defaults = json.loads((Path(pipe.config._name_or_path) / "sampling_defaults.json").read_text())
+    defaults = sampling_defaults(pipe)
     names = heldout_captions()
     prompts = [names[i % len(names)] for i in range(args.quality_samples)]  # past the 216 held-out names, cycle
     rows = []
@@ -387,7 +392,7 @@ def stage_samples(args: argparse.Namespace) -> None:
     from arvis.eval.jobs import image_generator
 
     pipe = shipped_pipeline()
-    defaults = json.loads((Path(pipe.config._name_or_path) / "sampling_defaults.json").read_text())
+    defaults = sampling_defaults(pipe)
     heldout = heldout_captions(16)
     train = [e.name for e in emoji_split(load_catalog(), "train")][:: max(1, 1700 // 16)][:16]
     prompts = heldout + train
@@ -421,14 +426,13 @@ def stage_tokens(args: argparse.Namespace) -> None:
 
     torch.set_num_threads(1)
     pipe = shipped_pipeline()
-    defaults = json.loads((Path(pipe.config._name_or_path) / "sampling_defaults.json").read_text())
+    defaults = sampling_defaults(pipe)
     sampling = SamplingConfig(guidance_scale=defaults["guidance_scale"], top_k=defaults["top_k"])
     h, w = pipe.config.default_height, pipe.config.default_width
     prompts = heldout_captions(args.token_samples)
-    batches = [prompts[i:i + 8] for i in range(0, len(prompts), 8)]
     requests = []
-    for batch in batches:  # one backbone per batch: its prompts fix the condition length
-        target, _, cond = pipe.backbones(batch, [pipe.config.default_negative_prompt], h, w)
+    for start in range(0, len(prompts), 8):  # one backbone per batch: its prompts fix the condition length
+        target, _, cond = pipe.backbones(prompts[start:start + 8], [pipe.config.default_negative_prompt], h, w)
         requests.append((target, cond))
     stats = token_statistics(requests, sampling, seed=args.seed)
     write_record("tokens", {"prompts": "held-out emoji names", **stats, **model_context()})
@@ -442,8 +446,7 @@ def token_stats_table(own: dict[str, Any]) -> list[str]:
             rows.append((f"`{name}`", ts))
     from arvis.eval.token_stats import TABLE_HEADER, table_row
 
-    lines = [*TABLE_HEADER, *(table_row(name, t) for name, t in rows)]
-    return lines
+    return [*TABLE_HEADER, *(table_row(name, t) for name, t in rows)]
 
 
 # ============================================================================================== report

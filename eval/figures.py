@@ -440,16 +440,16 @@ def token_stats_section(suite: str, out: Path) -> list[str]:
 
     root = Path(__file__).resolve().parents[1]
     here = out.resolve()
-    sets = [(here, None)] + [((root / f).resolve(), name) for f, name in FIGURE_SETS.items() if (root / f).resolve() != here]
+    known = {(root / f).resolve(): name for f, name in FIGURE_SETS.items()}
     rows = []
-    for folder, name in sets:
+    for folder in [here, *(f for f in known if f != here)]:
         rec = _load(folder / TOKEN_STATS)
         if not isinstance(rec, dict):
             continue
-        label = name or next((n for f, n in FIGURE_SETS.items() if (root / f).resolve() == here), f"`{rec['model']}`")
+        label = known.get(folder, f"`{rec['model']}`")
         page = folder / f"{suite}.md"
-        link = ("this page" if folder == here else f"[its {suite} figures]({_relative(page, here)})" if page.is_file()
-                else f"no {suite} figures for it yet")
+        link = ("this page" if folder == here else f"[its {suite} figures]({os.path.relpath(page, here)})"
+                if page.is_file() else f"no {suite} figures for it yet")
         rows.append(table_row(f"{label} ({link})", rec))
     if not rows:
         return []
@@ -460,10 +460,6 @@ def token_stats_section(suite: str, out: Path) -> list[str]:
             "a figure measured on one model does not stand for the other. Read each table beside the other "
             "model's.", "",
             *TABLE_HEADER, *rows, ""]
-
-
-def _relative(target: Path, start: Path) -> str:
-    return os.path.relpath(target, start)
 
 
 def write_report(suite: str, jobs: list[Job], out: Path) -> Path:

@@ -13,8 +13,7 @@ transformer's output ``z`` for its position. It is the official ``DiffLoss``:
   linear-β schedule instead, the net queried at the (fractional) cosine step of equal noise level. The
   cosine schedule clips its last βs at 0.999, so its final level is ᾱ ≈ 2.4e-9 and the first transition
   multiplies the ε error by up to 316 at 100 steps (632 at 50; :meth:`DDPMTables.eps_error_gain`); a head
-  trained briefly (ε error ~3e-2 there)
-  then samples tokens hundreds of times too large. The linear schedule ends at ᾱ ≈ 4e-5 with no such jump;
+  trained briefly (ε error ~3e-2 there) then samples tokens hundreds of times too large. The linear schedule ends at ᾱ ≈ 4e-5 with no such jump;
   the head's weights and training are the same (the official sampler stays the default);
 - DDPM ancestral sampling where MAR's *temperature* multiplies the noise of every transition (not the
   initial ``x_T``), and classifier-free guidance combines the noise predictions
