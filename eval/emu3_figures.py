@@ -53,7 +53,7 @@ sys.path.insert(0, str(ROOT))
 RECORDS = ROOT / "docs" / "figures" / "emu3"
 REPORT = ROOT / "docs" / "figures" / "emu3.md"
 MODEL = "arvis/weights/emu3-emoji"  # the shipped model (alias emu3), written by train_emu3 assemble
-STAGES = ("parity", "lossless", "bench", "quality", "memory", "samples", "tokens")
+STAGES = ("parity", "lossless", "bench", "quality", "memory", "samples", "tokens", "recognition")
 SAMPLE_GRID = ROOT / "docs" / "emu3-emoji-samples.png"
 
 BENCH_METHODS = ["sjd:window=16", "mc-sjd:window=16", "mc-sjd:window=32", "mc-sjd:window=64",
@@ -64,6 +64,7 @@ QUALITY_METHODS = ["ar", "sjd:window=16", "mc-sjd:window=32", "zipar:row_lag=4",
 #: The quality stage's seed-noise row: AR again with seed ``--seed + SECOND_SEED_OFFSET``.
 SECOND_SEED_OFFSET = 1000
 SECOND_SEED_LABEL = "ar (second seed set)"
+RECOGNITION_TRAIN = 200  # training emoji named in the recognition stage (evenly spaced over the training split)
 ANCHORS = [
     "SJD (Teng et al., ICLR 2025) on Emu3: 2.32x step compression, 2.01x latency (8B model, GPU).",
     "ZipAR (He et al., ICML 2025): up to 91% fewer forwards on Emu3-Gen (90x90 tokens).",
@@ -414,6 +415,61 @@ def stage_samples(args: argparse.Namespace) -> None:
                              "seed": args.seed, "sampling": defaults, "method": "ar", **model_context()})
 
 
+# ============================================================================================== recognition
+def recognition_sets() -> dict[str, list[Any]]:
+    """The emoji the recognition stage names: :data:`RECOGNITION_TRAIN` training emoji, evenly spaced in catalog
+    order, and every held-out emoji."""
+    from arvis.data.emoji import emoji_split, load_catalog
+
+    catalog = load_catalog()
+    train = emoji_split(catalog, "train")
+    step = max(1, len(train) // RECOGNITION_TRAIN)
+    return {"training": list(train[::step][:RECOGNITION_TRAIN]), "held-out": list(emoji_split(catalog, "heldout"))}
+
+
+def stage_recognition(args: argparse.Namespace) -> None:
+    """Can a sample be named from its picture? One AR sample per emoji name, and the emoji CLIP's top-1 caption
+    retrieval among the set's names, beside the same retrieval on the real renders at the model's resolution
+    (what a perfect model would score with this CLIP)."""
+    import numpy as np
+
+    from arvis.data.emoji import openmoji_svg_dir, render_emoji
+    from arvis.eval.jobs import image_generator
+    from arvis.models.clip import retrieval
+
+    scorer, clip_name = _clip_scorer()
+    if scorer is None:
+        print("recognition: no emoji CLIP installed; skipped")
+        return
+    pipe = shipped_pipeline()
+    defaults = sampling_defaults(pipe)
+    svg = openmoji_svg_dir()
+
+    def embed(images: np.ndarray) -> torch.Tensor:
+        return torch.cat([scorer.image_embeddings(images[i:i + 64]) for i in range(0, len(images), 64)])
+
+    rows = []
+    for split, emoji in recognition_sets().items():
+        names = [e.name for e in emoji]
+        generated, t0 = [], time.time()
+        for start in range(0, len(names), args.quality_batch):
+            batch = names[start:start + args.quality_batch]
+            gens = [image_generator(args.seed, start + i) for i in range(len(batch))]
+            out = pipe(batch, generator=gens, output_type="np", **defaults)
+            generated.append((out.images * 255).round().astype(np.uint8))
+        fake = np.concatenate(generated)
+        real = np.stack([render_emoji(svg / f"{e.code}.svg", fake.shape[1]) for e in emoji])
+        text = torch.cat([scorer.text_embeddings(names[i:i + 100]) for i in range(0, len(names), 100)])
+        row = {"split": split, "emoji": len(names), "chance": 1 / len(names),
+               "generated_top1": retrieval(embed(fake), text, len(names))["image_to_text_top1"],
+               "real_top1": retrieval(embed(real), text, len(names))["image_to_text_top1"],
+               "seconds": time.time() - t0}
+        rows.append(row)
+        print(row)
+    write_record("recognition", {"clip_model": clip_name, "seed": args.seed, "sampling": defaults, "method": "ar",
+                                 "resolution": int(fake.shape[1]), "sets": rows, **model_context()})
+
+
 # ============================================================================================== tokens
 #: The class-conditional models' next-token statistics (their model-card records), shown beside Emu3's.
 TOKEN_STATS_BESIDE = {"llamagen-c2i-emoji": ROOT / "docs" / "figures" / "emoji" / "model_card_emoji.json",
@@ -550,6 +606,9 @@ def report() -> str:
             lines.append("")
     if quality and not bench:
         lines += ["## Quality", ""] + [f"- {k}: CLIP {v['clip_score']:.1f}" for k, v in quality.items()] + [""]
+    recognition = read_record("recognition")
+    if recognition:
+        lines += ["## Can a sample be named from its picture?", ""] + recognition_table(recognition) + [""]
     tokens = read_record("tokens")
     if tokens:
         lines += ["## Next-token statistics: how predictable the model is", "",
@@ -679,8 +738,25 @@ def model_card(folder: Path) -> str | None:
         ok = all(all(c["identical"].values()) for c in parity["shipped"])
         lines += [f"Greedy decoding through arvis gives {'exactly' if ok else 'NOT exactly'} the tokens of "
                   "transformers' `generate()` with Emu3's prefix constraint (with and without CFG).", ""]
+    recognition = read_record("recognition")
+    if recognition:
+        lines += recognition_table(recognition) + [""]
     lines += [f"Sample grid (captions of held-out emoji, then training emoji): `docs/{SAMPLE_GRID.name}`.", ""]
     return "\n".join(lines)
+
+
+def recognition_table(record: dict[str, Any]) -> list[str]:
+    """The recognition stage's figures, with what they mean (the report and the model card both show them)."""
+    lines = [f"Samples named by the emoji CLIP ({record['clip_model']}): one AR sample per emoji name (seed "
+             f"{record['seed']}, the model's sampling defaults), and how often the CLIP picks that sample's own name "
+             "among all the names of its set (top-1 caption retrieval). The real renders at the same "
+             f"{record['resolution']} px score what a perfect model would with this CLIP; chance is one over the "
+             "set's size. Training emoji were in the training images (their names are what a user would type); "
+             "held-out emoji never were.", "",
+             "| emoji | names | samples named right | real renders named right | chance |", "|---|---|---|---|---|"]
+    lines += [f"| {r['split']} | {r['emoji']} | {100 * r['generated_top1']:.1f}% | {100 * r['real_top1']:.1f}% | "
+              f"{100 * r['chance']:.2f}% |" for r in record["sets"]]
+    return lines
 
 
 def _parity_row(name: str, case: dict[str, Any]) -> str:

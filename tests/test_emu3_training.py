@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 
@@ -79,6 +80,34 @@ def test_a_draft_shares_the_targets_tokenizer_and_ships_in_the_pipeline(trained)
         train_emu3.main(["assemble", "--vq", str(root / "vq"), "--lm", str(root / "lm"),
                          "--out", str(root / "pipe-x"), "--draft-lm", str(root / "alien")])
     assert not (root / "pipe-x").exists()
+
+
+def test_unaugmented_data_pairs_each_emoji_with_every_caption_and_classes_select(trained, tmp_path):
+    """--no-augment: one code grid per training emoji, repeated once per caption variant (the variants of that
+    emoji, in order); --classes keeps only those classes' emoji and refuses a class that does not exist."""
+    from transformers import Emu3VQVAE
+
+    from arvis.data.emoji import EMOJI_CLASSES, captions_of, load_catalog
+
+    root, _, _ = trained
+    vq = Emu3VQVAE.from_pretrained(root / "vq")
+    emoji = train_emu3._emoji(None, "train", train_emu3.LM_SMOKE.resolution, 0, smoke=True)
+    by_code = {e.code: e for e in load_catalog()}
+    cfg = dataclasses.replace(train_emu3.LM_SMOKE, augment=False)
+    data = train_emu3.lm_dataset(cfg, vq, tmp_path, "train", smoke=True)
+    k = len(captions_of(by_code[str(emoji.codes[0])]))
+    assert len(data["codes"]) == k * len(emoji)
+    for i, code in enumerate(emoji.codes):
+        rows = slice(i * k, (i + 1) * k)
+        assert list(data["captions"][rows]) == list(captions_of(by_code[str(code)]))
+        assert (data["codes"][rows] == data["codes"][i * k]).all()
+    wanted = EMOJI_CLASSES[int(emoji.labels[0])]
+    subset = train_emu3.lm_dataset(dataclasses.replace(cfg, classes=(wanted,)), vq, tmp_path, "train",
+                                   smoke=True)
+    names = {c for e in emoji.codes if by_code[str(e)].class_name == wanted for c in captions_of(by_code[str(e)])}
+    assert 0 < len(subset["captions"]) < len(data["captions"]) and set(subset["captions"]) == names
+    with pytest.raises(ValueError, match="unknown emoji classes"):
+        train_emu3.lm_dataset(dataclasses.replace(cfg, classes=("dragons",)), vq, tmp_path, "train", True)
 
 
 def test_training_loss_is_the_decoders_negative_log_likelihood():

@@ -111,6 +111,19 @@ class ClipModel:
         return self.model.encode_text(tokens, normalize=True).float()
 
 
+def retrieval(img: torch.Tensor, txt: torch.Tensor, group: int) -> dict[str, float]:
+    """Top-1 caption retrieval within consecutive groups of ``group`` image/caption pairs (chance: ``1 / group``):
+    L2-normalised embeddings ``[N, D]``, pair ``i`` = image ``i`` and caption ``i``."""
+    i2t, t2i, n = 0, 0, 0
+    for s in range(0, img.shape[0] - group + 1, group):
+        sim = img[s:s + group] @ txt[s:s + group].T
+        target = torch.arange(sim.shape[0])
+        i2t += int((sim.argmax(1) == target).sum())
+        t2i += int((sim.argmax(0) == target).sum())
+        n += sim.shape[0]
+    return {"image_to_text_top1": i2t / n, "text_to_image_top1": t2i / n, "group": group, "pairs": n}
+
+
 def _model_from_cfg(**model_cfg: Any) -> torch.nn.Module:
     from open_clip.model import CLIP, CustomTextCLIP
 

@@ -49,7 +49,7 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from arvis.data.scenes import BACKGROUNDS, COLOURS, PLACES, SHAPES, SIZES, build_scenes, parse_caption
-from arvis.models.clip import SIMPLE_TOKENIZER_VOCAB, ClipModel, load_clip_model, write_clip_folder
+from arvis.models.clip import SIMPLE_TOKENIZER_VOCAB, ClipModel, load_clip_model, retrieval, write_clip_folder
 from arvis.training.common import (
     EMA,
     LogWindow,
@@ -301,18 +301,6 @@ def _image_embeddings(scorer: ClipModel, images: np.ndarray, batch: int = 100) -
 @torch.no_grad()
 def _text_embeddings(scorer: ClipModel, captions: list[str], batch: int = 100) -> torch.Tensor:
     return torch.cat([scorer.text_embeddings(captions[i:i + batch]) for i in range(0, len(captions), batch)])
-
-
-def retrieval(img: torch.Tensor, txt: torch.Tensor, group: int) -> dict[str, float]:
-    """Top-1 retrieval accuracy within consecutive groups of ``group`` pairs (chance: ``1 / group``)."""
-    i2t, t2i, n = 0, 0, 0
-    for s in range(0, img.shape[0] - group + 1, group):
-        sim = img[s:s + group] @ txt[s:s + group].T
-        target = torch.arange(sim.shape[0])
-        i2t += int((sim.argmax(1) == target).sum())
-        t2i += int((sim.argmax(0) == target).sum())
-        n += sim.shape[0]
-    return {"image_to_text_top1": i2t / n, "text_to_image_top1": t2i / n, "group": group, "pairs": n}
 
 
 def evaluate(scorer: ClipModel, images: np.ndarray, captions: list[str], group: int, seed: int = 0,

@@ -12,7 +12,10 @@ Three stages, each a repo command with atomic checkpoints and automatic resume (
    ``<bos>caption<|image start|>16*16<|image token|>`` + the image rows with end-of-line tokens +
    end-of-frame + end-of-image, cross-entropy on the image tokens over the image-token logits (what the
    prefix-constrained sampler allows), 10% caption dropout (the empty caption: the negative prompt used
-   for CFG), AdamW, cosine schedule, EMA;
+   for CFG), AdamW, cosine schedule, EMA. Data: ``--num-train`` augmented views (zoom/shift) with a random
+   caption phrasing each, or with ``--no-augment`` every training emoji once, unaugmented, under each of its
+   phrasings (a small model then learns each drawing rather than many shifted views); ``--classes`` keeps
+   some emoji classes only;
 3. ``assemble``: the two into one official-layout ``Emu3ForConditionalGeneration`` (config with the
    vocabulary map, fp16 safetensors) plus the tokenizer, as an ``Emu3Pipeline`` folder.
 
@@ -29,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
 import json
 import math
 import time
@@ -294,6 +298,10 @@ class LMTrainConfig:
     rope_theta: float = 10000.0
     caption_dropout: float = 0.1
     num_train: int = 6000  # augmented renders with random caption variants (the VQ's pool), tokenised once
+    # False: every training emoji once, unaugmented, paired with each of its caption variants (num_train unused):
+    # a small model can learn each drawing instead of spreading its capacity over shifted views.
+    augment: bool = True
+    classes: tuple[str, ...] = ()  # train and validate on these emoji classes only (empty: every class)
     resolution: int = 128
     steps: int = 1000
     batch_size: int = 16
@@ -339,12 +347,27 @@ def _encode_codes(vq, images: np.ndarray, batch: int = 32) -> np.ndarray:
 
 def lm_dataset(cfg: LMTrainConfig, vq, scratch: Path, split: str, smoke: bool) -> dict[str, np.ndarray]:
     """VQ codes ``[n, h, w]`` and captions of emoji renders, cached in ``scratch``."""
-    n = cfg.num_train if split == "train" else None
-    path = scratch / f"codes-{split}-{n}-{cfg.data_seed}-{cfg.resolution}.npz"
+    from arvis.data.emoji import EMOJI_CLASSES, captions_of, load_catalog
+
+    n = cfg.num_train if split == "train" and cfg.augment else None
+    subset = hashlib.sha256("\n".join(cfg.classes).encode()).hexdigest()[:8] if cfg.classes else "all"
+    path = scratch / f"codes-{split}-{n}-{cfg.data_seed}-{cfg.resolution}-{subset}.npz"
     if path.exists():
         return dict(np.load(path, allow_pickle=False))
     data = _emoji(n, split, cfg.resolution, cfg.data_seed if split == "train" else 0, smoke)
-    out = {"codes": _encode_codes(vq, data.images), "captions": data.captions.astype(str)}
+    keep = np.ones(len(data.images), dtype=bool)
+    if cfg.classes:
+        unknown = set(cfg.classes) - set(EMOJI_CLASSES)
+        if unknown:
+            raise ValueError(f"unknown emoji classes {sorted(unknown)}; choose from arvis.data.emoji.EMOJI_CLASSES")
+        keep = np.isin(data.labels, [EMOJI_CLASSES.index(c) for c in cfg.classes])
+    codes, captions = _encode_codes(vq, data.images[keep]), data.captions[keep].astype(str)
+    if split == "train" and not cfg.augment:  # one code grid per emoji, repeated for each caption variant
+        by_code = {e.code: e for e in load_catalog()}
+        variants = [captions_of(by_code[str(c)]) for c in data.codes[keep]]
+        codes = np.repeat(codes, [len(v) for v in variants], axis=0)
+        captions = np.array([c for v in variants for c in v], dtype=str)
+    out = {"codes": codes, "captions": captions}
     tmp = path.with_suffix(".tmp.npz")
     np.savez(tmp, **out)
     tmp.replace(path)
@@ -631,6 +654,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     lm.add_argument("--kv-heads", type=int, default=None)
     lm.add_argument("--intermediate-size", type=int, default=None)
     lm.add_argument("--lr", type=float, default=None, help="peak learning rate")
+    lm.add_argument("--no-augment", action="store_true",
+                    help="each training emoji once, unaugmented, with every caption variant (not --num-train views)")
+    lm.add_argument("--classes", nargs="+", default=None, help="emoji classes to train on (default: all)")
     lm.add_argument("--tokenizer", default=None,
                     help="reuse this tokenizer folder (a draft model: the target's export/tokenizer)")
     lm.add_argument("--threads", type=int, default=1)
@@ -657,7 +683,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                                        ("num_train", args.num_train), ("resolution", args.resolution),
                                        ("hidden_size", args.hidden_size), ("num_layers", args.layers),
                                        ("num_heads", args.heads), ("num_kv_heads", args.kv_heads),
-                                       ("intermediate_size", args.intermediate_size), ("lr", args.lr))
+                                       ("intermediate_size", args.intermediate_size), ("lr", args.lr),
+                                       ("augment", False if args.no_augment else None),
+                                       ("classes", tuple(args.classes) if args.classes else None))
                      if v is not None}
         cfg = dataclasses.replace(cfg, **overrides)
         result = train_lm(cfg, Path(args.vq), Path(args.scratch), args.threads, args.smoke,
