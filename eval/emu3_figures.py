@@ -693,9 +693,15 @@ def model_card(folder: Path) -> str | None:
         f"- VQ: {vqt['pool']:,} augmented training renders; random {vqt['patch_size']} px crops (batch "
         f"{vqt['batch_size']}), the last {100 * vqt['late_fraction']:.0f}% of steps {vqt['late_patch_size']} px crops "
         f"(batch {vqt['late_batch_size']}).",
-        f"- language model: {lmc['num_train']:,} augmented training renders with a random caption phrasing each, "
-        f"tokenised once by the VQ; {lmc['caption_dropout']:.0%} of captions dropped to the empty caption (the "
-        "negative prompt of classifier-free guidance).", "",
+        "- language model: " + (f"{lmc['num_train']:,} augmented training renders with a random caption phrasing each"
+                                if lmc.get("augment", True) else "every training emoji once, unaugmented, under each of "
+                                "its five caption phrasings")
+        + (f" (classes: {', '.join(lmc['classes'])})" if lmc.get("classes") else "")
+        + f", tokenised once by the VQ; {lmc['caption_dropout']:.0%} of captions dropped to the empty caption (the "
+        "negative prompt of classifier-free guidance)"
+        + (f"; {lmc['input_noise']:.0%} of the image tokens the model reads replaced by random codes (the targets "
+           "stay clean), so that it must read the caption and sees slips like its own sampling's"
+           if lmc.get("input_noise") else "") + ".", "",
         "## Training", "", "```", vq["command"], lm["command"],
         *([draft["command"]] if draft else []),
         "python -m arvis.training.train_emu3 assemble --vq <vq export> --lm <lm export> "

@@ -130,3 +130,21 @@ def test_training_loss_is_the_decoders_negative_log_likelihood():
     p = torch.cat([p0[:, None], engine.evaluate(targets[:, :-1], torch.arange(N - 1).expand(2, -1))], dim=1)
     nll = -p.gather(-1, targets[..., None])[..., 0].log()[:, builder.free]
     assert abs(float(nll.mean()) - loss) < 1e-4
+
+
+def test_input_noise_changes_what_the_model_reads_not_what_it_must_predict():
+    model, tok = tiny_emu3(num_codes=16)
+    builder = SequenceBuilder(tok, 2, 3)
+    codes = torch.randint(0, 16, (2, 2, 3), generator=torch.Generator().manual_seed(0))
+    noisy = (codes + 1) % 16
+    captions = ["red apple", "rocket"]
+    clean, mixed = builder.batch(codes, captions), builder.batch(codes, captions, noisy)
+    assert torch.equal(clean["targets"], mixed["targets"]) and torch.equal(clean["valid"], mixed["valid"])
+    C = int(clean["prompt_length"])
+    assert torch.equal(mixed["ids"][:, C:], builder.model_ids[builder.layout_tokens(noisy)[:, :-1]])
+    assert not torch.equal(clean["ids"], mixed["ids"])
+    with torch.no_grad():
+        assert float(lm_loss(model.model.text_model, model.lm_head, builder.vocab, builder, clean)) != pytest.approx(
+            float(lm_loss(model.model.text_model, model.lm_head, builder.vocab, builder, mixed)))
+    with pytest.raises(ValueError, match="input_noise"):
+        train_emu3.LMTrainConfig(input_noise=1.0)

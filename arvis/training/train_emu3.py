@@ -302,6 +302,10 @@ class LMTrainConfig:
     # a small model can learn each drawing instead of spreading its capacity over shifted views.
     augment: bool = True
     classes: tuple[str, ...] = ()  # train and validate on these emoji classes only (empty: every class)
+    # Fraction of the *input* image tokens replaced by random codes (the targets stay clean): the model cannot
+    # identify the emoji from an exact prefix alone, so it must read the caption, and it sees slips like the
+    # ones its own sampling makes.
+    input_noise: float = 0.0
     resolution: int = 128
     steps: int = 1000
     batch_size: int = 16
@@ -325,6 +329,8 @@ class LMTrainConfig:
             raise ValueError("hidden_size must divide by num_heads, and num_heads by num_kv_heads")
         if not 0.0 <= self.caption_dropout < 1.0:
             raise ValueError(f"caption_dropout must be in [0, 1), got {self.caption_dropout}")
+        if not 0.0 <= self.input_noise < 1.0:
+            raise ValueError(f"input_noise must be in [0, 1), got {self.input_noise}")
 
 
 LM_SMOKE = LMTrainConfig(hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=64,
@@ -398,13 +404,16 @@ class SequenceBuilder:
         seq[:, self.free] = codes.reshape(codes.shape[0], -1).long()
         return seq
 
-    def batch(self, codes: torch.Tensor, captions: list[str]) -> dict[str, torch.Tensor]:
-        """Model ids ``[B, C + N − 1]`` (left-padded prompts), their validity, and the image targets."""
+    def batch(self, codes: torch.Tensor, captions: list[str], input_codes: torch.Tensor | None = None
+              ) -> dict[str, torch.Tensor]:
+        """Model ids ``[B, C + N − 1]`` (left-padded prompts), their validity, and the image targets.
+        ``input_codes``: the grids fed to the model when they differ from the targets (input noise)."""
         from arvis.tokenizers.emu3_text import prompt_batch
 
         prompt, prompt_mask = prompt_batch(self.tok, list(captions), self.height, self.width)
         seq = self.layout_tokens(codes)  # [B, N]
-        image = self.model_ids[seq[:, :-1]]
+        inputs = seq if input_codes is None else self.layout_tokens(input_codes)
+        image = self.model_ids[inputs[:, :-1]]
         ids = torch.cat([prompt, image], dim=1)
         valid = torch.cat([prompt_mask, torch.ones_like(image, dtype=torch.bool)], dim=1)
         return {"ids": ids, "valid": valid, "targets": seq, "prompt_length": torch.tensor(prompt.shape[1])}
@@ -506,7 +515,13 @@ def train_lm(cfg: LMTrainConfig, vq_path: Path, scratch: Path, threads: int, smo
         index = rng.integers(0, len(train_data["codes"]), cfg.batch_size)
         drop = rng.random(cfg.batch_size) < cfg.caption_dropout
         captions = ["" if d else str(c) for c, d in zip(train_data["captions"][index], drop, strict=True)]
-        batch = builder.batch(torch.from_numpy(train_data["codes"][index].astype(np.int64)), captions)
+        codes = torch.from_numpy(train_data["codes"][index].astype(np.int64))
+        noisy = None
+        if cfg.input_noise > 0:
+            swap = rng.random(codes.shape) < cfg.input_noise
+            noisy = torch.where(torch.from_numpy(swap), torch.from_numpy(rng.integers(0, vocab.num_codes, codes.shape)),
+                                codes)
+        batch = builder.batch(codes, captions, noisy)
         loss = lm_loss(text_model, head, vocab, builder, batch)
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -656,6 +671,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     lm.add_argument("--lr", type=float, default=None, help="peak learning rate")
     lm.add_argument("--no-augment", action="store_true",
                     help="each training emoji once, unaugmented, with every caption variant (not --num-train views)")
+    lm.add_argument("--input-noise", type=float, default=None,
+                    help="fraction of input image tokens replaced by random codes (targets clean; default 0)")
     lm.add_argument("--classes", nargs="+", default=None, help="emoji classes to train on (default: all)")
     lm.add_argument("--tokenizer", default=None,
                     help="reuse this tokenizer folder (a draft model: the target's export/tokenizer)")
@@ -685,6 +702,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                                        ("num_heads", args.heads), ("num_kv_heads", args.kv_heads),
                                        ("intermediate_size", args.intermediate_size), ("lr", args.lr),
                                        ("augment", False if args.no_augment else None),
+                                       ("input_noise", args.input_noise),
                                        ("classes", tuple(args.classes) if args.classes else None))
                      if v is not None}
         cfg = dataclasses.replace(cfg, **overrides)
