@@ -15,7 +15,8 @@ Three stages, each a repo command with atomic checkpoints and automatic resume (
    for CFG), AdamW, cosine schedule, EMA. Data: ``--num-train`` augmented views (zoom/shift) with a random
    caption phrasing each, or with ``--no-augment`` every training emoji once, unaugmented, under each of its
    phrasings (a small model then learns each drawing rather than many shifted views); ``--classes`` keeps
-   some emoji classes only;
+   some emoji classes only; ``--input-noise`` replaces a fraction of the image tokens the model reads by
+   random codes (targets clean);
 3. ``assemble``: the two into one official-layout ``Emu3ForConditionalGeneration`` (config with the
    vocabulary map, fp16 safetensors) plus the tokenizer, as an ``Emu3Pipeline`` folder.
 
