@@ -130,6 +130,9 @@ def test_training_loss_is_the_decoders_negative_log_likelihood():
     p = torch.cat([p0[:, None], engine.evaluate(targets[:, :-1], torch.arange(N - 1).expand(2, -1))], dim=1)
     nll = -p.gather(-1, targets[..., None])[..., 0].log()[:, builder.free]
     assert abs(float(nll.mean()) - loss) < 1e-4
+    with torch.no_grad():  # per token, in raster order (what eval/emu3_caption_binding.py reads)
+        per_token = lm_loss(model.model.text_model, model.lm_head, builder.vocab, builder, batch, per_token=True)
+    assert per_token.shape == (2, 6) and torch.allclose(per_token, nll, atol=1e-4)
 
 
 def test_input_noise_changes_what_the_model_reads_not_what_it_must_predict():

@@ -346,7 +346,8 @@ def caption_corpus() -> list[str]:
     return [c for e in emoji_split(load_catalog(), "train") for c in captions_of(e)]
 
 
-def _encode_codes(vq, images: np.ndarray, batch: int = 32) -> np.ndarray:
+def encode_codes(vq, images: np.ndarray, batch: int = 32) -> np.ndarray:
+    """``uint8 [N, R, R, 3]`` images → ``int16 [N, h, w]`` codes of an ``Emu3VQVAE``."""
     tokenizer = Emu3ImageTokenizer(vq.float().eval())
     out = [tokenizer.encode(_to_tensor(images[i:i + batch])).to(torch.int16).numpy() for i in range(0, len(images), batch)]
     return np.concatenate(out)
@@ -368,7 +369,7 @@ def lm_dataset(cfg: LMTrainConfig, vq, scratch: Path, split: str, smoke: bool) -
         if unknown:
             raise ValueError(f"unknown emoji classes {sorted(unknown)}; choose from arvis.data.emoji.EMOJI_CLASSES")
         keep = np.isin(data.labels, [EMOJI_CLASSES.index(c) for c in cfg.classes])
-    codes, captions = _encode_codes(vq, data.images[keep]), data.captions[keep].astype(str)
+    codes, captions = encode_codes(vq, data.images[keep]), data.captions[keep].astype(str)
     if split == "train" and not cfg.augment:  # one code grid per emoji, repeated for each caption variant
         by_code = {e.code: e for e in load_catalog()}
         variants = [captions_of(by_code[str(c)]) for c in data.codes[keep]]
@@ -420,9 +421,10 @@ class SequenceBuilder:
         return {"ids": ids, "valid": valid, "targets": seq, "prompt_length": torch.tensor(prompt.shape[1])}
 
 
-def lm_loss(text_model, head: torch.nn.Linear, vocab, builder: SequenceBuilder, batch: dict[str, torch.Tensor]
-            ) -> torch.Tensor:
-    """Cross-entropy of the image tokens over the image-token logits (the sampler's allowed set)."""
+def lm_loss(text_model, head: torch.nn.Linear, vocab, builder: SequenceBuilder, batch: dict[str, torch.Tensor],
+            per_token: bool = False) -> torch.Tensor:
+    """Cross-entropy of the image tokens over the image-token logits (the sampler's allowed set): the mean, or
+    with ``per_token`` the ``[B, h * w]`` negative log-likelihoods in raster order."""
     ids, valid = batch["ids"], batch["valid"]
     L = ids.shape[1]
     positions = (valid.long().cumsum(1) - 1).clamp_min(0)
@@ -436,6 +438,8 @@ def lm_loss(text_model, head: torch.nn.Linear, vocab, builder: SequenceBuilder, 
     lo = vocab.visual_ids[0]
     logits = F.linear(h, head.weight[lo:lo + vocab.num_codes])
     targets = batch["targets"][:, builder.free]
+    if per_token:
+        return F.cross_entropy(logits.float().transpose(1, 2), targets, reduction="none")
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1))
 
 
