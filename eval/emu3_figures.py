@@ -609,6 +609,21 @@ def report() -> str:
     recognition = read_record("recognition")
     if recognition:
         lines += ["## Can a sample be named from its picture?", ""] + recognition_table(recognition) + [""]
+    binding = read_record("caption_binding")  # written by eval/emu3_caption_binding.py
+    if binding:
+        lines += ["## How much the model reads its caption", "",
+                  "`python eval/emu3_caption_binding.py --model emu3 --json docs/figures/emu3/caption_binding.json`: "
+                  "teacher-forced on every emoji of a split (unaugmented), the negative log-likelihood of the image "
+                  "tokens under the emoji's own name and under another emoji's name. The gain is what the name tells "
+                  "the model, per token; \"first drawing tokens\" are each image's first "
+                  f"{next(iter(binding['splits'].values()))['first_drawing_tokens']} tokens that are not background, "
+                  "where a sample has to commit to an emoji.", "",
+                  "| emoji | images | NLL, own name | NLL, another name | gain (all tokens) | gain (first drawing "
+                  "tokens) | own name more likely |", "|---|---|---|---|---|---|---|"]
+        for split, r in binding["splits"].items():
+            lines.append(f"| {split} | {r['images']} | {r['nll_true']:.3f} | {r['nll_shuffled']:.3f} | "
+                         f"{r['gain']:.3f} | {r['gain_first']:.3f} | {100 * r['own_name_more_likely']:.0f}% |")
+        lines.append("")
     tokens = read_record("tokens")
     if tokens:
         lines += ["## Next-token statistics: how predictable the model is", "",

@@ -72,3 +72,13 @@ def test_recognition_table_reads_its_record_and_the_sets_are_fixed(figures):
     sets = figures.recognition_sets()
     assert len(sets["training"]) == figures.RECOGNITION_TRAIN and len(sets["held-out"]) == 216
     assert not {e.code for e in sets["training"]} & {e.code for e in sets["held-out"]}
+
+
+def test_report_shows_the_caption_binding_record(figures, tmp_path, monkeypatch):
+    monkeypatch.setattr(figures, "RECORDS", tmp_path)
+    split = {"images": 1698, "first_drawing_tokens": 16, "nll_true": 2.1, "nll_shuffled": 2.2, "gain": 0.1,
+             "gain_first": 0.25, "own_name_more_likely": 0.935}
+    (tmp_path / "caption_binding.json").write_text(json.dumps({"model": "emu3", "splits": {"train": split}}))
+    report = figures.report()
+    assert "first 16 tokens that are not background" in report
+    assert "| train | 1698 | 2.100 | 2.200 | 0.100 | 0.250 | 94% |" in report
