@@ -290,6 +290,22 @@ def zipar_schedule_counts(height: int = 90, width: int = 90, windows: tuple[int,
 
 
 # ============================================================================================== quality
+def sample_images(pipe, prompts: list[str], seed: int, batch_size: int, **call: Any):
+    """``uint8 [N, H, W, 3]`` samples of ``prompts``, ``batch_size`` per call; image ``i`` draws from
+    ``image_generator(seed, i)`` whatever the batching."""
+    import numpy as np
+
+    from arvis.eval.jobs import image_generator
+
+    images = []
+    for start in range(0, len(prompts), batch_size):
+        batch = prompts[start:start + batch_size]
+        out = pipe(batch, generator=[image_generator(seed, start + i) for i in range(len(batch))], output_type="np",
+                   **call)
+        images.append((out.images * 255).round().astype(np.uint8))
+    return np.concatenate(images)
+
+
 def _clip_scorer():
     from arvis.eval.clip_score import load_clip
 
@@ -303,11 +319,9 @@ def _clip_scorer():
 def stage_quality(args: argparse.Namespace) -> None:
     """Samples for held-out emoji captions per method: CLIP score (matched vs shuffled captions) with the emoji
     CLIP when installed, and FID against held-out emoji with the emoji domain network (floor at the same N)."""
-    import numpy as np
 
     from arvis.eval.bench import parse_method_specs
     from arvis.eval.fid import compute_fid
-    from arvis.eval.jobs import image_generator
 
     scorer, clip_name = _clip_scorer()
     has_fid = (ROOT / "arvis" / "weights" / "domain-emoji").is_dir()
@@ -323,13 +337,9 @@ def stage_quality(args: argparse.Namespace) -> None:
     runs = [(spec, args.seed, spec.label) for spec in parse_method_specs(QUALITY_METHODS)]
     runs.append((parse_method_specs(["ar"])[0], args.seed + SECOND_SEED_OFFSET, SECOND_SEED_LABEL))
     for spec, seed, label in runs:
-        images, t0 = [], time.time()
-        for start in range(0, len(prompts), args.quality_batch):
-            batch = prompts[start:start + args.quality_batch]
-            gens = [image_generator(seed, start + i) for i in range(len(batch))]
-            out = pipe(batch, generator=gens, method=spec.name, output_type="np", **defaults, **spec.options_dict)
-            images.append((out.images * 255).round().astype(np.uint8))
-        images = np.concatenate(images)
+        t0 = time.time()
+        images = sample_images(pipe, prompts, seed, args.quality_batch, method=spec.name, **defaults,
+                               **spec.options_dict)
         row: dict[str, Any] = {"spec": label, "seed": seed, "seconds": time.time() - t0}
         if scorer is not None:
             matched = scorer.score(images, prompts)
@@ -434,7 +444,6 @@ def stage_recognition(args: argparse.Namespace) -> None:
     import numpy as np
 
     from arvis.data.emoji import openmoji_svg_dir, render_emoji
-    from arvis.eval.jobs import image_generator
     from arvis.models.clip import retrieval
 
     scorer, clip_name = _clip_scorer()
@@ -445,24 +454,16 @@ def stage_recognition(args: argparse.Namespace) -> None:
     defaults = sampling_defaults(pipe)
     svg = openmoji_svg_dir()
 
-    def embed(images: np.ndarray) -> torch.Tensor:
-        return torch.cat([scorer.image_embeddings(images[i:i + 64]) for i in range(0, len(images), 64)])
-
     rows = []
     for split, emoji in recognition_sets().items():
         names = [e.name for e in emoji]
-        generated, t0 = [], time.time()
-        for start in range(0, len(names), args.quality_batch):
-            batch = names[start:start + args.quality_batch]
-            gens = [image_generator(args.seed, start + i) for i in range(len(batch))]
-            out = pipe(batch, generator=gens, output_type="np", **defaults)
-            generated.append((out.images * 255).round().astype(np.uint8))
-        fake = np.concatenate(generated)
+        t0 = time.time()
+        fake = sample_images(pipe, names, args.seed, args.quality_batch, **defaults)
         real = np.stack([render_emoji(svg / f"{e.code}.svg", fake.shape[1]) for e in emoji])
-        text = torch.cat([scorer.text_embeddings(names[i:i + 100]) for i in range(0, len(names), 100)])
+        text = scorer.text_embeddings(names)
         row = {"split": split, "emoji": len(names), "chance": 1 / len(names),
-               "generated_top1": retrieval(embed(fake), text, len(names))["image_to_text_top1"],
-               "real_top1": retrieval(embed(real), text, len(names))["image_to_text_top1"],
+               "generated_top1": retrieval(scorer.image_embeddings(fake), text, len(names))["image_to_text_top1"],
+               "real_top1": retrieval(scorer.image_embeddings(real), text, len(names))["image_to_text_top1"],
                "seconds": time.time() - t0}
         rows.append(row)
         print(row)

@@ -98,17 +98,22 @@ class ClipModel:
         self.device = torch.device(device)
 
     @torch.no_grad()
-    def image_embeddings(self, images: Sequence[Image.Image] | np.ndarray) -> torch.Tensor:
-        """L2-normalised ``[B, D]`` embeddings of PIL images or ``uint8 [B, H, W, 3]``."""
-        pils = [Image.fromarray(im) if isinstance(im, np.ndarray) else im.convert("RGB") for im in images]
-        batch = torch.stack([self.preprocess(im) for im in pils]).to(self.device)
-        return self.model.encode_image(batch, normalize=True).float()
+    def image_embeddings(self, images: Sequence[Image.Image] | np.ndarray, batch_size: int = 100) -> torch.Tensor:
+        """L2-normalised ``[B, D]`` embeddings of PIL images or ``uint8 [B, H, W, 3]``, ``batch_size`` at a time."""
+        out = []
+        for start in range(0, len(images), batch_size):
+            pils = [Image.fromarray(im) if isinstance(im, np.ndarray) else im.convert("RGB")
+                    for im in images[start:start + batch_size]]
+            batch = torch.stack([self.preprocess(im) for im in pils]).to(self.device)
+            out.append(self.model.encode_image(batch, normalize=True).float())
+        return torch.cat(out)
 
     @torch.no_grad()
-    def text_embeddings(self, texts: Sequence[str]) -> torch.Tensor:
-        """L2-normalised ``[B, D]`` embeddings of ``texts``."""
-        tokens = self.tokenizer(list(texts)).to(self.device)
-        return self.model.encode_text(tokens, normalize=True).float()
+    def text_embeddings(self, texts: Sequence[str], batch_size: int = 100) -> torch.Tensor:
+        """L2-normalised ``[B, D]`` embeddings of ``texts``, ``batch_size`` at a time."""
+        texts = list(texts)
+        return torch.cat([self.model.encode_text(self.tokenizer(texts[i:i + batch_size]).to(self.device),
+                                                 normalize=True).float() for i in range(0, len(texts), batch_size)])
 
 
 def retrieval(img: torch.Tensor, txt: torch.Tensor, group: int) -> dict[str, float]:

@@ -293,16 +293,6 @@ def clip_loss(model: torch.nn.Module, images: torch.Tensor, tokens: torch.Tensor
 
 
 # ---------------------------------------------------------------------------------------------- evaluation
-@torch.no_grad()
-def _image_embeddings(scorer: ClipModel, images: np.ndarray, batch: int = 100) -> torch.Tensor:
-    return torch.cat([scorer.image_embeddings(images[i:i + batch]) for i in range(0, len(images), batch)])
-
-
-@torch.no_grad()
-def _text_embeddings(scorer: ClipModel, captions: list[str], batch: int = 100) -> torch.Tensor:
-    return torch.cat([scorer.text_embeddings(captions[i:i + batch]) for i in range(0, len(captions), batch)])
-
-
 def evaluate(scorer: ClipModel, images: np.ndarray, captions: list[str], group: int, seed: int = 0,
              attributes: bool = True) -> dict[str, Any]:
     """Retrieval, matched-vs-shuffled CLIP score and attribute sensitivity of ``scorer`` on scenes.
@@ -313,7 +303,7 @@ def evaluate(scorer: ClipModel, images: np.ndarray, captions: list[str], group: 
     where the right caption scores higher).
     """
     rng = np.random.default_rng([seed, 99])
-    img, txt = _image_embeddings(scorer, images), _text_embeddings(scorer, captions)
+    img, txt = scorer.image_embeddings(images), scorer.text_embeddings(captions)
     matched = 100 * (img * txt).sum(-1)
     n = len(captions)
     perm = (np.arange(n) + rng.integers(1, n, size=1)[0]) % n if n > 1 else np.arange(n)  # a derangement
@@ -333,7 +323,7 @@ def evaluate(scorer: ClipModel, images: np.ndarray, captions: list[str], group: 
             pairs = [(i, swap_attribute(c, kind, rng)) for i, c in enumerate(captions)]
             pairs = [(i, c) for i, c in pairs if c is not None]
             index = torch.tensor([i for i, _ in pairs])
-            wrong_txt = _text_embeddings(scorer, [c for _, c in pairs])
+            wrong_txt = scorer.text_embeddings([c for _, c in pairs])
             wrong = 100 * (img[index] * wrong_txt).sum(-1)
             right = matched[index]
             out["attributes"][kind] = {"scenes": len(pairs), "right": float(right.mean()), "wrong": float(wrong.mean()),
