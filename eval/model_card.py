@@ -15,8 +15,10 @@ samples, beside its accuracy on held-out real crops) or CLIP score against the s
 baseline; the latency of one 16x16 image with CFG by plain AR (fp32, median of 5); the next-token
 statistics (class-conditional: :mod:`arvis.eval.token_stats`); and a sample grid PNG.
 
-The data set of the model (its folder's ``evaluation.json``: photos or emoji) picks the held-out images, the
-domain network (FID and class consistency) and, for emoji, a grid captioned with the class names.
+The data set of the model (its folder's ``evaluation.json``: photos, emoji or emoji-names) picks the held-out
+images, the domain network (FID and class consistency; for emoji-names, whose classes are single emoji, class
+consistency is the emoji CLIP naming each sample among the class names) and, for emoji, a grid captioned with
+the class names.
 """
 
 from __future__ import annotations
@@ -60,6 +62,27 @@ def class_consistency(folder: Path, network: str = "domain") -> dict[str, float]
             pred = net(x).argmax(-1)
             correct += (pred == torch.tensor([r["label"] for r in chunk])).tolist()
     return {"class_consistency": sum(correct) / len(correct), "images": len(correct)}
+
+
+def naming_accuracy(folder: Path, names: list[str], clip: str = "clip-emoji") -> dict[str, float]:
+    """Class consistency of a one-class-per-emoji model: how often the emoji CLIP picks a sample's own class name
+    among all the class names, beside the same on the real unaugmented renders of those emoji (the ceiling)."""
+    from arvis.data.emoji import load_catalog, named_emoji, openmoji_svg_dir, render_emoji
+    from arvis.eval.clip_score import load_clip
+
+    scorer = load_clip(clip)
+    text = scorer.text_embeddings(names)
+    records = sorted(json.loads((folder / "manifest.json").read_text())["images"], key=lambda r: r["file"])
+    images = np.stack([np.asarray(Image.open(folder / r["file"]).convert("RGB")) for r in records])
+    labels = torch.tensor([r["label"] for r in records])
+    emoji = list(named_emoji(load_catalog()))
+    if [e.name for e in emoji] != names:
+        raise ValueError("the model's class names are not the named emoji set of arvis.data.emoji")
+    real = np.stack([render_emoji(openmoji_svg_dir() / f"{e.code}.svg", images.shape[1]) for e in emoji])
+    named = (scorer.image_embeddings(images) @ text.T).argmax(1) == labels
+    real_named = (scorer.image_embeddings(real) @ text.T).argmax(1) == torch.arange(len(names))
+    return {"class_consistency": float(named.float().mean()), "images": len(records), "class_consistency_by": clip,
+            "clip_real_renders_named": float(real_named.float().mean()), "chance": 1 / len(names)}
 
 
 def sample_grid(folder: Path, path: Path, count: int, columns: int, captions: list[str] | None = None) -> Path:
@@ -156,11 +179,14 @@ def main(argv: list[str] | None = None) -> int:
             fid = compute_fid(args.samples_dir, floor=True, progress=False, data=data)
             result.update(fid=fid.fid, real_vs_real_floor=fid.floor, fid_num=args.num,
                           extractor=fid.generated.extractor)
-        result.update(class_consistency(args.samples_dir, DATA_EXTRACTORS[data]))
-        from arvis.eval.domain import resolve_domain_path
+        if data == "emoji-names":  # classes are single emoji: the emoji CLIP names them
+            result.update(naming_accuracy(args.samples_dir, list(pipe.transformer.config.class_names)))
+        else:
+            from arvis.eval.domain import resolve_domain_path
 
-        metrics = json.loads((resolve_domain_path(DATA_EXTRACTORS[data]) / "metrics.json").read_text())
-        result["classifier_heldout_real_accuracy"] = metrics["heldout_accuracy"]
+            result.update(class_consistency(args.samples_dir, DATA_EXTRACTORS[data]))
+            metrics = json.loads((resolve_domain_path(DATA_EXTRACTORS[data]) / "metrics.json").read_text())
+            result["classifier_heldout_real_accuracy"] = metrics["heldout_accuracy"]
         from arvis.engine.sampling import SamplingConfig
         from arvis.eval.token_stats import class_requests, token_statistics
 
@@ -184,11 +210,12 @@ def main(argv: list[str] | None = None) -> int:
         real = [Image.fromarray(x) for x in build_scenes_images(len(texts))]
         result["clip_score_real_heldout_scenes"] = scorer.score(real, texts).score
     result.update(one_image_latency(pipe, defaults))
-    if args.grid and data == "emoji":  # 2 samples of each of the 52 classes, captioned with the class name
+    if args.grid and data != "photos":  # emoji: every class (twice for the 52 groups), captioned with its name
         names = list(pipe.transformer.config.class_names)
         records = json.loads((args.samples_dir / "manifest.json").read_text())["images"]
         captions = [names[r["label"]] for r in sorted(records, key=lambda r: r["file"])]
-        result["grid"] = str(sample_grid(args.samples_dir, args.grid, 2 * len(names), 13, captions))
+        per_class, columns = (2, 13) if data == "emoji" else (1, 12)
+        result["grid"] = str(sample_grid(args.samples_dir, args.grid, per_class * len(names), columns, captions))
     elif args.grid:
         result["grid"] = str(sample_grid(args.samples_dir, args.grid, 44 if class_conditional else 32, 11
                                          if class_conditional else 8))

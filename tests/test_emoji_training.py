@@ -44,6 +44,28 @@ def test_sources_stream_and_fixed_sets_keep_splits_apart():
     assert "CC BY-SA 4.0" in sources.data_recipe("emoji", 128)
 
 
+def test_named_set_is_one_class_per_training_emoji():
+    from arvis.data.emoji import NAMED_EMOJI_SUBGROUPS, emoji_split, load_catalog, named_emoji
+
+    catalog = load_catalog()
+    named = named_emoji(catalog)
+    train = {e.code for e in emoji_split(catalog, "train")}
+    assert len(named) > 100 and all(e.code in train and "-" not in e.code for e in named)
+    assert {e.subgroup for e in named} == set(NAMED_EMOJI_SUBGROUPS)
+    names = sources.class_names("emoji-names")
+    assert names == tuple(e.name for e in named) and len(set(names)) == len(names)
+    images, labels, captions = sources.labelled_images("emoji-names", 8, "train", 32, 0)
+    assert images.shape == (8, 32, 32, 3) and labels.max() < len(names)
+    assert all(names[k] in c for k, c in zip(labels, captions, strict=True))  # the label is the emoji itself
+    every = sources.labelled_images("emoji-names", None, "train", 32, 0)
+    assert list(every[1]) == list(range(len(names))) and list(every[2]) == list(names)
+    held = sources.heldout_images_fn("emoji-names")(8, 32, 0)  # other views of the same emoji
+    assert held.shape == images.shape and not np.array_equal(held, images)
+    with pytest.raises(ValueError, match="no training stream"):
+        sources.stream_batch("emoji-names", np.random.default_rng(0), 2, 32)
+    assert "one class per emoji" in sources.data_recipe("emoji-names", 128)
+
+
 def test_model_data_reads_the_folder_and_defaults_to_photos(tmp_path):
     assert sources.model_data(None) == "photos" and sources.model_data(tmp_path) == "photos"
     (tmp_path / sources.MODEL_DATA_FILE).write_text(json.dumps({"data": "emoji"}))

@@ -67,6 +67,7 @@ __all__ = [
     "EMOJI_CLASSES",
     "EMOJI_CLASS_SUBGROUPS",
     "HELDOUT_EVERY",
+    "NAMED_EMOJI_SUBGROUPS",
     "OPENMOJI_CREDIT",
     "SPLITS",
     "Emoji",
@@ -78,6 +79,7 @@ __all__ = [
     "emoji_test_file",
     "heldout_images",
     "load_catalog",
+    "named_emoji",
     "openmoji_svg_dir",
     "readable_name",
     "render_emoji",
@@ -319,6 +321,20 @@ def emoji_split(catalog: Sequence[Emoji], split: str) -> tuple[Emoji, ...]:
     return tuple(e for e in catalog if keep(e))
 
 
+#: The subgroups of the one-class-per-emoji set (:func:`named_emoji`): concrete things a reader names at a glance.
+NAMED_EMOJI_SUBGROUPS: tuple[str, ...] = ("food-fruit", "food-vegetable", "animal-mammal", "animal-bird",
+                                          "animal-marine")
+
+
+def named_emoji(catalog: Sequence[Emoji]) -> tuple[Emoji, ...]:
+    """The one-class-per-emoji set: the *training-split* emoji of :data:`NAMED_EMOJI_SUBGROUPS` that are a single
+    code point (no ZWJ sequences, which are look-alike variants), in catalog order. Label ``i`` of a model trained
+    on it is the ``i``-th of these emoji; its held-out data are fresh views of the same emoji (a class is a
+    picture, so it must be seen to be drawn)."""
+    wanted = set(NAMED_EMOJI_SUBGROUPS)
+    return tuple(e for e in emoji_split(catalog, "train") if e.subgroup in wanted and "-" not in e.code)
+
+
 def _article(text: str) -> str:
     if text[:1].isdigit() or text.startswith(("flag of", "keycap")):
         return f"the {text}" if text.startswith("flag of") else f"a {text}"
@@ -450,7 +466,7 @@ def build_emoji(n: int | None = None, split: str = "train", resolution: int = 12
                 augment: bool = True, caption_variants: bool = True, cache: bool = False,
                 cache_dir: str | os.PathLike | None = None, progress: bool | None = None,
                 svg_dir: str | os.PathLike | None = None, emoji_test: str | os.PathLike | None = None,
-                skin_tones: bool = False) -> EmojiSet:
+                skin_tones: bool = False, named: bool = False) -> EmojiSet:
     """Build rendered emoji of ``split``.
 
     Args:
@@ -465,6 +481,9 @@ def build_emoji(n: int | None = None, split: str = "train", resolution: int = 12
             ``~/.cache/arvis/data``), written atomically.
         progress: tqdm bar (default: on for more than 2000 images).
         svg_dir, emoji_test, skin_tones: the catalog (:func:`load_catalog`).
+        named: the one-class-per-emoji set (:func:`named_emoji`) instead of ``split``'s emoji: labels are
+            positions in that set, and ``split`` only picks the random stream of the views (held-out = views
+            never drawn for training, of the same emoji).
 
     Returns:
         An :class:`EmojiSet`.
@@ -474,7 +493,7 @@ def build_emoji(n: int | None = None, split: str = "train", resolution: int = 12
     if n is not None:
         _check_count("n", n)
     catalog = load_catalog(svg_dir, emoji_test, skin_tones)
-    emoji = emoji_split(catalog, split)
+    emoji = named_emoji(catalog) if named else emoji_split(catalog, split)
     if not emoji:
         raise ValueError(f"split {split!r} has no emoji (catalog of {len(catalog)})")
     path = None
@@ -483,6 +502,8 @@ def build_emoji(n: int | None = None, split: str = "train", resolution: int = 12
         params = dict(n=None if n is None else int(n), split=split, resolution=int(resolution), seed=int(seed),
                       augment=bool(augment), caption_variants=bool(caption_variants), catalog=fingerprint,
                       openmoji=_openmoji_version(), renderer=_renderer_version())
+        if named:  # only then, so the caches of the class sets keep their names
+            params["named"] = True
         path = cache_path("emoji", params, cache_dir)
         if path.exists():
             data = load_npz(path)
@@ -496,7 +517,8 @@ def build_emoji(n: int | None = None, split: str = "train", resolution: int = 12
     images = render_emoji_specs(specs, emoji, resolution, svg_dir, progress)
     chosen = [emoji[int(i)] for i in specs.index]
     out = EmojiSet(images=images,
-                   labels=np.array([e.label for e in chosen], dtype=np.int64),
+                   labels=(specs.index.astype(np.int64) if named
+                           else np.array([e.label for e in chosen], dtype=np.int64)),
                    codes=np.array([e.code for e in chosen], dtype=str),
                    captions=np.array([captions_of(e)[int(v)] for e, v in zip(chosen, specs.variant, strict=True)],
                                      dtype=str))

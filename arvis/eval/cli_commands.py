@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from arvis import cli_args as a
 from arvis.cli_args import command
+from arvis.data.sources import DATA_CHOICES
 
 if TYPE_CHECKING:
     import argparse
@@ -130,7 +131,7 @@ def _fid_arguments(p: argparse.ArgumentParser) -> None:
                    help="'domain' / 'domain-emoji' (shipped domain networks), a domain-network folder, or "
                         "'inception:PATH' (clean-fid's clean-mode Inception TorchScript file); default: the "
                         "domain network of --data")
-    p.add_argument("--data", choices=["photos", "emoji"], default=None,
+    p.add_argument("--data", choices=DATA_CHOICES, default=None,
                    help="what the images are: picks the held-out reference and the default extractor (default: "
                         "the --model folder's evaluation.json, else photos)")
     p.add_argument("--feature-batch-size", type=int, default=64, help="images per feature-extractor call (default 64)")

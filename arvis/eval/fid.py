@@ -153,7 +153,7 @@ def load_extractor(spec: str | os.PathLike | None = None, device: str | torch.de
 
 
 #: Each data set's FID setting: the shipped domain network of its classes (an alias of ``load_extractor``).
-DATA_EXTRACTORS = {"photos": "domain", "emoji": "domain-emoji"}
+DATA_EXTRACTORS = {"photos": "domain", "emoji": "domain-emoji", "emoji-names": "domain-emoji"}
 
 
 def reference_images_fn(data: str = "photos") -> Callable[[int, int, int], np.ndarray]:
