@@ -152,7 +152,13 @@ def data_recipe(data: str, resolution: int) -> str:
         return (f"`arvis.data.crops`: the {len(PHOTO_CLASSES)} offline photos of `arvis.data.photos.PHOTO_CLASSES` "
                 f"(scikit-image and scikit-learn sample images); train-region crops only, the held-out strips are "
                 f"kept for evaluation.")
-    from arvis.data.emoji import EMOJI_CLASSES, NAMED_EMOJI_SUBGROUPS, OPENMOJI_CREDIT, emoji_split, load_catalog
+    from arvis.data.emoji import (
+        EMOJI_CLASSES,
+        NAMED_EMOJI_SUBGROUPS,
+        OPENMOJI_CREDIT,
+        emoji_split,
+        load_catalog,
+    )
 
     catalog = load_catalog()
     credit = (f"**Credit: {OPENMOJI_CREDIT}.** Images rendered from OpenMoji, and these weights as far as they are "
