@@ -1,9 +1,12 @@
 #!/usr/bin/env python
-"""The model card (README.md) of the shipped emoji class-conditional pipeline, built from its records.
+"""The model card (README.md) of a shipped emoji class-conditional pipeline, built from its records.
 
     python eval/emoji_card.py --model arvis/weights/llamagen-c2i-emoji \
         --training <scratch>/export-c2i/training_metrics.json --draft-training <scratch>/export-draft/training_metrics.json \
         --record docs/figures/emoji/model_card_emoji.json [--photo-record docs/figures/model_card_c2i.json]
+
+The model folder's data set (``evaluation.json``) picks the text: ``emoji`` (52 classes of emoji, judged on
+emoji it never saw) or ``emoji-names`` (one class per emoji, judged by whether the emoji CLIP names its samples).
 
 Every figure comes from a JSON record: the two trainers' ``training_metrics.json`` (steps, wall time, losses,
 command), the ``eval/model_card.py`` record (FID with floor, class consistency, latency, next-token statistics,
@@ -45,17 +48,55 @@ def _stats_rows(emoji: dict[str, Any], photo: dict[str, Any] | None) -> str:
     return "\n".join(out)
 
 
+#: What differs between the cards of the two emoji data sets (the rest of the card is shared).
+TEXT = {
+    "emoji": dict(
+        title="class-conditional emoji model",
+        classes='the 52 emoji classes of `arvis.data.emoji.EMOJI_CLASSES` ("happy face", "fruit", "mammal", "flag"…)',
+        example='["fruit", "mammal"]', samples="samples-emoji-ar", record="model_card_emoji.json",
+        validation="views of held-out emoji (seed 1)", grid_note="2 samples per class, captioned with the class name",
+        val_row="held-out-emoji validation loss", fid_reference="held-out emoji views",
+        val_note="The validation loss is measured on emoji the model never saw; it is high by construction (a new "
+                 "emoji is not\npredictable from the others of its class), so it measures generalisation, not fit."),
+    "emoji-names": dict(
+        title="emoji model, one class per emoji",
+        classes='123 single emoji, one class each (`arvis.data.emoji.named_emoji`: "red apple", "penguin", "dog '
+                'face"…), so a reader can check a sample by naming it',
+        example='["red apple", "penguin"]', samples="samples-emoji-names-ar", record="model_card_emoji_names.json",
+        validation="other views of the same emoji (seed 1)", grid_note="one sample per class, captioned with its name",
+        val_row="validation loss (unseen views of the same emoji)", fid_reference="unseen views of the 123 emoji",
+        val_note="A class is one emoji, so there is no unseen-emoji split: the validation views are new zooms and "
+                 "shifts of the\ntraining emoji, and the loss measures how well the model draws what it is asked "
+                 "for, not generalisation."),
+}
+
+
+def _consistency_rows(rec: dict[str, Any]) -> str:
+    if "clip_real_renders_named" in rec:  # one class per emoji: the emoji CLIP names the samples
+        return (f"| class consistency: the emoji CLIP names the sample's own emoji among all "
+                f"{round(1 / rec['chance'])} class names | **{100 * rec['class_consistency']:.1f}%** |\n"
+                f"| the same CLIP on the real renders of those emoji (its ceiling; chance {100 * rec['chance']:.1f}%) "
+                f"| {100 * rec['clip_real_renders_named']:.1f}% |")
+    return (f"| class consistency: emoji domain classifier top-1 on the samples | "
+            f"**{100 * rec.get('class_consistency', float('nan')):.1f}%** |\n"
+            f"| the same classifier on held-out *real* emoji | "
+            f"{100 * rec.get('classifier_heldout_real_accuracy', float('nan')):.1f}% |")
+
+
 def card(model: Path, c2i: dict[str, Any], draft: dict[str, Any], rec: dict[str, Any],
          photo: dict[str, Any] | None) -> str:
-    from arvis.data.sources import data_recipe
+    from arvis.data.sources import class_names, data_recipe, model_data
 
+    data = model_data(model)
+    t = TEXT[data]
     ts = rec.get("token_stats", {})
     pts = photo.get("token_stats") if photo else None
     size = {p.parent.name: p.stat().st_size / 1e6 for p in model.glob("*/diffusion_pytorch_model.safetensors")}
-    return f"""# {model.name}: arvis's class-conditional emoji model
+    num_classes = len(class_names(data))
+    return f"""# {model.name}: arvis's {t['title']}
 
-A `LlamaGenPipeline` folder: a class-conditional GPT in LlamaGen's architecture (`transformer`) over the 52
-emoji classes of `arvis.data.emoji.EMOJI_CLASSES` ("happy face", "fruit", "mammal", "flag"…), a smaller
+A `LlamaGenPipeline` folder: a class-conditional GPT in LlamaGen's architecture (`transformer`) over
+{t['classes']}, a smaller
 draft GPT (`draft_transformer`, for draft-model speculative decoding and LANTERN) and the emoji VQ tokenizer
 (`vqvae`, a relative link to `../vq-emoji`). `evaluation.json` says it is judged on emoji: `arvis fid`
 compares it with held-out emoji in the emoji domain network's space.
@@ -65,7 +106,7 @@ compares it with held-out emoji in the emoji domain network's space.
 ```python
 from arvis import LlamaGenPipeline
 pipe = LlamaGenPipeline.from_pretrained("{model.as_posix()}")
-out = pipe(class_labels=["fruit", "mammal"], guidance_scale={rec.get('sampling_defaults', {}).get('guidance_scale', 3.0)}, method="mc-sjd", window=64)
+out = pipe(class_labels={t['example']}, guidance_scale={rec.get('sampling_defaults', {}).get('guidance_scale', 3.0)}, method="mc-sjd", window=64)
 ```
 
 ## Architecture
@@ -75,17 +116,17 @@ out = pipe(class_labels=["fruit", "mammal"], guidance_scale={rec.get('sampling_d
 | parameters | {c2i['params']:,} | {draft['params']:,} |
 | fp16 safetensors | {size.get('transformer', float('nan')):.1f} MB | {size.get('draft_transformer', float('nan')):.1f} MB |
 
-16x16 = 256 image tokens of the 1024-entry `vq-emoji` codebook, 52 classes + the null class for CFG.
+16x16 = 256 image tokens of the 1024-entry `vq-emoji` codebook, {num_classes} classes + the null class for CFG.
 
 ## Data
-{data_recipe("emoji", 128)} The GPTs see {c2i['preset_config']['num_train']:,} augmented training views (seed 0),
-tokenised once by `vq-emoji`; validation: {c2i['preset_config']['num_val']} views of held-out emoji (seed 1).
+{data_recipe(data, 128)} The GPTs see {c2i['preset_config']['num_train']:,} augmented training views (seed 0),
+tokenised once by `vq-emoji`; validation: {c2i['preset_config']['num_val']} {t['validation']}.
 
 ## Training
 ```
 {_clean(c2i['command'])}
 {_clean(draft['command'])}
-python -m arvis.training.assemble --transformer <scratch>/export-c2i/transformer --draft <scratch>/export-draft/transformer --vq arvis/weights/vq-emoji --out {model.as_posix()} --guidance-scale 3.0 --top-k 0 --data emoji
+python -m arvis.training.assemble --transformer <scratch>/export-c2i/transformer --draft <scratch>/export-draft/transformer --vq arvis/weights/vq-emoji --out {model.as_posix()} --guidance-scale 3.0 --top-k 0 --data {data}
 ```
 
 | | transformer | draft |
@@ -93,25 +134,23 @@ python -m arvis.training.assemble --transformer <scratch>/export-c2i/transformer
 | steps (batch {c2i['preset_config']['batch_size']}) | {c2i['steps']} | {draft['steps']} |
 | wall time (1 CPU thread, shared 2-core machine) | {c2i['train_hours']:.2f} h | {draft['train_hours']:.2f} h |
 | final training loss | {c2i['final_train_loss']:.3f} | {draft['final_train_loss']:.3f} |
-| held-out-emoji validation loss (raw / EMA; exported: the better) | {c2i['validation_loss_raw']:.3f} / {c2i['validation_loss_ema']:.3f} | {draft['validation_loss_raw']:.3f} / {draft['validation_loss_ema']:.3f} |
+| {t['val_row']} (raw / EMA; exported: the better) | {c2i['validation_loss_raw']:.3f} / {c2i['validation_loss_ema']:.3f} | {draft['validation_loss_raw']:.3f} / {draft['validation_loss_ema']:.3f} |
 | validation perplexity | {c2i['validation_perplexity']:.1f} | {draft['validation_perplexity']:.1f} |
 
-The validation loss is measured on emoji the model never saw; it is high by construction (a new emoji is not
-predictable from the others of its class), so it measures generalisation, not fit.
+{t['val_note']}
 
 ## Evaluation (the shipped fp16 folder)
-`python eval/model_card.py --model {model.as_posix()} --samples-dir <scratch>/samples-emoji-ar --num {rec['num']}
---json docs/figures/emoji/model_card_emoji.json --grid docs/llamagen-c2i-emoji-samples.png`
+`python eval/model_card.py --model {model.as_posix()} --samples-dir <scratch>/{t['samples']} --num {rec['num']}
+--json docs/figures/emoji/{t['record']} --grid docs/{model.name}-samples.png`
 
 | metric (plain AR, CFG {rec.get('sampling_defaults', {}).get('guidance_scale')}, top-k off) | value |
 |---|---|
-| FID, emoji domain network, N = {rec.get('fid_num')} vs 5000 held-out emoji views | **{rec.get('fid', float('nan')):.2f}** |
+| FID, emoji domain network, N = {rec.get('fid_num')} vs 5000 {t['fid_reference']} | **{rec.get('fid', float('nan')):.2f}** |
 | real-vs-real floor at the same N | {rec.get('real_vs_real_floor') or float('nan'):.2f} |
-| class consistency: emoji domain classifier top-1 on the samples | **{100 * rec.get('class_consistency', float('nan')):.1f}%** |
-| the same classifier on held-out *real* emoji | {100 * rec.get('classifier_heldout_real_accuracy', float('nan')):.1f}% |
+{_consistency_rows(rec)}
 | one 16x16 image with CFG by plain AR, fp32, incl. VQ decode | {rec.get('one_image_ar_cfg_s', float('nan')):.2f} s |
 
-Sample grid (2 samples per class, captioned with the class name): `docs/llamagen-c2i-emoji-samples.png`.
+Sample grid ({t['grid_note']}): `docs/{model.name}-samples.png`.
 
 ## Next-token statistics beside the photo model's
 `arvis.eval.token_stats` over 64 AR samples (CFG as above), beside the photo model's (`llamagen-c2i-photos`):

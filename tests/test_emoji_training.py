@@ -177,3 +177,27 @@ def test_arvis_fid_cli_judges_emoji_against_heldout_emoji(tmp_path):
     rec = json.loads(record.read_text())
     assert rc == 0 and rec["data"] == "emoji" and rec["extractor"] == "domain-emoji"
     assert "heldout" in rec["reference"] and rec["real_vs_real_floor"] is not None
+
+
+def test_emoji_card_text_follows_the_folders_data_set(tmp_path):
+    """eval/emoji_card.py writes the group model's card or the one-class-per-emoji model's, from the records."""
+    import importlib.util as iu
+
+    spec = iu.spec_from_file_location("arvis_eval_emoji_card", Path(__file__).parents[1] / "eval" / "emoji_card.py")
+    card_module = iu.module_from_spec(spec)
+    spec.loader.exec_module(card_module)
+    training = {"preset_config": {"n_layer": 4, "n_head": 4, "dim": 192, "num_train": 4096, "num_val": 256,
+                                  "batch_size": 32},
+                "params": 1, "steps": 900, "train_hours": 0.5, "final_train_loss": 1.0, "validation_loss_raw": 1.1,
+                "validation_loss_ema": 1.2, "validation_perplexity": 3.0, "command": "python -m arvis.training.x"}
+    group = {"num": 208, "fid": 12.0, "class_consistency": 0.06, "classifier_heldout_real_accuracy": 0.32}
+    named = {"num": 246, "fid": 5.0, "class_consistency": 0.5, "clip_real_renders_named": 0.7, "chance": 1 / 123}
+    for data, record, expected, absent in (("emoji", group, "emoji domain classifier top-1", "names the sample"),
+                                           ("emoji-names", named, "names the sample's own emoji", "domain classifier")):
+        folder = tmp_path / data
+        folder.mkdir()
+        (folder / sources.MODEL_DATA_FILE).write_text(json.dumps({"data": data}))
+        text = card_module.card(folder, training, training, record, None)
+        assert expected in text and absent not in text and f"--data {data}\n" in text
+        assert sources.data_recipe(data, 128) in text
+    assert "**50.0%**" in text and "123 classes + the null class" in text
