@@ -126,6 +126,17 @@ def test_train_gpt_emoji_smoke(tmp_path):
     with pytest.raises(ValueError, match="emoji captions"):
         train_gpt.main(["--preset", "smoke-t2i", "--data", "emoji", "--out", str(out), "--scratch",
                         str(tmp_path / "s2"), "--vq", str(vq_folder)])
+    # one class per emoji, unaugmented training views (each emoji as drawn), augmented validation views
+    named = train_gpt.main(["--preset", "smoke", "--data", "emoji-names", "--no-augment", "--out",
+                            str(tmp_path / "named"), "--scratch", str(tmp_path / "s3"), "--vq", str(vq_folder)])
+    assert named["preset_config"]["augment"] is False
+    model = LlamaGenTransformer.from_pretrained(tmp_path / "named" / "transformer")
+    assert list(model.config.class_names) == list(sources.class_names("emoji-names"))
+    train_files = sorted((tmp_path / "s3").glob("data-*-train-*.npz"))
+    assert [f.name.endswith("-unaugmented.npz") for f in train_files] == [True]
+    with pytest.raises(ValueError, match="random crops"):
+        train_gpt.main(["--preset", "smoke", "--no-augment", "--out", str(out), "--scratch", str(tmp_path / "s4"),
+                        "--vq", str(vq_folder)])
 
 
 def test_train_clip_emoji_smoke_retrieves_over_all_heldout_emoji(tmp_path):

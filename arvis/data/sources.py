@@ -81,15 +81,18 @@ def stream_batch(data: str, rng: np.random.Generator, n: int, resolution: int,
 
 
 def labelled_images(data: str, n: int | None, split: str, resolution: int, seed: int,
-                    crop_scale: Sequence[float] = (0.25, 1.0), cache: bool = True
+                    crop_scale: Sequence[float] = (0.25, 1.0), cache: bool = True, augment: bool = True
                     ) -> tuple[np.ndarray, np.ndarray, list[str]]:
     """A fixed set of ``split`` images with labels and captions (cached).
 
     ``n=None`` (emoji only): every emoji of the split once, unaugmented, captioned by its plain name. For
-    emoji ``train`` with ``seed == 0`` and ``n == EMOJI_POOL`` this is the streams' pool.
+    emoji ``train`` with ``seed == 0`` and ``n == EMOJI_POOL`` this is the streams' pool. ``augment=False``
+    (emoji only): the views are unzoomed and unshifted.
     """
     check_data(data)
     if data == "photos":
+        if not augment:
+            raise ValueError("augment: photo crops are random crops by nature; only emoji can be unaugmented")
         from arvis.data.crops import build_crops
         from arvis.data.photos import PHOTO_CLASSES
 
@@ -99,7 +102,7 @@ def labelled_images(data: str, n: int | None, split: str, resolution: int, seed:
         return images, labels, [PHOTO_CLASSES[k] for k in labels]
     from arvis.data.emoji import build_emoji
 
-    s = build_emoji(n, split, resolution, seed=seed, cache=cache, named=data == "emoji-names")
+    s = build_emoji(n, split, resolution, seed=seed, cache=cache, named=data == "emoji-names", augment=augment)
     return s.images, s.labels, [str(c) for c in s.captions]
 
 

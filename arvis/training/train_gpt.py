@@ -62,7 +62,8 @@ from arvis.training.common import (
 @dataclass(frozen=True)
 class GPTTrainConfig:
     kind: str = "c2i"  # "c2i" or "t2i"
-    data: str = "photos"  # arvis.data.sources: "photos" or "emoji" (class-conditional only)
+    data: str = "photos"  # arvis.data.sources: "photos", "emoji" or "emoji-names" (class-conditional only)
+    augment: bool = True  # emoji: training views zoomed and shifted (validation views always are)
     dim: int = 256
     n_layer: int = 6
     n_head: int = 4
@@ -95,6 +96,8 @@ class GPTTrainConfig:
         if self.kind == "t2i" and self.data != "photos":
             raise ValueError("data: the t2i presets train on the captioned scenes; emoji captions are the Emu3 "
                              "trainer's (arvis.training.train_emu3)")
+        if not self.augment and self.data == "photos":
+            raise ValueError("augment: photo crops are random crops by nature; only emoji views can be unaugmented")
         for name in ("dim", "n_layer", "n_head", "steps", "batch_size", "num_train", "num_val"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
@@ -125,13 +128,15 @@ def encode_codes(vq: LlamaGenVQModel, images: np.ndarray, batch: int = 64) -> np
 
 def build_dataset(cfg: GPTTrainConfig, vq: LlamaGenVQModel, scratch: Path, split: str, n: int) -> dict[str, np.ndarray]:
     """Codes ``[n, 256]`` plus labels (c2i) or captions (t2i), cached in ``scratch``."""
-    path = scratch / f"data-{cfg.kind}-{cfg.data}-{split}-{n}-{cfg.data_seed}-{cfg.resolution}.npz"
+    augment = cfg.augment or split != "train"
+    exact = "" if augment else "-unaugmented"
+    path = scratch / f"data-{cfg.kind}-{cfg.data}-{split}-{n}-{cfg.data_seed}-{cfg.resolution}{exact}.npz"
     if path.exists():
         data = dict(np.load(path, allow_pickle=False))
         return data
     seed = cfg.data_seed if split == "train" else cfg.data_seed + 1
     if cfg.kind == "c2i":
-        images, labels, _ = labelled_images(cfg.data, n, split, cfg.resolution, seed)
+        images, labels, _ = labelled_images(cfg.data, n, split, cfg.resolution, seed, augment=augment)
         data = {"codes": encode_codes(vq, images), "labels": labels.astype(np.int64)}
     else:
         from arvis.data.scenes import build_scenes
@@ -343,6 +348,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--lr", type=float, default=None)
     p.add_argument("--num-val", type=int, default=None)
     p.add_argument("--eval-every", type=int, default=None)
+    p.add_argument("--no-augment", action="store_true",
+                   help="emoji: unaugmented training views (each emoji as drawn; validation views stay augmented)")
     p.add_argument("--threads", type=int, default=1)
     args = p.parse_args(argv)
     cfg = PRESETS[args.preset]
@@ -351,6 +358,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                                    ("n_head", args.n_head), ("lr", args.lr), ("num_val", args.num_val),
                                    ("eval_every", args.eval_every)) if v is not None}
     overrides["data"] = args.data
+    if args.no_augment:
+        overrides["augment"] = False
     if args.data == "emoji" and args.num_train is None:
         from arvis.data import sources
 
