@@ -20,12 +20,19 @@ import argparse
 import json
 import math
 import re
+import shlex
 from pathlib import Path
 from typing import Any
 
 
 def _clean(text: str) -> str:
     return re.sub(r"/\S*/(scratch[^/\s]*)/", r"<scratch>/", text)
+
+
+def _out(m: dict[str, Any]) -> str:
+    """The export folder a trainer's command wrote (its ``--out``), as the card prints paths."""
+    argv = shlex.split(m["command"])
+    return _clean(argv[argv.index("--out") + 1]) if "--out" in argv else "<scratch>/export"
 
 
 def _arch(m: dict[str, Any]) -> str:
@@ -93,6 +100,7 @@ def card(model: Path, c2i: dict[str, Any], draft: dict[str, Any], rec: dict[str,
     pts = photo.get("token_stats") if photo else None
     size = {p.parent.name: p.stat().st_size / 1e6 for p in model.glob("*/diffusion_pytorch_model.safetensors")}
     num_classes = len(class_names(data))
+    guidance = rec.get("sampling_defaults", {}).get("guidance_scale", 3.0)
     return f"""# {model.name}: arvis's {t['title']}
 
 A `LlamaGenPipeline` folder: a class-conditional GPT in LlamaGen's architecture (`transformer`) over
@@ -126,7 +134,7 @@ tokenised once by `vq-emoji`; validation: {c2i['preset_config']['num_val']} {t['
 ```
 {_clean(c2i['command'])}
 {_clean(draft['command'])}
-python -m arvis.training.assemble --transformer <scratch>/export-c2i/transformer --draft <scratch>/export-draft/transformer --vq arvis/weights/vq-emoji --out {model.as_posix()} --guidance-scale 3.0 --top-k 0 --data {data}
+python -m arvis.training.assemble --transformer {_out(c2i)}/transformer --draft {_out(draft)}/transformer --vq arvis/weights/vq-emoji --out {model.as_posix()} --guidance-scale {guidance} --top-k 0 --data {data}
 ```
 
 | | transformer | draft |

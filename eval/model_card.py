@@ -167,7 +167,9 @@ def main(argv: list[str] | None = None) -> int:
         prompts.write_text("\n".join(sample_scene(3, i, split="heldout").caption for i in range(args.num)) + "\n")
     draw_samples(args.model, args.samples_dir, args.num, args.seed, prompts)
 
-    result: dict = {"model": args.model, "data": data, "samples_dir": str(args.samples_dir), "num": args.num,
+    from arvis.utils.paths import display_path
+
+    result: dict = {"model": args.model, "data": data, "samples_dir": display_path(args.samples_dir), "num": args.num,
                     "seed": args.seed}
     # FID against held-out photo crops says nothing about scene images: text-conditional models get CLIP score.
     if class_conditional:

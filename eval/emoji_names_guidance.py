@@ -1,0 +1,65 @@
+#!/usr/bin/env python
+"""How the one-class-per-emoji model's guidance scale was chosen: CLIP naming at several CFG scales.
+
+    python eval/emoji_names_guidance.py --model emoji-names --scales 1.5,2,3,5,7,10 \
+        --json docs/figures/emoji/guidance_emoji_names.json
+
+For each scale: one plain-AR sample per class (generator seeds ``--seed + class``, disjoint from the model card's
+seed-0 samples, so the chosen scale is then measured on other draws) and how often the emoji CLIP picks the
+sample's own class name among all of them (``eval/model_card.py``'s class consistency for this model).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+
+
+def naming_at(pipe, clip, scale: float, seed: int, batch: int = 41) -> float:
+    names = list(pipe.transformer.config.class_names)
+    text = clip.text_embeddings(names)
+    images = []
+    for start in range(0, len(names), batch):
+        labels = list(range(start, min(start + batch, len(names))))
+        out = pipe(class_labels=labels, guidance_scale=scale, top_k=0, output_type="np",
+                   generator=[torch.Generator().manual_seed(seed + k) for k in labels])
+        images.append((np.asarray(out.images) * 255).round().astype(np.uint8))
+    pred = (clip.image_embeddings(np.concatenate(images)) @ text.T).argmax(1)
+    return float((pred == torch.arange(len(names))).float().mean())
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", default="emoji-names")
+    p.add_argument("--scales", default="1.5,2,3,5,7,10")
+    p.add_argument("--seed", type=int, default=1000)
+    p.add_argument("--json", type=Path, default=None)
+    p.add_argument("--threads", type=int, default=1)
+    args = p.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    from arvis.eval.clip_score import load_clip
+    from arvis.eval.provenance import provenance
+    from arvis.hub import load_pipeline
+
+    pipe, _, model = load_pipeline(args.model, torch.float32, "cpu")
+    pipe.set_progress_bar_config(disable=True)
+    clip = load_clip("clip-emoji")
+    rows = []
+    for scale in (float(s) for s in args.scales.split(",")):
+        rows.append({"guidance_scale": scale, "named_right": naming_at(pipe, clip, scale, args.seed)})
+        print(json.dumps(rows[-1]), flush=True)
+    record = {"model": args.model, "classes": len(pipe.transformer.config.class_names), "seed": args.seed,
+              "clip": "clip-emoji", "method": "ar", "top_k": 0, "rows": rows, **provenance()}
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(record, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
