@@ -26,7 +26,8 @@ from typing import Any
 
 
 def _clean(text: str) -> str:
-    return re.sub(r"/\S*/(scratch[^/\s]*)/", r"<scratch>/", text)
+    """Paths outside the repository (absolute, or climbing out of it) are this machine's: ``<scratch>/<last>``."""
+    return re.sub(r"(?<![\w<>])(?:/|\.\./)\S*/([^/\s]+)", r"<scratch>/\1", text)
 
 
 def _out(m: dict[str, Any]) -> str:
