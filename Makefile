@@ -20,7 +20,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(VENV)/bin/arvis generate --num-images 2 --rounds 3 --warmup \
+	$(VENV)/bin/arvis generate --class-ids "red apple,whale" --num-images 2 --rounds 3 --warmup \
 		--method "mc-sjd:window=16,coupling=gumbel;zipar:row_lag=2" --output outputs/demo --overwrite
 
 test: $(STAMP)

@@ -26,8 +26,9 @@ from typing import Any, NamedTuple
 
 WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"
 
-# Shipped pipelines (folders under arvis/weights), by alias. One line per model.
+# Shipped pipelines (folders under arvis/weights), by alias. One line per model; the first is the demo's first.
 SHIPPED_PIPELINES: dict[str, str] = {
+    "emoji-names": "llamagen-c2i-emoji-names",
     "c2i": "llamagen-c2i-photos",
     "t2i": "llamagen-t2i-scenes",
     "var": "var-photos",
@@ -37,7 +38,8 @@ SHIPPED_PIPELINES: dict[str, str] = {
     "mar": "mar-photos",
     "mar-causal": "mar-causal-photos",
 }
-DEFAULT_MODEL = "c2i"
+# The model whose pictures a reader recognises (one class per emoji); "c2i" (photos) is the natural-image benchmark.
+DEFAULT_MODEL = "emoji-names"
 TINY_RANDOM = "tiny-random"
 SAMPLING_DEFAULTS_FILE = "sampling_defaults.json"
 
