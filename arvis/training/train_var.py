@@ -69,6 +69,7 @@ class VARTrainConfig:
     resolution: int = 64
     kind: str = "c2i"  # read by train_gpt.build_dataset (class-conditional crops)
     data: str = "photos"  # read by train_gpt.build_dataset (the shipped multi-scale tokenizer is fitted on photos)
+    augment: bool = True  # read by train_gpt.build_dataset (photo crops are random crops anyway)
     log_every: int = 25
     eval_every: int = 250
     checkpoint_every: int = 25
