@@ -46,11 +46,13 @@ def test_every_model_folder_has_a_card_with_its_training_command(folder):
         assert word in text, f"{folder.name}: card section {word!r} missing"
 
 
-@pytest.mark.skipif("c2i" not in PIPELINES, reason="class-conditional model not shipped")
-def test_class_conditional_model_is_trained_and_sjd_greedy_equals_ar():
+@pytest.mark.parametrize("alias", ["c2i", "emoji-names"])
+def test_class_conditional_model_is_trained_and_sjd_greedy_equals_ar(alias):
     from arvis import LlamaGenPipeline
 
-    pipe = LlamaGenPipeline.from_pretrained(str(PIPELINES["c2i"]))
+    if alias not in PIPELINES:
+        pytest.skip(f"{alias} not shipped")
+    pipe = LlamaGenPipeline.from_pretrained(str(PIPELINES[alias]))
     pipe.set_progress_bar_config(disable=True)
     gpt = pipe.transformer
     assert gpt.is_class_conditional and gpt.layout.grid == (16, 16)
@@ -62,6 +64,18 @@ def test_class_conditional_model_is_trained_and_sjd_greedy_equals_ar():
                method="mc-sjd", window=16, output_type="latent", top_k=1)
     assert torch.equal(ar_tokens, sjd.tokens)
     assert sjd.stats.samples[0].target_forwards < 256
+
+
+@pytest.mark.skipif("emoji-names" not in PIPELINES, reason="the one-class-per-emoji model is not shipped")
+def test_the_default_model_is_the_one_class_per_emoji_model():
+    from arvis.data.sources import class_names, model_data
+    from arvis.hub import DEFAULT_MODEL, resolve_model
+
+    folder = resolve_model(None)
+    assert DEFAULT_MODEL == "emoji-names" and folder == PIPELINES["emoji-names"]
+    assert model_data(folder) == "emoji-names"
+    config = json.loads((folder / "transformer" / "config.json").read_text())
+    assert config["class_names"] == list(class_names("emoji-names"))
 
 
 @pytest.mark.skipif(not (WEIGHTS_DIR / "domain-classifier").is_dir(), reason="domain network not shipped")
