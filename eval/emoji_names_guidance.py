@@ -21,6 +21,8 @@ import torch
 
 
 def naming_at(pipe, clip, scale: float, seed: int, batch: int = 41) -> float:
+    from arvis.models.clip import naming_top1
+
     names = list(pipe.transformer.config.class_names)
     text = clip.text_embeddings(names)
     images = []
@@ -29,8 +31,7 @@ def naming_at(pipe, clip, scale: float, seed: int, batch: int = 41) -> float:
         out = pipe(class_labels=labels, guidance_scale=scale, top_k=0, output_type="np",
                    generator=[torch.Generator().manual_seed(seed + k) for k in labels])
         images.append((np.asarray(out.images) * 255).round().astype(np.uint8))
-    pred = (clip.image_embeddings(np.concatenate(images)) @ text.T).argmax(1)
-    return float((pred == torch.arange(len(names))).float().mean())
+    return naming_top1(clip.image_embeddings(np.concatenate(images)), text, torch.arange(len(names)))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -69,6 +69,7 @@ def naming_accuracy(folder: Path, names: list[str], clip: str = "clip-emoji") ->
     among all the class names, beside the same on the real unaugmented renders of those emoji (the ceiling)."""
     from arvis.data.emoji import load_catalog, named_emoji, openmoji_svg_dir, render_emoji
     from arvis.eval.clip_score import load_clip
+    from arvis.models.clip import naming_top1
 
     scorer = load_clip(clip)
     text = scorer.text_embeddings(names)
@@ -79,10 +80,10 @@ def naming_accuracy(folder: Path, names: list[str], clip: str = "clip-emoji") ->
     if [e.name for e in emoji] != names:
         raise ValueError("the model's class names are not the named emoji set of arvis.data.emoji")
     real = np.stack([render_emoji(openmoji_svg_dir() / f"{e.code}.svg", images.shape[1]) for e in emoji])
-    named = (scorer.image_embeddings(images) @ text.T).argmax(1) == labels
-    real_named = (scorer.image_embeddings(real) @ text.T).argmax(1) == torch.arange(len(names))
-    return {"class_consistency": float(named.float().mean()), "images": len(records), "class_consistency_by": clip,
-            "clip_real_renders_named": float(real_named.float().mean()), "chance": 1 / len(names)}
+    return {"class_consistency": naming_top1(scorer.image_embeddings(images), text, labels), "images": len(records),
+            "class_consistency_by": clip,
+            "clip_real_renders_named": naming_top1(scorer.image_embeddings(real), text, torch.arange(len(names))),
+            "chance": 1 / len(names)}
 
 
 def sample_grid(folder: Path, path: Path, count: int, columns: int, captions: list[str] | None = None) -> Path:

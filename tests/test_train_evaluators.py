@@ -148,3 +148,12 @@ def test_swap_attribute_changes_exactly_one_attribute():
     assert swap_attribute("a small red ring on the left over moon", "bind", rng) is None
     with pytest.raises(ValueError, match="kind"):
         swap_attribute(caption, "texture", rng)
+
+
+def test_naming_top1_counts_images_closest_to_their_own_name():
+    from arvis.models.clip import naming_top1
+
+    names = torch.eye(3)  # three orthonormal name embeddings
+    img = torch.nn.functional.normalize(torch.tensor([[1.0, 0.1, 0.0], [0.0, 0.2, 1.0], [0.9, 0.0, 0.1]]), dim=-1)
+    assert naming_top1(img, names, torch.tensor([0, 2, 2])) == pytest.approx(2 / 3)  # the third is closest to name 0
+    assert naming_top1(img, names, torch.tensor([0, 2, 0])) == 1.0

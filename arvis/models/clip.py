@@ -116,6 +116,12 @@ class ClipModel:
                                                  normalize=True).float() for i in range(0, len(texts), batch_size)])
 
 
+def naming_top1(img: torch.Tensor, names: torch.Tensor, labels: torch.Tensor) -> float:
+    """How often image ``i`` is closest to its own name ``names[labels[i]]`` among all ``names``: L2-normalised
+    image embeddings ``[N, D]``, name embeddings ``[K, D]``, labels ``[N]`` (chance: ``1 / K``)."""
+    return float(((img @ names.T).argmax(1) == labels.to(img.device)).float().mean())
+
+
 def retrieval(img: torch.Tensor, txt: torch.Tensor, group: int) -> dict[str, float]:
     """Top-1 caption retrieval within consecutive groups of ``group`` image/caption pairs (chance: ``1 / group``):
     L2-normalised embeddings ``[N, D]``, pair ``i`` = image ``i`` and caption ``i``."""
