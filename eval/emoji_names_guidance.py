@@ -1,10 +1,11 @@
 #!/usr/bin/env python
-"""How the one-class-per-emoji model's guidance scale was chosen: CLIP naming at several CFG scales.
+"""How the one-class-per-emoji model's sampling defaults were chosen: CLIP naming at several CFG scales and
+temperatures.
 
-    python eval/emoji_names_guidance.py --model emoji-names --scales 1.5,2,3,5,7,10 \
+    python eval/emoji_names_guidance.py --model emoji-names --scales 1.5,2,3,5,7,10 --temperatures 1 \
         --json docs/figures/emoji/guidance_emoji_names.json
 
-For each scale: one plain-AR sample per class (generator seeds ``--seed + class``, disjoint from the model card's
+For each (scale, temperature): one plain-AR sample per class (generator seeds ``--seed + class``, disjoint from the model card's
 seed-0 samples, so the chosen scale is then measured on other draws) and how often the emoji CLIP picks the
 sample's own class name among all of them (``eval/model_card.py``'s class consistency for this model).
 """
@@ -20,7 +21,7 @@ import numpy as np
 import torch
 
 
-def naming_at(pipe, clip, scale: float, seed: int, batch: int = 41) -> float:
+def naming_at(pipe, clip, scale: float, temperature: float, seed: int, batch: int = 41) -> float:
     from arvis.models.clip import naming_top1
 
     names = list(pipe.transformer.config.class_names)
@@ -28,7 +29,7 @@ def naming_at(pipe, clip, scale: float, seed: int, batch: int = 41) -> float:
     images = []
     for start in range(0, len(names), batch):
         labels = list(range(start, min(start + batch, len(names))))
-        out = pipe(class_labels=labels, guidance_scale=scale, top_k=0, output_type="np",
+        out = pipe(class_labels=labels, guidance_scale=scale, temperature=temperature, top_k=0, output_type="np",
                    generator=[torch.Generator().manual_seed(seed + k) for k in labels])
         images.append((np.asarray(out.images) * 255).round().astype(np.uint8))
     return naming_top1(clip.image_embeddings(np.concatenate(images)), text, torch.arange(len(names)))
@@ -38,6 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="emoji-names")
     p.add_argument("--scales", default="1.5,2,3,5,7,10")
+    p.add_argument("--temperatures", default="1")
     p.add_argument("--seed", type=int, default=1000)
     p.add_argument("--json", type=Path, default=None)
     p.add_argument("--threads", type=int, default=1)
@@ -51,9 +53,11 @@ def main(argv: list[str] | None = None) -> int:
     pipe.set_progress_bar_config(disable=True)
     clip = load_clip("clip-emoji")
     rows = []
-    for scale in (float(s) for s in args.scales.split(",")):
-        rows.append({"guidance_scale": scale, "named_right": naming_at(pipe, clip, scale, args.seed)})
-        print(json.dumps(rows[-1]), flush=True)
+    for temperature in (float(t) for t in args.temperatures.split(",")):
+        for scale in (float(s) for s in args.scales.split(",")):
+            rows.append({"guidance_scale": scale, "temperature": temperature,
+                         "named_right": naming_at(pipe, clip, scale, temperature, args.seed)})
+            print(json.dumps(rows[-1]), flush=True)
     record = {"model": args.model, "classes": len(pipe.transformer.config.class_names), "seed": args.seed,
               "clip": "clip-emoji", "method": "ar", "top_k": 0, "rows": rows, **provenance()}
     if args.json:

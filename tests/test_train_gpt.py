@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -44,3 +45,13 @@ def test_train_gpt_smoke_runs_exports_and_resumes(tmp_path, tiny_vq_folder, pres
     log = (scratch / "train.log").read_text()
     assert "resumed at step 3" in log and metrics["steps"] == 4
     assert json.loads((out / "training_metrics.json").read_text())["steps"] == 4
+
+
+def test_dropout_is_a_setting_in_range():
+    cfg = train_gpt.PRESETS["smoke"]
+    model, _ = train_gpt.build_models(dataclasses.replace(cfg, dropout=0.0), 64, 16)
+    assert model.config.resid_dropout_p == 0.0 and model.config.ffn_dropout_p == 0.0
+    assert model.config.class_dropout_prob == cfg.class_dropout  # CFG's condition dropout is its own setting
+    for bad in (-0.1, 1.0):
+        with pytest.raises(ValueError, match=r"dropout must be in \[0, 1\)"):
+            dataclasses.replace(cfg, dropout=bad)

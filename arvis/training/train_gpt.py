@@ -98,6 +98,9 @@ class GPTTrainConfig:
                              "trainer's (arvis.training.train_emu3)")
         if not self.augment and self.data == "photos":
             raise ValueError("augment: photo crops are random crops by nature; only emoji views can be unaugmented")
+        for name in ("dropout", "class_dropout"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ValueError(f"{name} must be in [0, 1), got {getattr(self, name)}")
         for name in ("dim", "n_layer", "n_head", "steps", "batch_size", "num_train", "num_val"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
@@ -346,6 +349,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--n-layer", type=int, default=None)
     p.add_argument("--n-head", type=int, default=None)
     p.add_argument("--lr", type=float, default=None)
+    p.add_argument("--dropout", type=float, default=None,
+                   help="token / residual / FFN dropout (default: the preset's, LlamaGen's 0.1)")
     p.add_argument("--num-val", type=int, default=None)
     p.add_argument("--eval-every", type=int, default=None)
     p.add_argument("--no-augment", action="store_true",
@@ -355,7 +360,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     cfg = PRESETS[args.preset]
     overrides = {k: v for k, v in (("steps", args.steps), ("batch_size", args.batch_size),
                                    ("num_train", args.num_train), ("dim", args.dim), ("n_layer", args.n_layer),
-                                   ("n_head", args.n_head), ("lr", args.lr), ("num_val", args.num_val),
+                                   ("n_head", args.n_head), ("lr", args.lr), ("dropout", args.dropout), ("num_val", args.num_val),
                                    ("eval_every", args.eval_every)) if v is not None}
     overrides["data"] = args.data
     if args.no_augment:
