@@ -3,7 +3,11 @@
 
     python eval/emoji_card.py --model arvis/weights/llamagen-c2i-emoji \
         --training <scratch>/export-c2i/training_metrics.json --draft-training <scratch>/export-draft/training_metrics.json \
-        --record docs/figures/emoji/model_card_emoji.json [--photo-record docs/figures/model_card_c2i.json]
+        --record docs/figures/emoji/model_card_emoji.json [--photo-record docs/figures/model_card_c2i.json] \
+        [--earlier-training <scratch>/export-c2i-short/training_metrics.json]
+
+``--earlier-training`` (repeatable, in order) names shorter runs that ``--training``'s run resumed from their
+checkpoints with a longer schedule: their commands are printed first, and the card says how the steps were run.
 
 The model folder's data set (``evaluation.json``) picks the text: ``emoji`` (52 classes of emoji, judged on
 emoji it never saw) or ``emoji-names`` (one class per emoji, judged by whether the emoji CLIP names its samples).
@@ -92,7 +96,7 @@ def _consistency_rows(rec: dict[str, Any]) -> str:
 
 
 def card(model: Path, c2i: dict[str, Any], draft: dict[str, Any], rec: dict[str, Any],
-         photo: dict[str, Any] | None) -> str:
+         photo: dict[str, Any] | None, earlier: list[dict[str, Any]] | None = None) -> str:
     from arvis.data.sources import class_names, data_recipe, model_data
 
     data = model_data(model)
@@ -102,6 +106,7 @@ def card(model: Path, c2i: dict[str, Any], draft: dict[str, Any], rec: dict[str,
     size = {p.parent.name: p.stat().st_size / 1e6 for p in model.glob("*/diffusion_pytorch_model.safetensors")}
     num_classes = len(class_names(data))
     guidance = rec.get("sampling_defaults", {}).get("guidance_scale", 3.0)
+    commands = "\n".join(_clean(m["command"]) for m in [*(earlier or []), c2i])
     return f"""# {model.name}: arvis's {t['title']}
 
 A `LlamaGenPipeline` folder: a class-conditional GPT in LlamaGen's architecture (`transformer`) over
@@ -133,7 +138,7 @@ tokenised once by `vq-emoji`; validation: {c2i['preset_config']['num_val']} {t['
 
 ## Training
 ```
-{_clean(c2i['command'])}
+{commands}
 {_clean(draft['command'])}
 python -m arvis.training.assemble --transformer {_out(c2i)}/transformer --draft {_out(draft)}/transformer --vq arvis/weights/vq-emoji --out {model.as_posix()} --guidance-scale {guidance} --top-k 0 --data {data}
 ```
@@ -146,7 +151,7 @@ python -m arvis.training.assemble --transformer {_out(c2i)}/transformer --draft 
 | {t['val_row']} (raw / EMA; exported: the better) | {c2i['validation_loss_raw']:.3f} / {c2i['validation_loss_ema']:.3f} | {draft['validation_loss_raw']:.3f} / {draft['validation_loss_ema']:.3f} |
 | validation perplexity | {c2i['validation_perplexity']:.1f} | {draft['validation_perplexity']:.1f} |
 
-{t['val_note']}
+{_segments(c2i, earlier or [])}{t['val_note']}
 
 ## Evaluation (the shipped fp16 folder)
 `python eval/model_card.py --model {model.as_posix()} --samples-dir <scratch>/{t['samples']} --num {rec['num']}
@@ -172,6 +177,24 @@ Sample grid ({t['grid_note']}): `docs/{model.name}-samples.png`.
 """
 
 
+def _segments(c2i: dict[str, Any], earlier: list[dict[str, Any]]) -> str:
+    """How a transformer trained in several runs got its steps, each resuming the previous one's checkpoint
+    (empty for a single run)."""
+    if not earlier:
+        return ""
+    lr = {h["step"]: h["lr"] for h in c2i["history"]}
+    parts = []
+    for m in earlier:
+        after = min((k for k in lr if k > m["steps"]), default=None)
+        rise = f" (learning rate {lr[after]:.2g} at step {after:,} against {lr.get(m['steps'], float('nan')):.2g} at the " \
+               f"end of the shorter schedule)" if after is not None and m["steps"] in lr else ""
+        parts.append(f"the {m['steps']:,}-step run (training loss {m['final_train_loss']:.3f}, validation loss "
+                     f"{m['validation_loss']:.3f}) was resumed from its checkpoint with a longer cosine schedule{rise}")
+    return (f"The transformer was trained by {len(earlier) + 1} runs, in the order of the commands above, each in "
+            f"(a copy of) the previous run's `--scratch`: {'; '.join(parts)}, to {c2i['steps']:,} steps. The wall "
+            f"time counts all of them.\n\n")
+
+
 def _predictability(ts: dict[str, Any], pts: dict[str, Any] | None) -> str:
     """The comparison in words, from the numbers (no claim the numbers do not make)."""
     e = ts.get("entropy", float("nan"))
@@ -194,13 +217,16 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", required=True, type=Path)
     p.add_argument("--training", required=True, type=Path, help="the transformer's training_metrics.json")
+    p.add_argument("--earlier-training", type=Path, action="append", default=[],
+                   help="an earlier, shorter run's training_metrics.json that --training resumed (repeatable, in order)")
     p.add_argument("--draft-training", required=True, type=Path, help="the draft's training_metrics.json")
     p.add_argument("--record", required=True, type=Path, help="the eval/model_card.py record")
     p.add_argument("--photo-record", type=Path, default=Path("docs/figures/model_card_c2i.json"))
     args = p.parse_args(argv)
     load = lambda path: json.loads(path.read_text())  # noqa: E731
     photo = load(args.photo_record) if args.photo_record.is_file() else None
-    text = card(args.model, load(args.training), load(args.draft_training), load(args.record), photo)
+    text = card(args.model, load(args.training), load(args.draft_training), load(args.record), photo,
+                [load(path) for path in args.earlier_training])
     (args.model / "README.md").write_text(text)
     print(f"wrote {args.model / 'README.md'}")
     return 0

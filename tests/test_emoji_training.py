@@ -212,3 +212,13 @@ def test_emoji_card_text_follows_the_folders_data_set(tmp_path):
         assert expected in text and absent not in text and f"--data {data}\n" in text
         assert sources.data_recipe(data, 128) in text
     assert "**50.0%**" in text and "123 classes + the null class" in text
+    assert "resumed" not in text  # one run, one command
+    # A transformer resumed from a shorter run: both commands in order, and the schedule's restart from its history.
+    first = {**training, "steps": 400, "final_train_loss": 1.5, "validation_loss": 1.45,
+             "command": "python -m arvis.training.train_gpt --steps 400"}
+    resumed = {**training, "command": "python -m arvis.training.train_gpt --steps 900",
+               "history": [{"step": 400, "lr": 6e-5}, {"step": 500, "lr": 3.5e-4}, {"step": 900, "lr": 6e-5}]}
+    text = card_module.card(folder, resumed, training, named, None, earlier=[first])
+    assert "--steps 400\npython -m arvis.training.train_gpt --steps 900\n" in text
+    assert "trained by 2 runs" in text and "the 400-step run (training loss 1.500, validation loss 1.450)" in text
+    assert "learning rate 0.00035 at step 500 against 6e-05" in text
