@@ -147,7 +147,8 @@ def token_stats_job(out: Path, model: str, samples: int = 64) -> Job:
 
 TOKEN_STATS = "token_stats.json"
 #: The figure sets whose next-token statistics every report shows side by side (folder relative to the repo).
-FIGURE_SETS = {"docs/figures": "photos (`llamagen-c2i-photos`)", "docs/figures/emoji": "emoji (`llamagen-c2i-emoji`)"}
+FIGURE_SETS = {"docs/figures": "photos (`llamagen-c2i-photos`)", "docs/figures/emoji": "emoji (`llamagen-c2i-emoji`)",
+               "docs/figures/emoji-names": "emoji, one class each (`llamagen-c2i-emoji-names`, the default)"}
 WINDOWS = (8, 16, 32, 64)
 INITS = ("repeat_horizontal", "repeat_vertical", "neighbour_distribution")
 
