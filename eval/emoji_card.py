@@ -186,8 +186,10 @@ def _segments(c2i: dict[str, Any], earlier: list[dict[str, Any]]) -> str:
     parts = []
     for m in earlier:
         after = min((k for k in lr if k > m["steps"]), default=None)
-        rise = f" (learning rate {lr[after]:.2g} at step {after:,} against {lr.get(m['steps'], float('nan')):.2g} at the " \
-               f"end of the shorter schedule)" if after is not None and m["steps"] in lr else ""
+        rise = ""
+        if after is not None and m["steps"] in lr:
+            rise = (f" (learning rate {lr[after]:.2g} at step {after:,} against {lr[m['steps']]:.2g} at the end of the "
+                    f"shorter schedule)")
         parts.append(f"the {m['steps']:,}-step run (training loss {m['final_train_loss']:.3f}, validation loss "
                      f"{m['validation_loss']:.3f}) was resumed from its checkpoint with a longer cosine schedule{rise}")
     return (f"The transformer was trained by {len(earlier) + 1} runs, in the order of the commands above, each in "

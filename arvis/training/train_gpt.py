@@ -358,10 +358,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--threads", type=int, default=1)
     args = p.parse_args(argv)
     cfg = PRESETS[args.preset]
-    overrides = {k: v for k, v in (("steps", args.steps), ("batch_size", args.batch_size),
-                                   ("num_train", args.num_train), ("dim", args.dim), ("n_layer", args.n_layer),
-                                   ("n_head", args.n_head), ("lr", args.lr), ("dropout", args.dropout), ("num_val", args.num_val),
-                                   ("eval_every", args.eval_every)) if v is not None}
+    # Options named like the config's fields override the preset when given.
+    overrides = {k: getattr(args, k) for k in ("steps", "batch_size", "num_train", "dim", "n_layer", "n_head", "lr",
+                                               "dropout", "num_val", "eval_every") if getattr(args, k) is not None}
     overrides["data"] = args.data
     if args.no_augment:
         overrides["augment"] = False
