@@ -8,6 +8,9 @@
 
 ``--earlier-training`` (repeatable, in order) names shorter runs that ``--training``'s run resumed from their
 checkpoints with a longer schedule: their commands are printed first, and the card says how the steps were run.
+A transformer warm-started from an earlier shipped one (``train_gpt --init-from``) needs ``--init-revision``, the
+commit whose shipped transformer it started from: the card prints how to take those weights out of git and where
+their own card is.
 
 The model folder's data set (``evaluation.json``) picks the text: ``emoji`` (52 classes of emoji, judged on
 emoji it never saw) or ``emoji-names`` (one class per emoji, judged by whether the emoji CLIP names its samples).
@@ -96,7 +99,8 @@ def _consistency_rows(rec: dict[str, Any]) -> str:
 
 
 def card(model: Path, c2i: dict[str, Any], draft: dict[str, Any], rec: dict[str, Any],
-         photo: dict[str, Any] | None, earlier: list[dict[str, Any]] | None = None) -> str:
+         photo: dict[str, Any] | None, earlier: list[dict[str, Any]] | None = None,
+         init_revision: str | None = None) -> str:
     from arvis.data.sources import class_names, data_recipe, model_data
 
     data = model_data(model)
@@ -106,7 +110,8 @@ def card(model: Path, c2i: dict[str, Any], draft: dict[str, Any], rec: dict[str,
     size = {p.parent.name: p.stat().st_size / 1e6 for p in model.glob("*/diffusion_pytorch_model.safetensors")}
     num_classes = len(class_names(data))
     guidance = rec.get("sampling_defaults", {}).get("guidance_scale", 3.0)
-    commands = "\n".join(_clean(m["command"]) for m in [*(earlier or []), c2i])
+    commands = "\n".join([*_warm_start_commands(model, c2i, init_revision),
+                          *(_clean(m["command"]) for m in [*(earlier or []), c2i])])
     return f"""# {model.name}: arvis's {t['title']}
 
 A `LlamaGenPipeline` folder: a class-conditional GPT in LlamaGen's architecture (`transformer`) over
@@ -146,12 +151,12 @@ python -m arvis.training.assemble --transformer {_out(c2i)}/transformer --draft 
 | | transformer | draft |
 |---|---|---|
 | steps (batch {c2i['preset_config']['batch_size']}) | {c2i['steps']} | {draft['steps']} |
-| wall time (1 CPU thread, shared 2-core machine) | {c2i['train_hours']:.2f} h | {draft['train_hours']:.2f} h |
+| wall time (CPU threads, on a 2-core machine) | {c2i['train_hours']:.2f} h ({_threads(c2i)}) | {draft['train_hours']:.2f} h ({_threads(draft)}) |
 | final training loss | {c2i['final_train_loss']:.3f} | {draft['final_train_loss']:.3f} |
 | {t['val_row']} (raw / EMA; exported: the better) | {c2i['validation_loss_raw']:.3f} / {c2i['validation_loss_ema']:.3f} | {draft['validation_loss_raw']:.3f} / {draft['validation_loss_ema']:.3f} |
 | validation perplexity | {c2i['validation_perplexity']:.1f} | {draft['validation_perplexity']:.1f} |
 
-{_segments(c2i, earlier or [])}{t['val_note']}
+{_segments(c2i, earlier or [])}{_warm_start(model, c2i, init_revision)}{t['val_note']}
 
 ## Evaluation (the shipped fp16 folder)
 `python eval/model_card.py --model {model.as_posix()} --samples-dir <scratch>/{t['samples']} --num {rec['num']}
@@ -175,6 +180,43 @@ Sample grid ({t['grid_note']}): `docs/{model.name}-samples.png`.
 
 {_predictability(ts, pts)}
 """
+
+
+def _threads(m: dict[str, Any]) -> str:
+    argv = shlex.split(m["command"])
+    n = int(argv[argv.index("--threads") + 1]) if "--threads" in argv else 1
+    return f"{n} thread{'s' if n > 1 else ''}"
+
+
+def _shipped_transformer(model: Path, c2i: dict[str, Any], init_revision: str | None) -> str | None:
+    """The repository path of the shipped transformer a warm-started run began from (``None``: not warm-started)."""
+    if not c2i.get("init_from"):
+        return None
+    if not init_revision:
+        raise ValueError(f"the transformer was warm-started from {_clean(c2i['init_from'])}: name the commit whose "
+                         f"shipped transformer that was (--init-revision)")
+    return (model / "transformer").as_posix()
+
+
+def _warm_start_commands(model: Path, c2i: dict[str, Any], init_revision: str | None) -> list[str]:
+    shipped = _shipped_transformer(model, c2i, init_revision)
+    if shipped is None:
+        return []
+    init = _clean(c2i["init_from"])
+    return [f"mkdir -p {init} && git archive {init_revision} {shipped} | tar -x --strip-components="
+            f"{len(Path(shipped).parts)} -C {init}"]
+
+
+def _warm_start(model: Path, c2i: dict[str, Any], init_revision: str | None) -> str:
+    """How a warm-started transformer got its steps (empty for a run from scratch)."""
+    shipped = _shipped_transformer(model, c2i, init_revision)
+    if shipped is None:
+        return ""
+    peak = c2i["preset_config"]["lr"]
+    return (f"The transformer was warm-started from the weights shipped at commit {init_revision} (the first command "
+            f"takes them out of git; how they were trained: `git show {init_revision}:{model.as_posix()}/README.md`) "
+            f"and trained {c2i['steps']:,} more steps with a fresh optimiser and its own warm-up and cosine schedule "
+            f"(peak learning rate {peak:.2g}). The steps and wall time in the table are this run's only.\n\n")
 
 
 def _segments(c2i: dict[str, Any], earlier: list[dict[str, Any]]) -> str:
@@ -221,6 +263,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--training", required=True, type=Path, help="the transformer's training_metrics.json")
     p.add_argument("--earlier-training", type=Path, action="append", default=[],
                    help="an earlier, shorter run's training_metrics.json that --training resumed (repeatable, in order)")
+    p.add_argument("--init-revision", default=None,
+                   help="the commit whose shipped transformer --training's run was warm-started from (--init-from)")
     p.add_argument("--draft-training", required=True, type=Path, help="the draft's training_metrics.json")
     p.add_argument("--record", required=True, type=Path, help="the eval/model_card.py record")
     p.add_argument("--photo-record", type=Path, default=Path("docs/figures/model_card_c2i.json"))
@@ -228,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
     load = lambda path: json.loads(path.read_text())  # noqa: E731
     photo = load(args.photo_record) if args.photo_record.is_file() else None
     text = card(args.model, load(args.training), load(args.draft_training), load(args.record), photo,
-                [load(path) for path in args.earlier_training])
+                [load(path) for path in args.earlier_training], args.init_revision)
     (args.model / "README.md").write_text(text)
     print(f"wrote {args.model / 'README.md'}")
     return 0

@@ -190,7 +190,7 @@ def test_arvis_fid_cli_judges_emoji_against_heldout_emoji(tmp_path):
     assert "heldout" in rec["reference"] and rec["real_vs_real_floor"] is not None
 
 
-def test_emoji_card_text_follows_the_folders_data_set(tmp_path):
+def test_emoji_card_text_follows_the_folders_data_set(tmp_path, monkeypatch):
     """eval/emoji_card.py writes the group model's card or the one-class-per-emoji model's, from the records."""
     import importlib.util as iu
 
@@ -222,3 +222,16 @@ def test_emoji_card_text_follows_the_folders_data_set(tmp_path):
     assert "--steps 400\npython -m arvis.training.train_gpt --steps 900\n" in text
     assert "trained by 2 runs" in text and "the 400-step run (training loss 1.500, validation loss 1.450)" in text
     assert "learning rate 0.00035 at step 500 against 6e-05" in text
+    # A transformer warm-started from the weights shipped at an earlier commit: the card says how to take them out of
+    # git and where their own card is, and refuses to guess the commit.
+    warm = {**training, "preset_config": {**training["preset_config"], "lr": 3e-4},
+            "command": "python -m arvis.training.train_gpt --steps 900 --threads 2 --init-from /scratch/init-a",
+            "init_from": "/scratch/init-a"}
+    monkeypatch.chdir(tmp_path)  # a model folder as the repository names it: a relative path
+    text = card_module.card(Path("emoji-names"), warm, training, named, None, init_revision="abc1234")
+    assert ("mkdir -p <scratch>/init-a && git archive abc1234 emoji-names/transformer | tar -x --strip-components=2 "
+            "-C <scratch>/init-a\npython -m arvis.training.train_gpt --steps 900") in text
+    assert "warm-started from the weights shipped at commit abc1234" in text and "peak learning rate 0.0003" in text
+    assert "| 0.50 h (2 threads) | 0.50 h (1 thread) |" in text
+    with pytest.raises(ValueError, match="--init-revision"):
+        card_module.card(folder, warm, training, named, None)

@@ -55,3 +55,38 @@ def test_dropout_is_a_setting_in_range():
     for bad in (-0.1, 1.0):
         with pytest.raises(ValueError, match=r"dropout must be in \[0, 1\)"):
             dataclasses.replace(cfg, dropout=bad)
+
+
+def test_init_from_warm_starts_from_exported_weights_and_checks_the_architecture(tmp_path, tiny_vq_folder,
+                                                                                monkeypatch):
+    monkeypatch.setenv("ARVIS_CACHE", str(tmp_path / "cache"))
+    first = tmp_path / "first"
+    base = ["--preset", "smoke", "--vq", tiny_vq_folder]
+    train_gpt.main(base + ["--out", str(first), "--scratch", str(tmp_path / "s1")])
+    start = LlamaGenTransformer.from_pretrained(first / "transformer", dtype=torch.float32)
+
+    # A warm start begins from the exported weights: the first step's gradients act on them, not on a fresh init.
+    cfg = train_gpt.PRESETS["smoke"]
+    model, text = train_gpt.build_models(cfg, 64, 16)
+    assert not torch.equal(model.tok_embeddings.weight, start.tok_embeddings.weight)
+    train_gpt.warm_start(model, text, first / "transformer")
+    for name, tensor in start.state_dict().items():
+        assert torch.equal(model.state_dict()[name], tensor), name
+
+    metrics = train_gpt.main(base + ["--out", str(tmp_path / "second"), "--scratch", str(tmp_path / "s2"),
+                                     "--init-from", str(first / "transformer")])
+    assert metrics["steps"] == 3 and metrics["init_from"].endswith("first/transformer")
+    assert not metrics["init_from"].startswith("/")  # records carry no absolute paths
+    assert "warm start from the weights in" in (tmp_path / "s2" / "train.log").read_text()
+
+    wider = train_gpt.build_models(dataclasses.replace(cfg, dim=64), 64, 16)[0]
+    with pytest.raises(ValueError, match="another architecture"):
+        train_gpt.warm_start(wider, None, first / "transformer")
+    emoji = train_gpt.build_models(dataclasses.replace(cfg, data="emoji-names"), 64, 16)[0]
+    with pytest.raises(ValueError, match="trained on other classes"):
+        train_gpt.warm_start(emoji, None, first / "transformer")
+    with pytest.raises(FileNotFoundError, match="not a transformer folder"):
+        train_gpt.warm_start(model, None, tmp_path)
+    t2i_model, t2i_text = train_gpt.build_models(train_gpt.PRESETS["smoke-t2i"], 64, 16)
+    with pytest.raises(ValueError, match="class-conditional"):
+        train_gpt.warm_start(t2i_model, t2i_text, first / "transformer")

@@ -54,6 +54,7 @@ from arvis.training.common import (
     dumps,
     export_modules,
     load_checkpoint,
+    portable_command,
     setup_logging,
     training_command,
 )
@@ -213,12 +214,32 @@ def validation_loss(cfg, model, text, data, batch_size: int = 64) -> float:
     return total / max(count, 1)
 
 
+def warm_start(model: LlamaGenTransformer, text: WordTextEncoder | None, folder: Path) -> None:
+    """Copy the weights of a saved c2i transformer folder into ``model`` (same shapes and class names, or an error)."""
+    if text is not None:
+        raise ValueError("--init-from: warm starts are for class-conditional presets (a t2i model has a text "
+                         "encoder too)")
+    if not (folder / "config.json").is_file():
+        raise FileNotFoundError(f"--init-from: {folder} is not a transformer folder (no config.json)")
+    saved = LlamaGenTransformer.from_pretrained(folder, dtype=torch.float32)
+    ours, theirs = list(model.config.class_names or []), list(saved.config.class_names or [])
+    if ours != theirs:
+        raise ValueError(f"--init-from: {folder} was trained on other classes ({len(theirs)} names, "
+                         f"this run has {len(ours)})")
+    try:
+        model.load_state_dict(saved.state_dict())
+    except RuntimeError as err:  # shapes differ: another width, depth or vocabulary
+        raise ValueError(f"--init-from: {folder} has another architecture than this run's config: {err}") from None
+
+
 # ----------------------------------------------------------------------------- training
 def train(cfg: GPTTrainConfig, vq_path: str, scratch: Path, threads: int = 1,
           dataset_fn: Callable[..., dict[str, np.ndarray]] | None = None,
-          models_fn: Callable[..., tuple[Any, Any]] | None = None) -> dict[str, Any]:
+          models_fn: Callable[..., tuple[Any, Any]] | None = None, init_from: Path | None = None) -> dict[str, Any]:
     """Train (or resume) a GPT; ``dataset_fn`` / ``models_fn`` replace :func:`build_dataset` / :func:`build_models`
-    (same signatures: other model families reuse this loop, e.g. :mod:`arvis.training.train_video`)."""
+    (same signatures: other model families reuse this loop, e.g. :mod:`arvis.training.train_video`).
+    ``init_from`` (a c2i transformer folder) warm-starts a new run from its weights with a fresh optimiser and
+    schedule; a run that resumes from its checkpoint ignores it (the checkpoint already holds those weights)."""
     torch.set_num_threads(threads)
     scratch.mkdir(parents=True, exist_ok=True)
     log = setup_logging(scratch / "train.log", f"train_gpt.{cfg.kind}")
@@ -227,6 +248,10 @@ def train(cfg: GPTTrainConfig, vq_path: str, scratch: Path, threads: int = 1,
     train_data = (dataset_fn or build_dataset)(cfg, vq, scratch, "train", cfg.num_train)
     val_data = (dataset_fn or build_dataset)(cfg, vq, scratch, "heldout", cfg.num_val)
     model, text = (models_fn or build_models)(cfg, vq.codebook_size, grid)
+    ckpt = scratch / "checkpoint.pt"
+    if init_from is not None and not ckpt.exists():
+        warm_start(model, text, init_from)
+        log.info(f"warm start from the weights in {init_from}")
     params = list(model.parameters()) + (list(text.parameters()) if text is not None else [])
     decay = [p for p in params if p.ndim >= 2]
     no_decay = [p for p in params if p.ndim < 2]
@@ -235,8 +260,7 @@ def train(cfg: GPTTrainConfig, vq_path: str, scratch: Path, threads: int = 1,
     ema_tensors = lambda: [t for m in (model, text) if m is not None for t in m.state_dict().values()  # noqa: E731
                            if t.is_floating_point()]
     ema = EMA(ema_tensors(), cfg.ema_decay)
-    state = {"step": 0, "seconds": 0.0, "history": []}
-    ckpt = scratch / "checkpoint.pt"
+    state = {"step": 0, "seconds": 0.0, "history": [], "init_from": portable_command(str(init_from)) if init_from else None}
     if ckpt.exists():
         saved = load_checkpoint(ckpt)
         model.load_state_dict(saved["model"])
@@ -329,6 +353,7 @@ def export(result: dict[str, Any], cfg: GPTTrainConfig, out: Path, command: str)
         "validation_perplexity": math.exp(result["val_loss"]),
         "history": result["state"]["history"],
         "command": command,
+        "init_from": result["state"].get("init_from"),  # the warm start's folder, as given
     }
     export_modules(out, {"transformer": result["model"], "text_encoder": result["text"]}, metrics)
     return metrics
@@ -356,6 +381,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--no-augment", action="store_true",
                    help="emoji: unaugmented training views (each emoji as drawn; validation views stay augmented)")
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--init-from", type=Path, default=None,
+                   help="c2i: start from the weights of this transformer folder (fresh optimiser and schedule)")
     args = p.parse_args(argv)
     cfg = PRESETS[args.preset]
     # Options named like the config's fields override the preset when given.
@@ -370,7 +397,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         overrides["num_train"] = sources.EMOJI_POOL  # the cached pool of augmented training views
     cfg = dataclasses.replace(cfg, **overrides)
     command = training_command("train_gpt", argv)
-    result = train(cfg, args.vq, Path(args.scratch), args.threads)
+    result = train(cfg, args.vq, Path(args.scratch), args.threads, init_from=args.init_from)
     metrics = export(result, cfg, Path(args.out), command)
     print(json.dumps({k: v for k, v in metrics.items() if k != "history"}, indent=2))
     return metrics
