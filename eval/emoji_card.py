@@ -2,7 +2,7 @@
 """The model card (README.md) of a shipped emoji class-conditional pipeline, built from its records.
 
     python eval/emoji_card.py --model arvis/weights/llamagen-c2i-emoji \
-        --training <scratch>/export-c2i/training_metrics.json --draft-training <scratch>/export-draft/training_metrics.json \
+        [--training <scratch>/export-c2i/training_metrics.json --draft-training <scratch>/export-draft/training_metrics.json] \
         --record docs/figures/emoji/model_card_emoji.json [--photo-record docs/figures/model_card_c2i.json] \
         [--earlier-training <scratch>/export-c2i-short/training_metrics.json]
 
@@ -16,7 +16,7 @@ The model folder's data set (``evaluation.json``) picks the text: ``emoji`` (52 
 emoji it never saw) or ``emoji-names`` (one class per emoji, judged by whether the emoji CLIP names its samples).
 
 Every figure comes from a JSON record: the two trainers' ``training_metrics.json`` (steps, wall time, losses,
-command), the ``eval/model_card.py`` record (FID with floor, class consistency, latency, next-token statistics,
+command; by default the copies ``arvis.training.assemble`` keeps in the model folder), the ``eval/model_card.py`` record (FID with floor, class consistency, latency, next-token statistics,
 grid) and, for the side-by-side predictability table, the photo model's record. Paths of this machine are
 written as ``<scratch>/``.
 """
@@ -260,18 +260,22 @@ def _predictability(ts: dict[str, Any], pts: dict[str, Any] | None) -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", required=True, type=Path)
-    p.add_argument("--training", required=True, type=Path, help="the transformer's training_metrics.json")
+    p.add_argument("--training", type=Path, default=None,
+                   help="the transformer's training_metrics.json (default: the copy assemble shipped in the folder)")
     p.add_argument("--earlier-training", type=Path, action="append", default=[],
                    help="an earlier, shorter run's training_metrics.json that --training resumed (repeatable, in order)")
     p.add_argument("--init-revision", default=None,
                    help="the commit whose shipped transformer --training's run was warm-started from (--init-from)")
-    p.add_argument("--draft-training", required=True, type=Path, help="the draft's training_metrics.json")
+    p.add_argument("--draft-training", type=Path, default=None,
+                   help="the draft's training_metrics.json (default: the copy assemble shipped in the folder)")
     p.add_argument("--record", required=True, type=Path, help="the eval/model_card.py record")
     p.add_argument("--photo-record", type=Path, default=Path("docs/figures/model_card_c2i.json"))
     args = p.parse_args(argv)
     load = lambda path: json.loads(path.read_text())  # noqa: E731
     photo = load(args.photo_record) if args.photo_record.is_file() else None
-    text = card(args.model, load(args.training), load(args.draft_training), load(args.record), photo,
+    training = args.training or args.model / "transformer" / "training_metrics.json"
+    draft_training = args.draft_training or args.model / "draft_transformer" / "training_metrics.json"
+    text = card(args.model, load(training), load(draft_training), load(args.record), photo,
                 [load(path) for path in args.earlier_training], args.init_revision)
     (args.model / "README.md").write_text(text)
     print(f"wrote {args.model / 'README.md'}")

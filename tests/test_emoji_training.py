@@ -169,8 +169,14 @@ def test_assemble_records_the_data_set(tmp_path):
     vq = LlamaGenVQModel(codebook_size=64, codebook_embed_dim=4, encoder_ch_mult=(1, 2, 2, 2),
                          decoder_ch_mult=(1, 2, 2, 2), z_channels=8, base_channels=8, norm_num_groups=4)
     vq.init_weights(g).save_pretrained(tmp_path / "vq")
+    # The trainer's record beside the export travels into the shipped folder (the model card is built from it).
+    (tmp_path / "training_metrics.json").write_text(json.dumps(
+        {"steps": 3, "command": f"python -m arvis.training.train_gpt --out {tmp_path / 'export'}"}))
     path = assemble(str(tmp_path / "transformer"), str(tmp_path / "vq"), str(tmp_path / "pipe"), data="emoji")
     assert sources.model_data(path) == "emoji" and (path / "vqvae").is_symlink()
+    shipped = json.loads((path / "transformer" / "training_metrics.json").read_text())
+    assert shipped["steps"] == 3 and not shipped["command"].split()[-1].startswith("/")  # no absolute paths
+    assert not (path / "draft_transformer").exists()
 
 
 def test_arvis_fid_cli_judges_emoji_against_heldout_emoji(tmp_path):

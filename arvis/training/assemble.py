@@ -33,6 +33,7 @@ from arvis.models.text_encoder import WordTextEncoder
 from arvis.models.upsampler import TokenUpsampler
 from arvis.pipelines import LlamaGenPipeline
 from arvis.tokenizers.llamagen_vq import LlamaGenVQModel
+from arvis.training.common import ship_training_metrics
 from arvis.utils.serialization import atomic_directory, atomic_path
 
 # Optional components a pipeline may link from their own folders, and their classes.
@@ -52,6 +53,11 @@ def assemble(transformer: str, vq: str, out: str, draft: str | None = None, text
         os.symlink(os.path.relpath(vq_path, out_path.resolve()), staged / "vqvae")
         (staged / "sampling_defaults.json").write_text(json.dumps(sampling_defaults or {}, indent=2) + "\n")
         (staged / MODEL_DATA_FILE).write_text(json.dumps({"data": check_data(data)}, indent=2) + "\n")
+        # Each trained component keeps its trainer's record (steps, losses, history, command): its model card is
+        # built from it. A text encoder is trained with its transformer and shares that record.
+        for name, source in (("transformer", transformer), ("draft_transformer", draft)):
+            if source:
+                ship_training_metrics(source, staged / name / "training_metrics.json")
     return out_path
 
 

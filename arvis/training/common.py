@@ -120,6 +120,19 @@ def recorded_command(summary_command: str, out: Path) -> str:
     return summary_command
 
 
+def ship_training_metrics(component: str | os.PathLike, dest: Path) -> bool:
+    """Copy the ``training_metrics.json`` a trainer wrote beside an exported ``component`` folder to ``dest`` (its
+    command with portable paths), so that a shipped folder keeps the record its model card is built from; False
+    when the export has none."""
+    source = Path(component).parent / "training_metrics.json"
+    if not source.is_file():
+        return False
+    record = json.loads(source.read_text())
+    record["command"] = portable_command(record.get("command", ""))  # runs that predate portable records
+    atomic_write_text(dest, json.dumps(record, indent=2) + "\n")
+    return True
+
+
 def export_note(metrics: dict[str, Any], done: str = "Exported and evaluated") -> str:
     """A model-card line naming the export command when it differs from the training command."""
     if metrics.get("export_command") and metrics["export_command"] != metrics["command"]:

@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from arvis.training import train_gpt
-from arvis.training.common import atomic_write_text, portable_command, training_command
+from arvis.training.common import atomic_write_text, ship_training_metrics, training_command
 from arvis.training.train_gpt import GPTTrainConfig
 from arvis.utils.serialization import atomic_directory
 
@@ -204,11 +204,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         p.add_argument("--top-k", type=int, default=0)
         a = p.parse_args(args_list[1:])
         path = assemble(a.transformer, a.vq, a.out, {"guidance_scale": a.guidance_scale, "top_k": a.top_k})
-        metrics = Path(a.transformer).parent / "training_metrics.json"
-        if metrics.is_file():
-            record = json.loads(metrics.read_text())
-            record["command"] = portable_command(record.get("command", ""))  # runs that predate portable records
-            atomic_write_text(path / "training_metrics.json", json.dumps(record, indent=2) + "\n")
+        ship_training_metrics(a.transformer, path / "training_metrics.json")
         print(f"assembled {path}")
         return {"out": str(path)}
     p = argparse.ArgumentParser(prog="python -m arvis.training.train_video", description=__doc__.split("\n\n")[0])
