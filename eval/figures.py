@@ -16,7 +16,9 @@ forward-cost curve, the time split and host syncs per iteration, batch 8 ragged 
 reference implementations on the same weights — with ``--llamagen-repo`` / ``--sjd-repo`` checkouts; run it
 on an otherwise idle machine).
 Every job is one ``arvis bench`` or ``arvis fid`` command (printed with ``--list``) writing a JSON record
-under ``--out``; a job whose record exists is skipped, so an interrupted run resumes. FID records are
+under ``--out``; a job whose record exists is skipped, so an interrupted run resumes, unless the record was
+measured on other weights than the model's now (its ``model_sha256``): such a record is stale and the job
+runs again, so a retrained model never keeps figures of its predecessor. FID records are
 shared between suites (``<out>/fid/``). Nothing here is typed in by hand: the Markdown tables are built
 from the records.
 
@@ -31,6 +33,7 @@ the FID is the end-to-end sanity check.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import shlex
@@ -73,25 +76,51 @@ class Job:
             return [sys.executable, *self.args]
         return [sys.executable, "-m", "arvis", self.kind, *self.args]
 
+    def model(self) -> str | None:
+        return self.args[self.args.index("--model") + 1] if "--model" in self.args else None
+
+    def status(self) -> str:
+        """``todo`` (no record), ``stale`` (a record of other weights than the model's now) or ``done``."""
+        if not self.output.exists():
+            return "todo"
+        recorded = recorded_model_sha256(self.output)
+        current = current_model_sha256(model) if (model := self.model()) else None
+        return "stale" if recorded and current and recorded != current else "done"
+
     def display(self) -> str:
         """The command as a user types it (also for subclasses that build their own :meth:`command`)."""
         args = self.command()[1:]
         return shlex.join(["arvis", *args[2:]] if args[:2] == ["-m", "arvis"] else ["python", *args])
 
 
+def recorded_model_sha256(path: Path) -> str | None:
+    """The ``model_sha256`` a record was measured on (a bench record's first row), ``None`` when it names none."""
+    record = json.loads(path.read_text())
+    row = record[0] if isinstance(record, list) and record else record
+    return row.get("model_sha256") if isinstance(row, dict) else None
+
+
+@functools.cache
+def current_model_sha256(model: str) -> str | None:
+    """The content hash of the weights a job's ``--model`` names now (``None``: an in-memory test model)."""
+    from arvis.hub import model_ref
+
+    return model_ref(model).sha256
+
+
 def list_jobs(jobs: list[Job]) -> None:
-    """Print every job, done or to do, with its command."""
+    """Print every job, done, stale or to do, with its command."""
     for job in jobs:
-        print(f"[{'done' if job.output.exists() else 'todo'}] {job.name}: {job.display()}")
+        print(f"[{job.status()}] {job.name}: {job.display()}")
 
 
 def run_missing_jobs(jobs: list[Job], shard: tuple[int, int] = (0, 1)) -> int:
-    """Run, in order, every job whose record is missing (a run resumes) among shard ``k`` of ``n`` (jobs
+    """Run, in order, every job whose record is missing or stale (a run resumes) among shard ``k`` of ``n`` (jobs
     ``i`` with ``i % n == k``); stop at the first failure, returning its exit code (0 when all ran)."""
     k, n = shard
-    missing = [j for i, j in enumerate(jobs) if i % n == k and not j.output.exists()]
+    missing = [j for i, j in enumerate(jobs) if i % n == k and j.status() != "done"]
     for i, job in enumerate(missing, 1):
-        if job.output.exists():  # written meanwhile by another run of the same list (a shard, a second stream)
+        if job.status() == "done":  # written meanwhile by another run of the same list (a shard, a second stream)
             print(f"[{i}/{len(missing)}] {job.name}: done meanwhile, skipped", flush=True)
             continue
         job.output.parent.mkdir(parents=True, exist_ok=True)

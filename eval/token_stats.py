@@ -29,14 +29,14 @@ def main(argv: list[str] | None = None) -> dict:
     from arvis.eval.token_stats import class_requests, token_statistics
     from arvis.hub import load_pipeline
 
-    pipe, defaults, path = load_pipeline(args.model, torch.float32, "cpu")
+    pipe, defaults, model = load_pipeline(args.model, torch.float32, "cpu")
     sampling = SamplingConfig(guidance_scale=args.guidance_scale if args.guidance_scale is not None
                               else defaults.get("guidance_scale", 4.0),
                               top_k=args.top_k if args.top_k is not None else defaults.get("top_k", 0))
     n_classes = pipe.transformer.config.num_classes
     labels = [i % n_classes for i in range(args.samples)]
     stats = token_statistics(class_requests(pipe.transformer.eval(), labels), sampling, seed=args.seed)
-    stats["model"] = str(path)
+    stats.update(model.record())  # the model's name and weights hash (eval/figures.py reruns stale records)
     summary = {k: v for k, v in stats.items() if not k.endswith(("_map", "_by_row"))}
     print(json.dumps(summary, indent=2))
     if args.json:
@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> dict:
             ax.set_title(f"{name}\nmean {stats[name]:.3f}", fontsize=9)
             ax.axis("off")
             fig.colorbar(im, ax=ax, fraction=0.046)
-        fig.suptitle(f"{Path(str(path)).name}: next-token statistics over the 16x16 grid "
+        fig.suptitle(f"{Path(model.name).name}: next-token statistics over the 16x16 grid "
                      f"(cfg {sampling.guidance_scale}, top-k {sampling.top_k}, {args.samples} samples)", fontsize=10)
         fig.tight_layout()
         Path(args.plot).parent.mkdir(parents=True, exist_ok=True)

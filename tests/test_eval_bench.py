@@ -314,3 +314,21 @@ def test_bench_runs_on_cuda():
                        samples=2, repeats=5, forward_cost_sizes=(1, 4), progress=False)
     for r in result.records:
         assert r["target_forward_s"] > 0 and r["deterministic"] and r["host_syncs_per_iteration"] <= 1.5
+
+
+def test_figures_reruns_records_of_other_weights(tmp_path, monkeypatch, capsys):
+    """A record measured on other weights than the model's now is stale: listed as such and run again."""
+    figures = _load_script("figures")
+    monkeypatch.setattr(figures, "current_model_sha256", lambda model: "new0000000000000")
+    out = tmp_path / "record.json"
+    write = f"import json, pathlib; pathlib.Path({str(out)!r}).write_text(json.dumps([{{'model_sha256': 'new0000000000000'}}]))"
+    job = figures.Job("x", "script", ["-c", write, "--model", "mine"], out)
+    assert job.model() == "mine" and job.status() == "todo"
+    out.write_text(json.dumps([{"model_sha256": "old0000000000000", "latency_s": 1.0}]))
+    assert job.status() == "stale"
+    figures.list_jobs([job])
+    assert capsys.readouterr().out.startswith("[stale] x:")
+    assert figures.run_missing_jobs([job]) == 0 and job.status() == "done"
+    assert json.loads(out.read_text()) == [{"model_sha256": "new0000000000000"}]  # measured again
+    out.write_text(json.dumps({"fid": 3.0}))  # a record that names no weights is kept
+    assert job.status() == "done"
