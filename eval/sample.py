@@ -83,8 +83,9 @@ def run(args: argparse.Namespace) -> int:
     options = spec.options_dict
     sampler = PipelineSampler(pipe, args.seed, method=spec.name, method_options=options, labels=labels,
                               prompts=prompts, **sampling)
-    job = SamplingJob(model=str(model), seed=args.seed, num_samples=args.num_images, method=spec.name,
-                      method_options=options, sampling=sampling, labels=sampler.labels, prompts=sampler.prompts)
+    job = SamplingJob(model=str(model), model_sha256=model.sha256, seed=args.seed, num_samples=args.num_images,
+                      method=spec.name, method_options=options, sampling=sampling, labels=sampler.labels,
+                      prompts=sampler.prompts)
     result = run_sampling_job(sampler, job, args.output, batch_size=args.batch_size, resume=args.resume,
                               progress=not args.no_progress)
     print(json.dumps({"rank": rank, "world_size": world, "written": result.written, "skipped": result.skipped,

@@ -25,6 +25,7 @@ import numpy as np
 import pytest
 import torch
 
+from arvis.errors import JobError
 from arvis.eval.files import is_valid_image
 from arvis.eval.jobs import PipelineSampler, SamplingJob, run_sampling_job, seed_for, shard
 from arvis.models.llamagen import LlamaGenTransformer
@@ -168,6 +169,9 @@ def test_single_process_writes_n_pngs_and_manifest(model_dir, reference, tmp_pat
     assert digests(out) == reference  # batch size 1 vs 3: identical bytes
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["complete"] and manifest["count"] == N
+    from arvis.hub import folder_sha256
+
+    assert manifest["job"]["model_sha256"] == folder_sha256(model_dir)  # the weights the images came from
     assert [r["sha256"] for r in manifest["images"]] == list(reference.values())
     assert [r["label"] for r in manifest["images"]] == [i % 3 for i in range(N)]
     assert manifest["images"][5]["seed"] == seed_for(7, 5)
@@ -256,6 +260,16 @@ def test_bad_input_is_refused_without_output(model_dir, tmp_path, capsys):
     (foreign / "x.png").write_bytes(b"")
     assert sample_script.main(argv(model_dir, foreign)) == 2
     assert "no manifest.json" in capsys.readouterr().err
+
+
+def test_resume_refuses_images_of_other_weights(tmp_path):
+    """The same model name with other weights (a retrained model) is another job: resuming would mix them."""
+    out = tmp_path / "o"
+    draw = lambda idx: np.zeros((len(idx), 4, 4, 3), np.uint8)  # noqa: E731
+    run_sampling_job(draw, SamplingJob(model="m", seed=0, num_samples=2, model_sha256="a" * 16), out, progress=False)
+    with pytest.raises(JobError, match=r"differs from this one in \['model_sha256'\]"):
+        run_sampling_job(draw, SamplingJob(model="m", seed=0, num_samples=3, model_sha256="b" * 16), out,
+                         resume=True, progress=False)
 
 
 def test_library_job_rejects_bad_batch_size(tmp_path):

@@ -284,6 +284,9 @@ class SamplingJob:
     sampling: dict[str, Any] = field(default_factory=dict)
     labels: list[int] | None = None
     prompts: list[str] | None = None
+    # The weights' content hash (arvis.hub.folder_sha256): a model retrained under the same name is another job,
+    # so a resume never mixes its images with its predecessor's.
+    model_sha256: str | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.num_samples, bool) or not isinstance(self.num_samples, int) or self.num_samples < 1:
