@@ -16,8 +16,8 @@ The model folder's data set (``evaluation.json``) picks the text: ``emoji`` (52 
 emoji it never saw) or ``emoji-names`` (one class per emoji, judged by whether the emoji CLIP names its samples).
 
 Every figure comes from a JSON record: the two trainers' ``training_metrics.json`` (steps, wall time, losses,
-command; by default the copies ``arvis.training.assemble`` keeps in the model folder), the ``eval/model_card.py`` record (FID with floor, class consistency, latency, next-token statistics,
-grid) and, for the side-by-side predictability table, the photo model's record. Paths of this machine are
+command; by default the copies ``arvis.training.assemble`` keeps in the model folder), the ``eval/model_card.py``
+record (FID with floor, class consistency, latency, next-token statistics, grid) and, for the side-by-side predictability table, the photo model's record. Paths of this machine are
 written as ``<scratch>/``.
 """
 

@@ -260,7 +260,8 @@ def train(cfg: GPTTrainConfig, vq_path: str, scratch: Path, threads: int = 1,
     ema_tensors = lambda: [t for m in (model, text) if m is not None for t in m.state_dict().values()  # noqa: E731
                            if t.is_floating_point()]
     ema = EMA(ema_tensors(), cfg.ema_decay)
-    state = {"step": 0, "seconds": 0.0, "history": [], "init_from": portable_command(str(init_from)) if init_from else None}
+    state = {"step": 0, "seconds": 0.0, "history": [],
+             "init_from": portable_command(str(init_from)) if init_from else None}
     if ckpt.exists():
         saved = load_checkpoint(ckpt)
         model.load_state_dict(saved["model"])
