@@ -103,9 +103,13 @@ def recorded_model_sha256(path: Path) -> str | None:
 @functools.cache
 def current_model_sha256(model: str) -> str | None:
     """The content hash of the weights a job's ``--model`` names now (``None``: an in-memory test model)."""
+    from arvis.errors import CheckpointError
     from arvis.hub import model_ref
 
-    return model_ref(model).sha256
+    try:
+        return model_ref(model).sha256
+    except (ValueError, CheckpointError):  # no such model (yet): its job, when run, says so
+        return None
 
 
 def list_jobs(jobs: list[Job]) -> None:

@@ -197,11 +197,15 @@ def test_sigkill_at_random_points_then_resume_is_exact(model_dir, reference, tmp
     for _ in range(4):
         pid = fork_run(base if first else [*base, "--resume"])
         first = False
-        # Kill at a random moment once the job is under way (an image takes ~0.05-0.2 s here).
+        # Kill at a random point of the job: once a random number of its images is visible, plus a random fraction
+        # of the next one (counted in images, not seconds, so that a fast machine cannot finish first).
         deadline = time.monotonic() + 30
+        target = int(rng.integers(0, N - 1))
         while not (out / "manifest.json").exists() and time.monotonic() < deadline:
-            time.sleep(0.005)
-        time.sleep(float(rng.uniform(0.0, 0.4)))
+            time.sleep(0.001)
+        while len(clean_fid_visible(out)) < target and time.monotonic() < deadline:
+            time.sleep(0.001)
+        time.sleep(float(rng.uniform(0.0, 0.02)))
         try:
             os.kill(pid, signal.SIGKILL)
             kills += wait(pid) == -signal.SIGKILL
