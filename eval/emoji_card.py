@@ -17,8 +17,8 @@ emoji it never saw) or ``emoji-names`` (one class per emoji, judged by whether t
 
 Every figure comes from a JSON record: the two trainers' ``training_metrics.json`` (steps, wall time, losses,
 command; by default the copies ``arvis.training.assemble`` keeps in the model folder), the ``eval/model_card.py``
-record (FID with floor, class consistency, latency, next-token statistics, grid) and, for the side-by-side predictability table, the photo model's record. Paths of this machine are
-written as ``<scratch>/``.
+record (FID with floor, class consistency, latency, next-token statistics, grid) and, for the side-by-side
+predictability table, the photo model's record. Paths of this machine are written as ``<scratch>/``.
 """
 
 from __future__ import annotations
@@ -37,10 +37,15 @@ def _clean(text: str) -> str:
     return re.sub(r"(?<![\w<>])(?:/|\.\./)\S*/([^/\s]+)", r"<scratch>/\1", text)
 
 
+def _option(m: dict[str, Any], name: str, default: str) -> str:
+    """The value of option ``name`` in a trainer's recorded command (``default`` when it was not given)."""
+    argv = shlex.split(m["command"])
+    return argv[argv.index(name) + 1] if name in argv else default
+
+
 def _out(m: dict[str, Any]) -> str:
     """The export folder a trainer's command wrote (its ``--out``), as the card prints paths."""
-    argv = shlex.split(m["command"])
-    return _clean(argv[argv.index("--out") + 1]) if "--out" in argv else "<scratch>/export"
+    return _clean(_option(m, "--out", "<scratch>/export"))
 
 
 def _arch(m: dict[str, Any]) -> str:
@@ -110,8 +115,8 @@ def card(model: Path, c2i: dict[str, Any], draft: dict[str, Any], rec: dict[str,
     size = {p.parent.name: p.stat().st_size / 1e6 for p in model.glob("*/diffusion_pytorch_model.safetensors")}
     num_classes = len(class_names(data))
     guidance = rec.get("sampling_defaults", {}).get("guidance_scale", 3.0)
-    commands = "\n".join([*_warm_start_commands(model, c2i, init_revision),
-                          *(_clean(m["command"]) for m in [*(earlier or []), c2i])])
+    warm_commands, warm_text = _warm_start(model, c2i, init_revision)
+    commands = "\n".join([*warm_commands, *(_clean(m["command"]) for m in [*(earlier or []), c2i])])
     return f"""# {model.name}: arvis's {t['title']}
 
 A `LlamaGenPipeline` folder: a class-conditional GPT in LlamaGen's architecture (`transformer`) over
@@ -156,7 +161,7 @@ python -m arvis.training.assemble --transformer {_out(c2i)}/transformer --draft 
 | {t['val_row']} (raw / EMA; exported: the better) | {c2i['validation_loss_raw']:.3f} / {c2i['validation_loss_ema']:.3f} | {draft['validation_loss_raw']:.3f} / {draft['validation_loss_ema']:.3f} |
 | validation perplexity | {c2i['validation_perplexity']:.1f} | {draft['validation_perplexity']:.1f} |
 
-{_segments(c2i, earlier or [])}{_warm_start(model, c2i, init_revision)}{t['val_note']}
+{_segments(c2i, earlier or [])}{warm_text}{t['val_note']}
 
 ## Evaluation (the shipped fp16 folder)
 `python eval/model_card.py --model {model.as_posix()} --samples-dir <scratch>/{t['samples']} --num {rec['num']}
@@ -183,40 +188,27 @@ Sample grid ({t['grid_note']}): `docs/{model.name}-samples.png`.
 
 
 def _threads(m: dict[str, Any]) -> str:
-    argv = shlex.split(m["command"])
-    n = int(argv[argv.index("--threads") + 1]) if "--threads" in argv else 1
+    n = int(_option(m, "--threads", "1"))
     return f"{n} thread{'s' if n > 1 else ''}"
 
 
-def _shipped_transformer(model: Path, c2i: dict[str, Any], init_revision: str | None) -> str | None:
-    """The repository path of the shipped transformer a warm-started run began from (``None``: not warm-started)."""
+def _warm_start(model: Path, c2i: dict[str, Any], init_revision: str | None) -> tuple[list[str], str]:
+    """For a transformer warm-started from shipped weights (``train_gpt --init-from``): the command that takes
+    those weights out of git, and how the run got its steps (nothing for a run from scratch)."""
     if not c2i.get("init_from"):
-        return None
+        return [], ""
     if not init_revision:
         raise ValueError(f"the transformer was warm-started from {_clean(c2i['init_from'])}: name the commit whose "
                          f"shipped transformer that was (--init-revision)")
-    return (model / "transformer").as_posix()
-
-
-def _warm_start_commands(model: Path, c2i: dict[str, Any], init_revision: str | None) -> list[str]:
-    shipped = _shipped_transformer(model, c2i, init_revision)
-    if shipped is None:
-        return []
-    init = _clean(c2i["init_from"])
-    return [f"mkdir -p {init} && git archive {init_revision} {shipped} | tar -x --strip-components="
-            f"{len(Path(shipped).parts)} -C {init}"]
-
-
-def _warm_start(model: Path, c2i: dict[str, Any], init_revision: str | None) -> str:
-    """How a warm-started transformer got its steps (empty for a run from scratch)."""
-    shipped = _shipped_transformer(model, c2i, init_revision)
-    if shipped is None:
-        return ""
-    peak = c2i["preset_config"]["lr"]
-    return (f"The transformer was warm-started from the weights shipped at commit {init_revision} (the first command "
+    shipped, init = (model / "transformer").as_posix(), _clean(c2i["init_from"])
+    command = (f"mkdir -p {init} && git archive {init_revision} {shipped} | tar -x --strip-components="
+               f"{len(Path(shipped).parts)} -C {init}")
+    text = (f"The transformer was warm-started from the weights shipped at commit {init_revision} (the first command "
             f"takes them out of git; how they were trained: `git show {init_revision}:{model.as_posix()}/README.md`) "
             f"and trained {c2i['steps']:,} more steps with a fresh optimiser and its own warm-up and cosine schedule "
-            f"(peak learning rate {peak:.2g}). The steps and wall time in the table are this run's only.\n\n")
+            f"(peak learning rate {c2i['preset_config']['lr']:.2g}). The steps and wall time in the table are this "
+            f"run's only.\n\n")
+    return [command], text
 
 
 def _segments(c2i: dict[str, Any], earlier: list[dict[str, Any]]) -> str:

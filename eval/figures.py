@@ -95,7 +95,7 @@ class Job:
 
 def recorded_model_sha256(path: Path) -> str | None:
     """The ``model_sha256`` a record was measured on (a bench record's first row), ``None`` when it names none."""
-    record = json.loads(path.read_text())
+    record = _load(path)
     row = record[0] if isinstance(record, list) and record else record
     return row.get("model_sha256") if isinstance(row, dict) else None
 
