@@ -91,12 +91,19 @@ TEXT = {
 }
 
 
+def _tokenizer_row(rec: dict[str, Any]) -> str:
+    if "clip_vq_reconstructions_named" not in rec:  # records measured before this row existed
+        return ""
+    return (f"\n| the same CLIP on those renders tokenised and decoded by the model's VQ (the tokenizer's reference: "
+            f"samples are decoded by the same VQ) | {100 * rec['clip_vq_reconstructions_named']:.1f}% |")
+
+
 def _consistency_rows(rec: dict[str, Any]) -> str:
     if "clip_real_renders_named" in rec:  # one class per emoji: the emoji CLIP names the samples
         return (f"| class consistency: the emoji CLIP names the sample's own emoji among all "
                 f"{round(1 / rec['chance'])} class names | **{100 * rec['class_consistency']:.1f}%** |\n"
                 f"| the same CLIP on the real renders of those emoji (its ceiling; chance {100 * rec['chance']:.1f}%) "
-                f"| {100 * rec['clip_real_renders_named']:.1f}% |")
+                f"| {100 * rec['clip_real_renders_named']:.1f}% |" + _tokenizer_row(rec))
     return (f"| class consistency: emoji domain classifier top-1 on the samples | "
             f"**{100 * rec.get('class_consistency', float('nan')):.1f}%** |\n"
             f"| the same classifier on held-out *real* emoji | "

@@ -64,12 +64,15 @@ def class_consistency(folder: Path, network: str = "domain") -> dict[str, float]
     return {"class_consistency": sum(correct) / len(correct), "images": len(correct)}
 
 
-def naming_accuracy(folder: Path, names: list[str], clip: str = "clip-emoji") -> dict[str, float]:
+def naming_accuracy(folder: Path, names: list[str], vq: torch.nn.Module, clip: str = "clip-emoji") -> dict[str, float]:
     """Class consistency of a one-class-per-emoji model: how often the emoji CLIP picks a sample's own class name
-    among all the class names, beside the same on the real unaugmented renders of those emoji (the ceiling)."""
+    among all the class names, beside the same on the real unaugmented renders of those emoji (the CLIP's
+    ceiling) and on those renders tokenised and decoded by the model's ``vq`` (the tokenizer's reference: samples
+    are drawn by the same decoder from the same codebook, so its blur and texture limit them as they limit these)."""
     from arvis.data.emoji import load_catalog, named_emoji, openmoji_svg_dir, render_emoji
     from arvis.eval.clip_score import load_clip
     from arvis.models.clip import naming_top1
+    from arvis.training.train_vq import to_tensor, to_uint8
 
     scorer = load_clip(clip)
     text = scorer.text_embeddings(names)
@@ -80,9 +83,13 @@ def naming_accuracy(folder: Path, names: list[str], clip: str = "clip-emoji") ->
     if [e.name for e in emoji] != names:
         raise ValueError("the model's class names are not the named emoji set of arvis.data.emoji")
     real = np.stack([render_emoji(openmoji_svg_dir() / f"{e.code}.svg", images.shape[1]) for e in emoji])
+    with torch.no_grad():
+        tokenised = to_uint8(vq.decode_codes(vq.encode(to_tensor(real))))
     return {"class_consistency": naming_top1(scorer.image_embeddings(images), text, labels), "images": len(records),
             "class_consistency_by": clip,
             "clip_real_renders_named": naming_top1(scorer.image_embeddings(real), text, torch.arange(len(names))),
+            "clip_vq_reconstructions_named": naming_top1(scorer.image_embeddings(tokenised), text,
+                                                         torch.arange(len(names))),
             "chance": 1 / len(names)}
 
 
@@ -183,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
             result.update(fid=fid.fid, real_vs_real_floor=fid.floor, fid_num=args.num,
                           extractor=fid.generated.extractor)
         if data == "emoji-names":  # classes are single emoji: the emoji CLIP names them
-            result.update(naming_accuracy(args.samples_dir, list(pipe.transformer.config.class_names)))
+            result.update(naming_accuracy(args.samples_dir, list(pipe.transformer.config.class_names), pipe.vqvae))
         else:
             from arvis.eval.domain import resolve_domain_path
 

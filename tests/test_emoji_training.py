@@ -208,7 +208,8 @@ def test_emoji_card_text_follows_the_folders_data_set(tmp_path, monkeypatch):
                 "params": 1, "steps": 900, "train_hours": 0.5, "final_train_loss": 1.0, "validation_loss_raw": 1.1,
                 "validation_loss_ema": 1.2, "validation_perplexity": 3.0, "command": "python -m arvis.training.x"}
     group = {"num": 208, "fid": 12.0, "class_consistency": 0.06, "classifier_heldout_real_accuracy": 0.32}
-    named = {"num": 246, "fid": 5.0, "class_consistency": 0.5, "clip_real_renders_named": 0.7, "chance": 1 / 123}
+    named = {"num": 246, "fid": 5.0, "class_consistency": 0.5, "clip_real_renders_named": 0.7,
+             "clip_vq_reconstructions_named": 0.25, "chance": 1 / 123}
     for data, record, expected, absent in (("emoji", group, "emoji domain classifier top-1", "names the sample"),
                                            ("emoji-names", named, "names the sample's own emoji", "domain classifier")):
         folder = tmp_path / data
@@ -218,6 +219,7 @@ def test_emoji_card_text_follows_the_folders_data_set(tmp_path, monkeypatch):
         assert expected in text and absent not in text and f"--data {data}\n" in text
         assert sources.data_recipe(data, 128) in text
     assert "**50.0%**" in text and "123 classes + the null class" in text
+    assert "decoded by the model's VQ (the tokenizer's reference: samples are decoded by the same VQ) | 25.0% |" in text
     assert "resumed" not in text  # one run, one command
     # A transformer resumed from a shorter run: both commands in order, and the schedule's restart from its history.
     first = {**training, "steps": 400, "final_train_loss": 1.5, "validation_loss": 1.45,

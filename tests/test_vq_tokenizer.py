@@ -260,3 +260,27 @@ def test_train_vq_smoke_exports_loadable_model(tmp_path) -> None:
     # Resuming with more steps continues from the checkpoint instead of starting over.
     train_vq.main(args + ["--steps", str(train_vq.SMOKE_CONFIG.steps + 2)])
     assert "resumed" in (scratch / "train.log").read_text()
+
+
+def test_train_vq_decoder_only_keeps_every_code(tmp_path) -> None:
+    """A decoder-only fine-tune changes the pictures decoded from codes but not the codes: encoder, quant_conv and
+    codebook come out bit-identical to the tokenizer it started from, so transformers trained on its codes stay
+    valid."""
+    from arvis.training import train_vq
+
+    base = tmp_path / "base"
+    train_vq.main(["--out", str(base), "--scratch", str(tmp_path / "s0"), "--smoke", "--threads", "0"])
+    tuned = tmp_path / "tuned"
+    train_vq.main(["--out", str(tuned), "--scratch", str(tmp_path / "s1"), "--smoke", "--threads", "0",
+                   "--init-from", str(base), "--decoder-only", "--steps", "6"])
+    before, after = LlamaGenVQModel.from_pretrained(base).eval(), LlamaGenVQModel.from_pretrained(tuned).eval()
+    frozen = ("encoder.", "quant_conv.", "quantize.")
+    b, a = dict(before.named_parameters()), dict(after.named_parameters())  # buffers only count code usage
+    assert [k for k in b if k.startswith(frozen) and not torch.equal(b[k], a[k])] == []
+    assert not all(torch.equal(b[k], a[k]) for k in b if k.startswith("decoder."))
+    images = torch.rand(3, 3, 32, 32, generator=torch.Generator().manual_seed(0)) * 2 - 1
+    with torch.no_grad():
+        assert torch.equal(before.encode(images), after.encode(images))
+    assert "decoder only" in (tuned / "README.md").read_text()
+    with pytest.raises(ValueError, match="init_from"):
+        train_vq.main(["--out", str(tmp_path / "x"), "--scratch", str(tmp_path / "s2"), "--smoke", "--decoder-only"])

@@ -95,6 +95,9 @@ class VQTrainConfig:
     restart_until: float = 0.75
     init_seed: int = 0
     init_from: str = ""  # a VQ folder to fine-tune from (same architecture), e.g. arvis/weights/vq-photos
+    # train only post_quant_conv + decoder of init_from: encoder and codebook stay frozen, so every code grid (and
+    # every transformer trained on them) stays valid and only the pictures decoded from the codes change
+    decoder_only: bool = False
     # bookkeeping
     eval_size: int = 256
     final_eval_size: int = 1024
@@ -117,6 +120,14 @@ class VQTrainConfig:
             raise ValueError(f"full_res_fraction must be in [0, 1], got {self.full_res_fraction}")
         if min(self.batch_size, self.full_res_batch_size, self.eval_size, self.final_eval_size) < 1:
             raise ValueError("batch sizes and eval sizes must be >= 1")
+        if self.decoder_only and not self.init_from:
+            raise ValueError("decoder_only fine-tunes the decoder of an existing tokenizer: set init_from")
+
+    def trainable(self, model: LlamaGenVQModel) -> list[torch.nn.Parameter]:
+        """The parameters this run optimises (and averages): all, or only the decoder side."""
+        if self.decoder_only:
+            return [*model.post_quant_conv.parameters(), *model.decoder.parameters()]
+        return list(model.parameters())
 
     def model_kwargs(self) -> dict[str, Any]:
         """Arguments of :class:`LlamaGenVQModel` for this configuration."""
@@ -280,7 +291,7 @@ def train(
 
     state = _new_state(cfg)
     model: LlamaGenVQModel = state["model"].train()
-    params = [p for p in model.parameters()]
+    params = cfg.trainable(model)
     ema_tensors = params  # buffers (codebook_used) are bookkeeping, not averaged
     opt = torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, 0.99), weight_decay=cfg.weight_decay)
     ema = EMA(ema_tensors, cfg.ema_decay)
@@ -319,7 +330,7 @@ def train(
 
     def ema_eval(images: np.ndarray) -> dict[str, Any]:
         ema_model.load_state_dict(model.state_dict())
-        ema.copy_to(list(ema_model.parameters()))
+        ema.copy_to(cfg.trainable(ema_model))
         return evaluate(ema_model, images)
 
     full_res_from = int(round(cfg.steps * (1.0 - cfg.full_res_fraction)))
@@ -332,7 +343,12 @@ def train(
         lr = cosine_lr(step, cfg.steps, cfg.lr, cfg.warmup, cfg.min_lr_ratio)
         for g in opt.param_groups:
             g["lr"] = lr
-        rec, losses = model(x)
+        if cfg.decoder_only:
+            with torch.no_grad():  # frozen encoder and codebook: the codes of an image never change
+                quant, _, losses = model.encode_with_quant(x)
+            rec = model.decode(quant)
+        else:
+            rec, losses = model(x)
         l1 = (rec - x).abs().mean()
         l2 = (rec - x).pow(2).mean()
         loss = cfg.l1_weight * l1 + cfg.l2_weight * l2 + losses.total
@@ -353,7 +369,7 @@ def train(
         t_last = now
         bar.update(1)
 
-        if cfg.restart_every and step % cfg.restart_every == 0:
+        if cfg.restart_every and not cfg.decoder_only and step % cfg.restart_every == 0:
             restarted = 0
             if step <= cfg.restart_until * cfg.steps:
                 restarted = _restart_dead_codes(model, opt, counts, x, rng, ema)
@@ -381,7 +397,7 @@ def train(
     bar.close()
 
     ema_model.load_state_dict(model.state_dict())
-    ema.copy_to(list(ema_model.parameters()))
+    ema.copy_to(cfg.trainable(ema_model))
     summary = {"steps": step, "train_seconds": elapsed, "history": history,
                "final_train": history[-2] if len(history) > 1 and "eval" in history[-1] else history[-1]}
     return ema_model.eval(), summary
@@ -472,6 +488,18 @@ horizontal flip, resized to {cfg.resolution} px (PIL bicubic, antialiased); the 
 (batch {cfg.batch_size}), the rest whole {cfg.resolution}px crops (batch {cfg.full_res_batch_size})."""
 
 
+def _schedule_sentence(cfg: VQTrainConfig) -> str:
+    """What was trained from what: restarts, EMA, initialisation."""
+    ema = f"EMA {cfg.ema_decay} of the weights (the EMA weights are shipped)."
+    if cfg.decoder_only:
+        return (f"{ema} Initialised from `{cfg.init_from}`; decoder only: `post_quant_conv` and the decoder were "
+                f"trained, the encoder, `quant_conv` and codebook were frozen (no dead-code restarts), so this "
+                f"tokenizer gives every image the same codes as `{cfg.init_from}` and only decodes them better.")
+    init = f" Initialised from `{cfg.init_from}` (fine-tuned)." if cfg.init_from else ""
+    return (f"dead-code restarts every {cfg.restart_every} steps for the first {100 * cfg.restart_until:.0f}% of "
+            f"training, {ema}{init}")
+
+
 def model_card(cfg: VQTrainConfig, m: dict[str, Any], command: str, name: str = "vq-photos",
                grid_png: str | os.PathLike | None = None) -> str:
     """Markdown model card for the exported tokenizer (``name``: the folder's name)."""
@@ -513,8 +541,7 @@ codebook {cfg.codebook_size} x {cfg.codebook_embed_dim} (l2-normalised). {m['par
 ```
 AdamW (betas 0.9/0.99, lr {cfg.lr}, {cfg.warmup} warm-up steps, cosine to {cfg.min_lr_ratio}x), grad-norm
 clip 1.0, loss = {cfg.l1_weight} x L1 + {cfg.l2_weight} x L2 + vq + {cfg.commit_loss_beta} x commitment,
-dead-code restarts every {cfg.restart_every} steps for the first {100 * cfg.restart_until:.0f}% of training,
-EMA {cfg.ema_decay} of the weights (the EMA weights are shipped).{f" Initialised from `{cfg.init_from}` (fine-tuned)." if cfg.init_from else ""} No perceptual (LPIPS/VGG) or adversarial
+{_schedule_sentence(cfg)} No perceptual (LPIPS/VGG) or adversarial
 loss: no pretrained feature network is available offline. {m['steps']} steps, {m['train_hours']:.2f} h of
 training wall time on 2 CPU cores (shared with other work).
 
@@ -552,6 +579,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--base-channels", type=int, default=None)
     p.add_argument("--codebook-size", type=int, default=None)
     p.add_argument("--init-from", default=None, help="fine-tune from this VQ folder (same architecture)")
+    p.add_argument("--decoder-only", action="store_true",
+                   help="with --init-from: train only the decoder; encoder and codebook (so all codes) stay as they are")
     p.add_argument("--warmup", type=int, default=None)
     p.add_argument("--ema-decay", type=float, default=None)
     p.add_argument("--eval-size", type=int, default=None, help="held-out images of the periodic evaluations")
@@ -575,6 +604,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                  if v is not None}
     if args.init_from:
         overrides["init_from"] = args.init_from
+    if args.decoder_only:
+        overrides["decoder_only"] = True
     for name, value in overrides.items():
         if isinstance(value, (int, float)) and value <= 0:
             raise ValueError(f"--{name.replace('_', '-')} must be > 0, got {value}")
