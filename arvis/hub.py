@@ -131,12 +131,16 @@ class ModelRef:
 
 def folder_sha256(folder: str | os.PathLike) -> str:
     """sha256 (first 16 hex digits) over the relative names and bytes of a model folder's configs and
-    weights (``*.json``, ``*.safetensors``, ``*.bin``, ``*.pt``; model cards and other files excluded)."""
+    weights (``*.json``, ``*.safetensors``, ``*.bin``, ``*.pt``; model cards and other files excluded).
+
+    Linked components (``vqvae -> ../vq-emoji``) are followed: their weights decode every image, so a retrained
+    tokenizer is other weights for every pipeline that links it."""
     folder = Path(folder)
     digest = hashlib.sha256()
     suffixes = {".json", ".safetensors", ".bin", ".pt", ".model", ".txt"}
-    for file in sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix in suffixes
-                       and p.name != "metrics.json"):
+    files = [Path(root, name) for root, _, names in os.walk(folder, followlinks=True) for name in names]
+    for file in sorted((p for p in files if p.is_file() and p.suffix in suffixes and p.name != "metrics.json"),
+                       key=lambda p: p.relative_to(folder)):
         digest.update(file.relative_to(folder).as_posix().encode() + b"\0")
         with open(file, "rb") as f:
             for block in iter(lambda: f.read(1 << 20), b""):

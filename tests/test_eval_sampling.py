@@ -295,3 +295,22 @@ def test_torchrun_two_processes(model_dir, reference, tmp_path):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     subprocess.run(cmd, check=True, capture_output=True, timeout=600, env=env)
     assert digests(out) == reference
+
+
+def test_a_pipelines_hash_covers_its_linked_components(tmp_path):
+    """A pipeline links its tokenizer (``vqvae -> ../vq-emoji``): retraining the tokenizer changes every image, so
+    it must change the hash that records and resumable sample folders are checked against."""
+    from arvis.hub import folder_sha256
+
+    vq, pipe = tmp_path / "vq", tmp_path / "pipe"
+    (pipe / "transformer").mkdir(parents=True)
+    vq.mkdir()
+    (pipe / "transformer" / "diffusion_pytorch_model.safetensors").write_bytes(b"transformer")
+    (vq / "diffusion_pytorch_model.safetensors").write_bytes(b"decoder v1")
+    (vq / "README.md").write_text("a card")
+    (pipe / "vqvae").symlink_to("../vq")
+    before = folder_sha256(pipe)
+    (vq / "README.md").write_text("another card")  # cards are not weights
+    assert folder_sha256(pipe) == before
+    (vq / "diffusion_pytorch_model.safetensors").write_bytes(b"decoder v2")
+    assert folder_sha256(pipe) != before
