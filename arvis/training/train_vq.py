@@ -491,13 +491,15 @@ horizontal flip, resized to {cfg.resolution} px (PIL bicubic, antialiased); the 
 def _schedule_sentence(cfg: VQTrainConfig) -> str:
     """What was trained from what: restarts, EMA, initialisation."""
     ema = f"EMA {cfg.ema_decay} of the weights (the EMA weights are shipped)."
+    pixels = f"{cfg.l1_weight} x L1 + {cfg.l2_weight} x L2"
     if cfg.decoder_only:
-        return (f"{ema} Initialised from `{cfg.init_from}`; decoder only: `post_quant_conv` and the decoder were "
-                f"trained, the encoder, `quant_conv` and codebook were frozen (no dead-code restarts), so this "
-                f"tokenizer gives every image the same codes as `{cfg.init_from}` and only decodes them better.")
+        return (f"loss = {pixels} (the quantiser's terms carry no gradient with the encoder frozen), {ema} "
+                f"Initialised from `{cfg.init_from}`; decoder only: `post_quant_conv` and the decoder were trained, the "
+                f"encoder, `quant_conv` and codebook were frozen (no dead-code restarts), so this tokenizer gives every "
+                f"image the same codes as `{cfg.init_from}` and only decodes them better.")
     init = f" Initialised from `{cfg.init_from}` (fine-tuned)." if cfg.init_from else ""
-    return (f"dead-code restarts every {cfg.restart_every} steps for the first {100 * cfg.restart_until:.0f}% of "
-            f"training, {ema}{init}")
+    return (f"loss = {pixels} + vq + {cfg.commit_loss_beta} x commitment, dead-code restarts every "
+            f"{cfg.restart_every} steps for the first {100 * cfg.restart_until:.0f}% of training, {ema}{init}")
 
 
 def model_card(cfg: VQTrainConfig, m: dict[str, Any], command: str, name: str = "vq-photos",
@@ -540,10 +542,9 @@ codebook {cfg.codebook_size} x {cfg.codebook_embed_dim} (l2-normalised). {m['par
 {command}
 ```
 AdamW (betas 0.9/0.99, lr {cfg.lr}, {cfg.warmup} warm-up steps, cosine to {cfg.min_lr_ratio}x), grad-norm
-clip 1.0, loss = {cfg.l1_weight} x L1 + {cfg.l2_weight} x L2 + vq + {cfg.commit_loss_beta} x commitment,
-{_schedule_sentence(cfg)} No perceptual (LPIPS/VGG) or adversarial
+clip 1.0, {_schedule_sentence(cfg)} No perceptual (LPIPS/VGG) or adversarial
 loss: no pretrained feature network is available offline. {m['steps']} steps, {m['train_hours']:.2f} h of
-training wall time on 2 CPU cores (shared with other work).
+training wall time at {m['torch_threads']} CPU threads.
 
 Final training losses (mean of the last logging window): L1 {tl.get('l1', float('nan')):.4f},
 L2 {tl.get('l2', float('nan')):.5f}, vq {tl.get('vq', float('nan')):.5f}, commitment
