@@ -488,8 +488,8 @@ horizontal flip, resized to {cfg.resolution} px (PIL bicubic, antialiased); the 
 (batch {cfg.batch_size}), the rest whole {cfg.resolution}px crops (batch {cfg.full_res_batch_size})."""
 
 
-def _schedule_sentence(cfg: VQTrainConfig) -> str:
-    """What was trained from what: restarts, EMA, initialisation."""
+def _objective_sentence(cfg: VQTrainConfig) -> str:
+    """The loss, what was trained from what (restarts, EMA, initialisation), as the card states it."""
     ema = f"EMA {cfg.ema_decay} of the weights (the EMA weights are shipped)."
     pixels = f"{cfg.l1_weight} x L1 + {cfg.l2_weight} x L2"
     if cfg.decoder_only:
@@ -542,7 +542,7 @@ codebook {cfg.codebook_size} x {cfg.codebook_embed_dim} (l2-normalised). {m['par
 {command}
 ```
 AdamW (betas 0.9/0.99, lr {cfg.lr}, {cfg.warmup} warm-up steps, cosine to {cfg.min_lr_ratio}x), grad-norm
-clip 1.0, {_schedule_sentence(cfg)} No perceptual (LPIPS/VGG) or adversarial
+clip 1.0, {_objective_sentence(cfg)} No perceptual (LPIPS/VGG) or adversarial
 loss: no pretrained feature network is available offline. {m['steps']} steps, {m['train_hours']:.2f} h of
 training wall time at {m['torch_threads']} CPU threads.
 
