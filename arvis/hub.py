@@ -178,22 +178,11 @@ def read_sampling_defaults(folder: str | os.PathLike) -> dict[str, Any]:
 
 
 def pipeline_class(folder: str | os.PathLike) -> type:
-    """The pipeline class a folder's ``model_index.json`` names (``_class_name``), among arvis's public names."""
-    import arvis
+    """The pipeline class a folder names (:func:`arvis.pipelines.families.pipeline_class_name`)."""
+    import arvis.pipelines
+    from arvis.pipelines.families import pipeline_class_name
 
-    index = Path(folder) / "model_index.json"
-    if not index.is_file() and _official_model_type(Path(folder)) == "emu3":
-        return arvis.Emu3Pipeline
-    try:
-        class_name = json.loads(index.read_text()).get("_class_name")
-    except (OSError, ValueError, AttributeError) as err:
-        raise ValueError(f"model_index.json: cannot read it ({err})") from None
-    if isinstance(class_name, list | tuple) and len(class_name) == 2:  # diffusers' custom-pipeline form
-        class_name = class_name[1]
-    cls = getattr(arvis, class_name, None) if isinstance(class_name, str) else None
-    if cls is None or not hasattr(cls, "from_pretrained"):
-        raise ValueError(f"model_index.json: _class_name {class_name!r} is not a pipeline arvis provides")
-    return cls
+    return getattr(arvis.pipelines, pipeline_class_name(folder))
 
 
 class LoadedPipeline(NamedTuple):

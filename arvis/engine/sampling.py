@@ -4,7 +4,8 @@ Every method verifies drafts against exactly this ``p`` (fp32), so plain AR, SJD
 speculative methods all sample from the same distribution. Semantics follow LlamaGen's
 ``autoregressive/models/generate.py``:
 
-- CFG: ``logits = u + (c - u) * guidance_scale`` on the conditional / unconditional rows. With
+- CFG (the ``llamagen`` rule of :mod:`arvis.engine.guidance`): ``logits = u + (c - u) * guidance_scale`` on
+  the conditional / unconditional rows. With
   ``cfg_interval = i >= 0`` guidance applies to sequence indices ``0 … i + 1`` (LlamaGen counts decode
   steps after the prefill token) and the conditional logits alone are used after that;
 - temperature divides the logits (``temperature = 0`` is greedy: ``p`` is one-hot at the argmax);
@@ -19,6 +20,8 @@ from dataclasses import dataclass
 
 import torch
 
+from arvis.engine.guidance import GUIDANCE_KINDS, RULES, GuidanceRule, combine
+from arvis.utils.modes import CFG_SCHEDULES
 from arvis.utils.random import one_hot
 
 
@@ -30,8 +33,11 @@ class SamplingConfig:
         temperature: finite, >= 0; 0 means greedy.
         top_k: >= 0; 0 disables top-k.
         top_p: in (0, 1]; 1 disables nucleus filtering.
-        guidance_scale: finite, >= 0; 1 disables CFG (no unconditional rows are run).
-        cfg_interval: -1 (guide every token) or >= 0 (see module docstring).
+        guidance_scale: finite, >= 0; the family's rule says which value disables CFG (no unconditional rows
+            are run): 1 for ``llamagen`` and ``mar``, 0 for ``var``.
+        cfg_interval: -1 (guide every token) or >= 0 (see module docstring; ``llamagen`` rule only).
+        guidance: the family's guidance rule (:mod:`arvis.engine.guidance`): ``llamagen``, ``var`` or ``mar``.
+        cfg_schedule: ``mar`` rule only: ``linear`` (MAR's ramp) or ``constant``.
 
     Temperature and guidance scale must also be representable in fp32 (|x| <= 3.4e38), where the
     target distribution is computed. Values that are finite but still overflow the logits (e.g. a
@@ -43,6 +49,8 @@ class SamplingConfig:
     top_p: float = 1.0
     guidance_scale: float = 1.0
     cfg_interval: int = -1
+    guidance: str = "llamagen"
+    cfg_schedule: str = "constant"
 
     def __post_init__(self) -> None:
         fp32_max = float(torch.finfo(torch.float32).max)
@@ -63,10 +71,26 @@ class SamplingConfig:
                              f"got {self.guidance_scale!r}")
         if not (isinstance(self.cfg_interval, int) and self.cfg_interval >= -1):
             raise ValueError(f"cfg_interval must be -1 (always guide) or an integer >= 0, got {self.cfg_interval!r}")
+        if self.guidance not in GUIDANCE_KINDS:
+            raise ValueError(f"guidance must be one of {GUIDANCE_KINDS}, got {self.guidance!r}")
+        if self.cfg_schedule not in CFG_SCHEDULES:
+            raise ValueError(f"cfg_schedule must be one of {CFG_SCHEDULES}, got {self.cfg_schedule!r}")
+        if self.cfg_interval != -1 and self.guidance != "llamagen":
+            raise ValueError(f"cfg_interval: only LlamaGen-style guidance has it; this model guides by the "
+                             f"{self.guidance!r} rule ({self.rule.formula}); leave cfg_interval at -1")
+        if self.cfg_schedule != "constant" and self.guidance != "mar":
+            raise ValueError(f"cfg_schedule: only MAR's guidance has a schedule; this model guides by the "
+                             f"{self.guidance!r} rule ({self.rule.formula})")
+
+    @property
+    def rule(self) -> GuidanceRule:
+        """The family's guidance rule."""
+        return RULES[self.guidance]
 
     @property
     def uses_cfg(self) -> bool:
-        return self.guidance_scale != 1.0
+        """Whether unconditional rows run (the guidance scale is not the rule's "off" value)."""
+        return self.rule.active(self.guidance_scale)
 
     @property
     def greedy(self) -> bool:
@@ -121,7 +145,7 @@ def logits_to_probs(cond_logits: torch.Tensor, uncond_logits: torch.Tensor | Non
     logits = cond_logits.float()
     if uncond_logits is not None:
         u = uncond_logits.float()
-        guided = u + (logits - u) * config.guidance_scale
+        guided = combine(logits, u, config.guidance_scale)
         active = guidance_active(config, target_index)
         if isinstance(active, torch.Tensor):
             logits = torch.where(active[..., None], guided, logits)

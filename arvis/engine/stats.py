@@ -80,6 +80,30 @@ class BatchStats:
         """Wall time outside every target and drafter forward."""
         return max(self.latency_s - self.target_forward_s - self.draft_forward_s, 0.0)
 
+    # The headline figures as attributes (means over samples, as in :meth:`summary`), the same for every family.
+    @property
+    def tokens(self) -> float:
+        return self._mean("tokens")
+
+    @property
+    def target_forwards(self) -> float:
+        return self._mean("target_forwards")
+
+    @property
+    def draft_forwards(self) -> float:
+        return self._mean("draft_forwards")
+
+    @property
+    def step_compression(self) -> float:
+        return self._mean("step_compression")
+
+    @property
+    def accepted_per_forward(self) -> float:
+        return self._mean("mean_accepted_per_forward")
+
+    def _mean(self, figure: str) -> float:
+        return sum(getattr(s, figure) for s in self.samples) / max(len(self.samples), 1)
+
     def summary(self, details: bool = False) -> dict[str, Any]:
         """:func:`summarize` of this batch."""
         return summarize([self], details=details)
@@ -205,12 +229,18 @@ def peak_memory_mb(device: torch.device) -> float:
 
 
 class StatsRecorder:
-    """Counts forwards and commits for a batch. Forward counts are kept on the host (the engine knows
-    which samples are active without reading the device); the decode order stays on the device until
-    :meth:`finish`."""
+    """Counts forwards and commits for a batch — the one recorder of every decoder kind (token engine,
+    next-scale decoder, continuous decoder).
+
+    Forward counts are kept on the host (a decoder knows which samples take part without reading the device);
+    the decode order stays on the device until :meth:`finish`. A *committing* forward is one whose output
+    tokens are committed (target forwards; also a draft model's own forwards where it commits, as CoDe's
+    refiner does): they make the timeline that ``commit_forward`` and ``accepted_per_forward`` index.
+    """
 
     def __init__(self, batch_size: int, num_tokens: int, device: torch.device):
-        self.forward_index = 0  # batch-level target forwards so far
+        self.forward_index = 0  # committing forwards so far (the commit timeline)
+        self.target_forwards = 0  # batch-level target forwards
         self.draft_forwards = 0
         self.sample_forwards = [0] * batch_size
         self.sample_draft_forwards = [0] * batch_size
@@ -220,16 +250,27 @@ class StatsRecorder:
         self.extra: dict[str, Any] = {}
 
     def target_forward(self, samples: Sequence[int]) -> int:
-        """A target forward over ``samples`` (sample ids); returns its index."""
+        """A target forward over ``samples`` (sample ids); returns its index in the commit timeline."""
         for b in samples:
             self.sample_forwards[b] += 1
+        self.target_forwards += 1
         self.forward_index += 1
         return self.forward_index - 1
 
-    def draft_forward(self, samples: Sequence[int], count: int = 1) -> None:
+    def draft_forward(self, samples: Sequence[int], count: int = 1, commits: bool = False) -> int:
+        """``count`` drafter forwards over ``samples``; with ``commits`` (one forward) it commits tokens itself
+        and gets an index in the commit timeline (returned; else -1)."""
         for b in samples:
             self.sample_draft_forwards[b] += count
         self.draft_forwards += count
+        if not commits:
+            return -1
+        self.forward_index += 1
+        return self.forward_index - 1
+
+    def mark(self, positions: torch.Tensor, forward: int) -> None:
+        """Record that ``forward`` committed ``positions`` (``[B, k]`` sequence indices, every sample)."""
+        self._commit_forward.scatter_(1, positions, forward)
 
     def finish(self, method: str, latency_s: float, peak_mb: float, clock: ForwardClock | None = None) -> BatchStats:
         commit = self._commit_forward[:, :-1].cpu()
@@ -240,16 +281,22 @@ class StatsRecorder:
         forwards, drafts = self.sample_forwards, self.sample_draft_forwards
         tokens = (commit >= 0).sum(1).tolist()
         counts_l, commit_l = counts.tolist(), commit.tolist()
-        per_sample = {k: v for k, v in self.extra.items() if isinstance(v, list) and len(v) == B}
-        shared = {k: v for k, v in self.extra.items() if k not in per_sample}
+        # A sample's forwards in the commit timeline: all of them when every sample takes part in every forward.
+        timeline = [forwards[b] if self.forward_index == self.target_forwards else self.forward_index
+                    for b in range(B)]
+        # Per-sample figures come under "per_sample" ({name: [value of sample b]}); everything else is shared.
+        shared = dict(self.extra)
+        per_sample = shared.pop("per_sample", {})
+        if any(len(v) != B for v in per_sample.values()):
+            raise ValueError(f"per_sample figures must have one value per sample ({B})")
         samples = [
             DecodeStats(method=method, tokens=tokens[b], target_forwards=forwards[b], draft_forwards=drafts[b],
-                        accepted_per_forward=counts_l[b][: forwards[b]], commit_forward=commit_l[b],
+                        accepted_per_forward=counts_l[b][: timeline[b]], commit_forward=commit_l[b],
                         latency_s=latency_s, peak_memory_mb=peak_mb,
                         extra={**shared, **{k: v[b] for k, v in per_sample.items()}})
             for b in range(B)
         ]
         seconds = clock.totals() if clock is not None else {}
-        return BatchStats(samples=samples, batch_target_forwards=self.forward_index,
+        return BatchStats(samples=samples, batch_target_forwards=self.target_forwards,
                           batch_draft_forwards=self.draft_forwards, latency_s=latency_s, peak_memory_mb=peak_mb,
                           target_forward_s=seconds.get("target", 0.0), draft_forward_s=seconds.get("draft", 0.0))

@@ -9,18 +9,17 @@ import torch
 
 from arvis.engine.engine import DecodeEngine
 from arvis.methods.base import DecodingMethod
+from arvis.methods.catalog import DecoderKind, MethodInfo, method_info
+from arvis.methods.registry import register_method
 
 
+@register_method
 @dataclass(frozen=True)
 class Autoregressive(DecodingMethod):
     """Raster-order decoding, one token per forward, on the static cache (LlamaGen's ``generate``)."""
 
-    name: ClassVar[str] = "ar"
+    info: ClassVar[MethodInfo] = method_info("ar", DecoderKind.TOKEN)
     positions_per_forward: ClassVar[int] = 1
-
-    @property
-    def lossless(self) -> bool:
-        return True
 
     def run(self, engine: DecodeEngine) -> None:
         probs = engine.prefill()  # [B, V]: p of sequence index 0

@@ -1,9 +1,13 @@
-"""What a decoding method is: a small object that drives a :class:`~arvis.engine.DecodeEngine`.
+"""What a decoding method is: a small object that drives its decoder kind's decoder.
 
-``method = schedule × drafter × acceptance rule`` (docs/architecture.md). A method holds only its options
-(a frozen dataclass, validated on construction against its declared :attr:`DecodingMethod.options`);
-all decode state lives in the engine and the method's per-request loop, so one method object can serve
-any number of requests, concurrently.
+``method = schedule × drafter × acceptance rule`` (docs/architecture.md). A method holds only its options (a
+frozen dataclass, validated on construction against its declaration in :mod:`arvis.methods.catalog`) and the
+resources its pipeline supplied (a draft model, codebook neighbourhoods); all decode state lives in the decoder
+and the method's per-request loop, so one method object can serve any number of requests, concurrently.
+
+The decoder of each kind (:class:`~arvis.methods.catalog.DecoderKind`): :class:`arvis.engine.DecodeEngine`
+(token by token), :class:`arvis.engine.next_scale.NextScaleDecoder` (VAR),
+:class:`arvis.engine.continuous.ContinuousDecoder` (MAR).
 """
 
 from __future__ import annotations
@@ -13,8 +17,8 @@ from dataclasses import fields, is_dataclass
 from typing import Any, ClassVar
 
 from arvis.acceptance.relaxed import AcceptanceRule
-from arvis.engine.engine import DecodeEngine
-from arvis.methods.options import Option
+from arvis.methods.catalog import RESOURCES, DecoderKind, MethodInfo, Option
+from arvis.methods.options import rule_options
 
 
 class MissingResourceError(ValueError):
@@ -25,23 +29,43 @@ class MissingResourceError(ValueError):
 class DecodingMethod(ABC):
     """Base class of every decoding method.
 
-    Class attributes:
+    Class attributes (set from :attr:`info`, the method's declaration):
+        info: the :class:`~arvis.methods.catalog.MethodInfo`.
         name: the registry name (``"ar"``, ``"sjd"``…).
-        options: the user-facing options, declared once (:mod:`arvis.methods.options`).
+        kind: the decoder kind it runs on.
+        options: the user-facing options.
     """
 
+    info: ClassVar[MethodInfo]
     name: ClassVar[str]
+    kind: ClassVar[DecoderKind]
     options: ClassVar[tuple[Option, ...]] = ()
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        info = cls.__dict__.get("info")
+        if info is not None:
+            cls.name, cls.kind, cls.options = info.name, info.kind, info.options
+
     @property
-    @abstractmethod
     def lossless(self) -> bool:
-        """True when the output distribution is exactly the target model's (proved by the statistical
-        test of tests/test_lossless.py); lossy methods document their bound."""
+        """True when the output distribution is exactly the model's (proved by the statistical tests of
+        tests/methods); lossy methods document their bound."""
+        rule = getattr(self, "acceptance", None)
+        if isinstance(rule, AcceptanceRule):
+            return rule.lossless
+        return self.info.is_lossless()
 
     @abstractmethod
-    def run(self, engine: DecodeEngine) -> dict[str, Any] | None:
-        """Commit every token of every sample in ``engine``; may return method-specific statistics."""
+    def run(self, decoder: Any) -> dict[str, Any] | None:
+        """Commit every token of every sample in ``decoder`` (the decoder of :attr:`kind`); may return
+        method-specific statistics."""
+
+    def option_values(self) -> dict[str, Any]:
+        """The method's options as given to :func:`arvis.methods.build_method` (for records)."""
+        values = {o.name: getattr(self, o.name) for o in self.options if o.name not in ("acceptance", "k", "delta", "lam")}
+        rule = getattr(self, "acceptance", None)
+        return {**values, **(rule_options(rule) if isinstance(rule, AcceptanceRule) else {})}
 
     def _check_declared(self) -> None:
         """Validate (and normalise) the dataclass fields that are declared options. Call from ``__post_init__``."""
@@ -62,6 +86,8 @@ class DecodingMethod(ABC):
                 except ValueError as error:
                     raise ValueError(f"{self.name}: {error}") from None
             object.__setattr__(self, f.name, value)
+        if self.info.constraint is not None:
+            self.info.constraint(self.option_values())
 
 
 def require(value: Any, what: str) -> Any:
@@ -69,3 +95,6 @@ def require(value: Any, what: str) -> Any:
     if value is None:
         raise MissingResourceError(what)
     return value
+
+
+__all__ = ["RESOURCES", "DecodingMethod", "MissingResourceError", "require"]

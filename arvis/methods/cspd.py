@@ -56,43 +56,34 @@ from arvis.acceptance.continuous import (
 from arvis.engine.engine import DecodeEngine
 from arvis.engine.stats import BatchStats, DecodeStats, ForwardClock, peak_memory_mb
 from arvis.methods.base import DecodingMethod
+from arvis.methods.catalog import DecoderKind, MethodInfo, method_info
 from arvis.methods.mar import MARStep, check_guidance, mask_schedule
-from arvis.methods.options import Option
+from arvis.methods.registry import register_method
 from arvis.models.diffusion_head import MARDiffusionHead, check_temperature
 from arvis.models.mar import MARTransformer
 from arvis.utils.random import GeneratorArg, RandomStreams
 
 
+@register_method
 @dataclass(frozen=True)
 class ContinuousSpeculative(DecodingMethod):
     """Exact continuous speculative decoding on causal MAR (module docstring); needs a MARPipeline with a
     causal transformer and a causal draft (``draft_transformer`` + ``draft_head``)."""
 
-    name: ClassVar[str] = "cspd-exact"
-    family: ClassVar[str] = "continuous"
-    options: ClassVar[tuple[Option, ...]] = (
-        Option("gamma", "int", 4, "drafted tokens per verify", low=1, high=64),
-        Option("final_std", "float", 0.0, "std added at the head's last step by draft, target and baseline "
-                                          "(0: MAR's sampler, about one token per verify)", low=0.0, high=1.0),
-        Option("max_rounds", "int", 1024, "residual proposals per rejected position before the counted fallback",
-               low=1, high=65536),
-    )
-    gamma: int = 4
+    info: ClassVar[MethodInfo] = method_info("cspd-exact", DecoderKind.CONTINUOUS)
+    window: int = 4
     final_std: float = 0.0
     max_rounds: int = 1024
 
     def __post_init__(self) -> None:
         self._check_declared()
 
-    @property
-    def lossless(self) -> bool:
-        return True
-
     def run(self, engine: DecodeEngine) -> None:
         raise ValueError(f"method {self.name!r} decodes continuous-token (MAR) models; use it with a MARPipeline "
                          f"whose transformer and draft are causal")
 
 
+@register_method
 @dataclass(frozen=True)
 class PublishedCSpD(DecodingMethod):
     """CSpD as published (Wang et al., 2024, arXiv:2411.11925; MarkXCloud/CSpD) on masked MAR — **lossy**.
@@ -108,29 +99,14 @@ class PublishedCSpD(DecodingMethod):
     exact. Needs a MARPipeline with a masked draft.
     """
 
-    name: ClassVar[str] = "cspd"
-    family: ClassVar[str] = "continuous"
-    options: ClassVar[tuple[Option, ...]] = (
-        Option("window", "int", 8, "draft iterations between target verifications (the reference's num_draft)",
-               low=1, high=4096),
-        Option("prefill_ratio", "float", 0.15, "fraction of the iterations decoded by the target alone",
-               low=0.0, high=1.0),
-        Option("tau", "float", 42.0, "tempering of the acceptance ratio (the reference's inner_temperature)",
-               low=1e-3, high=1e6),
-        Option("max_tries", "int", 100, "resampling proposals per rejected token before the counted fallback",
-               low=1, high=10000),
-    )
-    window: int = 8
+    info: ClassVar[MethodInfo] = method_info("cspd", DecoderKind.CONTINUOUS)
+    verify_every: int = 8
     prefill_ratio: float = 0.15
     tau: float = 42.0
     max_tries: int = 100
 
     def __post_init__(self) -> None:
         self._check_declared()
-
-    @property
-    def lossless(self) -> bool:
-        return False
 
     def run(self, engine: DecodeEngine) -> None:
         raise ValueError(f"method {self.name!r} decodes masked continuous-token (MAR) models; use it with a "
@@ -146,7 +122,7 @@ def _dup(x: torch.Tensor, cfg: bool) -> torch.Tensor:
 
 @torch.no_grad()
 def decode_causal_speculative(target: MARTransformer, target_head: MARDiffusionHead, draft: MARTransformer,
-                              draft_head: MARDiffusionHead, labels: torch.Tensor, *, gamma: int = 4,
+                              draft_head: MARDiffusionHead, labels: torch.Tensor, *, window: int = 4,
                               final_std: float = 0.0, max_rounds: int = 1024, guidance_scale: float = 1.0,
                               temperature: float = 1.0,
                               generator: torch.Generator | Sequence[torch.Generator] | None = None,
@@ -171,7 +147,7 @@ def decode_causal_speculative(target: MARTransformer, target_head: MARDiffusionH
         raise ValueError("temperature: continuous speculative decoding compares densities; it needs temperature > 0")
     if isinstance(generator, list | tuple) and len(generator) != labels.shape[0]:
         raise ValueError(f"generator: got {len(generator)} generators for {labels.shape[0]} images")
-    return _decode_batch(target, target_head, draft, draft_head, labels, gamma, final_std, max_rounds,
+    return _decode_batch(target, target_head, draft, draft_head, labels, window, final_std, max_rounds,
                          guidance_scale, temperature, generator, on_step)
 
 
@@ -283,7 +259,7 @@ def _decode_batch(target: MARTransformer, target_head: MARDiffusionHead, draft: 
                            extra={"acceptance_rate": accepted_total[b] / max(drafted[b], 1),
                                   "drafted": drafted[b], "accepted": accepted_total[b],
                                   "resample_rounds": rounds_total[b], "fallbacks": fallbacks_total[b],
-                                  "gamma": gamma, "final_std": final_std, "head_steps_per_token": head_steps,
+                                  "window": gamma, "final_std": final_std, "head_steps_per_token": head_steps,
                                   "head_s": times.get("head", 0.0)})
                for b in range(B)]
     return tokens, BatchStats(samples=samples, batch_target_forwards=batch_target, batch_draft_forwards=batch_draft,
@@ -299,7 +275,7 @@ def method_settings(method: Any) -> dict[str, Any]:
 
 @torch.no_grad()
 def decode_masked_cspd(target: MARTransformer, target_head: MARDiffusionHead, draft: MARTransformer,
-                       draft_head: MARDiffusionHead, labels: torch.Tensor, *, num_iter: int = 64, window: int = 8,
+                       draft_head: MARDiffusionHead, labels: torch.Tensor, *, num_iter: int = 64, verify_every: int = 8,
                        prefill_ratio: float = 0.15, tau: float = 42.0, max_tries: int = 100,
                        guidance_scale: float = 1.0, cfg_schedule: str = "linear", temperature: float = 1.0,
                        generator: torch.Generator | Sequence[torch.Generator] | None = None,
@@ -379,7 +355,7 @@ def decode_masked_cspd(target: MARTransformer, target_head: MARDiffusionHead, dr
         tokens = tokens.scatter(1, positions[..., None].expand(-1, -1, D), new)
         mask = mask.scatter(1, positions, False)
         masked -= count
-        if step > milestone and ((step % window == 0 and step != 0) or step == last):
+        if step > milestone and ((step % verify_every == 0 and step != 0) or step == last):
             window_positions = torch.cat([p for p, _ in pending], 1)  # [B, W]
             drafts = _cat([t for _, t in pending])  # [B, W]
             W = window_positions.shape[1]
@@ -408,7 +384,7 @@ def decode_masked_cspd(target: MARTransformer, target_head: MARDiffusionHead, dr
     memory = peak_memory_mb(device)
     commit_lists = commit.tolist()
     extra = {"acceptance_rate": accepted / max(B * drafted, 1), "drafted": drafted, "accepted": accepted / B,
-             "resample_tries": tries / B, "fallbacks": fallbacks / B, "num_iter": num_iter, "window": window,
+             "resample_tries": tries / B, "fallbacks": fallbacks / B, "num_iter": num_iter, "verify_every": verify_every,
              "prefill_ratio": prefill_ratio, "tau": tau, "head_steps": L * target_head.num_sampling_steps(),
              "head_s": times.get("head", 0.0)}
     samples = [DecodeStats(method=PublishedCSpD.name, tokens=L, target_forwards=len(per_forward),

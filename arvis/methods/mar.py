@@ -236,3 +236,28 @@ def decode_causal(transformer: MARTransformer, head: MARDiffusionHead, labels: t
 
 
 __all__ = ["mask_schedule", "causal_guidance", "decode_masked", "decode_causal", "MARStep", "CFG_SCHEDULES"]
+
+
+# The continuous kind's baseline, registered: MAR's masked sampler or raster AR for the causal variant.
+from dataclasses import dataclass as _dataclass  # noqa: E402
+from typing import Any as _Any  # noqa: E402
+from typing import ClassVar as _ClassVar  # noqa: E402
+
+from arvis.methods.base import DecodingMethod  # noqa: E402
+from arvis.methods.catalog import DecoderKind, MethodInfo, method_info  # noqa: E402
+from arvis.methods.registry import register_method  # noqa: E402
+
+
+@register_method
+@_dataclass(frozen=True)
+class ContinuousBaseline(DecodingMethod):
+    """Plain decoding of a continuous-token model: MAR's masked sampler, or one token per forward (causal)."""
+
+    info: _ClassVar[MethodInfo] = method_info("ar", DecoderKind.CONTINUOUS)
+    final_std: float = 0.0
+
+    def __post_init__(self) -> None:
+        self._check_declared()
+
+    def run(self, decoder: _Any) -> None:
+        raise NotImplementedError("the continuous decoder is being introduced")

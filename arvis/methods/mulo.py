@@ -42,22 +42,15 @@ from arvis.drafting.multiscale import MultiScaleDraft, MultiScaleDrafter
 from arvis.engine.engine import DecodeEngine
 from arvis.methods.ar import Autoregressive
 from arvis.methods.base import DecodingMethod, require
+from arvis.methods.catalog import DecoderKind, MethodInfo, method_info
 from arvis.methods.draft_verify import DraftVerifyLoop
-from arvis.methods.options import ACCEPTANCE_OPTIONS, Option, rule_options
+from arvis.methods.options import rule_options
+from arvis.methods.registry import register_method
 from arvis.methods.relaxation import checked_neighbours
 from arvis.methods.sjd import CoupledJacobi
 
 MISSING = ("lowres_model / upsampler: multi-scale drafting needs a low-resolution model and an up-sampler (the "
            "pipeline's lowres_transformer and upsampler, or pass lowres_model=…, upsampler=…)")
-
-DRAFTER_OPTIONS: tuple[Option, ...] = (
-    Option("temperature", "float", 1.0, "up-sampler drafts: q = softmax(logits / temperature)", low=1e-3, high=1e3),
-    Option("lowres_window", "int", 0, "the low-resolution model decodes by plain AR (0) or MC-SJD with this window",
-           low=0, high=1024),
-    Option("lowres_model", "resource", None, "the low-resolution backbone (the pipelines pass lowres_transformer)"),
-    Option("upsampler", "resource", None, "the token up-sampler (the pipelines pass upsampler)"),
-)
-
 
 def _lowres_runner(lowres_window: int):
     """How the low-resolution model decodes: plain AR, or MC-SJD with ``lowres_window`` (lossless for the
@@ -75,6 +68,7 @@ def _draft(method: Any, engine: DecodeEngine) -> MultiScaleDraft:
     return drafter.draft(engine, _lowres_runner(method.lowres_window))
 
 
+@register_method
 @dataclass(frozen=True)
 class MultiScaleJacobi(CoupledJacobi):
     """MuLo-SD drafts verified losslessly: MC-SJD started from the up-sampler's ``q`` (module docstring).
@@ -86,13 +80,7 @@ class MultiScaleJacobi(CoupledJacobi):
     ``lowres_model`` and ``upsampler`` (the pipelines pass them).
     """
 
-    name: ClassVar[str] = "mulo"
-    options: ClassVar[tuple[Option, ...]] = (
-        Option("window", "int", 32, "drafts verified per forward (L)", low=1, high=1024),
-        *(o for o in CoupledJacobi.options if o.name in ("coupling", "jacobi_interval", "batch_mode")),
-        *ACCEPTANCE_OPTIONS,
-        *DRAFTER_OPTIONS,
-    )
+    info: ClassVar[MethodInfo] = method_info("mulo", DecoderKind.TOKEN)
 
     window: int = 32
     temperature: float = 1.0
@@ -119,10 +107,11 @@ class MultiScaleJacobi(CoupledJacobi):
                                lockstep=lockstep)
         return {**loop.run(), "window": self.window, "coupling": self.coupling,
                 "positions_per_forward": self.positions_per_forward, "temperature": self.temperature,
-                "lowres_window": self.lowres_window, "low_tokens": draft.low_tokens.tolist(),
+                "lowres_window": self.lowres_window, "per_sample": {"low_tokens": draft.low_tokens.tolist()},
                 **rule_options(self.acceptance)}
 
 
+@register_method
 @dataclass(frozen=True)
 class MultiScaleLocal(DecodingMethod):
     """MuLo-SD's local verification (LOSSY; see the module docstring).
@@ -133,14 +122,7 @@ class MultiScaleLocal(DecodingMethod):
         temperature, lowres_window, lowres_model, upsampler: the drafter's (as ``mulo``).
     """
 
-    name: ClassVar[str] = "mulo-local"
-    options: ClassVar[tuple[Option, ...]] = (
-        Option("window", "int", 32, "drafts verified per forward (positions after the first uncommitted one)",
-               low=1, high=1024),
-        Option("radius", "int", 1, "rows and columns around a rejection whose later positions are re-verified "
-               "(>= the grid size: lossless)", low=1, high=4096),
-        *DRAFTER_OPTIONS,
-    )
+    info: ClassVar[MethodInfo] = method_info("mulo-local", DecoderKind.TOKEN)
 
     window: int = 32
     radius: int = 1
@@ -153,16 +135,14 @@ class MultiScaleLocal(DecodingMethod):
         self._check_declared()
 
     @property
-    def lossless(self) -> bool:
-        return False
-
-    @property
     def positions_per_forward(self) -> int:
         return self.window + 1
 
     def run(self, engine: DecodeEngine) -> dict[str, Any]:
         draft = _draft(self, engine)
-        return {**_LocalRun(self, engine, draft).run(), "low_tokens": draft.low_tokens.tolist()}
+        out = _LocalRun(self, engine, draft).run()
+        out["per_sample"]["low_tokens"] = draft.low_tokens.tolist()
+        return out
 
 
 class _LocalRun:
@@ -261,7 +241,7 @@ class _LocalRun:
                 "lowres_window": self.m.lowres_window,
                 "positions_per_forward": self.m.positions_per_forward,
                 "alpha_upsampler_drafts": alpha[0], "alpha_refreshed_drafts": alpha[1],
-                "committed_ahead_of_frontier": int(self.ahead), "rejections": self.rejections.tolist()}
+                "committed_ahead_of_frontier": int(self.ahead), "per_sample": {"rejections": self.rejections.tolist()}}
 
 
 __all__ = ["MultiScaleJacobi", "MultiScaleLocal"]

@@ -43,68 +43,46 @@ from typing import Any, ClassVar
 
 import torch
 
-from arvis.acceptance.coupling import COUPLINGS
 from arvis.acceptance.relaxed import AcceptanceRule
-from arvis.drafting.jacobi import JACOBI_INITS, JacobiDrafter
+from arvis.drafting.jacobi import JacobiDrafter
 from arvis.engine.engine import DecodeEngine
 from arvis.engine.schedules import RasterWindow, StaircaseWindow
 from arvis.methods.base import DecodingMethod
+from arvis.methods.catalog import DecoderKind, MethodInfo, method_info
 from arvis.methods.draft_verify import DraftVerifyLoop
-from arvis.methods.options import ACCEPTANCE_OPTIONS, Option, rule_options
+from arvis.methods.options import rule_options
+from arvis.methods.registry import register_method
 from arvis.methods.relaxation import checked_neighbours
-
-BATCH_MODES = ("ragged", "lockstep")
-WINDOW_SHAPES = ("contiguous", "staircase")
-
-SJD_OPTIONS: tuple[Option, ...] = (
-    Option("window", "int", 16, "drafts verified per forward (L)", low=1, high=1024),
-    Option("init", "choice", "random", "initial drafts of newly drafted positions", choices=JACOBI_INITS),
-    Option("coupling", "choice", "none", "draft refresh: none (SJD), maximal (MC-SJD), gumbel", choices=COUPLINGS),
-    Option("window_shape", "choice", "contiguous", "raster window, or plus ZipAR's staircase bands",
-           choices=WINDOW_SHAPES),
-    Option("staircase_rows", "int", 2, "staircase: rows below the current one that get a band", low=1, high=64),
-    Option("staircase_step", "int", 4, "staircase: columns each band is shifted left per row", low=1, high=4096),
-    Option("jacobi_interval", "interval", None, "draft only sequence indices in [l, r) (plain AR elsewhere)"),
-    Option("batch_mode", "choice", "ragged", "ragged: each sample commits what it accepted; lockstep: the "
-           "batch minimum", choices=BATCH_MODES),
-    *ACCEPTANCE_OPTIONS,
-)
+from arvis.utils.modes import BatchMode, Coupling, JacobiInit, WindowShape
 
 
+@register_method
 @dataclass(frozen=True)
 class SpeculativeJacobi(DecodingMethod):
     """SJD: a raster (or staircase) window of Jacobi drafts, verified by an acceptance rule.
 
-    Options (see :data:`SJD_OPTIONS`): ``window``, ``init``, ``coupling``, ``window_shape``,
+    Options (declared in :mod:`arvis.methods.catalog`): ``window``, ``init``, ``coupling``, ``window_shape``,
     ``staircase_rows``, ``staircase_step``, ``jacobi_interval``, ``batch_mode``, and the acceptance
     rule (``acceptance``, ``k``, ``delta``, ``lam`` by name; one :class:`AcceptanceRule` field here).
     Relaxation only changes which tokens are committed; refreshed drafts always come from the exact
     coupling. ``neighbours``: the codebook neighbourhoods relaxed rules need (passed by the pipelines).
     """
 
-    name: ClassVar[str] = "sjd"
-    options: ClassVar[tuple[Option, ...]] = SJD_OPTIONS
+    info: ClassVar[MethodInfo] = method_info("sjd", DecoderKind.TOKEN)
 
     window: int = 16
-    init: str = "random"
-    coupling: str = "none"
-    window_shape: str = "contiguous"
+    init: JacobiInit = "random"
+    coupling: Coupling = "none"
+    window_shape: WindowShape = "contiguous"
     staircase_rows: int = 2
     staircase_step: int = 4
     jacobi_interval: tuple[int, int] | None = None
-    batch_mode: str = "ragged"
+    batch_mode: BatchMode = "ragged"
     acceptance: AcceptanceRule = field(default_factory=AcceptanceRule)
     neighbours: torch.Tensor | None = None
 
     def __post_init__(self) -> None:
         self._check_declared()
-        if not self.acceptance.lossless and self.coupling == "gumbel":
-            raise ValueError("acceptance: Gumbel coupling verifies by matching argmaxes; relaxed acceptance "
-                             "needs coupling 'none' or 'maximal'")
-
-    @property
-    def lossless(self) -> bool:
-        return self.acceptance.lossless
 
     @property
     def positions_per_forward(self) -> int:
@@ -131,15 +109,13 @@ class SpeculativeJacobi(DecodingMethod):
                 **rule_options(self.acceptance)}
 
 
+@register_method
 @dataclass(frozen=True)
 class CoupledJacobi(SpeculativeJacobi):
     """MC-SJD: SJD whose drafts are refreshed by maximal coupling (or Gumbel coupling)."""
 
-    name: ClassVar[str] = "mc-sjd"
-    options: ClassVar[tuple[Option, ...]] = tuple(
-        Option(o.name, o.kind, "maximal", "draft refresh: maximal (MC-SJD) or gumbel", choices=("maximal", "gumbel"))
-        if o.name == "coupling" else o for o in SJD_OPTIONS)
-    coupling: str = "maximal"
+    info: ClassVar[MethodInfo] = method_info("mc-sjd", DecoderKind.TOKEN)
+    coupling: Coupling = "maximal"
 
 
 __all__ = ["CoupledJacobi", "SpeculativeJacobi"]

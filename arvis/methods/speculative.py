@@ -1,9 +1,9 @@
 """Draft-model speculative decoding (Leviathan et al., 2023, arXiv:2211.17192; Chen et al., 2023,
 arXiv:2302.01318), with exact or relaxed acceptance (LANTERN, LANTERN++, arvis's bounded rule).
 
-``speculative = raster window γ × draft-model drafter × acceptance rule``: per iteration and sample
-with ``n`` committed tokens the drafter proposes ``gamma`` tokens with their distributions; one target
-forward over ``[x_{n−1}, d_n … d_{n+γ−1}]`` gives ``p_n … p_{n+γ}``; drafts are verified left to right;
+``speculative = raster window L × draft-model drafter × acceptance rule``: per iteration and sample
+with ``n`` committed tokens the drafter proposes ``window`` tokens (the papers' γ) with their distributions; one
+target forward over ``[x_{n−1}, d_n … d_{n+L−1}]`` gives ``p_n … p_{n+L}``; drafts are verified left to right;
 the first rejection is replaced by a recovered token, or the bonus token is drawn from ``p_{n+γ}`` when
 all pass; the target cache rolls back to the committed prefix and the drafter is told how far the
 target committed (:class:`arvis.methods.draft_verify.DraftVerifyLoop`, the loop SJD uses too).
@@ -23,28 +23,27 @@ from arvis.drafting.draft_model import DraftModelDrafter
 from arvis.engine.engine import DecodeEngine
 from arvis.engine.schedules import RasterWindow
 from arvis.methods.base import DecodingMethod, require
+from arvis.methods.catalog import DecoderKind, MethodInfo, method_info
 from arvis.methods.draft_verify import DraftVerifyLoop
-from arvis.methods.options import ACCEPTANCE_OPTIONS, Option, rule_options
+from arvis.methods.options import rule_options
+from arvis.methods.registry import register_method
 from arvis.methods.relaxation import checked_neighbours
 
 
+@register_method
 @dataclass(frozen=True)
 class SpeculativeDecoding(DecodingMethod):
     """Speculative decoding with a draft model.
 
-    Options: ``gamma`` (drafts per iteration), the acceptance rule (``acceptance``, ``k``, ``delta``,
-    ``lam`` by name; one :class:`AcceptanceRule` field here), and two resources the pipelines pass:
-    ``draft_model`` (its ``draft_transformer``) and ``neighbours`` (codebook neighbourhoods, relaxed rules).
+    Options: ``window`` (drafts verified per target forward, the papers' γ), the acceptance rule
+    (``acceptance``, ``k``, ``delta``, ``lam`` by name; one :class:`AcceptanceRule` field here), and two
+    resources the pipelines supply: ``draft_model`` (their ``draft_transformer``) and ``neighbours`` (codebook
+    neighbourhoods, relaxed rules).
     """
 
-    name: ClassVar[str] = "speculative"
-    options: ClassVar[tuple[Option, ...]] = (
-        Option("gamma", "int", 4, "drafts per iteration (γ)", low=1, high=64),
-        *ACCEPTANCE_OPTIONS,
-        Option("draft_model", "resource", None, "the drafter backbone (the pipelines pass their draft_transformer)"),
-    )
+    info: ClassVar[MethodInfo] = method_info("speculative", DecoderKind.TOKEN)
 
-    gamma: int = 4
+    window: int = 4
     acceptance: AcceptanceRule = field(default_factory=AcceptanceRule)
     draft_model: Any = None
     neighbours: torch.Tensor | None = None
@@ -53,19 +52,15 @@ class SpeculativeDecoding(DecodingMethod):
         self._check_declared()
 
     @property
-    def lossless(self) -> bool:
-        return self.acceptance.lossless
-
-    @property
     def positions_per_forward(self) -> int:
-        """Positions one target forward evaluates (γ drafts after the last committed token, plus the bonus)."""
-        return self.gamma + 1
+        """Positions one target forward evaluates (``window`` drafts after the last committed token, plus the bonus)."""
+        return self.window + 1
 
     def run(self, engine: DecodeEngine) -> dict[str, Any]:
         draft_model = require(self.draft_model, "draft_model: speculative decoding needs a draft model (the "
                                                 "pipeline's draft_transformer, or pass draft_model=…)")
         neighbours = checked_neighbours(self.acceptance, self.neighbours)
         drafter = DraftModelDrafter(draft_model)
-        loop = DraftVerifyLoop(engine, RasterWindow(self.gamma, engine.num_tokens),
+        loop = DraftVerifyLoop(engine, RasterWindow(self.window, engine.num_tokens),
                                lambda p0, noise: drafter.start(engine), rule=self.acceptance, neighbours=neighbours)
-        return {**loop.run(), "gamma": self.gamma, **rule_options(self.acceptance)}
+        return {**loop.run(), "window": self.window, **rule_options(self.acceptance)}

@@ -28,27 +28,21 @@ import torch
 from arvis.engine.engine import DecodeEngine
 from arvis.engine.schedules import zipar_schedule, zipar_schedule_eol
 from arvis.methods.base import DecodingMethod
-from arvis.methods.options import Option
+from arvis.methods.catalog import DecoderKind, MethodInfo, method_info
+from arvis.methods.registry import register_method
 
 
+@register_method
 @dataclass(frozen=True)
 class ZipAR(DecodingMethod):
     """ZipAR: a row starts when the row above has ``row_lag`` tokens (lossy)."""
 
-    name: ClassVar[str] = "zipar"
-    options: ClassVar[tuple[Option, ...]] = (
-        Option("row_lag", "int", 4, "a row starts once the row above has this many tokens (the paper's window)",
-               low=1, high=4096),
-    )
+    info: ClassVar[MethodInfo] = method_info("zipar", DecoderKind.TOKEN)
 
     row_lag: int = 4
 
     def __post_init__(self) -> None:
         self._check_declared()
-
-    @property
-    def lossless(self) -> bool:
-        return False
 
     def run(self, engine: DecodeEngine) -> dict[str, Any]:
         layout = engine.layout

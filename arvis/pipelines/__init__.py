@@ -1,11 +1,36 @@
-"""Diffusers-style pipelines."""
+"""Diffusers-style pipelines, one per model family, behind one interface (:mod:`~arvis.pipelines.interface`).
 
-from arvis.pipelines.pipeline_emu3 import Emu3Pipeline, Emu3PipelineOutput
-from arvis.pipelines.pipeline_llamagen import LlamaGenPipeline, LlamaGenPipelineOutput
-from arvis.pipelines.pipeline_mar import MARPipeline, MARPipelineOutput
-from arvis.pipelines.pipeline_var import VARPipeline, VARPipelineOutput
-from arvis.pipelines.pipeline_video import VideoPipeline, VideoPipelineOutput
+The names are imported lazily: :mod:`arvis.pipelines.families` (what a model folder offers, read from its
+metadata) loads without torch, so the command line checks a request before anything heavy is imported.
+"""
 
-__all__ = ["Emu3Pipeline", "Emu3PipelineOutput", "LlamaGenPipeline", "LlamaGenPipelineOutput", "MARPipeline",
-           "MARPipelineOutput", "VARPipeline",
-           "VARPipelineOutput", "VideoPipeline", "VideoPipelineOutput"]
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "ArvisPipeline": "arvis.pipelines.interface",
+    "Emu3Pipeline": "arvis.pipelines.pipeline_emu3",
+    "Emu3PipelineOutput": "arvis.pipelines.pipeline_emu3",
+    "LlamaGenPipeline": "arvis.pipelines.pipeline_llamagen",
+    "LlamaGenPipelineOutput": "arvis.pipelines.pipeline_llamagen",
+    "MARPipeline": "arvis.pipelines.pipeline_mar",
+    "MARPipelineOutput": "arvis.pipelines.pipeline_mar",
+    "VARPipeline": "arvis.pipelines.pipeline_var",
+    "VARPipelineOutput": "arvis.pipelines.pipeline_var",
+    "VideoPipeline": "arvis.pipelines.pipeline_video",
+    "VideoPipelineOutput": "arvis.pipelines.pipeline_video",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'arvis.pipelines' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return __all__

@@ -18,7 +18,7 @@ from diffusers.callbacks import MultiPipelineCallbacks, PipelineCallback
 from arvis.engine.engine import DecodeEngine
 from arvis.engine.sampling import SamplingConfig
 from arvis.engine.stats import BatchStats
-from arvis.methods import decode
+from arvis.methods.registry import decode
 from arvis.models.protocol import Backbone, Condition
 from arvis.utils.random import GeneratorArg
 
@@ -26,6 +26,7 @@ OUTPUT_TYPES = ("pil", "np", "pt", "latent")
 PREVIEW_GREY = 0.5  # colour of not-yet-committed token cells in partial images (previews)
 # What a model folder's sampling_defaults.json may set (SamplingConfig's fields a user would tune).
 SAMPLING_FIELDS = ("guidance_scale", "top_k", "top_p", "temperature", "cfg_interval")
+_CONFIG_FIELDS = ("guidance_scale", "top_k", "top_p", "temperature", "cfg_interval", "cfg_schedule")
 
 
 def read_sampling_defaults(folder: Path, fields: Sequence[str] = SAMPLING_FIELDS) -> dict[str, Any]:
@@ -50,6 +51,8 @@ class SamplingDefaultsMixin:
 
     _sampling_defaults: dict[str, Any] | None = None
     sampling_fields: tuple[str, ...] = SAMPLING_FIELDS  # what sampling_defaults.json may set
+    guidance: str = "llamagen"  # the family's guidance rule (arvis.engine.guidance)
+    fallback_sampling_defaults: dict[str, Any] = {}  # used when the folder has no sampling_defaults.json
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path: str | os.PathLike, **kwargs: Any) -> Any:
@@ -65,7 +68,8 @@ class SamplingDefaultsMixin:
             name = str(resolve_model(name))  # ValueError listing the names when nothing matches
         kwargs.setdefault("local_files_only", True)
         pipe = super().from_pretrained(name, **kwargs)  # type: ignore[misc]
-        pipe._sampling_defaults = read_sampling_defaults(Path(name), cls.sampling_fields)
+        pipe._sampling_defaults = (read_sampling_defaults(Path(name), cls.sampling_fields)
+                                   or dict(cls.fallback_sampling_defaults))
         return pipe
 
     def save_pretrained(self, save_directory: str | os.PathLike, **kwargs: Any) -> None:
@@ -93,7 +97,8 @@ class SamplingDefaultsMixin:
         ``sampling_defaults.json`` when loaded from one; settable."""
         if self._sampling_defaults is None:
             origin = getattr(self.config, "_name_or_path", None)  # type: ignore[attr-defined]
-            self._sampling_defaults = read_sampling_defaults(Path(origin), self.sampling_fields) if origin else {}
+            found = read_sampling_defaults(Path(origin), self.sampling_fields) if origin else {}
+            self._sampling_defaults = found or dict(self.fallback_sampling_defaults)
         return self._sampling_defaults
 
     @sampling_defaults.setter
@@ -105,13 +110,15 @@ class SamplingDefaultsMixin:
 
     def sampling_config(self, **settings: Any) -> SamplingConfig:
         """The sampling settings of a call: given values, else :attr:`sampling_defaults`, else
-        :class:`~arvis.engine.SamplingConfig`'s defaults (``None`` means "not given")."""
-        unknown = sorted(set(settings) - set(SAMPLING_FIELDS))
+        :class:`~arvis.engine.SamplingConfig`'s defaults (``None`` means "not given"), with the family's
+        guidance rule."""
+        known = [f for f in self.sampling_fields if f in _CONFIG_FIELDS]
+        unknown = sorted(k for k, v in settings.items() if k not in known and v is not None)
         if unknown:
-            raise ValueError(f"unknown sampling setting(s) {unknown}; known: {list(SAMPLING_FIELDS)}")
-        merged = {k: v for k, v in self.sampling_defaults.items() if k in SAMPLING_FIELDS}
+            raise ValueError(f"unknown sampling setting(s) {unknown} for this model; known: {known}")
+        merged = {k: v for k, v in self.sampling_defaults.items() if k in known}
         merged.update({k: v for k, v in settings.items() if v is not None})
-        return SamplingConfig(**merged)
+        return SamplingConfig(**merged, guidance=self.guidance)
 
 
 def check_output_type(output_type: str) -> None:
@@ -162,12 +169,13 @@ def run_step_callback(pipe: Any, callback: Callable, tensor_inputs: Sequence[str
 
 def decode_with_progress(pipe: Any, backbone: Backbone, condition: Condition, sampling: SamplingConfig,
                          method: Any, generator: GeneratorArg, callback_on_step_end: Callable | None,
-                         method_options: dict[str, Any], tensor_inputs: Sequence[str] = CALLBACK_TENSOR_INPUTS,
+                         tensor_inputs: Sequence[str] = CALLBACK_TENSOR_INPUTS,
                          interruptible: bool = False) -> tuple[torch.Tensor, BatchStats]:
     """:func:`arvis.methods.decode` with the pipeline's progress bar (committed tokens, at most 10 updates a
     second) and diffusers' step callback after every commit (:func:`run_step_callback`).
 
     Args:
+        method: a built token method (the pipeline's ``build_method``).
         tensor_inputs: the tensors the callback receives (checked by :func:`callback_tensor_inputs`).
         interruptible: a callback that sets ``pipe._interrupt = True`` stops the decode after that commit;
             the tokens committed so far are returned (``NO_TOKEN`` elsewhere) with the statistics up to there.
@@ -200,7 +208,7 @@ def decode_with_progress(pipe: Any, backbone: Backbone, condition: Condition, sa
             raise _Interrupted()
 
     try:
-        tokens, stats = decode(backbone, condition, sampling, method, generator, on_commit, **method_options)
+        tokens, stats = decode(backbone, condition, sampling, method, generator, on_commit)
         progress.update(B * N - committed[0])
     except _Interrupted:
         engine = engines[0]

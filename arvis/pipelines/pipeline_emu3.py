@@ -30,8 +30,8 @@ from typing import Any
 import torch
 from diffusers import DiffusionPipeline
 
-from arvis.engine.sampling import SamplingConfig
-from arvis.methods import with_resources
+from arvis.methods.catalog import DecoderKind
+from arvis.methods.registry import build_method, decode
 from arvis.models.emu3 import VISUAL_TOKEN, Emu3Backbone, Emu3Vocabulary, emu3_layout, image_codes
 from arvis.models.protocol import Condition, TokenLayout
 from arvis.pipelines.common import (
@@ -41,6 +41,7 @@ from arvis.pipelines.common import (
     decode_with_progress,
     images_to_output,
 )
+from arvis.pipelines.interface import ArvisPipeline, BenchInputs
 from arvis.pipelines.pipeline_llamagen import LlamaGenPipelineOutput
 from arvis.tokenizers.emu3_text import prompt_batch
 from arvis.tokenizers.emu3_vq import Emu3ImageTokenizer
@@ -56,7 +57,7 @@ class Emu3PipelineOutput(LlamaGenPipelineOutput):
     """Output of :class:`Emu3Pipeline`: ``images``, ``tokens`` (VQ code grids ``[B, h, w]``) and ``stats``."""
 
 
-class Emu3Pipeline(DiffusionPipeline):
+class Emu3Pipeline(ArvisPipeline, DiffusionPipeline):
     """Text-to-image generation with an Emu3 model, through arvis's decoding methods.
 
     Args:
@@ -118,17 +119,20 @@ class Emu3Pipeline(DiffusionPipeline):
         model = Emu3ForConditionalGeneration.from_pretrained(path, dtype=dtype or "auto").eval()
         return cls(model, AutoTokenizer.from_pretrained(path), **config)
 
-    # ------------------------------------------------------------------ what apps need to know
-    accepts_prompts = True  # prompts go straight to the language model (no separate text encoder)
+    # ------------------------------------------------------------------ the family seam
+    # Emu3-Gen's published recipe, for folders without a sampling_defaults.json (official layouts).
+    fallback_sampling_defaults = {"guidance_scale": 3.0, "top_k": 0}
+    sampling_fields = ("guidance_scale", "top_k", "top_p", "temperature")
 
-    @property
-    def sampling_defaults(self) -> dict[str, Any]:
-        """Sampling settings a call uses when it does not say (none: SamplingConfig's own defaults)."""
-        return {}
+    def resources(self, draft: Emu3Backbone | None = None) -> dict[str, Any]:
+        """The codebook neighbourhoods and, for a call, its draft backbone (built per prompt batch)."""
+        return {"draft_model": draft, "neighbours": self.codebook_neighbours}
 
-    def sampling_config(self, **settings: Any) -> SamplingConfig:
-        """The sampling settings of a call: given values, else :class:`SamplingConfig`'s defaults."""
-        return SamplingConfig(**{k: v for k, v in settings.items() if v is not None})
+    def build_method(self, method: Any, draft: Emu3Backbone | None = None, **options: Any) -> Any:
+        """:meth:`ArvisPipeline.build_method` with a call's draft backbone (Emu3's backbones depend on the prompts)."""
+        if isinstance(method, str):
+            self.check_method(method, options)
+        return build_method(method, DecoderKind.TOKEN, self.resources(draft), **options)
 
     @property
     def default_layout(self) -> TokenLayout:
@@ -174,37 +178,29 @@ class Emu3Pipeline(DiffusionPipeline):
             draft = Emu3Backbone(self.draft_transformer, self.vocabulary, height, width, C, negative)
         return target, draft, cond
 
-    def bench_inputs(self, prompts: Sequence[str], samples: int, batch_size: int,
-                     height: int | None = None, width: int | None = None
-                     ) -> tuple[Emu3Backbone, list[tuple[list[int], Condition]], Emu3Backbone | None]:
+    def bench_inputs(self, conditions: Sequence[int | str] | None, samples: int, batch_size: int,
+                     height: int | None = None, width: int | None = None) -> BenchInputs:
         """What ``arvis bench`` times: one backbone (every prompt left-padded to one length, the default
-        negative prompt), the condition batches (sample ``i`` gets ``prompts[i % len(prompts)]``, ``batch_size``
-        samples per decode call) and the draft backbone (``None`` without a draft transformer).
+        negative prompt), the condition batches (sample ``i`` gets ``conditions[i % len]``, ``batch_size``
+        samples per decode call) and methods built with the draft backbone of those prompts.
 
         Args:
-            prompts: at least one prompt.
+            conditions: at least one prompt.
             samples, batch_size: samples per round and per decode call (>= 1).
             height, width: image size in tokens (default: the config's).
-
-        Returns:
-            ``(target, [(sample indices, Condition)], draft)``.
         """
-        prompts = list(prompts)
-        if not prompts:
-            raise ValueError("prompt: this model is text-conditional; give at least one prompt")
-        if samples < 1 or batch_size < 1:
-            raise ValueError(f"samples and batch_size must be >= 1, got {samples} and {batch_size}")
+        plan = self.condition_batches(conditions, samples, batch_size)
         height = self.config.default_height if height is None else height
         width = self.config.default_width if width is None else width
-        texts = [prompts[i % len(prompts)] for i in range(samples)]
+        texts = [text for _, values in plan for text in values]
         # One negative prompt row, broadcast over every batch (the backbone accepts [1, C]).
         target, draft, condition = self.backbones(texts, [self.config.default_negative_prompt], height, width)
         batches = []
-        for start in range(0, samples, batch_size):
-            idx = list(range(start, min(start + batch_size, samples)))
+        for idx, _ in plan:
             rows = slice(idx[0], idx[-1] + 1)
             batches.append((idx, Condition(token_ids=condition.token_ids[rows], mask=condition.mask[rows])))
-        return target, batches, draft
+        return BenchInputs(batches, lambda cond, sampling, method, gens: decode(target, cond, sampling, method, gens),
+                           lambda name, options: self.build_method(name, draft, **options), target)
 
     def decode_tokens(self, codes: torch.Tensor, output_type: str = "pil"):
         """Code grids ``[B, h, w]`` → images in ``output_type`` (``"latent"`` returns the codes)."""
@@ -221,10 +217,10 @@ class Emu3Pipeline(DiffusionPipeline):
         negative_prompt: str | Sequence[str] | None = None,
         height: int | None = None,
         width: int | None = None,
-        guidance_scale: float = 3.0,
-        top_k: int = 0,
-        top_p: float = 1.0,
-        temperature: float = 1.0,
+        guidance_scale: float | None = None,
+        top_k: int | None = None,
+        top_p: float | None = None,
+        temperature: float | None = None,
         num_images_per_prompt: int = 1,
         generator: GeneratorArg = None,
         output_type: str = "pil",
@@ -242,7 +238,9 @@ class Emu3Pipeline(DiffusionPipeline):
                 default ``config.default_negative_prompt``.
             height, width: image size in tokens (pixels = tokens × the VQ's factor, 8); default from the config.
             guidance_scale: classifier-free guidance (>= 0; 1 disables it). top_k, top_p, temperature: as usual
-                (0 = off for top-k; temperature 0 = greedy).
+                (0 = off for top-k; temperature 0 = greedy). Settings left ``None`` come from
+                :attr:`sampling_defaults` (the folder's ``sampling_defaults.json``; official folders: CFG 3.0,
+                top-k off, Emu3-Gen's recipe), then from :class:`~arvis.engine.SamplingConfig`.
             num_images_per_prompt: images per prompt (>= 1).
             generator: a ``torch.Generator``, or one per image (``B * num_images_per_prompt``).
             output_type: ``"pil"``, ``"np"``, ``"pt"`` or ``"latent"`` (code grids).
@@ -251,7 +249,7 @@ class Emu3Pipeline(DiffusionPipeline):
                 every target forward that committed tokens; ``callback_kwargs`` holds copies of the tensors named
                 in ``callback_on_step_end_tensor_inputs`` (``"tokens"``, ``"known"``). diffusers' contract, as
                 :class:`~arvis.pipelines.LlamaGenPipeline`: a returned dict may not change committed tokens.
-            method: decoding method name (``arvis.methods.available_methods()``); **method_options its options.
+            method: decoding method name (:meth:`methods` lists them); **method_options its options.
 
         Returns:
             :class:`Emu3PipelineOutput` with images, code grids ``[B, h, w]`` and decode statistics.
@@ -273,14 +271,17 @@ class Emu3Pipeline(DiffusionPipeline):
         for name, value in (("height", height), ("width", width)):
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name} must be an integer >= 1 (tokens), got {value!r}")
-        sampling = SamplingConfig(temperature=temperature, top_k=top_k, top_p=top_p, guidance_scale=guidance_scale)
+        sampling = self.sampling_config(temperature=temperature, top_k=top_k, top_p=top_p,
+                                        guidance_scale=guidance_scale)
+        if isinstance(method, str):
+            self.check_method(method, method_options)  # refused before any backbone is built
         n = num_images_per_prompt
         prompts = [p for p in prompts for _ in range(n)]
         negatives = [p for p in negatives for _ in range(n)]
         target, draft, condition = self.backbones(prompts, negatives, height, width)
-        method_options = with_resources(method, method_options, draft, self.codebook_neighbours)
-        tokens, stats = decode_with_progress(self, target, condition, sampling, method, generator,
-                                             callback_on_step_end, method_options, tensor_inputs)
+        method_obj = self.build_method(method, draft, **method_options)
+        tokens, stats = decode_with_progress(self, target, condition, sampling, method_obj, generator,
+                                             callback_on_step_end, tensor_inputs)
         codes = image_codes(tokens, target.layout)
         images = self.decode_tokens(codes, output_type)
         self.maybe_free_model_hooks()

@@ -32,7 +32,7 @@ from diffusers.utils import BaseOutput
 
 from arvis.engine.engine import NO_TOKEN
 from arvis.engine.stats import BatchStats
-from arvis.methods import with_resources
+from arvis.methods.registry import decode
 from arvis.models.llamagen import LlamaGenTransformer
 from arvis.models.protocol import Condition
 from arvis.models.text_encoder import WordTextEncoder
@@ -40,12 +40,12 @@ from arvis.models.upsampler import TokenUpsampler
 from arvis.pipelines.common import (
     CALLBACK_TENSOR_INPUTS,
     PREVIEW_GREY,
-    SamplingDefaultsMixin,
     callback_tensor_inputs,
     check_output_type,
     decode_with_progress,
     images_to_output,
 )
+from arvis.pipelines.interface import ArvisPipeline, BenchInputs
 from arvis.tokenizers.llamagen_vq import LlamaGenVQModel
 from arvis.utils.config_check import CheckedPipelineMixin
 from arvis.utils.random import GeneratorArg
@@ -67,7 +67,7 @@ class LlamaGenPipelineOutput(BaseOutput):
     stats: BatchStats
 
 
-class LlamaGenPipeline(SamplingDefaultsMixin, CheckedPipelineMixin, DiffusionPipeline):
+class LlamaGenPipeline(ArvisPipeline, CheckedPipelineMixin, DiffusionPipeline):
     """Class- or text-conditional generation with a LlamaGen GPT and its VQ tokenizer.
 
     Components:
@@ -131,68 +131,6 @@ class LlamaGenPipeline(SamplingDefaultsMixin, CheckedPipelineMixin, DiffusionPip
         return self._interrupt
 
     # ------------------------------------------------------------------ inputs
-    @property
-    def class_names(self) -> list[str] | None:
-        """Names of the class ids (when the transformer's config carries them)."""
-        return getattr(self.transformer.config, "class_names", None)
-
-    @property
-    def id2label(self) -> dict[int, str]:
-        """Class id → name (like diffusers' ``DiTPipeline.id2label``); empty when the model has no names."""
-        return dict(enumerate(self.class_names or []))
-
-    @property
-    def labels(self) -> dict[str, int]:
-        """Class name → id, sorted by name (like ``DiTPipeline.labels``)."""
-        return dict(sorted((name, i) for i, name in self.id2label.items()))
-
-    def get_label_ids(self, label: str | Sequence[str]) -> list[int]:
-        """Class ids of class names (like ``DiTPipeline.get_label_ids``).
-
-        Args:
-            label: a class name or a list of them.
-
-        Returns:
-            The class ids, in order.
-
-        Raises:
-            ValueError: a name is not a class of this model (the message lists the names).
-        """
-        names = [label] if isinstance(label, str) else list(label)
-        for name in names:
-            if name not in self.labels:
-                raise ValueError(f"label: {name!r} is not a class of this model; choose one of {sorted(self.labels)}")
-        return [self.labels[name] for name in names]
-
-    def class_ids(self, labels: int | str | torch.Tensor | Sequence[int | str]) -> list[int]:
-        """Class ids from ids, names, or an integer tensor; ``ValueError`` names the offending label and the
-        valid range."""
-        if isinstance(labels, torch.Tensor):
-            if labels.dtype.is_floating_point or labels.dtype.is_complex or labels.dtype == torch.bool:
-                raise ValueError(f"class_labels: a tensor of class ids must be of an integer dtype, got {labels.dtype}")
-            if labels.ndim > 1:
-                raise ValueError(f"class_labels: a tensor of class ids must be 0-d or 1-d, got shape {tuple(labels.shape)}")
-            labels = labels.reshape(-1).tolist()
-        if isinstance(labels, int | str | np.integer):
-            labels = [labels]
-        n = self.transformer.config.num_classes
-        names = self.class_names or []
-        ids = []
-        for label in labels:
-            if isinstance(label, str):
-                if label not in names:
-                    raise ValueError(f"class_labels: unknown class name {label!r}; known names: {names or 'none'}")
-                ids.append(names.index(label))
-            elif isinstance(label, int | np.integer) and not isinstance(label, bool):
-                if not 0 <= int(label) < n:
-                    raise ValueError(f"class_labels: {label} is not a class id of this model (valid: 0..{n - 1})")
-                ids.append(int(label))
-            else:
-                raise ValueError(f"class_labels: expected ints or class names, got {label!r}")
-        if not ids:
-            raise ValueError("class_labels: empty")
-        return ids
-
     def encode_prompt(self, prompt: str | Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
         """Caption features ``[B, C, D]`` and mask ``[B, C]`` (left-padded) from the text encoder.
 
@@ -250,6 +188,20 @@ class LlamaGenPipeline(SamplingDefaultsMixin, CheckedPipelineMixin, DiffusionPip
         from arvis.methods.relaxation import codebook_neighbourhoods
 
         return codebook_neighbourhoods(self.vqvae.codebook_embeddings(), k)
+
+    # ------------------------------------------------------------------ the family seam
+    def resources(self) -> dict[str, Any]:
+        """The draft GPT, the codebook neighbourhoods and the multi-scale drafter, where present."""
+        return {"draft_model": self.draft_transformer, "neighbours": self.codebook_neighbours,
+                "lowres_model": self.lowres_transformer, "upsampler": self.upsampler}
+
+    def bench_inputs(self, conditions: Sequence[int | str] | None, samples: int, batch_size: int) -> BenchInputs:
+        text = not self.transformer.is_class_conditional
+        batches = [(idx, self._condition(None, values, None, None) if text else self._condition(values, None, None, None))
+                   for idx, values in self.condition_batches(conditions, samples, batch_size)]
+        return BenchInputs(batches, lambda cond, sampling, method, gens: decode(self.transformer, cond, sampling,
+                                                                                method, gens),
+                           lambda name, options: self.build_method(name, **options), self.transformer)
 
     # ------------------------------------------------------------------ outputs
     def decode_tokens(self, tokens: torch.Tensor, output_type: str = "pil", known: torch.Tensor | None = None):
@@ -317,7 +269,7 @@ class LlamaGenPipeline(SamplingDefaultsMixin, CheckedPipelineMixin, DiffusionPip
                 ``MultiPipelineCallbacks`` objects work too.
             callback_on_step_end_tensor_inputs: which of ``_callback_tensor_inputs`` (``"tokens"`` ``[B, N]``
                 int64, ``-1`` where not committed; ``"known"`` ``[B, N]`` bool) the callback receives.
-            method: decoding method name (``arvis.methods.available_methods()``).
+            method: decoding method name (:meth:`methods` lists the ones this model can run).
             **method_options: the method's options (e.g. ``window=16`` for SJD).
 
         Returns:
@@ -331,10 +283,9 @@ class LlamaGenPipeline(SamplingDefaultsMixin, CheckedPipelineMixin, DiffusionPip
                                         temperature=temperature, cfg_interval=cfg_interval)
         condition = self._condition(class_labels, prompt, prompt_embeds, prompt_embeds_mask)
         condition = condition.repeat_interleave(num_images_per_prompt)
-        method_options = with_resources(method, method_options, self.draft_transformer, self.codebook_neighbours,
-                                        self.lowres_transformer, self.upsampler)
-        tokens, stats = decode_with_progress(self, self.transformer, condition, sampling, method, generator,
-                                             callback_on_step_end, method_options, tensor_inputs, interruptible=True)
+        method_obj = self.build_method(method, **method_options)  # refused before anything runs
+        tokens, stats = decode_with_progress(self, self.transformer, condition, sampling, method_obj, generator,
+                                             callback_on_step_end, tensor_inputs, interruptible=True)
         tokens = tokens.view(condition.batch_size, *self.transformer.layout.grid)
         known = tokens != NO_TOKEN if self._interrupt else None  # an interrupted decode: draw the rest grey
         images = self.decode_tokens(tokens, output_type, known)

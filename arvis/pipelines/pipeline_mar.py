@@ -39,20 +39,17 @@ from diffusers.utils import BaseOutput
 from arvis.engine.sampling import SamplingConfig
 from arvis.engine.stats import BatchStats
 from arvis.methods.cspd import decode_causal_speculative, decode_masked_cspd, method_settings
-from arvis.methods.mar import MARStep, check_cfg_schedule, check_num_iter, decode_causal, decode_masked
+from arvis.methods.mar import MARStep, check_num_iter, decode_causal, decode_masked
 from arvis.models.diffusion_head import MARDiffusionHead
 from arvis.models.mar import MARTransformer
 from arvis.models.protocol import Condition
-from arvis.pipelines.common import PREVIEW_GREY, SamplingDefaultsMixin, check_output_type, images_to_output
-from arvis.pipelines.pipeline_llamagen import LlamaGenPipeline
+from arvis.pipelines.common import PREVIEW_GREY, check_output_type, images_to_output
+from arvis.pipelines.interface import ArvisPipeline, BenchInputs
 from arvis.utils.config_check import CheckedPipelineMixin
 from arvis.utils.random import GeneratorArg
 
-# Settings a MAR folder's sampling_defaults.json may hold (the first two are also SamplingConfig's).
+# Settings a MAR folder's sampling_defaults.json may hold (all but num_iter are SamplingConfig's).
 MAR_SAMPLING_FIELDS = ("guidance_scale", "temperature", "num_iter", "cfg_schedule")
-# "ar": MAR's own sampler (masked) or raster AR (causal); "cspd-exact": exact speculative, causal target + causal
-# draft; "cspd": the published (lossy) CSpD, masked target + masked draft.
-METHODS = ("ar", "cspd-exact", "cspd")
 
 
 @dataclass
@@ -64,12 +61,13 @@ class MARPipelineOutput(BaseOutput):
     stats: BatchStats
 
 
-class MARPipeline(SamplingDefaultsMixin, CheckedPipelineMixin, DiffusionPipeline):
+class MARPipeline(ArvisPipeline, CheckedPipelineMixin, DiffusionPipeline):
     """Class-conditional generation with a MAR transformer, its diffusion head and the KL VAE (module docstring)."""
 
     model_cpu_offload_seq = "transformer->head->vae"
     _optional_components = ["draft_transformer", "draft_head"]
     sampling_fields = MAR_SAMPLING_FIELDS
+    guidance = "mar"
 
     def __init__(self, transformer: MARTransformer, head: MARDiffusionHead, vae: AutoencoderKL,
                  draft_transformer: MARTransformer | None = None, draft_head: MARDiffusionHead | None = None):
@@ -93,22 +91,15 @@ class MARPipeline(SamplingDefaultsMixin, CheckedPipelineMixin, DiffusionPipeline
 
     # ------------------------------------------------------------------ sampling settings
     def sampling_config(self, **settings: Any) -> SamplingConfig:
-        """The target distribution's settings of a call (given values, else the defaults): ``guidance_scale``
-        and ``temperature``; ``top_k`` / ``top_p`` do not apply to continuous tokens and are refused."""
+        """The target distribution's settings of a call (given values, else the defaults): ``guidance_scale``,
+        ``temperature`` and ``cfg_schedule``; ``top_k`` / ``top_p`` do not apply to continuous tokens and are
+        refused."""
         for name, neutral in (("top_k", 0), ("top_p", 1.0)):
             if settings.get(name) not in (None, neutral):
                 raise ValueError(f"{name}: MAR's tokens are continuous (no vocabulary to filter); leave {name} unset")
-        unknown = sorted(set(settings) - {"guidance_scale", "temperature", "top_k", "top_p"})
-        if unknown:
-            raise ValueError(f"unknown sampling setting(s) {unknown}; known: guidance_scale, temperature")
-        merged = {k: v for k, v in self.sampling_defaults.items() if k in ("guidance_scale", "temperature")}
-        merged.update({k: v for k, v in settings.items() if v is not None and k in ("guidance_scale", "temperature")})
-        return SamplingConfig(**merged)
+        return super().sampling_config(**{k: v for k, v in settings.items() if k not in ("top_k", "top_p")})
 
     # ------------------------------------------------------------------ inputs and outputs
-    class_names = LlamaGenPipeline.class_names
-    class_ids = LlamaGenPipeline.class_ids
-
     @torch.no_grad()
     def decode_tokens(self, tokens: torch.Tensor, output_type: str = "pil", known: torch.Tensor | None = None):
         """Tokens ``[B, L, D]`` or ``[B, h, w, D]`` (MAR's scale) → images in ``output_type`` (``latent``: the tokens).
@@ -132,54 +123,32 @@ class MARPipeline(SamplingDefaultsMixin, CheckedPipelineMixin, DiffusionPipeline
             images = images * cells + (2 * PREVIEW_GREY - 1) * (1 - cells)  # images are in [-1, 1]
         return images_to_output(images, output_type)
 
-    def check_method(self, name: str) -> None:
-        """``ValueError`` unless this pipeline can decode with method ``name`` (callers such as the demo ask
-        before decoding)."""
-        if name not in METHODS:
-            raise ValueError(f"method: a MAR pipeline decodes with {', '.join(METHODS)} (MAR's own sampler, or one "
-                             f"token per forward for the causal variant; speculative with a causal draft), "
-                             f"got {name!r}")
-        draft = self.draft_transformer
-        if name == "cspd-exact" and (not self.transformer.is_causal or draft is None or not draft.is_causal):
-            raise ValueError("method cspd-exact: needs a causal transformer and a causal draft_transformer / "
-                             "draft_head in the pipeline")
-        if name == "cspd" and (self.transformer.is_causal or draft is None or draft.is_causal):
-            raise ValueError("method cspd: needs a masked transformer and a masked draft_transformer / draft_head "
-                             "in the pipeline (cspd-exact is the causal variant's)")
+    # ------------------------------------------------------------------ the family seam
+    def resources(self) -> dict[str, Any]:
+        return {"draft_model": None if self.draft_transformer is None else (self.draft_transformer, self.draft_head)}
 
-    def baseline_call_kwargs(self, method: str, options: dict[str, Any]) -> dict[str, Any]:
-        """The settings of the plain ``ar`` call that ``method`` with ``options`` is exact for (what a side-by-side
-        comparison runs as its baseline): ``cspd-exact``'s ``final_std``; nothing for the other methods."""
+    def baseline_options(self, method: str, options: dict[str, Any]) -> dict[str, Any]:
+        """``cspd-exact`` is exact for the causal sampler with its ``final_std``: the baseline uses the same."""
         if method == "cspd-exact" and options.get("final_std"):
             return {"final_std": float(options["final_std"])}
         return {}
 
-    def decode_condition(self, backbone: MARTransformer, condition: Condition, sampling: SamplingConfig,
-                         method: Any, generator: GeneratorArg = None, **options: Any) -> tuple[torch.Tensor, BatchStats]:
-        """Tokens for ``condition.class_labels`` with :func:`arvis.methods.decode`'s signature (what
-        :func:`arvis.eval.bench.run_bench` times); ``backbone`` is ``self.transformer``."""
-        if backbone is not self.transformer:
-            raise ValueError("backbone: a MAR pipeline decodes with its own transformer")
-        return self._decode(condition.class_labels, sampling, method, generator, None, **options)
+    def bench_inputs(self, conditions: Sequence[int | str] | None, samples: int, batch_size: int) -> BenchInputs:
+        device = self.transformer.device
+        batches = [(idx, Condition(class_labels=torch.tensor(self.class_ids(values), device=device)))
+                   for idx, values in self.condition_batches(conditions, samples, batch_size)]
+        return BenchInputs(batches, lambda cond, sampling, method, gens: self._decode(cond.class_labels, sampling,
+                                                                                      method, gens, None),
+                           lambda name, options: self.build_method(name, **options))
 
     def _decode(self, labels: torch.Tensor, sampling: SamplingConfig, method: Any, generator: GeneratorArg,
-                on_step: Callable[[MARStep], None] | None, num_iter: int | None = None, cfg_schedule: str | None = None,
-                final_std: float = 0.0, **options: Any) -> tuple[torch.Tensor, BatchStats]:
-        from arvis.methods import build_method
-
-        name = getattr(method, "name", method)
-        self.check_method(name)
-        if name == "cspd-exact" and final_std:  # the pipeline's final_std is the method's when it is not given
-            if isinstance(method, str):
-                options.setdefault("final_std", final_std)
-            elif method.final_std != final_std:
-                raise ValueError(f"final_std: {final_std} given, the method object has {method.final_std}")
+                on_step: Callable[[MARStep], None] | None, num_iter: int | None = None) -> tuple[torch.Tensor, BatchStats]:
+        name = method.name
+        final_std = getattr(method, "final_std", 0.0)
         if name == "ar" and final_std and not self.transformer.is_causal:
             raise ValueError("final_std: only the causal variant's AR baseline takes it (masked MAR samples as MAR)")
-        method = build_method(method, **options)  # validates the options (ValueError naming them)
         defaults = self.sampling_defaults
-        cfg_schedule = cfg_schedule if cfg_schedule is not None else defaults.get("cfg_schedule", "linear")
-        check_cfg_schedule(cfg_schedule)
+        cfg_schedule = sampling.cfg_schedule
         kw = dict(guidance_scale=float(sampling.guidance_scale), cfg_schedule=cfg_schedule,
                   temperature=float(sampling.temperature), generator=generator, on_step=on_step)
         if name == "cspd-exact":
@@ -215,7 +184,6 @@ class MARPipeline(SamplingDefaultsMixin, CheckedPipelineMixin, DiffusionPipeline
         method: str = "ar",
         top_k: int | None = None,
         top_p: float | None = None,
-        final_std: float = 0.0,
         **method_options: Any,
     ) -> MARPipelineOutput | tuple:
         """Generate images.
@@ -233,12 +201,12 @@ class MARPipeline(SamplingDefaultsMixin, CheckedPipelineMixin, DiffusionPipeline
             callback_on_step_end: ``f(pipe, step, committed_per_sample, {"tokens", "known"})`` after every
                 transformer forward's tokens are sampled.
             callback_on_step_end_tensor_inputs: accepted for diffusers compatibility (always those two).
-            method: ``ar``, ``cspd-exact`` or ``cspd`` (see :data:`METHODS`); ``**method_options`` are the
-                method's (``gamma``, ``final_std``, ``max_rounds`` for ``cspd-exact``; ``window``,
-                ``prefill_ratio``, ``tau``, ``max_tries`` for ``cspd``).
+            method: ``ar``, ``cspd-exact`` or ``cspd`` (:meth:`methods` lists the ones this model runs);
+                ``**method_options`` are the method's (``final_std`` for the causal ``ar``: the step-0 std of the
+                sampler ``cspd-exact`` with the same ``final_std`` is exact for; ``window``, ``final_std``,
+                ``max_rounds`` for ``cspd-exact``; ``verify_every``, ``prefill_ratio``, ``tau``, ``max_tries``
+                for ``cspd``).
             top_k, top_p: not applicable (continuous tokens); refused unless unset.
-            final_std: the causal AR baseline's step-0 std (the sampler ``cspd-exact`` with the same
-                ``final_std`` is exact for; 0 = MAR's).
 
         Returns:
             :class:`MARPipelineOutput` with images, tokens and decode statistics.
@@ -248,7 +216,8 @@ class MARPipeline(SamplingDefaultsMixin, CheckedPipelineMixin, DiffusionPipeline
                 or num_images_per_prompt < 1:
             raise ValueError(f"num_images_per_prompt must be an integer >= 1, got {num_images_per_prompt!r}")
         sampling = self.sampling_config(guidance_scale=guidance_scale, temperature=temperature, top_k=top_k,
-                                        top_p=top_p)
+                                        top_p=top_p, cfg_schedule=cfg_schedule)
+        method_obj = self.build_method(method, **method_options)  # refused before anything runs
         if num_iter is not None:
             check_num_iter(num_iter)
         device = self.transformer.device
@@ -269,8 +238,7 @@ class MARPipeline(SamplingDefaultsMixin, CheckedPipelineMixin, DiffusionPipeline
                 callback_on_step_end(self, step.step, step.known.sum(-1), {"tokens": step.tokens, "known": step.known})
 
         try:
-            tokens, stats = self._decode(labels, sampling, method, generator, on_step, num_iter=num_iter,
-                                         cfg_schedule=cfg_schedule, final_std=final_std, **method_options)
+            tokens, stats = self._decode(labels, sampling, method_obj, generator, on_step, num_iter=num_iter)
         finally:
             progress.close()
         images = self.decode_tokens(tokens, output_type)

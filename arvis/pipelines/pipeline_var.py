@@ -3,8 +3,9 @@
 The conventions of :class:`~arvis.pipelines.LlamaGenPipeline`: one ``__call__`` with ``generator`` (one,
 or one per image), ``num_images_per_prompt``, ``output_type``, ``return_dict``, ``callback_on_step_end``,
 a progress bar and the engine's statistics object, plus ``method`` and its options. VAR's own sampling
-conventions are kept: ``guidance_scale`` is VAR's ``cfg`` with its ramp over scales
-(``t_s = guidance_scale · s / (S − 1)``, logits ``(1 + t)·c − t·u``; 0 disables guidance), top-k / top-p
+conventions are kept: ``guidance_scale`` is VAR's ``cfg`` with its ramp over scales (the ``var`` rule of
+:mod:`arvis.engine.guidance`: ``t_s = guidance_scale · s / (S − 1)``, logits ``(1 + t)·c − t·u``; 0 disables
+guidance), top-k / top-p
 as in ``autoregressive_infer_cfg``. With the same weights and the same random draws the tokens are the
 official sampler's (``eval/compare_var_reference.py`` checks it).
 
@@ -14,7 +15,7 @@ Methods: ``ar`` (plain next-scale decoding, lossless), ``code`` (large model dra
 
 Example:
     >>> from arvis.pipelines import VARPipeline
-    >>> pipe = VARPipeline.from_pretrained("arvis/weights/var-photos")  # doctest: +SKIP
+    >>> pipe = VARPipeline.from_pretrained("var")  # doctest: +SKIP
     >>> out = pipe(class_labels=["coffee", 3], guidance_scale=2.0, generator=torch.Generator().manual_seed(0))
     >>> out.images[0].save("sample.png"); print(out.stats.format())
     >>> fast = pipe(class_labels=["coffee", 3], method="code", draft_scales=4)
@@ -28,12 +29,11 @@ from typing import Any
 import torch
 from diffusers import DiffusionPipeline
 
-from arvis.engine.sampling import SamplingConfig
-from arvis.methods import DecodingMethod, build_method, with_resources
-from arvis.methods.next_scale import NextScaleDecoder, as_next_scale, decode_scales
+from arvis.engine.next_scale import NextScaleDecoder
 from arvis.models.protocol import Condition
 from arvis.models.var import VARTransformer
-from arvis.pipelines.common import SamplingDefaultsMixin, check_output_type
+from arvis.pipelines.common import check_output_type
+from arvis.pipelines.interface import ArvisPipeline, BenchInputs
 from arvis.pipelines.pipeline_llamagen import LlamaGenPipeline, LlamaGenPipelineOutput
 from arvis.tokenizers.var_vq import VARVQModel
 from arvis.utils.config_check import CheckedPipelineMixin
@@ -43,7 +43,7 @@ from arvis.utils.random import GeneratorArg
 VARPipelineOutput = LlamaGenPipelineOutput
 
 
-class VARPipeline(SamplingDefaultsMixin, CheckedPipelineMixin, DiffusionPipeline):
+class VARPipeline(ArvisPipeline, CheckedPipelineMixin, DiffusionPipeline):
     """Class-conditional generation with a VAR transformer and its multi-scale VQ tokenizer.
 
     Components:
@@ -54,6 +54,7 @@ class VARPipeline(SamplingDefaultsMixin, CheckedPipelineMixin, DiffusionPipeline
 
     model_cpu_offload_seq = "transformer->vqvae"
     _optional_components = ["draft_transformer"]
+    guidance = "var"
 
     def __init__(self, transformer: VARTransformer, vqvae: VARVQModel, draft_transformer: VARTransformer | None = None):
         super().__init__()
@@ -69,29 +70,31 @@ class VARPipeline(SamplingDefaultsMixin, CheckedPipelineMixin, DiffusionPipeline
             raise ValueError("draft_transformer: its scales, vocabulary or classes differ from the transformer's")
         self.register_modules(transformer=transformer, vqvae=vqvae, draft_transformer=draft_transformer)
 
-    # Class names and ids are the LlamaGen pipeline's (same config fields).
-    class_names = LlamaGenPipeline.class_names
-    class_ids = LlamaGenPipeline.class_ids
-
     def decode_tokens(self, tokens: torch.Tensor, output_type: str = "pil"):
         """Token pyramids ``[B, L]`` (or ``[B, 1, L]``, the ``layout.grid`` view) → images in ``output_type``."""
         if output_type == "latent":
             return tokens
         return LlamaGenPipeline.decode_tokens(self, tokens.reshape(tokens.shape[0], -1), output_type)
 
-    def decode_condition(self, backbone: VARTransformer, condition: Condition, sampling: SamplingConfig,
-                         method: str | DecodingMethod, generator: GeneratorArg = None, **options: Any):
-        """Token pyramids for ``condition.class_labels`` with :func:`arvis.methods.decode`'s signature (what
-        :func:`arvis.eval.bench.run_bench` times); ``backbone`` is ``self.transformer``.
+    # ------------------------------------------------------------------ the family seam
+    def resources(self) -> dict[str, Any]:
+        return {"draft_model": self.draft_transformer}
 
-        Returns:
-            ``(tokens [B, L], statistics)``.
-        """
-        if backbone is not self.transformer:
-            raise ValueError("backbone: a VAR pipeline decodes with its own transformer")
-        method_obj = build_method(method, **with_resources(method, options, self.draft_transformer))
-        return decode_scales(self.transformer, self.vqvae.quantize, condition.class_labels, sampling,
-                             as_next_scale(method_obj), generator)
+    def decode(self, labels: torch.Tensor, sampling: Any, method: Any, generator: GeneratorArg = None,
+               on_scale: Callable[[NextScaleDecoder], None] | None = None) -> tuple[torch.Tensor, Any]:
+        """Token pyramids ``[B, L]`` and statistics for class ids ``labels [B]`` with a built next-scale method."""
+        decoder = NextScaleDecoder(self.transformer, self.vqvae.quantize, labels, sampling, generator, method.name,
+                                   on_scale)
+        extra = method.run(decoder)
+        return decoder.tokens, decoder.finish(extra)
+
+    def bench_inputs(self, conditions: Sequence[int | str] | None, samples: int, batch_size: int) -> BenchInputs:
+        device = self.transformer.device
+        batches = [(idx, Condition(class_labels=torch.tensor(self.class_ids(values), device=device)))
+                   for idx, values in self.condition_batches(conditions, samples, batch_size)]
+        return BenchInputs(batches, lambda cond, sampling, method, gens: self.decode(cond.class_labels, sampling,
+                                                                                     method, gens),
+                           lambda name, options: self.build_method(name, **options))
 
     @torch.no_grad()
     def __call__(
@@ -125,7 +128,8 @@ class VARPipeline(SamplingDefaultsMixin, CheckedPipelineMixin, DiffusionPipeline
             return_dict: return a :class:`VARPipelineOutput` (else ``(images, tokens, stats)``).
             callback_on_step_end: ``f(pipe, scale, committed_per_sample, {"tokens", "known"})`` after every
                 committed scale.
-            method: ``ar``, ``code``, ``cfg-cutoff`` or ``fastvar`` (see :mod:`arvis.methods.next_scale`).
+            method: ``ar``, ``code``, ``cfg-cutoff`` or ``fastvar`` (see :mod:`arvis.methods.next_scale`;
+                :meth:`methods` lists the ones this model can run).
             **method_options: the method's options (e.g. ``draft_scales=4`` for ``code``).
 
         Returns:
@@ -141,7 +145,7 @@ class VARPipeline(SamplingDefaultsMixin, CheckedPipelineMixin, DiffusionPipeline
         B, L = labels.shape[0], self.transformer.scale_layout.num_tokens
         if isinstance(generator, list | tuple) and len(generator) != B:
             raise ValueError(f"generator: got {len(generator)} generators for {B} images; pass one, or one per image")
-        method_obj = as_next_scale(build_method(method, **with_resources(method, method_options, self.draft_transformer)))
+        method_obj = self.build_method(method, **method_options)  # refused before anything runs
 
         progress = self.progress_bar(total=self.transformer.scale_layout.num_scales)
         known = torch.zeros(B, L, dtype=torch.bool, device=device)
@@ -155,8 +159,7 @@ class VARPipeline(SamplingDefaultsMixin, CheckedPipelineMixin, DiffusionPipeline
                                                                                  "known": known})
 
         try:
-            tokens, stats = decode_scales(self.transformer, self.vqvae.quantize, labels, sampling, method_obj,
-                                          generator, on_scale)
+            tokens, stats = self.decode(labels, sampling, method_obj, generator, on_scale)
         finally:
             progress.close()
         images = self.decode_tokens(tokens, output_type)

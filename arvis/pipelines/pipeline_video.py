@@ -36,10 +36,11 @@ from diffusers import DiffusionPipeline
 from diffusers.utils import BaseOutput
 
 from arvis.engine.stats import BatchStats
-from arvis.methods import with_resources
+from arvis.methods.registry import decode
 from arvis.models.protocol import Condition
 from arvis.models.video import FramePrefix, VideoTransformer
-from arvis.pipelines.common import PREVIEW_GREY, SamplingDefaultsMixin, decode_with_progress
+from arvis.pipelines.common import PREVIEW_GREY, decode_with_progress
+from arvis.pipelines.interface import ArvisPipeline, BenchInputs
 from arvis.tokenizers.llamagen_vq import LlamaGenVQModel
 from arvis.utils.config_check import CheckedPipelineMixin
 from arvis.utils.random import GeneratorArg
@@ -66,7 +67,7 @@ class VideoPipelineOutput(BaseOutput):
     stats: BatchStats
 
 
-class VideoPipeline(SamplingDefaultsMixin, CheckedPipelineMixin, DiffusionPipeline):
+class VideoPipeline(ArvisPipeline, CheckedPipelineMixin, DiffusionPipeline):
     """Class-conditional clips with a :class:`~arvis.models.video.VideoTransformer` and a per-frame VQ.
 
     Components:
@@ -92,29 +93,6 @@ class VideoPipeline(SamplingDefaultsMixin, CheckedPipelineMixin, DiffusionPipeli
     def resolution(self) -> int:
         """Frame side in pixels."""
         return self.transformer.layout.grid[1] * self.vqvae.downsample_factor
-
-    @property
-    def class_names(self) -> list[str]:
-        return list(self.transformer.config.class_names or [])
-
-    def class_ids(self, labels: int | str | Sequence[int | str]) -> list[int]:
-        """Class ids from ids or names; ``ValueError`` names the offending label and the valid range."""
-        if isinstance(labels, int | str):
-            labels = [labels]
-        n, names, ids = self.transformer.config.num_classes, self.class_names, []
-        for label in labels:
-            if isinstance(label, str):
-                if label not in names:
-                    raise ValueError(f"class_labels: unknown class {label!r}; known: {', '.join(names) or 'none'}")
-                ids.append(names.index(label))
-            elif isinstance(label, int | np.integer) and not isinstance(label, bool) and 0 <= int(label) < n:
-                ids.append(int(label))
-            else:
-                raise ValueError(f"class_labels: {label!r} is not a class id of this model (valid: 0..{n - 1}) "
-                                 f"or a class name")
-        if not ids:
-            raise ValueError("class_labels: empty")
-        return ids
 
     def encode_frames(self, images: Any) -> torch.Tensor:
         """Frames (PIL, ``uint8 [H, W, 3]``, ``uint8 [B, H, W, 3]`` or a list) → codes ``[B, h, w]``.
@@ -199,7 +177,7 @@ class VideoPipeline(SamplingDefaultsMixin, CheckedPipelineMixin, DiffusionPipeli
             return_dict: return a :class:`VideoPipelineOutput` (else ``(frames, tokens, stats)``).
             callback_on_step_end: ``f(pipe, forward_index, committed_per_clip, {"tokens", "known"})`` after
                 every target forward that committed tokens (frames filling live).
-            method: decoding method (``arvis.methods.available_methods()``), e.g. ``"mc-sjd"``.
+            method: decoding method (:meth:`methods` lists them), e.g. ``"mc-sjd"``.
             **method_options: the method's options (``window=64, coupling="gumbel", init="repeat_temporal"``…).
 
         Returns:
@@ -232,9 +210,9 @@ class VideoPipeline(SamplingDefaultsMixin, CheckedPipelineMixin, DiffusionPipeli
                                  f"({len(ids)}), got shape {tuple(prefix.shape)}")
             prefix = prefix.flatten(1).repeat_interleave(num_videos_per_prompt, 0)
             backbone = FramePrefix(self.transformer, prefix)
-        method_options = with_resources(method, method_options, None, self.codebook_neighbours)
-        tokens, stats = decode_with_progress(self, backbone, condition, sampling, method, generator,
-                                             callback_on_step_end, method_options)
+        method_obj = self.build_method(method, **method_options)  # refused before anything runs
+        tokens, stats = decode_with_progress(self, backbone, condition, sampling, method_obj, generator,
+                                             callback_on_step_end)
         if prefix is not None:
             tokens = torch.cat([prefix, tokens], dim=1)
         tokens = tokens.view(B, *self.transformer.layout.grid)
@@ -249,6 +227,18 @@ class VideoPipeline(SamplingDefaultsMixin, CheckedPipelineMixin, DiffusionPipeli
         from arvis.methods.relaxation import codebook_neighbourhoods
 
         return codebook_neighbourhoods(self.vqvae.codebook_embeddings(), k)
+
+    # ------------------------------------------------------------------ the family seam
+    def resources(self) -> dict[str, Any]:
+        return {"neighbours": self.codebook_neighbours}
+
+    def bench_inputs(self, conditions: Sequence[int | str] | None, samples: int, batch_size: int) -> BenchInputs:
+        device = self.transformer.device
+        batches = [(idx, Condition(class_labels=torch.tensor(self.class_ids(values), device=device)))
+                   for idx, values in self.condition_batches(conditions, samples, batch_size)]
+        return BenchInputs(batches, lambda cond, sampling, method, gens: decode(self.transformer, cond, sampling,
+                                                                                method, gens),
+                           lambda name, options: self.build_method(name, **options), self.transformer)
 
 
 def check_fps(fps: Any) -> float:
