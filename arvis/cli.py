@@ -62,11 +62,7 @@ def default_output_folder() -> Path:
 @command("generate", "generate images (or clips) with one or several decoding methods (side by side) and print the "
                      "figures", _generate_arguments)
 def run_generate(args: argparse.Namespace) -> int:
-    from arvis.demo.compare import ImageSet, compare_methods, remove_previous_outputs, write_comparison
-    from arvis.eval.provenance import provenance
-    from arvis.hub import load_pipeline
-
-    # Everything the command line alone decides is checked before the model loads.
+    # Everything the command line and the model folder's metadata decide is checked before the model loads.
     specs = a.parse_methods(args.method)
     a.check_images(args, a.MAX_GENERATE_IMAGES)
     a.check_count("--rounds", args.rounds, 1, 20)
@@ -86,48 +82,37 @@ def run_generate(args: argparse.Namespace) -> int:
     output = Path(args.output) if args.output is not None else default_output_folder()
     a.check_output_folder("--output", output, overwrite=args.overwrite,
                           expected_bytes=_png_bytes_estimate(args.num_images or 1, len(specs)))
-    dtype = a.setup_runtime(args)
-    pipe, _, model = load_pipeline(args.model, dtype, args.device)
-    video = getattr(pipe, "num_frames", None) is not None
+    caps = a.model_capabilities(args.model)
+    a.check_specs(specs, caps)
+    video = caps.num_frames is not None
     if not video:
         for flag, value in (("--image", args.image), ("--video-format", args.video_format), ("--fps", args.fps)):
             if value is not None:
-                raise ValueError(f"{flag}: {model} generates images, not clips; this flag is for video models")
-    if getattr(pipe.transformer, "is_class_conditional", False):  # Emu3's transformer is a transformers model
-        if prompts is not None:
-            raise ValueError("--prompt: this model is class-conditional; use --class-ids")
-        conditions = pipe.class_ids(labels) if labels is not None else list(range(pipe.transformer.config.num_classes))
-    else:
-        if prompts is None:
-            raise ValueError("--prompt: this model is text-conditional; give --prompt TEXT (repeatable) or --prompts FILE")
-        if labels is not None:
-            raise ValueError("--class-ids: this model is text-conditional; use --prompt")
-        conditions = prompts
+                raise ValueError(f"{flag}: this model generates images, not clips; this flag is for video models")
+    conditions = a.model_conditions(caps, labels, prompts)
     if first_frames and len(first_frames) not in (1, len(conditions)):
         raise ValueError(f"--image: give one first frame for every clip or one per class ({len(conditions)}), "
                          f"got {len(first_frames)}")
+
+    from arvis.demo.compare import ImageSet, compare_methods, remove_previous_outputs, write_comparison
+    from arvis.eval.provenance import provenance
+    from arvis.hub import load_pipeline
+
     images = ImageSet(tuple(conditions), args.num_images or len(conditions), args.seed, args.batch_size,
                       first_frames=tuple(first_frames))
-    a.check_specs_fit_model(specs, pipe)
+    dtype = a.setup_runtime(args)
+    pipe, _, model = load_pipeline(args.model, dtype, args.device)
     sampling = {"guidance_scale": args.guidance_scale, "top_k": args.top_k, "top_p": args.top_p,
                 "temperature": args.temperature}
     config = pipe.sampling_config(**sampling)  # bad settings: refused before any decoding
     a.check_batch_memory(pipe, min(images.batch_size, images.num_images), config.uses_cfg)
-    for spec in specs:  # resources only the pipeline has (draft model, codebook neighbourhoods)
-        from arvis.methods import build_method, with_resources
-
-        build_method(spec.name, **with_resources(spec.name, spec.options_dict, getattr(pipe, "draft_transformer", None),
-                                                 getattr(pipe, "codebook_neighbours", None),
-                                                 getattr(pipe, "lowres_transformer", None),
-                                                 getattr(pipe, "upsampler", None)))
     comparison = compare_methods(pipe, specs, images, sampling, rounds=args.rounds, warmup=args.warmup,
                                  progress=not args.no_progress)
     if args.overwrite:
         remove_previous_outputs(output)
     context = {**model.record(), **{k: v for k, v in provenance(args.device, dtype).items() if k != "machine"}}
     clip_format = args.video_format or CLIP_FORMATS[0]
-    write_comparison(comparison, output, context, class_names=getattr(pipe, "class_names", None),
-                     clip_format=clip_format, fps=fps)
+    write_comparison(comparison, output, context, class_names=pipe.class_names, clip_format=clip_format, fps=fps)
     print(f"model: {model}")
     unit = comparison.unit
     if len(comparison.results) == 1:
@@ -175,11 +160,22 @@ def _png_bytes_estimate(num_images: int, methods: int) -> int:
 
 
 # ----------------------------------------------------------------------------- methods
-@command("methods", "list the decoding methods and their options", lambda p: None)
-def run_methods(args: argparse.Namespace) -> int:
-    from arvis.methods import describe_methods
+def _methods_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default=None, metavar="NAME",
+                   help="list only the methods that run on this model (a shipped alias, a folder, or tiny-random)")
 
-    print(describe_methods())  # read from each method's declared options
+
+@command("methods", "list the decoding methods and their options (per model family; --model: the ones that run "
+                    "on that model)", _methods_arguments)
+def run_methods(args: argparse.Namespace) -> int:
+    from arvis.methods.catalog import describe
+
+    if args.model is None:
+        print(describe())  # every kind, read from each method's declaration
+        return 0
+    caps = a.model_capabilities(args.model)
+    print(f"{args.model}: a {caps.family} model ({caps.kind} decoding, {caps.conditioning}-conditional)")
+    print(describe(caps.kind, caps.offers))
     return 0
 
 

@@ -216,21 +216,48 @@ def parse_methods(values: str | Sequence[str] | None, *, single: bool = False):
     return specs
 
 
-def check_specs_fit_model(specs: Sequence[Any], pipe: Any) -> None:
-    """Options that name sequence indices must lie inside the model's sequence.
-
-    (Until methods declare ranges relative to the sequence themselves: ``*_interval`` options.)
-    """
-    layout = getattr(pipe.transformer, "layout", None) or getattr(pipe, "default_layout", None)
-    if layout is None:  # next-scale models: no token sequence to index
-        return
-    n = int(layout.num_tokens)
+def check_specs(specs: Sequence[Any], capabilities: Any) -> None:
+    """Every ``--method`` spec applies to the model (:meth:`arvis.families.Capabilities.check`: its decoder kind,
+    what the method needs, sequence-index options inside the model's sequence) — from its metadata, before it
+    loads."""
     for spec in specs:
-        for key, value in spec.options:
-            if key.endswith("interval") and isinstance(value, list | tuple) and any(
-                    isinstance(v, int) and v > n for v in value):
-                raise ValueError(f"--method {spec.label}: {key}={list(value)} reaches past the model's "
-                                 f"{n}-token sequence (indices 0..{n})")
+        try:
+            capabilities.check(spec.name, spec.options_dict)
+        except ValueError as err:
+            raise ValueError(f"--method {spec.label}: {err}") from None
+
+
+def model_conditions(capabilities: Any, labels: list[int | str] | None, prompts: list[str] | None) -> list[int | str]:
+    """The conditions a run cycles over: ``--class-ids`` (checked against the model's classes, with "did you mean")
+    or ``--prompt``s, as the model's conditioning asks; every class in turn when a class-conditional model gets
+    neither."""
+    if capabilities.conditioning == "class":
+        if prompts is not None:
+            raise ValueError("--prompt: this model is class-conditional; use --class-ids")
+        if labels is None:
+            return list(range(capabilities.num_classes))
+        out = []
+        for label in labels:
+            try:
+                out.append(capabilities.class_id(label))
+            except ValueError as err:
+                raise ValueError(f"--class-ids: {err}") from None
+        return out
+    if labels is not None:
+        raise ValueError("--class-ids: this model is text-conditional; use --prompt")
+    if prompts is None:
+        raise ValueError("--prompt: this model is text-conditional; give --prompt TEXT (repeatable) or --prompts FILE")
+    return list(prompts)
+
+
+def model_capabilities(model: str | None) -> Any:
+    """``--model``'s capabilities from its folder's metadata (nothing loads); ``ValueError`` naming the flag."""
+    from arvis.hub import model_capabilities as read
+
+    try:
+        return read(model)
+    except ValueError as err:
+        raise ValueError(f"--model: {err}") from None
 
 
 def check_output_folder(flag: str, value: str | os.PathLike, *, overwrite: bool = False,
@@ -284,20 +311,11 @@ def available_memory_bytes() -> int | None:
 
 
 def check_batch_memory(pipe: Any, batch_size: int, uses_cfg: bool) -> None:
-    """Refuse a ``--batch-size`` whose KV cache alone would not fit in the memory available.
-
-    The estimate is the static cache: ``2 (K, V) × layers × rows × slots × width × bytes``, with two rows
-    per image under guidance. Models whose config does not state these sizes are not checked.
-    """
-    config = getattr(pipe.transformer, "config", None)
-    try:
-        layers, dim = int(config.n_layer), int(config.dim)
-        slots = int(config.block_size) + int(getattr(config, "cls_token_num", 1))
-    except (AttributeError, TypeError, ValueError):
-        return
-    rows = batch_size * (2 if uses_cfg else 1)
-    need = 2 * layers * rows * slots * dim * pipe.transformer.dtype.itemsize
+    """Refuse a ``--batch-size`` whose decode state alone would not fit in the memory available
+    (:meth:`arvis.pipelines.interface.ArvisPipeline.decode_memory_bytes`; models that do not state it are not
+    checked)."""
+    need = pipe.decode_memory_bytes(batch_size, uses_cfg)
     free = available_memory_bytes()
-    if free is not None and need > free:
+    if need is not None and free is not None and need > free:
         raise ValueError(f"--batch-size {batch_size}: the decode cache needs about {need / 2**30:.1f} GiB, more than "
                          f"the {free / 2**30:.1f} GiB of memory available; lower --batch-size")

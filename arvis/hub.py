@@ -41,6 +41,7 @@ SHIPPED_PIPELINES: dict[str, str] = {
 # The model whose pictures a reader recognises (one class per emoji); "c2i" (photos) is the natural-image benchmark.
 DEFAULT_MODEL = "emoji-names"
 TINY_RANDOM = "tiny-random"
+TINY_RANDOM_CLASSES = ("a", "b", "c", "d")
 SAMPLING_DEFAULTS_FILE = "sampling_defaults.json"
 
 
@@ -178,11 +179,23 @@ def read_sampling_defaults(folder: str | os.PathLike) -> dict[str, Any]:
 
 
 def pipeline_class(folder: str | os.PathLike) -> type:
-    """The pipeline class a folder names (:func:`arvis.pipelines.families.pipeline_class_name`)."""
-    import arvis.pipelines
-    from arvis.pipelines.families import pipeline_class_name
+    """The pipeline class a folder names (:func:`arvis.families.pipeline_class_name`)."""
+    import arvis  # the public names, through the root package's lazy facade
+    from arvis.families import pipeline_class_name
 
-    return getattr(arvis.pipelines, pipeline_class_name(folder))
+    return getattr(arvis, pipeline_class_name(folder))
+
+
+def model_capabilities(model: str | os.PathLike | None) -> Any:
+    """What a model (as :func:`load_pipeline` names it) offers to methods, from its metadata alone
+    (:func:`arvis.families.folder_capabilities`; milliseconds, nothing loaded)."""
+    from arvis.families import Capabilities, folder_capabilities
+    from arvis.methods.catalog import DecoderKind
+
+    if model == TINY_RANDOM or (model is None and DEFAULT_MODEL not in shipped_names()):
+        return Capabilities("llamagen", DecoderKind.TOKEN, "class", frozenset({"neighbours"}), TINY_RANDOM_CLASSES,
+                            len(TINY_RANDOM_CLASSES), num_tokens=256)
+    return folder_capabilities(resolve_model(model))
 
 
 class LoadedPipeline(NamedTuple):
@@ -230,7 +243,7 @@ def tiny_random_pipeline(seed: int = 0):
 
     g = torch.Generator().manual_seed(seed)
     transformer = LlamaGenTransformer(dim=64, n_layer=2, n_head=4, vocab_size=256, block_size=256, multiple_of=32,
-                                      num_classes=4, class_names=["a", "b", "c", "d"])
+                                      num_classes=len(TINY_RANDOM_CLASSES), class_names=list(TINY_RANDOM_CLASSES))
     transformer.init_weights(g)
     with torch.no_grad():
         transformer.output.weight.normal_(0.0, 0.05, generator=g)

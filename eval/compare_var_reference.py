@@ -173,7 +173,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     from arvis.engine.sampling import SamplingConfig
     from arvis.eval.files import write_json_atomic
     from arvis.hub import load_pipeline
-    from arvis.methods.ar import Autoregressive
     from arvis.methods.next_scale import decode_scales
 
     ref = load_reference(args.reference_repo)
@@ -199,9 +198,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     # 3. tokens with the same draws.
     B = args.batch
     sample_labels = labels[:B] if B <= len(labels) else labels.repeat(B // len(labels) + 1)[:B]
-    sampling = SamplingConfig(guidance_scale=cfg_scale, top_k=args.top_k, top_p=args.top_p or 1.0)
-    ours_tokens, _ = decode_scales(model, vq.quantize, sample_labels, sampling, Autoregressive(),
-                                   torch.Generator().manual_seed(0))
+    sampling = SamplingConfig(guidance_scale=cfg_scale, top_k=args.top_k, top_p=args.top_p or 1.0, guidance="var")
+    ours_tokens, _ = decode_scales(model, vq.quantize, sample_labels, sampling, "ar", torch.Generator().manual_seed(0))
     ref_tokens = official_tokens(ref_model, sample_labels, cfg_scale, args.top_k, args.top_p, seed=0)
     mismatched = int((ours_tokens != ref_tokens).sum())
 

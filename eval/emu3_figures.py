@@ -59,7 +59,7 @@ SAMPLE_GRID = ROOT / "docs" / "emu3-emoji-samples.png"
 BENCH_METHODS = ["sjd:window=16", "mc-sjd:window=16", "mc-sjd:window=32", "mc-sjd:window=64",
                  "mc-sjd:window=32,coupling=gumbel", "mc-sjd:window=16,window_shape=staircase",
                  "zipar:row_lag=4", "zipar:row_lag=8"]
-DRAFT_METHODS = ["speculative:gamma=2", "speculative:gamma=4"]  # timed when the pipeline ships a draft model
+DRAFT_METHODS = ["speculative:window=2", "speculative:window=4"]  # timed when the pipeline ships a draft model
 QUALITY_METHODS = ["ar", "sjd:window=16", "mc-sjd:window=32", "zipar:row_lag=4", "zipar:row_lag=8"]
 #: The quality stage's seed-noise row: AR again with seed ``--seed + SECOND_SEED_OFFSET``.
 SECOND_SEED_OFFSET = 1000
@@ -214,7 +214,7 @@ def stage_lossless(args: argparse.Namespace) -> None:
     draft_model, _ = lt.tiny_emu3(num_codes=lt.K, seed=9, hidden=16, layers=1, heads=2, kv_heads=1, tokenizer=tiny[1])
     draft = Emu3Backbone(draft_model, backbone.vocabulary, lt.H, lt.W, backbone.layout.condition_length,
                          backbone.negative)
-    cases = [(*param.values, 1) for param in lt.METHODS] + [("speculative", {"draft_model": draft, "gamma": 2}, 2)]
+    cases = [(*param.values, 1) for param in lt.METHODS] + [("speculative", {"draft_model": draft, "window": 2}, 2)]
     rows = []
     for method, options, seed in cases:
         verdict = check(exact, lt.draw(backbone, condition, method, seed=seed, **options), lt.N_SAMPLES)
@@ -248,12 +248,10 @@ def stage_bench(args: argparse.Namespace) -> None:
     records, curve = [], []
     methods = BENCH_METHODS + (DRAFT_METHODS if pipe.draft_transformer is not None else [])
     for i, prompt in enumerate(prompts):
-        target, draft, cond = pipe.backbones([prompt], [pipe.config.default_negative_prompt], h, w)
-        result = run_bench(target, parse_method_specs(methods), sampling, samples=1, seed=args.seed + i,
-                           repeats=args.repeats, conditions=[([0], cond)],
+        inputs = pipe.bench_inputs([prompt], 1, 1, h, w)
+        result = run_bench(inputs, parse_method_specs(methods), sampling, seed=args.seed + i, repeats=args.repeats,
                            forward_cost_sizes=(1, 2, 4, 8, 16, 32, 64) if i == 0 else (),
-                           context={**model_context(), "prompt": prompt}, progress=True,
-                           neighbours=pipe.codebook_neighbours, draft_model=draft)
+                           context={**model_context(), "prompt": prompt}, progress=True)
         records.append(result.records)
         curve = curve or result.forward_cost
     merged = []
@@ -753,7 +751,7 @@ def model_card(folder: Path) -> str | None:
         best = {m["spec"]: m for m in bench["methods"]}
         lines += ["Decoding speed (batch 1, fp32, CPU; details and every method in `docs/figures/emu3.md`): "
                   + "; ".join(f"{k} {best[k]['step_compression']:.2f}x fewer forwards, {best[k]['speedup']:.2f}x "
-                              f"latency" for k in ("sjd:window=16", "mc-sjd:window=32", "speculative:gamma=2",
+                              f"latency" for k in ("sjd:window=16", "mc-sjd:window=32", "speculative:window=2",
                                                    "zipar:row_lag=4") if k in best)
                   + ".", ""]
     if parity and parity.get("shipped"):

@@ -229,11 +229,11 @@ def zipar_jobs(out: Path, model: str, fid_num: int, samples: int) -> list[Job]:
     ]
 
 
-RELAXED = ["speculative:gamma=4", "speculative:gamma=8",
-           "speculative:gamma=4,acceptance=lantern,k=10,delta=0.1",
-           *(f"speculative:gamma=4,acceptance=bounded,k=10,delta={d}" for d in (0.05, 0.1, 0.2)),
-           "speculative:gamma=4,acceptance=lantern++,k=10,lam=5",
-           "speculative:gamma=4,acceptance=lantern++,k=5,lam=20",
+RELAXED = ["speculative:window=4", "speculative:window=8",
+           "speculative:window=4,acceptance=lantern,k=10,delta=0.1",
+           *(f"speculative:window=4,acceptance=bounded,k=10,delta={d}" for d in (0.05, 0.1, 0.2)),
+           "speculative:window=4,acceptance=lantern++,k=10,lam=5",
+           "speculative:window=4,acceptance=lantern++,k=5,lam=20",
            "mc-sjd:window=16,acceptance=bounded,k=10,delta=0.1"]
 
 
@@ -241,7 +241,7 @@ def relaxed_jobs(out: Path, model: str, fid_num: int, samples: int) -> list[Job]
     return [
         bench_job(out, "relaxed", "batch1-fp32", ["ar", *RELAXED], model=model, samples=samples),
         *(fid_job(out, spec, model=model, num=fid_num) for spec in sorted(
-            (r for r in RELAXED if r != "speculative:gamma=8"), key=lambda r: ("delta=0.1" not in r, "lantern" not in r))),
+            (r for r in RELAXED if r != "speculative:window=8"), key=lambda r: ("delta=0.1" not in r, "lantern" not in r))),
         token_stats_job(out, model),
     ]
 

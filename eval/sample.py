@@ -65,6 +65,7 @@ def run(args: argparse.Namespace) -> int:
 
     a.check_images(args)
     spec = a.parse_methods(args.method, single=True)[0]
+    a.check_specs([spec], a.model_capabilities(args.model))  # from the folder's metadata, before anything loads
     a.check_device(args.device)
     labels = a.parse_class_ids(args.class_ids)
     args.prompt = None
@@ -76,7 +77,6 @@ def run(args: argparse.Namespace) -> int:
     rank, world = state.process_index, state.num_processes
     device = state.device if torch.device(args.device).type == "cuda" else args.device
     pipe, _, model = load_pipeline(args.model, dtype, device)
-    a.check_specs_fit_model([spec], pipe)
     sampling = {k: v for k, v in vars(pipe.sampling_config(guidance_scale=args.guidance_scale, top_k=args.top_k,
                                                            top_p=args.top_p, temperature=args.temperature)).items()
                 if k in ("guidance_scale", "top_k", "top_p", "temperature")}

@@ -146,27 +146,22 @@ def task_timeline(out: Path, batch: int, repeats: int = 5, model_name: str = MOD
     """Per scale, median forward time and positions evaluated, for every method (interleaved rounds)."""
     import torch
 
-    from arvis.engine.sampling import SamplingConfig
     from arvis.eval.bench import parse_method_specs
     from arvis.eval.files import write_json_atomic
     from arvis.eval.jobs import image_generator
     from arvis.eval.provenance import provenance
     from arvis.hub import load_pipeline
-    from arvis.methods import build_method, with_resources
-    from arvis.methods.next_scale import as_next_scale, decode_scales
 
     torch.set_num_threads(1)
-    pipe, defaults, _ = load_pipeline(model_name, torch.float32, "cpu")
-    sampling = SamplingConfig(guidance_scale=defaults.get("guidance_scale", 1.5), top_k=defaults.get("top_k", 0))
+    pipe, _, _ = load_pipeline(model_name, torch.float32, "cpu")
+    sampling = pipe.sampling_config()  # the folder's defaults, VAR's guidance rule
     specs = parse_method_specs(METHODS)
-    methods = {s.label: as_next_scale(build_method(s.name, **with_resources(s.name, s.options_dict, pipe.draft_transformer)))
-               for s in specs}
+    methods = {s.label: pipe.build_method(s.name, **s.options_dict) for s in specs}
     labels = torch.arange(batch) % pipe.transformer.num_classes
     runs: dict[str, list[dict]] = {s.label: [] for s in specs}
     for r in range(repeats + 1):
         for s in specs:
-            _, stats = decode_scales(pipe.transformer, pipe.vqvae.quantize, labels, sampling, methods[s.label],
-                                     [image_generator(0, i) for i in range(batch)])
+            _, stats = pipe.decode(labels, sampling, methods[s.label], [image_generator(0, i) for i in range(batch)])
             if r:  # the first round warms up
                 runs[s.label].append(stats.samples[0].extra | {"latency_s": stats.latency_s})
     record = {"model": model_name, "batch": batch, "repeats": repeats, "sampling": {"guidance_scale": sampling.guidance_scale,

@@ -91,7 +91,6 @@ def model_name(ref: Any) -> str:
 def stage_bench(args: argparse.Namespace, group: str) -> Path:
     from arvis.engine.sampling import SamplingConfig
     from arvis.eval.bench import format_markdown, parse_method_specs, run_bench
-    from arvis.models.protocol import Condition
 
     out = args.records / f"bench-{group}.json"
     if out.exists() and not args.force:
@@ -100,9 +99,9 @@ def stage_bench(args: argparse.Namespace, group: str) -> Path:
     pipe, defaults, path = load_pipe(args.model, args.threads)
     sampling = SamplingConfig(guidance_scale=defaults.get("guidance_scale", 3.0), top_k=defaults.get("top_k", 0))
     classes = BENCH_CLASSES[: args.bench_samples]
-    conditions = [([i], Condition(class_labels=torch.tensor([c]))) for i, c in enumerate(classes)]
-    result = run_bench(pipe.transformer, parse_method_specs([";".join(GROUPS[group])]), sampling, samples=len(classes),
-                       repeats=args.repeats, warmup=1, conditions=conditions, forward_cost_sizes=(1, 16, 64, 128, 256),
+    inputs = pipe.bench_inputs(classes, len(classes), 1)  # sample i: class classes[i], one per decode call
+    result = run_bench(inputs, parse_method_specs([";".join(GROUPS[group])]), sampling,
+                       repeats=args.repeats, warmup=1, forward_cost_sizes=(1, 16, 64, 128, 256),
                        context={"model": model_name(path), "group": group, "classes": list(classes),
                                 "threads": torch.get_num_threads()}, progress=True)
     write_json_atomic(out, result.records)

@@ -185,7 +185,7 @@ def test_bad_input_exits_2_and_writes_nothing(tmp_path, capsys):
         assert rc == 2, argv
         assert not out_dir.exists(), argv
     err = capsys.readouterr().err
-    assert "class_labels: 99 is not a class id" in err and "top_k must be" in err and "unknown method" in err
+    assert "--class-ids: 99 is not a class id" in err and "top_k must be" in err and "unknown method" in err
     assert run(["generate", "--model", str(tmp_path / "nowhere"), "--output", str(out_dir)]) == 2
     assert "neither a shipped model" in capsys.readouterr().err
 

@@ -42,7 +42,7 @@ from arvis.demo.core import (  # noqa: E402
     validate_request,
 )
 from arvis.demo.page import build_demo, launch  # noqa: E402
-from arvis.methods import METHODS, available_methods  # noqa: E402
+from arvis.methods.catalog import method_names  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -192,7 +192,9 @@ def test_valid_request_passes(model_set):
     ({"class_label": [1]}, "class_label must be a class id in [0, 3]"),
     ({"model": "../../../etc/passwd"}, "model: '../../../etc/passwd' is not one of this demo's models: small, "),
     ({"model": "/work/main/arvis/weights/llamagen-c2i-photos"}, "is not one of this demo's models"),
-    ({"method": "lookahead"}, "method: 'lookahead' is not available; choose one of " + ", ".join(available_methods())),
+    ({"method": "lookahead"}, "method: 'lookahead' does not run on model 'small'; choose one of ar, mc-sjd, sjd, "
+                              "speculative, zipar"),
+    ({"method": "code"}, "method: 'code' does not run on model 'small'"),
     ({"live_preview": "yes"}, "live_preview must be true or false"),
 ])
 def test_invalid_inputs_are_refused_with_a_clear_message(model_set, kwargs, message):
@@ -224,9 +226,8 @@ def test_limits_are_validated():
         DemoLimits(top_p_max=1.5)
 
 
-def test_method_options_come_from_the_method_dataclasses():
-    from arvis.drafting.jacobi import JACOBI_INITS
-    from arvis.methods.sjd import BATCH_MODES, COUPLINGS
+def test_method_options_come_from_the_method_declarations():
+    from arvis.utils.modes import BATCH_MODES, COUPLINGS, JACOBI_INITS
 
     sjd = {s.name: s for s in method_option_specs("sjd")}
     assert sjd["window"].kind == "int" and sjd["window"].default == 16
@@ -235,11 +236,12 @@ def test_method_options_come_from_the_method_dataclasses():
     assert "jacobi_interval" not in sjd  # a (l, r) tuple: keeps its default in the demo
     mc = {s.name: s for s in method_option_specs("mc-sjd")}
     assert mc["coupling"].default == "maximal" and "none" not in mc["coupling"].choices
-    assert method_option_specs("ar") == []
+    assert method_option_specs("ar", "token") == []
+    assert [s.name for s in method_option_specs("ar", "continuous")] == ["final_std"]  # MAR's causal baseline
 
 
 def test_acceptance_is_a_choice_and_only_the_chosen_rules_parameters_apply():
-    from arvis.acceptance.relaxed import RULES
+    from arvis.utils.modes import ACCEPTANCE_KINDS as RULES
 
     for method in ("sjd", "mc-sjd", "speculative"):
         specs = {s.name: s for s in method_option_specs(method)}
@@ -248,18 +250,18 @@ def test_acceptance_is_a_choice_and_only_the_chosen_rules_parameters_apply():
         shown = {rule: sorted(n for n in ("k", "delta", "lam") if specs[n].applies({"acceptance": rule}, defaults))
                  for rule in RULES}
         assert shown == {"exact": [], "lantern": ["delta", "k"], "lantern++": ["k", "lam"], "bounded": ["delta", "k"]}
-        assert specs["window" if method != "speculative" else "gamma"].applies({}, defaults)
+        assert specs["window"].applies({}, defaults)
 
 
 def test_speculative_and_lantern_validate_with_the_pipelines_resources(model_set):
-    r = _request(model_set, method="speculative", options={"gamma": 3})
-    assert dict(r.options) == {"gamma": 3}
+    r = _request(model_set, method="speculative", options={"window": 3})
+    assert dict(r.options) == {"window": 3}
     r = _request(model_set, method="sjd", options={"acceptance": "lantern", "k": 4, "delta": 0.2, "lam": 9.0})
     assert dict(r.options) == {"acceptance": "lantern", "k": 4, "delta": 0.2}  # lam: not LANTERN's parameter
     r = _request(model_set, method="sjd", options={"acceptance": "exact", "delta": 0.5})
     assert dict(r.options) == {"acceptance": "exact"}  # delta does not apply to exact acceptance
-    no_draft = ModelSet({"plain": small_pipeline()})
-    with pytest.raises(DemoInputError, match="draft"):
+    no_draft = ModelSet({"plain": small_pipeline()})  # no draft model: speculative does not run on it
+    with pytest.raises(DemoInputError, match="'speculative' does not run on model 'plain'"):
         validate_request(no_draft, DemoLimits(), model="plain", class_label=0, prompt=None, method="speculative",
                          seed=0, num_images=1, guidance_scale=None, top_k=None, top_p=None, temperature=None,
                          live_preview=False, options={})
@@ -275,8 +277,8 @@ def test_sampling_inputs_left_out_take_the_models_defaults(models):
 
 
 def test_lantern_and_speculative_run_through_the_api(client):
-    out = call(client, method="speculative", opt_gamma=2, opt_acceptance="lantern", opt_k=4, opt_delta=0.1)
-    assert out[4]["method"]["options"] == {"gamma": 2, "acceptance": "lantern", "k": 4, "delta": 0.1}
+    out = call(client, method="speculative", opt_window=2, opt_acceptance="lantern", opt_k=4, opt_delta=0.1)
+    assert out[4]["method"]["options"] == {"window": 2, "acceptance": "lantern", "k": 4, "delta": 0.1}
     assert out[4]["method"]["lossless"] is False and "(**lossy**)" in out[3]
 
 
@@ -357,7 +359,7 @@ def test_an_abandoned_request_stops_its_decode(models):
 
             return self._pipe(*args, callback_on_step_end=slow, **kwargs)
 
-    model_set = ModelSet({"slow": Slow(small_pipeline())})
+    model_set = ModelSet({"slow": DemoModel(pipeline=Slow(small_pipeline()))})
     request = validate_request(model_set, DemoLimits(), model="slow", class_label=0, prompt=None, method="ar", seed=0,
                                num_images=1, guidance_scale=4.0, top_k=0, top_p=1.0, temperature=1.0,
                                live_preview=False, options={})
@@ -387,19 +389,16 @@ def test_previews_stream_while_tokens_commit(client):
     assert any("Timing" in s for s in statuses), statuses
 
 
-@pytest.mark.parametrize("method", available_methods())
-def test_every_registered_method_is_offered_and_runs(server, client, method):
-    if getattr(METHODS[method], "family", None) in ("next-scale", "continuous"):
-        pytest.skip(f"{method} decodes next-scale (VAR) or continuous-token (MAR) models; the test pipeline decodes "
-                    f"discrete tokens one by one")
+@pytest.mark.parametrize("method", method_names("token"))
+def test_every_token_method_is_offered_and_runs(server, client, method):
     _, url = server
     config = httpx.get(url + "config", timeout=30).json()
     dropdowns = [c["props"] for c in config["components"] if c["props"].get("label") == "method"]
-    assert [v for _, v in dropdowns[0]["choices"]] == available_methods()
+    assert [v for _, v in dropdowns[0]["choices"]] == method_names()
     if method in ("mulo", "mulo-local"):  # the test pipeline has no low-resolution drafter: a clear refusal
         from gradio_client.exceptions import AppError
 
-        with pytest.raises(AppError, match="lowres_model / upsampler"):
+        with pytest.raises(AppError, match=f"'{method}' does not run on model 'small'"):
             call(client, method=method, seed=3)
         return
     out = call(client, method=method, seed=3)  # speculative: with the model's draft transformer
@@ -414,7 +413,7 @@ def test_every_registered_method_is_offered_and_runs(server, client, method):
     ({"top_k": 1000}, "top_k (0 = off) must be an integer in [0, 64], got 1000"),
     ({"guidance_scale": 100}, "guidance_scale must be a number in [0, 20], got 100"),
     ({"model": "../../etc/passwd"}, "is not one of this demo's models"),
-    ({"method": "nope"}, "method: 'nope' is not available"),
+    ({"method": "nope"}, "method: 'nope' does not run on model 'small'"),
 ])
 def test_bad_inputs_through_the_api_get_clear_errors(client, kwargs, message):
     with pytest.raises(gradio_client.exceptions.AppError) as info:

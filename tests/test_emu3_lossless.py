@@ -113,7 +113,7 @@ def test_speculative_decoding_with_an_emu3_draft_is_exact(tiny, setup, exact):
     backbone, condition = setup
     draft_model, _ = tiny_emu3(num_codes=K, seed=9, hidden=16, layers=1, heads=2, kv_heads=1, tokenizer=tiny[1])
     draft = Emu3Backbone(draft_model, backbone.vocabulary, H, W, backbone.layout.condition_length, backbone.negative)
-    verdict = check(exact, draw(backbone, condition, "speculative", seed=2, draft_model=draft, gamma=2), N_SAMPLES)
+    verdict = check(exact, draw(backbone, condition, "speculative", seed=2, draft_model=draft, window=2), N_SAMPLES)
     assert verdict.passed, str(verdict)
 
 

@@ -13,7 +13,7 @@ from arvis.drafting.jacobi import JacobiDrafter
 from arvis.engine.engine import DecodeEngine
 from arvis.engine.sampling import SamplingConfig
 from arvis.engine.schedules import RasterWindow, zipar_schedule_eol
-from arvis.methods import decode, with_resources
+from arvis.methods import decode
 from arvis.models.emu3 import Emu3Backbone, image_codes
 from arvis.pipelines import Emu3Pipeline
 from tests.emu3_fixtures import NEGATIVE, backbone_for, tiny_emu3
@@ -74,11 +74,11 @@ def test_speculative_decoding_with_an_emu3_draft_model(tiny, setup):
     draft_model, _ = tiny_emu3(seed=5, hidden=16, layers=1, heads=2, kv_heads=1, tokenizer=tiny[1])
     draft = Emu3Backbone(draft_model, backbone.vocabulary, 3, 4, backbone.layout.condition_length, backbone.negative)
     ar, _ = decode(backbone, condition, GREEDY_CFG, "ar", gens())
-    tokens, stats = decode(backbone, condition, GREEDY_CFG, "speculative", gens(), draft_model=draft, gamma=3)
+    tokens, stats = decode(backbone, condition, GREEDY_CFG, "speculative", gens(), draft_model=draft, window=3)
     assert torch.equal(tokens, ar)
     assert stats.summary()["draft_forwards"] > 0
     sampled, _ = decode(backbone, condition, SamplingConfig(guidance_scale=2.0, top_k=8), "speculative", gens(),
-                        draft_model=draft, gamma=3)
+                        draft_model=draft, window=3)
     assert_valid_emu3_sequences(sampled, backbone)
 
 
@@ -92,8 +92,7 @@ def test_relaxed_rules_never_touch_structural_tokens(tiny, setup, acceptance):
     out = pipe(PROMPTS, guidance_scale=2.0, top_k=8, generator=gens(), output_type="latent", method="sjd",
                window=4, acceptance=acceptance, k=4, delta=0.2)
     backbone, condition = setup
-    options = with_resources("sjd", dict(window=4, acceptance=acceptance, k=4, delta=0.2), None,
-                             pipe.codebook_neighbours)
+    options = dict(window=4, acceptance=acceptance, k=4, delta=0.2, neighbours=pipe.codebook_neighbours(4))
     assert (options["neighbours"][backbone.vocabulary.num_codes:] == -1).all()  # structural ids have no neighbours
     tokens, stats = decode(backbone, condition, SamplingConfig(guidance_scale=2.0, top_k=8), "sjd", gens(), **options)
     assert_valid_emu3_sequences(tokens, backbone)

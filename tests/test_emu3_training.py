@@ -65,7 +65,7 @@ def test_a_draft_shares_the_targets_tokenizer_and_ships_in_the_pipeline(trained)
     pipe.set_progress_bar_config(disable=True)
     assert type(pipe.draft_transformer).__name__ == "Emu3ForCausalLM"
     assert pipe.draft_transformer.config.hidden_size == 16
-    out = pipe("red apple", generator=torch.Generator().manual_seed(0), method="speculative", gamma=2,
+    out = pipe("red apple", generator=torch.Generator().manual_seed(0), method="speculative", window=2,
                output_type="np")
     assert out.stats.summary()["draft_forwards"] > 0 and out.tokens.shape == (1, 16, 16)
     assert (root / "pipe-d" / "training" / "draft_training_metrics.json").is_file()

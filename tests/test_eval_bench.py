@@ -11,32 +11,51 @@ import pytest
 import torch
 
 import arvis.eval.bench as bench
+import arvis.methods.catalog as catalog
 from arvis.cli import main
 from arvis.engine import SamplingConfig
 from arvis.eval.bench import MethodSpec, format_markdown, format_text, parse_method_specs, run_bench
-from arvis.methods import METHODS, Option
+from arvis.methods import METHODS, DecoderKind, MethodInfo, Option, build_method, decode
 from arvis.methods.ar import Autoregressive
+from arvis.models.protocol import Condition
+from arvis.pipelines.interface import BenchInputs
 from tests.conftest import tiny_llamagen
 
 FIGURES = ("tokens", "target_forwards", "draft_forwards", "step_compression", "accepted_per_forward", "latency_s",
            "speedup", "peak_memory_mb")
 
 
+WINDOWED = MethodInfo("test-windowed", DecoderKind.TOKEN, "AR under another name", (
+    Option("window", "int", 4, "unused", low=1, high=1024), Option("init", "text", "random", "unused")))
+
+
 @dataclass(frozen=True)
 class WindowedAR(Autoregressive):
     """AR under another name with a (unused) ``window`` option: a stand-in for windowed methods."""
 
-    name: ClassVar[str] = "test-windowed"
-    options: ClassVar[tuple[Option, ...]] = (Option("window", "int", 4, "unused", low=1, high=1024),
-                                             Option("init", "text", "random", "unused"))
+    info: ClassVar[MethodInfo] = WINDOWED
     window: int = 4
     init: str = "random"
 
 
 @pytest.fixture
 def windowed(monkeypatch):
-    monkeypatch.setitem(METHODS, WindowedAR.name, WindowedAR)
+    """The stand-in, declared and registered for one test (both registries restored after it)."""
+    monkeypatch.setitem(METHODS[DecoderKind.TOKEN], WindowedAR.name, WindowedAR)
+    monkeypatch.setitem(catalog._BY_KIND[DecoderKind.TOKEN], WindowedAR.name, WINDOWED)
     return WindowedAR.name
+
+
+def token_inputs(model, samples: int, batch_size: int = 1, decode_fn=None) -> BenchInputs:
+    """What a class-conditional pipeline's ``bench_inputs`` gives (class ``i % num_classes``, ``batch_size`` a
+    call), decoding with ``decode_fn`` (default: :func:`arvis.methods.decode`)."""
+    n = model.config.num_classes
+    batches = [(idx, Condition(class_labels=torch.tensor([i % n for i in idx])))
+               for idx in (list(range(s, min(s + batch_size, samples))) for s in range(0, samples, batch_size))]
+    run = decode_fn or decode
+    return BenchInputs(batches, lambda cond, sampling, method, gens: run(model, cond, sampling, method, gens),
+                       lambda name, options: build_method(name, **options), tuple(model.layout.grid),
+                       torch.device("cpu"), model)
 
 
 def test_spec_syntax(windowed):
@@ -51,7 +70,10 @@ def test_spec_syntax(windowed):
 @pytest.mark.parametrize("text, message", [
     ("ar,nope", "unknown method 'nope'; available methods: ar"),
     ("window=3", "comes before any method name"),
-    ("test-windowed:window=4,bogus=1", "has no option(s) ['bogus']"),
+    ("test-windowed:window=4,bogus=1", "has no option 'bogus'"),
+    ("test-windowed:window=4,window=2", "option 'window' of 'test-windowed' given twice"),
+    ("speculative:draft_model=1", "draft_model is not an option: the pipeline supplies it"),
+    ("speculative:gamma=3", "option 'gamma' is now called 'window'"),
     ("ar,ar", "given more than once"),
     ("test-windowed:16", "expected key=value"),
     ("", "no method given"),
@@ -65,15 +87,13 @@ def test_spec_errors(windowed, text, message):
 def test_protocol_interleaves_warms_up_and_times_every_sample(windowed, monkeypatch):
     model = tiny_llamagen(grid=4, vocab=32)
     calls = []
-    real_decode = bench.decode
 
     def spy(backbone, condition, sampling, method, generator):
         calls.append((method.name, condition.class_labels.tolist(), [g.initial_seed() for g in generator]))
-        return real_decode(backbone, condition, sampling, method, generator)
+        return decode(backbone, condition, sampling, method, generator)
 
-    monkeypatch.setattr(bench, "decode", spy)
     specs = parse_method_specs("test-windowed:window=8")
-    result = run_bench(model, specs, SamplingConfig(guidance_scale=2.0), samples=3, batch_size=2, seed=4, repeats=5,
+    result = run_bench(token_inputs(model, 3, 2, spy), specs, SamplingConfig(guidance_scale=2.0), seed=4, repeats=5,
                        forward_cost_sizes=(1, 4, 64), progress=False, context={"model": "tiny"})
     names = [c[0] for c in calls]
     # Warm-up, then 5 interleaved rounds, then one untimed decode per method (first batch) counting host syncs.
@@ -115,18 +135,12 @@ def test_speedup_is_the_ratio_of_median_latencies(windowed):
         next(ticks)
         return state["t"]
 
-    real = bench.decode
-
     def timed(backbone, condition, sampling, method, generator):
         state["t"] += 3.0 if method.name == "ar" else 1.0
-        return real(backbone, condition, sampling, method, generator)
+        return decode(backbone, condition, sampling, method, generator)
 
-    bench.decode, saved = timed, bench.decode
-    try:
-        result = run_bench(model, parse_method_specs("ar,test-windowed"), SamplingConfig(), samples=2, repeats=5,
-                           forward_cost_sizes=(), progress=False, clock=clock)
-    finally:
-        bench.decode = saved
+    result = run_bench(token_inputs(model, 2, 1, timed), parse_method_specs("ar,test-windowed"), SamplingConfig(),
+                       repeats=5, forward_cost_sizes=(), progress=False, clock=clock)
     ar, win = result.records
     assert ar["latency_s"] == 3.0 and win["latency_s"] == 1.0 and win["speedup"] == 3.0
     assert result.forward_cost == []
@@ -134,7 +148,7 @@ def test_speedup_is_the_ratio_of_median_latencies(windowed):
 
 def test_repeats_below_five_are_refused():
     with pytest.raises(ValueError, match=r"repeats must be an integer >= 5 \(docs/measurement.md"):
-        run_bench(tiny_llamagen(), [MethodSpec("ar")], SamplingConfig(), repeats=3, progress=False)
+        run_bench(token_inputs(tiny_llamagen(), 4), [MethodSpec("ar")], SamplingConfig(), repeats=3, progress=False)
 
 
 def test_bench_command_writes_json_markdown_and_plots(windowed, tmp_path, capsys):
@@ -184,7 +198,7 @@ def test_bench_command_bad_input_writes_nothing(tmp_path, capsys):
         assert not out.exists() and not (tmp_path / "p").exists(), args
     err = capsys.readouterr().err
     assert "unknown method 'nope'; available methods:" in err and "repeats must be" in err
-    assert "has no option(s) ['window']" in err and "--num-images must be" in err
+    assert "has no option 'window'" in err and "--num-images must be" in err
 
 
 def test_report_joins_bench_and_fid_records_of_the_same_model_and_settings(tmp_path, capsys):
@@ -260,7 +274,8 @@ def test_figures_jobs_are_real_commands_and_tables_come_from_records(tmp_path, c
     bench_job = jobs[0]
     # Every bench job's method list parses with the real spec parser and names real methods.
     specs = parse_method_specs(bench_job.args[bench_job.args.index("--method") + 1])
-    assert [s.name for s in specs][:4] == ["ar", "zipar", "zipar", "zipar"] and all(s.name in METHODS for s in specs)
+    assert [s.name for s in specs][:4] == ["ar", "zipar", "zipar", "zipar"]
+    assert all(s.name in METHODS[DecoderKind.TOKEN] for s in specs)
     assert figures.main(["--suite", "zipar", "--model", "tiny-random", "--out", str(tmp_path), "--list"]) == 0
     assert capsys.readouterr().out.count("[todo]") == len(jobs)
 
@@ -293,10 +308,10 @@ def test_figures_jobs_are_real_commands_and_tables_come_from_records(tmp_path, c
 
 def test_specs_needing_pipeline_resources_parse_without_a_pipeline():
     """A draft model / codebook neighbourhoods come from the pipeline at run time, not at parse time."""
-    specs = parse_method_specs("speculative:gamma=4;sjd:window=8,acceptance=lantern;mc-sjd:acceptance=bounded")
+    specs = parse_method_specs("speculative:window=4;sjd:window=8,acceptance=lantern;mc-sjd:acceptance=bounded")
     assert [s.name for s in specs] == ["speculative", "sjd", "mc-sjd"]
-    with pytest.raises(ValueError, match="gamma must be"):
-        parse_method_specs("speculative:gamma=0")
+    with pytest.raises(ValueError, match="window must be"):
+        parse_method_specs("speculative:window=0")
 
 
 def test_relaxed_acceptance_makes_any_method_lossy():
@@ -310,8 +325,11 @@ def test_relaxed_acceptance_makes_any_method_lossy():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_bench_runs_on_cuda():
     model = tiny_llamagen(grid=4, vocab=32).to("cuda")
-    result = run_bench(model, parse_method_specs("ar;mc-sjd:window=4"), SamplingConfig(guidance_scale=2.0),
-                       samples=2, repeats=5, forward_cost_sizes=(1, 4), progress=False)
+    inputs = token_inputs(model, 2)
+    inputs.device = torch.device("cuda")
+    inputs.batches = [(idx, Condition(class_labels=c.class_labels.cuda())) for idx, c in inputs.batches]
+    result = run_bench(inputs, parse_method_specs("ar;mc-sjd:window=4"), SamplingConfig(guidance_scale=2.0),
+                       repeats=5, forward_cost_sizes=(1, 4), progress=False)
     for r in result.records:
         assert r["target_forward_s"] > 0 and r["deterministic"] and r["host_syncs_per_iteration"] <= 1.5
 

@@ -34,7 +34,7 @@ LAYERS = (
     Layer("applications", ("arvis.eval", "arvis.training"), independent=True),
     Layer("command line", ("arvis.cli_args",)),
     Layer("pipelines", ("arvis.pipelines",)),
-    Layer("hub", ("arvis.hub", "arvis.weights")),
+    Layer("hub", ("arvis.hub", "arvis.families", "arvis.weights")),
     Layer("methods", ("arvis.methods",)),
     Layer("drafting", ("arvis.drafting",)),
     Layer("engine", ("arvis.engine",)),

@@ -171,8 +171,8 @@ CASES += [
     ("sjd", {"window": 3, "batch_mode": "lockstep", "init": "repeat_vertical"}, CFG_TOPK),
     ("mc-sjd", {"window": 3, "jacobi_interval": (2, 5), "init": "neighbour_distribution"}, CFG),
     # Draft-model speculative decoding (a different table model drafts).
-    ("speculative", {"gamma": 2, "draft_model": TableBackbone(seed=5)}, CFG),
-    ("speculative", {"gamma": 4, "draft_model": TableBackbone(seed=6, scale=1.0)}, CFG_TOPK),
+    ("speculative", {"window": 2, "draft_model": TableBackbone(seed=5)}, CFG),
+    ("speculative", {"window": 4, "draft_model": TableBackbone(seed=6, scale=1.0)}, CFG_TOPK),
     # Staircase windows (the ZipAR staircase as window shape), still verified in raster order.
     ("mc-sjd", {"window": 1, "window_shape": "staircase", "staircase_rows": 1, "staircase_step": 1}, CFG_TOPK),
     ("sjd", {"window": 2, "window_shape": "staircase", "staircase_rows": 1, "staircase_step": 2,
@@ -267,9 +267,9 @@ PLANTED_BUGS = {
     "sjd-keep-old-q": (_keep_old_q, "mc-sjd", {"window": 2, "init": "random"}, NO_CFG),
     "sjd-wrong-q": (_claim_uniform_q, "sjd", {"window": 2, "init": "neighbour_distribution"}, NO_CFG),
     "speculative-residual-from-p": (_residual_from_p, "speculative",
-                                    {"gamma": 2, "draft_model": TableBackbone(seed=5)}, NO_CFG),
+                                    {"window": 2, "draft_model": TableBackbone(seed=5)}, NO_CFG),
     "speculative-drafter-misreports-q": (_drafter_misreports_q, "speculative",
-                                         {"gamma": 4, "draft_model": TableBackbone(seed=6, scale=1.0)}, NO_CFG),
+                                         {"window": 4, "draft_model": TableBackbone(seed=6, scale=1.0)}, NO_CFG),
     "staircase-band-keeps-old-q": (_band_keeps_old_q, "sjd",
                                    {"window": 1, "window_shape": "staircase", "staircase_rows": 1,
                                     "staircase_step": 1, "init": "neighbour_distribution"}, NO_CFG),
@@ -369,7 +369,7 @@ def _speculative_3x3_verdicts(label: int, sampling: SamplingConfig, n: int, chun
     counts = np.zeros_like(joint)
     for c in range(chunks):
         tokens, stats = decode_table(target, sampling, "speculative", n, seed=100 + c, label=label, draft_model=draft,
-                                     gamma=3)
+                                     window=3)
         seq = (tokens * 2 ** torch.arange(9)).sum(1).numpy()
         np.add.at(counts, (seq, np.array([s.target_forwards for s in stats.samples])), 1.0)
     total = n * chunks

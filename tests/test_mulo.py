@@ -92,7 +92,7 @@ def test_drafter_checks_its_models_fit_the_target(drafter_parts):
 def test_bad_options_and_missing_resources(drafter_parts):
     for bad in ({"window": 0}, {"radius": 0}, {"temperature": 0.0}, {"radius": 1.5}):
         with pytest.raises(ValueError, match=next(iter(bad))):
-            build_method("mulo-local", **bad, **drafter_parts)
+            build_method("mulo-local", resources=drafter_parts, **bad)
     with pytest.raises(MissingResourceError, match="lowres_model"):  # resources are required when the decode starts
         decode(TableBackbone(seed=3, grid=GRID3, vocab=2), Condition(class_labels=torch.tensor([0])), NO_CFG,
                "mulo-local")
@@ -105,9 +105,9 @@ def test_bad_options_and_missing_resources(drafter_parts):
 # test_multiscale_drafting_matches_exact_distribution, test_harness_catches_misreported_upsampler_q).
 def test_lossless_variant_refuses_options_it_does_not_use(drafter_parts):
     with pytest.raises(ValueError, match="init"):
-        build_method("mulo", init="repeat_vertical", **drafter_parts)
+        build_method("mulo", resources=drafter_parts, init="repeat_vertical")
     with pytest.raises(ValueError, match="window_shape"):
-        build_method("mulo", window_shape="staircase", **drafter_parts)
+        build_method("mulo", resources=drafter_parts, window_shape="staircase")
     assert is_lossless("mulo", {}) and not is_lossless("mulo", {"acceptance": "lantern"})
 
 
@@ -175,7 +175,7 @@ def test_pipeline_passes_its_multiscale_components_and_round_trips(tmp_path):
 def test_pipeline_without_multiscale_components_says_what_is_missing():
     from tests.test_pipeline import dummy_pipeline
 
-    with pytest.raises(ValueError, match="lowres_model / upsampler"):
+    with pytest.raises(ValueError, match="needs a low-resolution drafter"):
         dummy_pipeline()(class_labels=[0], method="mulo-local")
 
 

@@ -219,7 +219,7 @@ def test_tensor_class_labels_and_dit_style_label_lookup():
     assert pipe.id2label == {0: "cat", 1: "dog", 2: "owl", 3: "fox", 4: "emu"}
     assert pipe.labels == {"cat": 0, "dog": 1, "emu": 4, "fox": 3, "owl": 2}
     assert pipe.get_label_ids(["owl", "cat"]) == [2, 0] and pipe.get_label_ids("fox") == [3]
-    with pytest.raises(ValueError, match="'lion' is not a class"):
+    with pytest.raises(ValueError, match="unknown class name 'lion'"):
         pipe.get_label_ids(["lion"])
     by_tensor = pipe(class_labels=torch.tensor([2, 0]), generator=gens(1, 2), output_type="latent").tokens
     by_list = pipe(class_labels=[2, 0], generator=gens(1, 2), output_type="latent").tokens

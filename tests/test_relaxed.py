@@ -141,10 +141,10 @@ def test_speculative_relaxed_rules_run_and_report_tv():
     nb = nearest_neighbours(torch.randn(32, 4, generator=torch.Generator().manual_seed(2)), 8)
     cond = Condition(class_labels=torch.tensor([0, 1]))
     _, exact = decode(model, cond, SamplingConfig(guidance_scale=2.0), "speculative", torch.Generator().manual_seed(0),
-                      draft_model=draft, gamma=3)
+                      draft_model=draft, window=3)
     for kind in ("lantern", "lantern++", "bounded"):
         tokens, stats = decode(model, cond, SamplingConfig(guidance_scale=2.0), "speculative",
-                               torch.Generator().manual_seed(0), draft_model=draft, gamma=3, acceptance=kind,
+                               torch.Generator().manual_seed(0), draft_model=draft, window=3, acceptance=kind,
                                neighbours=nb, k=8, delta=0.1)
         extra = stats.samples[0].extra
         assert ((tokens >= 0) & (tokens < 32)).all() and "mean_tv_per_token" in extra
@@ -161,10 +161,10 @@ def test_greedy_speculative_equals_ar():
     draft = tiny_llamagen("c2i", grid=4, vocab=32, seed=3, n_layer=1)
     cond = Condition(class_labels=torch.tensor([0, 1, 2]))
     ar, _ = decode(model, cond, SamplingConfig(top_k=1), "ar", None)
-    sd, stats = decode(model, cond, SamplingConfig(top_k=1), "speculative", None, draft_model=draft, gamma=4)
+    sd, stats = decode(model, cond, SamplingConfig(top_k=1), "speculative", None, draft_model=draft, window=4)
     assert torch.equal(ar, sd) and stats.samples[0].draft_forwards > 0
     self_draft, stats = decode(model, cond, SamplingConfig(guidance_scale=2.0), "speculative",
-                               torch.Generator().manual_seed(0), draft_model=model, gamma=4)
+                               torch.Generator().manual_seed(0), draft_model=model, window=4)
     assert all(s.target_forwards == 4 for s in stats.samples)  # a perfect drafter: γ + 1 tokens per forward
 
 
@@ -214,7 +214,7 @@ def test_speculative_relaxed_samples_p_at_the_bonus_position(kind):
     nb = torch.tensor([[1, 3], [0, 2], [1, 3], [0, 2]])
     sampling, n = SamplingConfig(), 30_000
     tokens, stats = decode(table, Condition(class_labels=torch.full((n,), 1)), sampling, "speculative",
-                           torch.Generator().manual_seed(4), draft_model=table, gamma=2, acceptance=kind,
+                           torch.Generator().manual_seed(4), draft_model=table, window=2, acceptance=kind,
                            neighbours=nb, k=2, delta=0.5, lam=10.0)
     exact = table.sequence_probabilities(1, sampling)
     codes = torch.arange(4 ** 6)

@@ -17,10 +17,10 @@ import numpy as np
 import pytest
 import torch
 
+from arvis.engine.guidance import RULES
 from arvis.engine.sampling import SamplingConfig
-from arvis.methods import METHODS, build_method, is_lossless, validate_method
-from arvis.methods.ar import Autoregressive
-from arvis.methods.next_scale import decode_scales, guidance_ramp
+from arvis.methods import METHODS, DecoderKind, build_method, is_lossless, validate_method
+from arvis.methods.next_scale import decode_scales
 from arvis.models.next_scale import ScaleLayout
 from arvis.models.var import (
     VAR_PRESETS,
@@ -178,7 +178,7 @@ def exact_pyramid_distribution(model, vq, label, sampling) -> np.ndarray:
     cond_u = model.condition(torch.tensor([label, model.num_classes]))
 
     def probs(logits, s):
-        t = guidance_ramp(sampling.guidance_scale, s, S)
+        t = sampling.guidance_scale * s / (S - 1)  # VAR's ramp, written out here (not the library's rule)
         c, u = logits[0].double(), logits[1].double()
         return ((1 + t) * c - t * u).softmax(-1)
 
@@ -206,17 +206,16 @@ def test_next_scale_sampler_draws_the_exact_distribution_and_a_wrong_ramp_fails(
     rejected by both criteria."""
     model = tiny_var(vocab=3, patch=(1, 2), seed=3)
     vq = tiny_vq(vocab=3, patch=(1, 2), seed=3)
-    sampling = SamplingConfig(guidance_scale=1.5)
+    sampling = SamplingConfig(guidance_scale=1.5, guidance="var")
     exact = exact_pyramid_distribution(model, vq, 1, sampling)
     assert abs(exact.sum() - 1) < 1e-9
     n = 40_000
     bound = 3 * 0.5 * float(np.sqrt(2 * exact * (1 - exact) / (np.pi * n)).sum())
     labels = torch.full((n,), 1)
-    tokens, _ = decode_scales(model, vq.quantize, labels, sampling, Autoregressive(), torch.Generator().manual_seed(0))
+    tokens, _ = decode_scales(model, vq.quantize, labels, sampling, "ar", torch.Generator().manual_seed(0))
     tv, p = compare(exact, empirical(tokens, 3), n)
     assert p >= 1e-4 and tv <= bound, (tv, p, bound)
-    bad, _ = decode_scales(_ConstantRamp(model), vq.quantize, labels, sampling, Autoregressive(),
-                           torch.Generator().manual_seed(0))
+    bad, _ = decode_scales(_ConstantRamp(model), vq.quantize, labels, sampling, "ar", torch.Generator().manual_seed(0))
     tv_bad, p_bad = compare(exact, empirical(bad, 3), n)
     assert p_bad < 1e-4 and tv_bad > bound, (tv_bad, p_bad, bound)
 
@@ -269,18 +268,20 @@ def test_pipeline_conventions(tmp_path):
 
 
 def test_methods_are_registered_labelled_and_validated():
+    var = DecoderKind.NEXT_SCALE
     for name in ("code", "cfg-cutoff", "fastvar"):
-        assert name in METHODS and not is_lossless(name)
-    validate_method("code", {"draft_scales": 3})  # the draft model comes from the pipeline later
-    with pytest.raises(ValueError, match="draft_scales must be >= 1"):
-        validate_method("code", {"draft_scales": 0})
+        assert name in METHODS[var] and not is_lossless(name, kind=var)
+    assert is_lossless("ar", kind=var) and RULES["var"].off == 0.0
+    validate_method("code", {"draft_scales": 3}, var)  # the draft model comes from the pipeline later
+    with pytest.raises(ValueError, match=r"draft_scales must be an integer in \[1, 64\]"):
+        validate_method("code", {"draft_scales": 0}, var)
     with pytest.raises(ValueError, match="prune_ratios"):
-        build_method("fastvar", prune_ratios=[1.5])
+        build_method("fastvar", var, prune_ratios=[1.5])
     pipe = tiny_pipeline()
     pipe.set_progress_bar_config(disable=True)
     with pytest.raises(ValueError, match=r"draft_scales must be an integer scale index in \[0, 4\]"):
         pipe(class_labels=[0], method="code", draft_scales=7)
-    with pytest.raises(ValueError, match="decodes token by token"):
+    with pytest.raises(ValueError, match="it decodes token models, and this is a next-scale model"):
         pipe(class_labels=[0], method="sjd")
     with pytest.raises(ValueError, match="class id"):
         pipe(class_labels=[5])
@@ -298,7 +299,7 @@ def test_folder_sampling_defaults_reach_python_and_the_cli(tmp_path, capsys):
     loaded = load_pipeline(str(tmp_path / "p"))
     assert loaded.defaults == {"guidance_scale": 0.0, "top_k": 3} == loaded.pipeline.sampling_defaults
     assert loaded.pipeline.sampling_config(top_k=None, top_p=0.5) == SamplingConfig(guidance_scale=0.0, top_k=3,
-                                                                                    top_p=0.5)
+                                                                                    top_p=0.5, guidance="var")
     assert "_name_or_path" not in (tmp_path / "p" / "transformer" / "config.json").read_text()
     with pytest.raises(ValueError, match="unknown setting"):
         pipe.sampling_defaults = {"guidance": 2.0}
@@ -359,8 +360,8 @@ def test_same_noise_same_tokens_as_the_official_sampler():
     labels = torch.tensor([0, 2])
     for cfg, top_k, top_p in ((1.5, 0, 0.0), (3.0, 8, 0.9)):
         ref = official_tokens(ref_var, labels, cfg, top_k, top_p, seed=7)
-        sampling = SamplingConfig(guidance_scale=cfg, top_k=top_k, top_p=top_p or 1.0)
-        ours, _ = decode_scales(model, vq.quantize, labels, sampling, Autoregressive(), torch.Generator().manual_seed(7))
+        sampling = SamplingConfig(guidance_scale=cfg, top_k=top_k, top_p=top_p or 1.0, guidance="var")
+        ours, _ = decode_scales(model, vq.quantize, labels, sampling, "ar", torch.Generator().manual_seed(7))
         assert torch.equal(ours, ref)
 
 

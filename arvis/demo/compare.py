@@ -229,7 +229,7 @@ def compare_methods(pipe: Any, specs: Sequence[Any], images: ImageSet, sampling:
     """Run ``specs`` on the same images (module docstring); AR is added first when several specs are given.
 
     Args:
-        pipe: a pipeline (``LlamaGenPipeline`` or one with the same call conventions).
+        pipe: an arvis pipeline (:class:`arvis.pipelines.interface.ArvisPipeline`).
         specs: method specs (:func:`arvis.eval.bench.parse_method_specs`).
         images: which images.
         sampling: ``guidance_scale``, ``top_k``… (``None`` values: the model's defaults).
@@ -242,7 +242,6 @@ def compare_methods(pipe: Any, specs: Sequence[Any], images: ImageSet, sampling:
     """
     from tqdm.auto import tqdm
 
-    from arvis.methods import is_lossless
     from arvis.methods.spec import MethodSpec
 
     if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
@@ -253,8 +252,9 @@ def compare_methods(pipe: Any, specs: Sequence[Any], images: ImageSet, sampling:
     elif len(specs) > 1:  # AR first: the baseline of every ratio
         specs.sort(key=lambda s: not (s.name == "ar" and not s.options))
     sampling = {k: v for k, v in (sampling or {}).items() if v is not None}
-    if hasattr(pipe, "set_progress_bar_config"):
-        pipe.set_progress_bar_config(disable=True)
+    for spec in specs:  # every method applies to this model (refused before anything runs)
+        pipe.check_method(spec.name, spec.options_dict)
+    pipe.set_progress_bar_config(disable=True)
     bar = tqdm(total=len(specs) * (rounds + int(warmup)), desc="methods", unit="run", disable=not progress)
     if warmup:
         for spec in specs:
@@ -265,12 +265,12 @@ def compare_methods(pipe: Any, specs: Sequence[Any], images: ImageSet, sampling:
         for spec in specs:
             imgs, tokens, stats, latencies = run_images(pipe, spec, images, sampling, "pil" if r == 0 else "latent")
             if r == 0:
-                results[spec.label] = MethodResult(spec, is_lossless(spec.name, spec.options_dict), imgs, tokens,
-                                                   stats, latencies)
+                results[spec.label] = MethodResult(spec, pipe.is_lossless(spec.name, spec.options_dict), imgs,
+                                                   tokens, stats, latencies)
             results[spec.label].latencies_s.append(sum(latencies))
             bar.update(1)
     bar.close()
-    resolved = asdict(pipe.sampling_config(**sampling)) if hasattr(pipe, "sampling_config") else dict(sampling)
+    resolved = asdict(pipe.sampling_config(**sampling))
     return Comparison([results[s.label] for s in specs], images, resolved, rounds, warmup)
 
 

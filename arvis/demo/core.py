@@ -18,7 +18,10 @@ the first round. It is still a few runs on a shared machine, and the table says 
 Nothing a user types ever becomes a file path: models are looked up by name in the mapping the
 operator built the demo with, and the plots go to files whose names the demo makes up.
 
-Video pipelines (``pipe.num_frames``, :class:`~arvis.pipelines.VideoPipeline`) run through the same
+Every pipeline is asked only through its interface (:class:`arvis.pipelines.interface.ArvisPipeline`): what it
+is, which methods run on it, and the resources they need all come from there.
+
+Video pipelines (:class:`~arvis.pipelines.VideoPipeline`) run through the same
 request, validation, streaming and timing: an "image" is then a clip. Previews are film strips (one row per
 clip, its frames left to right, grey cells not committed yet), so the frames fill live; a finished side's
 clips become one animated GIF (:func:`write_clips_gif`).
@@ -27,7 +30,6 @@ clips become one animated GIF (:func:`write_clips_gif`).
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import math
 import queue
 import statistics
@@ -43,7 +45,8 @@ from typing import Any
 import PIL.Image
 import torch
 
-from arvis.methods import METHODS, available_methods, build_method, is_lossless, with_resources
+from arvis.methods.catalog import DecoderKind, method_info, method_names
+from arvis.pipelines.interface import ArvisPipeline
 
 SIDES = ("ar", "method")
 PREVIEW_GREY = 0.5  # colour of not-yet-committed token cells in the previews
@@ -150,7 +153,7 @@ class DemoModel:
             if self.pipeline is None:
                 assert self.loader is not None
                 self.pipeline = self.loader()
-            if not self._quiet and hasattr(self.pipeline, "set_progress_bar_config"):
+            if not self._quiet:
                 self.pipeline.set_progress_bar_config(disable=True)  # the page shows progress instead
                 self._quiet = True
             return self.pipeline
@@ -168,7 +171,7 @@ class ModelSet:
                 raise ValueError(f"models: names must be non-empty strings, got {name!r}")
             if isinstance(m, DemoModel):
                 self.models[name] = m
-            elif callable(m) and not isinstance(m, torch.nn.Module) and not hasattr(m, "transformer"):
+            elif callable(m) and not isinstance(m, torch.nn.Module | ArvisPipeline):
                 self.models[name] = DemoModel(loader=m)
             else:
                 self.models[name] = DemoModel(pipeline=m)
@@ -186,24 +189,22 @@ class ModelSet:
         return self.entry(name).get()
 
 
-def is_video(pipe: Any) -> bool:
-    """Whether ``pipe`` generates clips (a video pipeline: it has ``num_frames``)."""
-    return getattr(pipe, "num_frames", None) is not None
+def is_video(pipe: ArvisPipeline) -> bool:
+    """Whether ``pipe`` generates clips."""
+    return pipe.is_video
 
 
-def pipeline_layout(pipe: Any) -> Any:
-    """The pipeline's token layout: its transformer's (LlamaGen), or the default-size layout of pipelines
-    whose backbone is built per call (Emu3: ``default_layout``)."""
-    layout = getattr(pipe, "default_layout", None)
-    return layout if layout is not None else pipe.transformer.layout
+def pipeline_layout(pipe: ArvisPipeline) -> Any:
+    """The pipeline's token layout (at its default size, for pipelines whose backbone is built per call)."""
+    return pipe.token_layout
 
 
-def model_info(pipe: Any) -> dict[str, Any]:
-    """What the page needs to know about a pipeline: conditioning, classes, vocabulary, grid."""
-    t = pipe.transformer
-    class_conditional = bool(getattr(t, "is_class_conditional", False))  # Emu3's is a transformers model
-    names = pipe.class_names if class_conditional else None
-    n = int(t.config.num_classes) if class_conditional else 0
+def model_info(pipe: ArvisPipeline) -> dict[str, Any]:
+    """What the page needs to know about a pipeline: conditioning, classes, vocabulary, grid, its methods."""
+    caps = pipe.capabilities
+    class_conditional = caps.conditioning == "class"
+    names = caps.class_names
+    n = caps.num_classes if class_conditional else 0
     layout = pipeline_layout(pipe)
     return {
         "class_conditional": class_conditional,
@@ -211,26 +212,22 @@ def model_info(pipe: Any) -> dict[str, Any]:
         "class_choices": [(f"{i}: {names[i]}" if names else str(i), i) for i in range(n)],
         "vocab_size": int(layout.vocab_size),
         "grid": list(layout.grid),
-        "has_text_encoder": bool(getattr(pipe, "accepts_prompts", False))
-        or getattr(pipe, "text_encoder", None) is not None,
-        "video": is_video(pipe),
+        "has_text_encoder": not class_conditional,
+        "vocabulary": list(caps.vocabulary),
+        "video": caps.num_frames is not None,
+        "kind": str(caps.kind),
+        "methods": caps.methods(),
     }
 
 
-def warm_up(pipe: Any, methods: list[str] | None = None) -> None:
-    """One small generation per method (default: all), so a request's first run pays no start-up costs."""
+def warm_up(pipe: ArvisPipeline, methods: list[str] | None = None) -> None:
+    """One small generation per method (default: every method this model runs), so a request's first run pays no
+    start-up costs."""
     info = model_info(pipe)
-    if info["class_conditional"]:
-        condition: dict[str, Any] = {"class_labels": [0]}
-    elif info["has_text_encoder"]:
-        condition = {"prompt": ["warm-up"]}
-    else:
-        return
-    for method in methods or available_methods():
-        try:
+    condition: dict[str, Any] = {"class_labels": [0]} if info["class_conditional"] else {"prompt": ["warm-up"]}
+    for method in methods or info["methods"]:
+        if method in info["methods"]:
             pipe(**condition, generator=torch.Generator().manual_seed(0), output_type="latent", method=method)
-        except ValueError:  # a method this model cannot run (e.g. no draft model): the page will say so
-            continue
 
 
 # ----------------------------------------------------------------------------- method options
@@ -262,14 +259,16 @@ class OptionSpec:
 RULE_PARAMETERS = {"k": ("lantern", "lantern++", "bounded"), "delta": ("lantern", "bounded"), "lam": ("lantern++",)}
 
 
-def method_option_specs(method: str) -> list[OptionSpec]:
-    """The options of ``method`` the demo offers, read from the method's declared options
-    (:mod:`arvis.methods.options`): numbers, choices and text, with when they apply. Intervals and
-    resources (a draft model, codebook neighbourhoods) are not user input here: they keep their defaults
-    or come from the pipeline.
+def method_option_specs(method: str, kind: DecoderKind | str | None = None) -> list[OptionSpec]:
+    """The options of ``method`` (of decoder ``kind``; every kind that has the name when ``None``) the demo offers,
+    read from the method's declaration (:mod:`arvis.methods.catalog`): numbers, choices and text, with when they
+    apply. Intervals and fractions keep their defaults; resources (a draft model, codebook neighbourhoods) come
+    from the pipeline, never from the page.
     """
+    kinds = [DecoderKind(kind)] if kind is not None else [k for k in DecoderKind if method in method_names(k)]
+    declared = {o.name: o for k in kinds for o in method_info(method, k).options}
     specs = []
-    for option in METHODS[method].options:
+    for option in declared.values():
         if option.kind not in ("int", "float", "choice", "text"):
             continue
         when = ("acceptance", RULE_PARAMETERS[option.name]) if option.name in RULE_PARAMETERS else None
@@ -342,14 +341,14 @@ class DemoRequest:
                 "temperature": self.temperature}
 
 
-def validate_options(method: str, values: Mapping[str, Any], limits: DemoLimits, pipe: Any = None) -> dict[str, Any]:
+def validate_options(method: str, values: Mapping[str, Any], limits: DemoLimits, pipe: ArvisPipeline) -> dict[str, Any]:
     """The options of ``method`` from ``values`` (widget values by option name; missing = default).
 
-    Options that do not apply (e.g. ``delta`` under ``acceptance="exact"``) are ignored. The method
-    validates the result with the resources ``pipe`` provides (its draft model, the codebook
-    neighbourhoods of relaxed acceptance), exactly as the pipeline will run it.
+    Options that do not apply (e.g. ``delta`` under ``acceptance="exact"``) are ignored. The pipeline then
+    checks the result (:meth:`~arvis.pipelines.interface.ArvisPipeline.check_method`: the method runs on this
+    model, which supplies what it needs), exactly as it will run it.
     """
-    specs = method_option_specs(method)
+    specs = method_option_specs(method, pipe.decoder_kind)
     defaults = {spec.name: spec.default for spec in specs}
     out: dict[str, Any] = {}
     for spec in specs:
@@ -373,25 +372,10 @@ def validate_options(method: str, values: Mapping[str, Any], limits: DemoLimits,
                 raise DemoInputError(f"{label} must be printable text of at most {limits.text_option_chars} "
                                      f"characters, got {_short(value)}")
         out[spec.name] = value
-    try:  # the method's own validation (cross-option rules), with the pipeline's resources
-        resources = with_resources(method, out, getattr(pipe, "draft_transformer", None),
-                                   getattr(pipe, "codebook_neighbours", None))
-        built = build_method(method, **resources)
+    try:  # the method's own validation (cross-option rules), and whether this model can run it
+        pipe.check_method(method, out)
     except (ValueError, TypeError) as err:
-        raise DemoInputError(f"{method} options: {err}") from None
-    # Methods check their resources when the decode starts; the page says so before it runs.
-    check_method = getattr(pipe, "check_method", None)  # pipelines that run only some methods (MAR)
-    if check_method is not None:
-        try:
-            check_method(method)
-        except ValueError as err:
-            raise DemoInputError(str(err)) from None
-    if getattr(built, "draft_model", "") is None:
-        raise DemoInputError(f"{method}: this model has no draft model (draft_transformer); choose another method")
-    rule = getattr(built, "acceptance", None)
-    if rule is not None and not rule.lossless and getattr(built, "neighbours", "") is None:
-        raise DemoInputError(f"{method}: acceptance={rule.kind!r} needs the tokenizer's codebook neighbourhoods, "
-                             "which this model does not provide")
+        raise DemoInputError(f"{method}: {err}") from None
     return out
 
 
@@ -429,8 +413,9 @@ def validate_request(models: ModelSet, limits: DemoLimits, *, model: Any, class_
             raise DemoInputError(f"prompt must be at most {limits.prompt_chars} characters, got {len(text)}")
         if any(unicodedata.category(c)[0] == "C" for c in text):
             raise DemoInputError("prompt must not contain control characters")
-    if not isinstance(method, str) or method not in METHODS:
-        raise DemoInputError(f"method: {_short(method)} is not available; choose one of {', '.join(available_methods())}")
+    if not isinstance(method, str) or method not in info["methods"]:
+        raise DemoInputError(f"method: {_short(method)} does not run on model {model!r}; choose one of "
+                             f"{', '.join(info['methods'])}")
     if not isinstance(options, Mapping):
         raise DemoInputError("method options must be a mapping of option name to value")
     opts = validate_options(method, options, limits, entry.get())
@@ -459,8 +444,8 @@ def parse_options_text(method: Any, text: Any, limits: DemoLimits) -> dict[str, 
     if not isinstance(text, str) or len(text) > chars or not text.isprintable() or ":" in text or ";" in text:
         raise DemoInputError(f"options must be printable key=value pairs joined by commas (at most {chars} "
                              f"characters), got {_short(text)}")
-    if not isinstance(method, str) or method not in METHODS:
-        raise DemoInputError(f"method: {_short(method)} is not available; choose one of {', '.join(available_methods())}")
+    if not isinstance(method, str) or method not in method_names():
+        raise DemoInputError(f"method: {_short(method)} is not available; choose one of {', '.join(method_names())}")
     from arvis.methods.spec import parse_method_specs
 
     try:
@@ -475,11 +460,9 @@ def parse_options_text(method: Any, text: Any, limits: DemoLimits) -> dict[str, 
     return spec.options_dict
 
 
-def model_sampling_defaults(pipe: Any) -> dict[str, Any]:
+def model_sampling_defaults(pipe: ArvisPipeline) -> dict[str, Any]:
     """The sampling settings a request gets when it leaves them out: the model folder's defaults."""
-    if hasattr(pipe, "sampling_config"):
-        return dataclasses.asdict(pipe.sampling_config())
-    return {"guidance_scale": 1.0, "top_k": 0, "top_p": 1.0, "temperature": 1.0, "cfg_interval": -1}
+    return dataclasses.asdict(pipe.sampling_config())
 
 
 def _class_label(value: Any, pipe: Any, info: Mapping[str, Any]) -> int:
@@ -533,7 +516,7 @@ def render_partial(pipe: Any, tokens: torch.Tensor, known: torch.Tensor) -> list
     B, N = tokens.shape[:2]  # continuous tokens (MAR) carry their channels last: [B, N, D]
     if len(grid) not in (2, 3) or math.prod(grid) != N or (len(grid) == 3) != is_video(pipe):
         return None
-    if "known" not in inspect.signature(pipe.decode_tokens).parameters:  # no partial decoding (VAR's pyramids)
+    if not pipe.partial_previews:  # no partial decoding (VAR's pyramids)
         return None
     decoded = pipe.decode_tokens(tokens.view(B, *grid, *tokens.shape[2:]), "pil", known=known.view(B, *grid))
     return [film_strip(clip) for clip in decoded] if len(grid) == 3 else decoded
@@ -567,6 +550,7 @@ class RunResult:
     tokens: torch.Tensor
     stats: Any  # arvis.engine.BatchStats
     previews: int
+    lossless: bool
     latencies_s: list[float] = field(default_factory=list)
 
     @property
@@ -632,7 +616,8 @@ def stream_run(pipe: Any, request: DemoRequest, side: str, method: str, options:
                 finished = True
                 result = item[1]
                 images = result.frames if video else result.images  # clips: lists of frames
-                yield RunResult(side, method, dict(options), list(images), result.tokens, result.stats, previews)
+                yield RunResult(side, method, dict(options), list(images), result.tokens, result.stats, previews,
+                                pipe.is_lossless(method, options))
                 return
             _, committed, tokens, known = item
             image = None
@@ -679,11 +664,10 @@ def side_by_side(models: ModelSet, request: DemoRequest, limits: DemoLimits,
     cancel = cancel or threading.Event()
     pipe = models.pipeline(request.model)
     results: dict[str, RunResult] = {}
-    # The AR side runs the sampler the method is exact for: a pipeline may name call settings for it (MAR's
-    # cspd-exact with final_std > 0 is exact for AR with the same last-step std); they are not method options.
-    baseline = getattr(pipe, "baseline_call_kwargs", None)
-    ar_kwargs = baseline(request.method, dict(request.options)) if baseline is not None else {}
-    sides = (("ar", "ar", {}, ar_kwargs), ("method", request.method, dict(request.options), {}))
+    # The AR side runs the sampler the method is exact for (MAR's cspd-exact with final_std > 0 is exact for AR
+    # with the same last-step std): the pipeline says which options of "ar" that takes.
+    ar_options = pipe.baseline_options(request.method, dict(request.options))
+    sides = (("ar", "ar", ar_options, {}), ("method", request.method, dict(request.options), {}))
     for side, method, options, kwargs in sides:
         for item in stream_run(pipe, request, side, method, options, limits, cancel, kwargs):
             if isinstance(item, RunResult):
@@ -717,7 +701,7 @@ def _side_record(run: RunResult) -> dict[str, Any]:
         "method": run.method,
         "options": run.options,
         "label": spec_label(run.method, run.options),
-        "lossless": is_lossless(run.method, run.options),
+        "lossless": run.lossless,
         "images": s["samples"],
         "tokens_per_image": s["tokens"],
         "target_forwards_per_image": s["target_forwards"],

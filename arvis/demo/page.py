@@ -68,7 +68,7 @@ from arvis.demo.core import (
     validate_request,
     write_clips_gif,
 )
-from arvis.methods import METHODS, available_methods
+from arvis.methods.catalog import method_names
 
 log = logging.getLogger("arvis.demo")
 
@@ -154,17 +154,18 @@ def build_demo(models: Mapping[str, Any] | ModelSet, limits: DemoLimits | None =
         limits: request and queue limits (default :class:`~arvis.demo.core.DemoLimits`).
         title: page title.
         default_method: the method selected initially (default MC-SJD when available).
-        methods: methods offered (default: every registered method, ``available_methods()``).
+        methods: methods offered (default: every declared method, ``arvis.methods.catalog.method_names()``); each
+            model runs the ones that apply to it.
 
     Returns:
         A ``gr.Blocks``; start it with :func:`launch`.
     """
     limits = limits or DemoLimits()
     model_set = models if isinstance(models, ModelSet) else ModelSet(models)
-    methods = list(methods or available_methods())
-    unknown = [m for m in methods if m not in METHODS]
+    methods = list(methods or method_names())
+    unknown = [m for m in methods if m not in method_names()]
     if unknown:
-        raise ValueError(f"methods: {unknown} are not registered methods ({', '.join(available_methods())})")
+        raise ValueError(f"methods: {unknown} are not declared methods ({', '.join(method_names())})")
     method0 = default_method or _default_method(methods)
     if method0 not in methods:
         raise ValueError(f"default_method: {method0!r} is not among the offered methods {methods}")

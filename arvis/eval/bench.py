@@ -40,13 +40,9 @@ from tqdm.auto import tqdm
 from arvis.engine import DecodeEngine, SamplingConfig
 from arvis.engine.stats import BatchStats, summarize
 from arvis.eval.jobs import image_generator
-from arvis.methods import (
-    build_method,
-    decode,
-    with_resources,
-)
 from arvis.methods.spec import MethodSpec, parse_method_specs  # noqa: F401  (re-exported)
 from arvis.models.protocol import Condition
+from arvis.pipelines.interface import BenchInputs
 
 FORWARD_COST_SIZES: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
 MIN_REPEATS = 5
@@ -56,19 +52,6 @@ _SYNC_OPS = frozenset({"_local_scalar_dense", "nonzero", "masked_select", "uniqu
 _INDEX_OPS = frozenset({"index", "index_put", "index_put_", "_index_put_impl_"})
 
 
-# ----------------------------------------------------------------------------- conditions
-def class_conditions(num_classes: int, samples: int, batch_size: int, device: torch.device | str = "cpu"
-                     ) -> list[tuple[list[int], Condition]]:
-    """Batches of ``(sample indices, Condition)``: sample ``i`` gets class ``i % num_classes``."""
-    out = []
-    for start in range(0, samples, batch_size):
-        idx = list(range(start, min(start + batch_size, samples)))
-        labels = torch.tensor([i % num_classes for i in idx], dtype=torch.long, device=device)
-        out.append((idx, Condition(class_labels=labels)))
-    return out
-
-
-# ----------------------------------------------------------------------------- forward cost
 def forward_cost_curve(backbone: Any, condition: Condition, sampling: SamplingConfig,
                        sizes: Sequence[int] = FORWARD_COST_SIZES, repeats: int = 15, warmup: int = 3
                        ) -> list[dict[str, float]]:
@@ -211,50 +194,37 @@ def check_settings(samples: int, repeats: int, warmup: int, batch_size: int) -> 
             raise ValueError(f"{name} must be an integer >= {low}{extra}, got {value!r}")
 
 
-def run_bench(backbone: Any, specs: Sequence[MethodSpec], sampling: SamplingConfig, *, samples: int = 4,
-              seed: int = 0, repeats: int = MIN_REPEATS, warmup: int = 1, batch_size: int = 1,
-              conditions: Sequence[tuple[list[int], Condition]] | None = None,
-              forward_cost_sizes: Sequence[int] = FORWARD_COST_SIZES, context: Mapping[str, Any] | None = None,
-              draft_model: Any = None, neighbours: Callable[[int], torch.Tensor] | None = None,
-              lowres_model: Any = None, upsampler: Any = None, progress: bool = True, count_syncs: bool = True,
-              clock: Callable[[], float] = time.perf_counter,
-              decode_fn: Callable[..., tuple[torch.Tensor, Any]] | None = None) -> BenchResult:
-    """Time ``specs`` (plus the AR baseline) on ``backbone`` and collect their figures.
+def run_bench(inputs: BenchInputs, specs: Sequence[MethodSpec], sampling: SamplingConfig, *, seed: int = 0,
+              repeats: int = MIN_REPEATS, warmup: int = 1, forward_cost_sizes: Sequence[int] = FORWARD_COST_SIZES,
+              context: Mapping[str, Any] | None = None, progress: bool = True, count_syncs: bool = True,
+              clock: Callable[[], float] = time.perf_counter) -> BenchResult:
+    """Time ``specs`` (plus the AR baseline) on a pipeline's :class:`~arvis.pipelines.interface.BenchInputs`
+    and collect their figures.
 
     Args:
-        backbone: the target model (backbone protocol).
+        inputs: what to decode and how (``pipe.bench_inputs(conditions, samples, batch_size)``): the condition
+            batches, the decode function, the method builder (with the pipeline's resources) and, for token
+            models, the backbone whose forward-cost curve is measured.
         specs: methods to compare (:func:`parse_method_specs`); AR is added first if missing.
         sampling: the target distribution (same for all methods).
-        samples: samples per round (>= 1); ``batch_size`` of them per decode call (ignored when
-            ``conditions`` is given: its batches define the samples).
         seed: sample ``i`` uses ``seed_for(seed, i)``.
         repeats: timed rounds (>= 5; the median is reported). warmup: untimed rounds first (>= 1).
-        conditions: batches of ``(sample indices, Condition)`` (default: class ``i % num_classes``).
-        forward_cost_sizes: ``T`` values of the forward-cost curve (empty: skip it and the ideal speedups);
-            every method's own ``T`` is added.
+        forward_cost_sizes: ``T`` values of the forward-cost curve (empty, or no backbone: skip it and the ideal
+            speedups); every method's own ``T`` is added.
         context: fields copied into every record (model name, dtype, threads, provenance…).
-        draft_model, neighbours, lowres_model, upsampler: resources methods may need (the pipeline's draft
-            transformer, codebook neighbourhoods, multi-scale drafter; see :func:`arvis.methods.with_resources`).
         count_syncs: run each method once more, untimed, counting host syncs and aten ops per iteration.
         clock: the timer (tests replace it).
-        decode_fn: ``(backbone, condition, sampling, method, generators) -> (tokens, stats)``; ``None``
-            decodes token by token (:func:`arvis.methods.decode`), a next-scale pipeline passes its own
-            (``VARPipeline.decode_condition``).
     """
+    conditions = inputs.batches
+    samples = sum(len(idx) for idx, _ in conditions)
+    batch_size = len(conditions[0][0])
     check_settings(samples=samples, repeats=repeats, warmup=warmup, batch_size=batch_size)
     specs = list(specs)
     if not any(s.name == "ar" and not s.options for s in specs):
         specs.insert(0, MethodSpec("ar"))
-    device = next(backbone.parameters()).device
-    if conditions is None:
-        num_classes = getattr(getattr(backbone, "config", None), "num_classes", None)
-        if not num_classes or not getattr(backbone, "is_class_conditional", True):
-            raise ValueError("conditions: required for a model that is not class-conditional")
-        conditions = class_conditions(int(num_classes), samples, batch_size, device)
-    samples = sum(len(idx) for idx, _ in conditions)
-    methods = {s.label: build_method(s.name, **with_resources(s.name, s.options_dict, draft_model, neighbours,
-                                                              lowres_model, upsampler))
-               for s in specs}
+    device = inputs.device
+    backbone = inputs.backbone
+    methods = {s.label: inputs.build(s.name, s.options_dict) for s in specs}
 
     def run_once(spec: MethodSpec) -> tuple[float, list[BatchStats], str]:
         elapsed, batches, digest = 0.0, [], hashlib.sha256()
@@ -262,7 +232,7 @@ def run_bench(backbone: Any, specs: Sequence[MethodSpec], sampling: SamplingConf
             gens = [image_generator(seed, i, device) for i in idx]
             _sync(device)
             t0 = clock()
-            tokens, batch_stats = (decode_fn or decode)(backbone, cond, sampling, methods[spec.label], gens)
+            tokens, batch_stats = inputs.decode(cond, sampling, methods[spec.label], gens)
             _sync(device)
             elapsed += clock() - t0
             batches.append(batch_stats)
@@ -287,9 +257,9 @@ def run_bench(backbone: Any, specs: Sequence[MethodSpec], sampling: SamplingConf
             bar.update(1)
     bar.close()
 
-    positions = {s.label: getattr(methods[s.label], "positions_per_forward", None) for s in specs}
+    positions = {s.label: methods[s.label].positions_per_forward for s in specs}
     curve: list[dict[str, float]] = []
-    if forward_cost_sizes:
+    if forward_cost_sizes and backbone is not None:
         extra_sizes = [t for t in positions.values() if isinstance(t, int)]
         curve = forward_cost_curve(backbone, conditions[0][1], sampling, [*forward_cost_sizes, *extra_sizes])
     syncs: dict[str, dict[str, float]] = {}
@@ -298,7 +268,7 @@ def run_bench(backbone: Any, specs: Sequence[MethodSpec], sampling: SamplingConf
         for spec in specs:
             gens = [image_generator(seed, i, device) for i in idx]
             syncs[spec.label] = count_host_syncs(
-                lambda spec=spec, gens=gens: (decode_fn or decode)(backbone, cond, sampling, methods[spec.label], gens)[1])
+                lambda spec=spec, gens=gens: inputs.decode(cond, sampling, methods[spec.label], gens)[1])
 
     ar_latency = statistics.median(latencies["ar"])
     records = []
@@ -319,7 +289,7 @@ def run_bench(backbone: Any, specs: Sequence[MethodSpec], sampling: SamplingConf
             "repeats": repeats,
             "warmup": warmup,
             "sampling": dataclasses.asdict(sampling),
-            "grid": _grid(backbone),
+            "grid": list(inputs.grid),
             **figures,
             "latency_s": statistics.median(lat),
             "latency_repeats_s": lat,
@@ -334,15 +304,6 @@ def run_bench(backbone: Any, specs: Sequence[MethodSpec], sampling: SamplingConf
     for record in records:  # the speedup the forward-cost curve allows, beside the measured one
         record["ideal_speedup"] = ideal_speedup(record, ar_forwards, curve)
     return BenchResult(records=records, forward_cost=curve, context=dict(context or {}))
-
-
-def _grid(backbone: Any) -> list[int]:
-    """The token grid of a record: a token model's layout grid, a next-scale model's last scale."""
-    layout = getattr(backbone, "layout", None)
-    if layout is not None:
-        return list(layout.grid)
-    side = backbone.scale_layout.patch_nums[-1]
-    return [side, side]
 
 
 def ideal_speedup(record: Mapping[str, Any], ar_forwards: float, curve: Sequence[Mapping[str, float]]

@@ -80,28 +80,24 @@ def run_bench_command(args: argparse.Namespace) -> int:
     a.check_images(args)
     check_settings(samples=args.num_images, repeats=args.repeats, warmup=args.warmup, batch_size=args.batch_size)
     _check_outputs(args, "json", "markdown", "plots")
+    caps = a.model_capabilities(args.model)
+    a.check_specs(specs, caps)
+    if args.prompt and caps.conditioning != "text":
+        raise ValueError("--prompt: this model's bench takes class ids (sample i gets class i mod num_classes)")
     dtype = a.setup_runtime(args)
     pipe, _, model = load_pipeline(args.model, dtype, args.device)
-    a.check_specs_fit_model(specs, pipe)
     sampling = pipe.sampling_config(**sampling_flags(args))
     a.check_batch_memory(pipe, args.batch_size, sampling.uses_cfg)
     context = {**model.record(), **provenance(args.device, dtype)}
-    backbone, conditions, draft = pipe.transformer, None, getattr(pipe, "draft_transformer", None)
-    if hasattr(pipe, "bench_inputs"):  # pipelines that build a backbone per request shape (Emu3)
-        backbone, conditions, draft = pipe.bench_inputs(args.prompt or [], args.num_images, args.batch_size)
-        context["prompts"] = list(args.prompt)
-    elif args.prompt:
-        raise ValueError("--prompt: this model's bench takes class ids (sample i gets class i mod num_classes)")
-    # A next-scale (VAR) pipeline decodes with its own loop; its per-scale timeline replaces the forward-cost curve.
-    next_scale = hasattr(pipe, "decode_condition")
-    result = run_bench(backbone, specs, sampling, samples=args.num_images, seed=args.seed,
-                       repeats=args.repeats, warmup=args.warmup, batch_size=args.batch_size, conditions=conditions,
-                       forward_cost_sizes=() if args.no_forward_cost or next_scale else (1, 2, 4, 8, 16, 32, 64),
-                       **({"decode_fn": pipe.decode_condition} if next_scale else {}),
-                       context=context, progress=not args.no_progress, draft_model=draft,
-                       neighbours=getattr(pipe, "codebook_neighbours", None),
-                       lowres_model=getattr(pipe, "lowres_transformer", None),
-                       upsampler=getattr(pipe, "upsampler", None))
+    if caps.conditioning == "text":
+        context["prompts"] = list(args.prompt or [])
+    inputs = pipe.bench_inputs(args.prompt, args.num_images, args.batch_size)
+    # Token models: the forward-cost curve of their backbone explains latency; next-scale and continuous models
+    # report their own timeline instead.
+    result = run_bench(inputs, specs, sampling, seed=args.seed, repeats=args.repeats, warmup=args.warmup,
+                       forward_cost_sizes=() if args.no_forward_cost or inputs.backbone is None
+                       else (1, 2, 4, 8, 16, 32, 64),
+                       context=context, progress=not args.no_progress)
     print(format_text(result))
     if args.json:
         write_json_atomic(args.json, result.records)
@@ -164,6 +160,8 @@ def run_fid_command(args: argparse.Namespace) -> int:
     a.check_count("--feature-batch-size", args.feature_batch_size, 1, a.MAX_BATCH_SIZE)
     spec = a.parse_methods(args.method, single=True)[0] if args.model is not None else None
     _check_outputs(args, "json", "save_stats")
+    if spec is not None:
+        a.check_specs([spec], a.model_capabilities(args.model))
     dtype = a.setup_runtime(args)
     from arvis.data.sources import model_data
     from arvis.eval.fid import DATA_EXTRACTORS
@@ -179,10 +177,9 @@ def run_fid_command(args: argparse.Namespace) -> int:
         from arvis.eval.jobs import PipelineSampler
 
         pipe, _, model = load_pipeline(args.model, dtype, args.device)
-        a.check_specs_fit_model([spec], pipe)
-        sampling = {k: v for k, v in vars(pipe.sampling_config(**sampling_flags(args))).items()
-                    if k in ("guidance_scale", "top_k", "top_p", "temperature")}
-        a.check_batch_memory(pipe, args.batch_size, sampling["guidance_scale"] != 1.0)
+        config = pipe.sampling_config(**sampling_flags(args))
+        sampling = {k: v for k, v in vars(config).items() if k in ("guidance_scale", "top_k", "top_p", "temperature")}
+        a.check_batch_memory(pipe, args.batch_size, config.uses_cfg)
         source = PipelineSampler(pipe, args.seed, method=spec.name, method_options=spec.options_dict, **sampling)
         source.name = f"model:{model}"  # type: ignore[attr-defined]
         num = args.num_images

@@ -76,7 +76,7 @@ def image_path(folder: str | os.PathLike, index: int) -> Path:
 
 # ----------------------------------------------------------------------------- drawing images
 class PipelineSampler:
-    """Draw images from a :class:`~arvis.pipelines.LlamaGenPipeline` by index.
+    """Draw images from an arvis pipeline (:class:`~arvis.pipelines.interface.ArvisPipeline`) by index.
 
     ``sampler([i, j, ...])`` returns ``uint8 [B, H, W, 3]``; image ``i`` depends only on ``(seed, i)``
     and the settings here. The pipeline's own progress bar is turned off (jobs show their own).
@@ -92,24 +92,19 @@ class PipelineSampler:
 
     def __init__(self, pipe: Any, seed: int, method: str = "ar", method_options: dict[str, Any] | None = None,
                  labels: Sequence[int | str] | None = None, prompts: Sequence[str] | None = None, **sampling: Any):
-        from arvis.methods import build_method, with_resources
-
         seed_for(seed, 0)  # validates the seed
-        # Validates the method and its options, with the resources the pipeline will pass (draft model,
-        # codebook neighbourhoods).
-        build_method(method, **with_resources(method, method_options or {}, getattr(pipe, "draft_transformer", None),
-                                              getattr(pipe, "codebook_neighbours", None),
-                                              getattr(pipe, "lowres_transformer", None), getattr(pipe, "upsampler", None)))
+        pipe.check_method(method, method_options or {})  # the method runs on this model, its options are valid
         self.pipe = pipe
         self.seed = int(seed)
         self.method = method
         self.method_options = dict(method_options or {})
         self.sampling = sampling
         self.device = pipe.transformer.device
-        if pipe.transformer.is_class_conditional:
+        caps = pipe.capabilities
+        if caps.conditioning == "class":
             if prompts:
                 raise ValueError("prompts: this model is class-conditional; pass labels")
-            ids = pipe.class_ids(list(labels)) if labels is not None else list(range(pipe.transformer.config.num_classes))
+            ids = pipe.class_ids(list(labels)) if labels is not None else list(range(caps.num_classes))
             self.labels: list[int] | None = ids
             self.prompts: list[str] | None = None
         else:
@@ -459,7 +454,7 @@ def write_manifest(job: SamplingJob, output: Path, sampler: Any = None) -> Path:
             continue
         entry: dict[str, Any] = {"index": i, "file": path.name, "sha256": record["sha256"],
                                  "seed": seed_for(job.seed, i)}
-        if hasattr(sampler, "condition"):
+        if isinstance(sampler, PipelineSampler):
             entry.update(sampler.condition(i))
         certified.append(entry)
     if bad:

@@ -40,6 +40,8 @@ class DecodingMethod(ABC):
     name: ClassVar[str]
     kind: ClassVar[DecoderKind]
     options: ClassVar[tuple[Option, ...]] = ()
+    #: positions one target forward evaluates, when fixed (the bench's forward-cost curve reads it); else None
+    positions_per_forward: ClassVar[int | None] = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

@@ -20,7 +20,7 @@ import difflib
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 
 from arvis.utils.modes import (
@@ -33,15 +33,12 @@ from arvis.utils.modes import (
 )
 
 
-class DecoderKind(str, Enum):
+class DecoderKind(StrEnum):
     """The unit a model decodes, and so the decoder its methods drive."""
 
     TOKEN = "token"  # discrete tokens in a fixed order (LlamaGen, Emu3, video): arvis.engine.DecodeEngine
     NEXT_SCALE = "next-scale"  # a pyramid of token maps, scale by scale (VAR): arvis.engine.next_scale
     CONTINUOUS = "continuous"  # continuous tokens sampled by a diffusion head (MAR): arvis.engine.continuous
-
-    def __str__(self) -> str:
-        return self.value
 
 
 #: Resources a pipeline supplies to a method (never a user option) and traits of a model, with what they are.
@@ -175,7 +172,7 @@ class MethodInfo:
                 raise ValueError(f"{self.name}: option {key!r} is now called {self.renamed[key]!r} "
                                  f"({self.renamed[key]}={given[key]!r})")
             if key in RESOURCES:
-                raise ValueError(f"{self.name}: {key} is supplied by the pipeline ({CAPABILITIES[key]}), not an option")
+                raise ValueError(f"{self.name}: {key} is not an option: the pipeline supplies it ({CAPABILITIES[key]})")
             hint = difflib.get_close_matches(key, list(declared), n=1)
             raise ValueError(f"method {self.name!r} has no option {key!r}"
                              + (f" (did you mean {hint[0]!r}?)" if hint else "")
@@ -360,10 +357,12 @@ def method_info(name: str, kind: DecoderKind | str = DecoderKind.TOKEN) -> Metho
     if isinstance(name, str) and name in methods:
         return methods[name]
     elsewhere = [str(k) for k, m in _BY_KIND.items() if k != kind and name in m]
+    if elsewhere:
+        raise ValueError(f"method {name!r} does not apply (it decodes {' / '.join(elsewhere)} models, and this is a "
+                         f"{kind} model); {kind} methods: {', '.join(sorted(methods))}")
     hint = difflib.get_close_matches(str(name), list(methods), n=1)
-    why = (f"it decodes {' / '.join(elsewhere)} models, and this is a {kind} model" if elsewhere
-           else f"did you mean {hint[0]!r}?" if hint else "no such method")
-    raise ValueError(f"method {name!r} does not apply ({why}); {kind} methods: {', '.join(sorted(methods))}")
+    raise ValueError(f"unknown method {name!r}" + (f" (did you mean {hint[0]!r}?)" if hint else "")
+                     + f"; {kind} methods: {', '.join(sorted(methods))}")
 
 
 def describe(kind: DecoderKind | str | None = None, capabilities: Iterable[str] | None = None) -> str:

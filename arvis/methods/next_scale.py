@@ -36,7 +36,6 @@ from arvis.models.next_scale import NextScaleBackbone, ScaleKVCache, ScaleQuanti
 from arvis.utils.random import GeneratorArg, sample_categorical
 
 
-
 # ----------------------------------------------------------------------------- FastVAR token pruning
 class CachedTokenPruning:
     """FastVAR's cached token pruning as :class:`~arvis.models.var.TokenPruning` hooks (one per model and request).

@@ -5,16 +5,21 @@ as JSON (``sjd:window=16``, ``mc-sjd:window=32,init="random"``; a bare word stay
 are joined by ``;`` or by ``,``: a comma-separated item that contains ``=`` but no ``:`` before it
 continues the options of the spec before it, anything else starts a new spec. So
 ``ar,sjd:window=16,init=random,mc-sjd:window=32`` is three specs. Brackets and quotes nest (``x=[1,2]``).
+
+Parsing needs no model and no torch (:mod:`arvis.methods.catalog`): a name no decoder kind has, an unknown,
+renamed, duplicated or resource option, or a bad value is refused here; whether a method applies to a given
+model is :meth:`arvis.families.Capabilities.check`'s question.
 """
 
 from __future__ import annotations
 
+import difflib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from arvis.methods import METHODS, available_methods, validate_method
+from arvis.methods.catalog import DecoderKind, method_info, method_names
 
 
 @dataclass(frozen=True)
@@ -92,22 +97,21 @@ def parse_method_specs(texts: str | Sequence[str]) -> list[MethodSpec]:
                     if current is None:
                         raise ValueError(f"methods: option {item!r} comes before any method name")
                     key, value = item.split("=", 1)
-                    current[1][key.strip().replace("-", "_")] = _parse_value(value.strip())
+                    _add_option(current, key, value)
                     continue
                 if current is not None:
                     specs.append(_make_spec(*current))
                 name, _, first = item.partition(":")
-                options: dict[str, Any] = {}
+                current = (name.strip(), {})
                 if first:
                     if "=" not in first:
                         raise ValueError(f"methods: expected key=value after {name!r}:, got {first!r}")
                     key, value = first.split("=", 1)
-                    options[key.strip().replace("-", "_")] = _parse_value(value.strip())
-                current = (name.strip(), options)
+                    _add_option(current, key, value)
             if current is not None:
                 specs.append(_make_spec(*current))
     if not specs:
-        raise ValueError(f"methods: no method given; available methods: {', '.join(available_methods())}")
+        raise ValueError(f"methods: no method given; available methods: {', '.join(method_names())}")
     labels = [s.label for s in specs]
     dupes = sorted({x for x in labels if labels.count(x) > 1})
     if dupes:
@@ -115,8 +119,26 @@ def parse_method_specs(texts: str | Sequence[str]) -> list[MethodSpec]:
     return specs
 
 
+def _add_option(current: tuple[str, dict[str, Any]], key: str, value: str) -> None:
+    key = key.strip().replace("-", "_")
+    if key in current[1]:
+        raise ValueError(f"methods: option {key!r} of {current[0]!r} given twice")
+    current[1][key] = _parse_value(value.strip())
+
+
 def _make_spec(name: str, options: dict[str, Any]) -> MethodSpec:
-    if name not in METHODS:
-        raise ValueError(f"methods: unknown method {name!r}; available methods: {', '.join(available_methods())}")
-    validate_method(name, options)  # raises ValueError naming unknown or invalid options
-    return MethodSpec(name, tuple(options.items()))
+    """A spec whose options are valid for ``name`` in at least one decoder kind (the model decides which)."""
+    errors = []
+    for kind in DecoderKind:
+        if name not in method_names(kind):
+            continue
+        try:
+            method_info(name, kind).check_options(options)
+            return MethodSpec(name, tuple(options.items()))
+        except ValueError as err:
+            errors.append(err)
+    if errors:
+        raise errors[0]
+    hint = difflib.get_close_matches(name, method_names(), n=1)
+    raise ValueError(f"methods: unknown method {name!r}" + (f" (did you mean {hint[0]!r}?)" if hint else "")
+                     + f"; available methods: {', '.join(method_names())}")

@@ -1,6 +1,6 @@
 """Diffusers-style pipelines, one per model family, behind one interface (:mod:`~arvis.pipelines.interface`).
 
-The names are imported lazily: :mod:`arvis.pipelines.families` (what a model folder offers, read from its
+The names are imported lazily: :mod:`arvis.families` (what a model folder offers, read from its
 metadata) loads without torch, so the command line checks a request before anything heavy is imported.
 """
 

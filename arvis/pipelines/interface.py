@@ -4,7 +4,7 @@ The command line, the demo, the bench, the FID and sampling jobs never probe a p
 ``getattr``: they ask this interface (tests/test_layers.py enforces it).
 
 - **What it is**: :attr:`ArvisPipeline.capabilities` (family, decoder kind, conditioning, what it offers to
-  methods — the same object :func:`arvis.pipelines.families.folder_capabilities` reads from its folder),
+  methods — the same object :func:`arvis.families.folder_capabilities` reads from its folder),
   :attr:`~ArvisPipeline.is_video`, the class vocabulary (:attr:`~ArvisPipeline.id2label`,
   :meth:`~ArvisPipeline.get_label_ids`, :meth:`~ArvisPipeline.class_ids`, like diffusers' DiT).
 - **Its methods**: :meth:`~ArvisPipeline.methods`, :meth:`~ArvisPipeline.check_method` (refuses an
@@ -26,11 +26,11 @@ import numpy as np
 import torch
 
 from arvis.engine.stats import BatchStats
-from arvis.methods.catalog import DecoderKind
+from arvis.families import FAMILIES, Capabilities, Components, Family
+from arvis.methods.catalog import DecoderKind, method_info
 from arvis.methods.registry import build_method
 from arvis.models.protocol import Condition
 from arvis.pipelines.common import SamplingDefaultsMixin
-from arvis.pipelines.families import FAMILIES, Capabilities, Components, Family
 from arvis.utils.random import GeneratorArg
 
 DecodeBatch = Callable[[Condition, Any, Any, GeneratorArg], tuple[torch.Tensor, BatchStats]]
@@ -44,12 +44,16 @@ class BenchInputs:
         batches: ``(sample indices, Condition)`` per decode call.
         decode: ``decode(condition, sampling, method, generators) -> (tokens, statistics)``.
         build: ``build(name, options) -> method`` for these inputs (with the resources they decode with).
+        grid: the token grid the records name (a next-scale model's: its layout's).
+        device: where the conditions and generators live.
         backbone: the token backbone whose forward-cost curve explains latency (``None``: not a token model).
     """
 
     batches: list[tuple[list[int], Condition]]
     decode: DecodeBatch
     build: Callable[[str, dict[str, Any]], Any]
+    grid: tuple[int, ...]
+    device: torch.device
     backbone: Any = None
 
 
@@ -61,11 +65,12 @@ class ArvisPipeline(SamplingDefaultsMixin):
     """
 
     guidance: ClassVar[str] = "llamagen"  # the family's guidance rule (arvis.engine.guidance)
+    partial_previews: ClassVar[bool] = True  # decode_tokens(tokens, known=...) draws uncommitted cells grey
 
     # ------------------------------------------------------------------ what it is
     @classmethod
     def family(cls) -> Family:
-        """The family this pipeline class implements (:data:`arvis.pipelines.families.FAMILIES`)."""
+        """The family this pipeline class implements (:data:`arvis.families.FAMILIES`)."""
         return FAMILIES[cls.__name__]
 
     @property
@@ -80,6 +85,11 @@ class ArvisPipeline(SamplingDefaultsMixin):
     @property
     def is_video(self) -> bool:
         return self.capabilities.num_frames is not None
+
+    @property
+    def token_layout(self) -> Any:
+        """The token layout (grid, vocabulary, sequence length) at the model's default size."""
+        return self.transformer.layout
 
     # ------------------------------------------------------------------ conditioning
     @property
@@ -142,6 +152,10 @@ class ArvisPipeline(SamplingDefaultsMixin):
         """``ValueError`` unless method ``name`` with ``options`` applies to this model; the validated options."""
         return self.capabilities.check(name, options)
 
+    def is_lossless(self, name: str, options: dict[str, Any] | None = None) -> bool:
+        """Whether method ``name`` with ``options`` samples exactly this model's distribution."""
+        return method_info(name, self.decoder_kind).is_lossless(options)
+
     def resources(self) -> dict[str, Any]:
         """What this pipeline supplies to methods (:data:`arvis.methods.catalog.RESOURCES`), by name."""
         return {}
@@ -157,6 +171,10 @@ class ArvisPipeline(SamplingDefaultsMixin):
         """The options of the plain ``ar`` call that ``method`` with ``options`` is exact for (what a side-by-side
         comparison runs as its baseline): none, except where a family's method changes the sampler."""
         return {}
+
+    def decode_memory_bytes(self, batch_size: int, uses_cfg: bool) -> int | None:
+        """About how many bytes the decode state of a ``batch_size`` call takes (``None``: not estimated)."""
+        return None
 
     # ------------------------------------------------------------------ decoding without pictures
     def bench_inputs(self, conditions: Sequence[int | str] | None, samples: int, batch_size: int) -> BenchInputs:

@@ -123,6 +123,7 @@ class Emu3Pipeline(ArvisPipeline, DiffusionPipeline):
     # Emu3-Gen's published recipe, for folders without a sampling_defaults.json (official layouts).
     fallback_sampling_defaults = {"guidance_scale": 3.0, "top_k": 0}
     sampling_fields = ("guidance_scale", "top_k", "top_p", "temperature")
+    partial_previews = False  # decode_tokens draws whole code grids only
 
     def resources(self, draft: Emu3Backbone | None = None) -> dict[str, Any]:
         """The codebook neighbourhoods and, for a call, its draft backbone (built per prompt batch)."""
@@ -133,6 +134,10 @@ class Emu3Pipeline(ArvisPipeline, DiffusionPipeline):
         if isinstance(method, str):
             self.check_method(method, options)
         return build_method(method, DecoderKind.TOKEN, self.resources(draft), **options)
+
+    @property
+    def token_layout(self) -> TokenLayout:
+        return self.default_layout
 
     @property
     def default_layout(self) -> TokenLayout:
@@ -200,7 +205,8 @@ class Emu3Pipeline(ArvisPipeline, DiffusionPipeline):
             rows = slice(idx[0], idx[-1] + 1)
             batches.append((idx, Condition(token_ids=condition.token_ids[rows], mask=condition.mask[rows])))
         return BenchInputs(batches, lambda cond, sampling, method, gens: decode(target, cond, sampling, method, gens),
-                           lambda name, options: self.build_method(name, draft, **options), target)
+                           lambda name, options: self.build_method(name, draft, **options), tuple(target.layout.grid),
+                           self.transformer.device, target)
 
     def decode_tokens(self, codes: torch.Tensor, output_type: str = "pil"):
         """Code grids ``[B, h, w]`` → images in ``output_type`` (``"latent"`` returns the codes)."""

@@ -195,13 +195,21 @@ class LlamaGenPipeline(ArvisPipeline, CheckedPipelineMixin, DiffusionPipeline):
         return {"draft_model": self.draft_transformer, "neighbours": self.codebook_neighbours,
                 "lowres_model": self.lowres_transformer, "upsampler": self.upsampler}
 
+    def decode_memory_bytes(self, batch_size: int, uses_cfg: bool) -> int | None:
+        """The static KV cache: ``2 (K, V) × layers × rows × slots × width × bytes``, two rows per image under CFG."""
+        config = self.transformer.config
+        slots = int(config.block_size) + int(config.cls_token_num)
+        rows = batch_size * (2 if uses_cfg else 1)
+        return 2 * int(config.n_layer) * rows * slots * int(config.dim) * self.transformer.dtype.itemsize
+
     def bench_inputs(self, conditions: Sequence[int | str] | None, samples: int, batch_size: int) -> BenchInputs:
         text = not self.transformer.is_class_conditional
         batches = [(idx, self._condition(None, values, None, None) if text else self._condition(values, None, None, None))
                    for idx, values in self.condition_batches(conditions, samples, batch_size)]
         return BenchInputs(batches, lambda cond, sampling, method, gens: decode(self.transformer, cond, sampling,
                                                                                 method, gens),
-                           lambda name, options: self.build_method(name, **options), self.transformer)
+                           lambda name, options: self.build_method(name, **options), tuple(self.token_layout.grid),
+                           self.transformer.device, self.transformer)
 
     # ------------------------------------------------------------------ outputs
     def decode_tokens(self, tokens: torch.Tensor, output_type: str = "pil", known: torch.Tensor | None = None):

@@ -139,7 +139,8 @@ class MARPipeline(ArvisPipeline, CheckedPipelineMixin, DiffusionPipeline):
                    for idx, values in self.condition_batches(conditions, samples, batch_size)]
         return BenchInputs(batches, lambda cond, sampling, method, gens: self._decode(cond.class_labels, sampling,
                                                                                       method, gens, None),
-                           lambda name, options: self.build_method(name, **options))
+                           lambda name, options: self.build_method(name, **options), tuple(self.token_layout.grid),
+                           self.transformer.device)
 
     def _decode(self, labels: torch.Tensor, sampling: SamplingConfig, method: Any, generator: GeneratorArg,
                 on_step: Callable[[MARStep], None] | None, num_iter: int | None = None) -> tuple[torch.Tensor, BatchStats]:

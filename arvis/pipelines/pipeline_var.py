@@ -55,6 +55,7 @@ class VARPipeline(ArvisPipeline, CheckedPipelineMixin, DiffusionPipeline):
     model_cpu_offload_seq = "transformer->vqvae"
     _optional_components = ["draft_transformer"]
     guidance = "var"
+    partial_previews = False  # a pyramid has no partial image
 
     def __init__(self, transformer: VARTransformer, vqvae: VARVQModel, draft_transformer: VARTransformer | None = None):
         super().__init__()
@@ -94,7 +95,8 @@ class VARPipeline(ArvisPipeline, CheckedPipelineMixin, DiffusionPipeline):
                    for idx, values in self.condition_batches(conditions, samples, batch_size)]
         return BenchInputs(batches, lambda cond, sampling, method, gens: self.decode(cond.class_labels, sampling,
                                                                                      method, gens),
-                           lambda name, options: self.build_method(name, **options))
+                           lambda name, options: self.build_method(name, **options), tuple(self.token_layout.grid),
+                           self.transformer.device)
 
     @torch.no_grad()
     def __call__(

@@ -238,7 +238,8 @@ class VideoPipeline(ArvisPipeline, CheckedPipelineMixin, DiffusionPipeline):
                    for idx, values in self.condition_batches(conditions, samples, batch_size)]
         return BenchInputs(batches, lambda cond, sampling, method, gens: decode(self.transformer, cond, sampling,
                                                                                 method, gens),
-                           lambda name, options: self.build_method(name, **options), self.transformer)
+                           lambda name, options: self.build_method(name, **options), tuple(self.token_layout.grid),
+                           self.transformer.device, self.transformer)
 
 
 def check_fps(fps: Any) -> float:

@@ -41,6 +41,7 @@ class Capabilities:
         offers: resources and traits (:data:`arvis.methods.catalog.CAPABILITIES`).
         class_names: class-conditional models: the name of every class id (may be empty: ids only).
         num_frames: video models: frames per clip.
+        num_tokens: token models with a fixed sequence: its length (``None``: set per call, or not token by token).
         vocabulary: text models with a closed vocabulary: the words they know (empty: any text).
     """
 
@@ -51,6 +52,7 @@ class Capabilities:
     class_names: tuple[str, ...] = ()
     num_classes: int = 0
     num_frames: int | None = None
+    num_tokens: int | None = None
     vocabulary: tuple[str, ...] = field(default=(), repr=False)
 
     def methods(self) -> list[str]:
@@ -68,6 +70,12 @@ class Capabilities:
             usable = ", ".join(self.methods())
             raise ValueError(f"method {name!r} needs {'; '.join(CAPABILITIES[n] for n in missing)}, which this "
                              f"{self.family} model does not have; its methods: {usable}")
+        for option in info.options:  # sequence indices must lie inside the model's sequence
+            value = values[option.name]
+            if option.kind == "interval" and value is not None and self.num_tokens is not None \
+                    and value[1] > self.num_tokens:
+                raise ValueError(f"{name}: {option.name}={list(value)} reaches past the model's {self.num_tokens}-token "
+                                 f"sequence (indices 0..{self.num_tokens})")
         return values
 
     def name_error(self, label: str) -> ValueError:
@@ -88,7 +96,7 @@ class Capabilities:
                 return int(label)
             raise self.name_error(label)
         if isinstance(label, bool) or not isinstance(label, int) or not 0 <= label < self.num_classes:
-            raise ValueError(f"class id {label!r} is not a class of this model (valid: 0..{self.num_classes - 1})")
+            raise ValueError(f"{label!r} is not a class id of this model (valid: 0..{self.num_classes - 1})")
         return label
 
 
@@ -162,6 +170,10 @@ def _names(config: Mapping[str, Any]) -> tuple[tuple[str, ...], int]:
     return tuple(names), count
 
 
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 def _llamagen(c: Components) -> Capabilities:
     config = c.config("transformer")
     offers = {"neighbours"}
@@ -171,9 +183,11 @@ def _llamagen(c: Components) -> Capabilities:
     if config.get("model_type", "c2i") == "t2i":
         vocabulary = c.config("text_encoder").get("vocabulary") or ()
         return Capabilities("llamagen", DecoderKind.TOKEN, "text", frozenset(offers),
+                            num_tokens=_int(config.get("block_size")),
                             vocabulary=tuple(v for v in vocabulary if isinstance(v, str)))
     names, count = _names(config)
-    return Capabilities("llamagen", DecoderKind.TOKEN, "class", frozenset(offers), names, count)
+    return Capabilities("llamagen", DecoderKind.TOKEN, "class", frozenset(offers), names, count,
+                        num_tokens=_int(config.get("block_size")))
 
 
 def _emu3(c: Components) -> Capabilities:
@@ -201,9 +215,9 @@ def _mar(c: Components) -> Capabilities:
 def _video(c: Components) -> Capabilities:
     config = c.config("transformer")
     names, count = _names(config)
-    frames = config.get("num_frames")
+    frames, side = _int(config.get("num_frames")), _int(config.get("frame_size"))
     return Capabilities("video", DecoderKind.TOKEN, "class", frozenset({"frames", "neighbours"}), names, count,
-                        num_frames=frames if isinstance(frames, int) and not isinstance(frames, bool) else None)
+                        num_frames=frames, num_tokens=frames * side * side if frames and side else None)
 
 
 FAMILIES: dict[str, Family] = {f.pipeline: f for f in (
