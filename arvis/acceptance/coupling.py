@@ -24,9 +24,8 @@ from __future__ import annotations
 import torch
 
 from arvis.acceptance.speculative import speculative_step
+from arvis.utils.modes import COUPLINGS
 from arvis.utils.random import draw, sample_categorical
-
-COUPLINGS = ("none", "maximal", "gumbel")
 
 
 def maximal_coupling(p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor, uniform: torch.Tensor,

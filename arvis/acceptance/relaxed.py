@@ -39,8 +39,8 @@ from dataclasses import dataclass
 import torch
 
 from arvis.acceptance.speculative import speculative_step, token_probability
-
-RULES = ("exact", "lantern", "lantern++", "bounded")
+from arvis.utils.modes import ACCEPTANCE_KINDS as RULES
+from arvis.utils.modes import AcceptanceKind
 
 
 @dataclass(frozen=True)
@@ -55,7 +55,7 @@ class AcceptanceRule:
         lam: LANTERN++'s λ >= 1.
     """
 
-    kind: str = "exact"
+    kind: AcceptanceKind = "exact"
     k: int = 10
     delta: float = 0.1
     lam: float = 5.0

@@ -34,6 +34,8 @@ class Proposal:
         has_draft: a draft exists at the target (never at the bonus position).
         use: the query is evaluated (false: padding — outside the sequence, or after a position
             without a draft in the raster window, where nothing could be committed).
+        final: the target is already final (committed ahead of the first uncommitted index by a commit policy
+            with holes); ``None`` when the policy leaves none.
     """
 
     inputs: torch.Tensor
@@ -41,6 +43,7 @@ class Proposal:
     q: torch.Tensor
     has_draft: torch.Tensor
     use: torch.Tensor
+    final: torch.Tensor | None = None
 
 
 @runtime_checkable

@@ -20,6 +20,10 @@ draft with ``p`` (MC-SJD) or its Gumbel-max with noise fixed per position — an
   its distribution with ``q`` = that distribution; in the first frame they fall back to
   ``repeat_vertical`` / ``neighbour_distribution``.
 
+With a commit policy that leaves *holes* (``holes=True``: positions final ahead of the first uncommitted
+index, :class:`arvis.methods.draft_verify.CommitPolicy`) the session keeps which positions are final: their
+committed tokens are fed as inputs, and they are never drafted, verified or refreshed again.
+
 A session may instead be given per-request *initial distributions* (:class:`InitialDistributions`,
 e.g. multi-scale drafting's up-sampled ``q``, :mod:`arvis.drafting.multiscale`): every new position then
 gets ``d ~ q`` from its own distribution (Gumbel coupling: the Gumbel-max with the position's fixed
@@ -47,18 +51,16 @@ from typing import Protocol
 import torch
 import torch.nn.functional as F
 
-from arvis.acceptance.coupling import COUPLINGS, gumbel_argmax, refresh_drafts
+from arvis.acceptance.coupling import gumbel_argmax, refresh_drafts
 from arvis.acceptance.speculative import leading_accepted
 from arvis.acceptance.verify import Verification
 from arvis.drafting.base import Proposal
 from arvis.engine.engine import NO_TOKEN, DecodeEngine
 from arvis.engine.schedules import RasterWindow, WindowPlan
 from arvis.models.protocol import TokenLayout
+from arvis.utils.modes import COUPLINGS, JACOBI_INITS, TEMPORAL_INITS, Coupling, JacobiInit
 from arvis.utils.random import PositionNoise, one_hot, sample_inverse_cdf
 
-#: Initial drafts from the previous frame: video layouts ``(T, H, W)`` only.
-TEMPORAL_INITS = ("repeat_temporal", "previous_frame_distribution")
-JACOBI_INITS = ("random", "repeat_horizontal", "repeat_vertical", "neighbour_distribution", *TEMPORAL_INITS)
 _REPEAT_INITS = ("repeat_horizontal", "repeat_vertical", "repeat_temporal")
 _DISTRIBUTION_INITS = ("neighbour_distribution", "previous_frame_distribution")
 
@@ -110,13 +112,14 @@ class JacobiDrafter:
             since given their acceptance they are not draws from ``p``).
     """
 
-    def __init__(self, init: str = "random", coupling: str = "none", interval: tuple[int, int] | None = None,
-                 lockstep: bool = False):
+    def __init__(self, init: JacobiInit = "random", coupling: Coupling = "none",
+                 interval: tuple[int, int] | None = None, lockstep: bool = False, holes: bool = False):
         if init not in JACOBI_INITS:
             raise ValueError(f"init must be one of {JACOBI_INITS}, got {init!r}")
         if coupling not in COUPLINGS:
             raise ValueError(f"coupling must be one of {COUPLINGS}, got {coupling!r}")
         self.init, self.coupling, self.interval, self.lockstep = init, coupling, interval, lockstep
+        self.holes = holes
 
     def check_layout(self, layout: TokenLayout) -> None:
         """Raise ``ValueError`` when the initialisation cannot run on ``layout`` (temporal inits need frames)."""
@@ -166,6 +169,8 @@ class JacobiSession:
         self._uniform_q = torch.zeros(V, device=dev)
         self._uniform_q[lo:hi] = 1.0 / (hi - lo)
         self._columns: dict[tuple[int, int], tuple[torch.Tensor, ...]] = {}
+        # Final positions ahead of the first uncommitted index (commit policies with holes only).
+        self.final = torch.zeros(A, N + 1, dtype=torch.bool, device=dev) if drafter.holes else None
 
     # ------------------------------------------------------------------ buffers
     def _draftable(self, mask: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
@@ -272,7 +277,8 @@ class JacobiSession:
         T = targets.shape[1]
         column, raster, not_bonus, first_of_band = self._window_columns(T, K)
         after = targets >= committed[:, None]
-        want = real & after & not_bonus
+        final = self.final.gather(1, targets) if self.final is not None else None
+        want = real & after & not_bonus & (~final if final is not None else True)
         # Draft every position this forward reads or predicts (drafted positions keep their drafts). Each
         # call writes distinct positions (deterministic): the raster inputs are its targets shifted by one,
         # a band's inputs are its targets shifted by one except the input of its first column.
@@ -284,12 +290,12 @@ class JacobiSession:
         has_draft = self._draftable((drafts != NO_TOKEN) & want, targets)
         # The raster window stops at the first position without a draft (nothing after it could commit);
         # band queries need their input drafted.
-        lead = leading_accepted(has_draft[:, : K - 1])
+        lead = leading_accepted((has_draft if final is None else has_draft | final)[:, : K - 1])
         inputs = self.tokens.gather(1, inputs_index)
         in_window = column <= lead[:, None]
         use = real & (torch.where(raster, in_window, inputs != NO_TOKEN) if T > K else in_window)
         return Proposal(inputs=inputs.clamp_min(0), drafts=drafts.clamp_min(0), q=self.distribution_at(targets),
-                        has_draft=has_draft & use, use=use)
+                        has_draft=has_draft & use, use=use, final=None if final is None else final & use)
 
     def update(self, committed: torch.Tensor, plan: WindowPlan, p: torch.Tensor, verification: Verification,
                proposal: Proposal, commit_mask: torch.Tensor) -> None:
@@ -304,11 +310,17 @@ class JacobiSession:
         # Committed positions keep their token and the p they were committed with; evaluated positions
         # after the commit point get the refreshed draft, with q := this forward's p.
         update = proposal.use & (commit_mask | self._draftable(targets >= committed[:, None], targets))
+        if proposal.final is not None:  # positions final before this forward keep their token and p
+            update = update & ~proposal.final
+            self.final.index_put_((self._rows.expand_as(targets), torch.where(commit_mask, targets, self.N)),
+                                  torch.ones((), dtype=torch.bool, device=targets.device))
         self.store(targets, update, torch.where(commit_mask, verification.tokens, refreshed), p)
 
     def retire(self, kept: Sequence[int], kept_index: torch.Tensor) -> None:
         self.tokens = self.tokens.index_select(0, kept_index)
         self.dist = self.dist.index_select(0, kept_index)
+        if self.final is not None:
+            self.final = self.final.index_select(0, kept_index)
         self._rows = self._rows[: len(kept)]
         if self.initial is not None:
             self.initial = self.initial.select(kept_index)

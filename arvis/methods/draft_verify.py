@@ -8,8 +8,14 @@ One iteration is six named steps:
 3. **draft** — the drafter proposes the inputs and drafts there (:mod:`arvis.drafting`);
 4. **evaluate** — one target forward (:meth:`arvis.engine.DecodeEngine.evaluate`);
 5. **verify** — couple every draft with ``p`` and decide the commit (:func:`arvis.acceptance.verify.verify`);
-6. **commit / roll back** — fix the accepted tokens plus one, drop the rest of the window from the cache;
-   then the drafter **refreshes** from what the forward computed (:meth:`DraftSession.update`).
+6. **commit / roll back** — the *commit policy* decides which verified positions become final (by default the
+   accepted prefix plus one: :class:`PrefixCommit`), the rest of the window leaves the cache; then the drafter
+   **refreshes** from what the forward computed (:meth:`DraftSession.update`).
+
+The commit policy is the one place a method changes what a verification commits: MuLo-SD's local verification
+(:class:`arvis.methods.mulo.LocalCommit`) commits past a rejection outside its neighbourhood. A policy that may
+leave *holes* (positions final ahead of the first uncommitted one) says so (``holes = True``): the drafter then
+keeps those positions' committed tokens as inputs and never drafts or verifies them again.
 
 Nothing inside an iteration branches on a device value: shapes depend only on the schedule and on
 host values read at step 1, so the loop is capture-friendly.
@@ -18,7 +24,7 @@ host values read at step 1, so the loop is capture-friendly.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
@@ -29,6 +35,60 @@ from arvis.drafting.base import DraftSession, Proposal
 from arvis.engine.engine import DecodeEngine
 from arvis.engine.schedules import RasterWindow, WindowPlan
 from arvis.utils.random import PositionNoise
+
+
+class CommitPolicy(Protocol):
+    """Which of a forward's verified positions become final.
+
+    ``holes``: the policy may commit positions after a rejection (then positions ahead of the first uncommitted
+    one are final, and the drafter must keep them).
+    """
+
+    holes: bool
+
+    def decide(self, plan: WindowPlan, proposal: Proposal, verification: Verification, p: torch.Tensor,
+               committed: torch.Tensor, engine: DecodeEngine) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(commit_mask [A, T], committed [A])``: the positions to commit now, and every sample's new first
+        uncommitted index (all indices before it final). ``p [A, T, V]``: the forward's target distributions."""
+        ...
+
+    def retire(self, kept_index: torch.Tensor) -> None:
+        """Active samples were compacted (per-sample state follows them)."""
+        ...
+
+    def report(self) -> dict[str, Any]:
+        """The policy's own statistics for the method's ``extra``."""
+        ...
+
+
+class PrefixCommit:
+    """The lossless rule: the leading accepted drafts plus one (the recovered or bonus token).
+
+    ``lockstep``: every sample advances by the batch's minimum instead (accepted drafts past the cut are redrawn
+    by the drafter, which keeps it lossless)."""
+
+    holes = False
+
+    def __init__(self, lockstep: bool = False):
+        self.lockstep = lockstep
+        self._columns: dict[tuple[int, int], torch.Tensor] = {}
+
+    def decide(self, plan: WindowPlan, proposal: Proposal, verification: Verification, p: torch.Tensor,
+               committed: torch.Tensor, engine: DecodeEngine) -> tuple[torch.Tensor, torch.Tensor]:
+        T, K = plan.targets.shape[1], plan.verified
+        if (T, K) not in self._columns:
+            column = torch.arange(T, device=plan.targets.device)
+            self._columns[T, K] = column.masked_fill(column >= K, T)  # band columns never commit
+        count = verification.commit_count
+        if self.lockstep:
+            count = count.min().expand_as(count)
+        return (self._columns[T, K] < count[:, None]) & proposal.use, committed + count
+
+    def retire(self, kept_index: torch.Tensor) -> None:
+        pass
+
+    def report(self) -> dict[str, Any]:
+        return {}
 
 
 class DraftVerifyLoop:
@@ -42,15 +102,17 @@ class DraftVerifyLoop:
         rule: the acceptance rule (exact, or relaxed: lossy).
         neighbours: codebook neighbourhoods for relaxed rules.
         gumbel: Gumbel coupling — every token is the Gumbel-max of its ``p`` with noise fixed per position.
-        lockstep: every sample advances by the batch's minimum commit.
+        lockstep: every sample advances by the batch's minimum commit (with the default policy).
+        policy: the commit policy (default :class:`PrefixCommit`).
     """
 
     def __init__(self, engine: DecodeEngine, schedule: RasterWindow,
                  start_drafter: Callable[[torch.Tensor, PositionNoise | None], DraftSession], *,
                  rule: AcceptanceRule, neighbours: torch.Tensor | None = None, gumbel: bool = False,
-                 lockstep: bool = False):
+                 lockstep: bool = False, policy: CommitPolicy | None = None):
         self.engine, self.schedule, self.start_drafter = engine, schedule, start_drafter
         self.rule, self.gumbel, self.lockstep = rule, gumbel, lockstep
+        self.policy = policy if policy is not None else PrefixCommit(lockstep)
         self.neighbours = None if neighbours is None else neighbours.to(engine.device)
         K, dev = schedule.verified, engine.device
         self.noise = (PositionNoise(engine.random, engine.active_list, engine.vocab_size, schedule.reach + 1)
@@ -58,7 +120,6 @@ class DraftVerifyLoop:
         # How many drafts each forward accepted, per sample (a histogram over 0 … K).
         self.accepted_hist = torch.zeros(K + 1, dtype=torch.long, device=dev)
         self._ones = torch.ones(engine.batch_size, dtype=torch.long, device=dev)
-        self._columns: dict[int, torch.Tensor] = {}
         self.tv_sum = torch.zeros((), device=dev)
         self.tv_count = torch.zeros((), device=dev)
         self.tv_max = torch.zeros((), device=dev)
@@ -76,7 +137,7 @@ class DraftVerifyLoop:
             proposal = self.session.propose(self.committed, plan)
             p = self.engine.evaluate(proposal.inputs, plan.inputs_index, pad=~proposal.use, extent=plan.extent)
             verification = self.verify(plan, proposal, p)
-            commit_mask = self.commit(plan, proposal, verification)
+            commit_mask = self.commit(plan, proposal, verification, p)
             self.session.update(self.committed, plan, p, verification, proposal, commit_mask)
             self.iterations += 1
         return self.report()
@@ -108,6 +169,7 @@ class DraftVerifyLoop:
             kept_index = self.engine.retire(kept)
             self.committed = self.committed.index_select(0, kept_index)
             self.session.retire(kept, kept_index)
+            self.policy.retire(kept_index)
             committed = [committed[a] for a in kept]
         self.state_bytes = max(self.state_bytes, self.session.nbytes())
         return committed
@@ -125,18 +187,12 @@ class DraftVerifyLoop:
         return verify(p, proposal.drafts, proposal.q, proposal.has_draft, verified=plan.verified, limit=limit,
                       rule=self.rule, uniform=uniform[:, 0], noise=uniform[:, 1], neighbours=self.neighbours)
 
-    def commit(self, plan: WindowPlan, proposal: Proposal, verification: Verification) -> torch.Tensor:
-        """Commit the leading accepted drafts plus one; roll the cache back to the committed prefix.
+    def commit(self, plan: WindowPlan, proposal: Proposal, verification: Verification, p: torch.Tensor
+               ) -> torch.Tensor:
+        """Commit what the policy decides; roll the cache back to the first uncommitted index.
         Returns the committed positions ``[A, T]``."""
-        T, K = plan.targets.shape[1], plan.verified
-        if T not in self._columns:
-            self._columns[T] = torch.arange(T, device=plan.targets.device).masked_fill(
-                torch.arange(T, device=plan.targets.device) >= K, T)  # band columns never commit
-        if self.lockstep:
-            verification = _replace_commit(verification, verification.commit_count.min().expand_as(self.committed))
-        commit_mask = (self._columns[T] < verification.commit_count[:, None]) & proposal.use
+        commit_mask, self.committed = self.policy.decide(plan, proposal, verification, p, self.committed, self.engine)
         self.engine.commit(plan.targets, verification.tokens, commit_mask)
-        self.committed = self.committed + verification.commit_count
         self.engine.truncate(self.committed - 1)  # slots after the last committed input hold rejected drafts
         self.accepted_hist.index_add_(0, verification.accepted_count, self._ones[: self.committed.shape[0]])
         if verification.tv is not None:  # the realised TV of relaxed rules
@@ -158,14 +214,9 @@ class DraftVerifyLoop:
             "acceptance_by_offset": [(reached[k + 1] / reached[k]) if reached[k] else None for k in range(K - 1)],
             "iterations": self.iterations,
             "draft_state_mb": self.state_bytes / 2**20,
+            **self.policy.report(),
         }
         if not self.rule.lossless:
             out.update(tv_kind="realised per token given the prefix",
                        mean_tv_per_token=mean_tv, max_tv_per_token=max_tv)
         return out
-
-
-def _replace_commit(verification: Verification, commit_count: torch.Tensor) -> Verification:
-    from dataclasses import replace
-
-    return replace(verification, commit_count=commit_count)

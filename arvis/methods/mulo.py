@@ -36,10 +36,13 @@ from typing import Any, ClassVar
 
 import torch
 
-from arvis.acceptance.speculative import speculative_step
+from arvis.acceptance.relaxed import AcceptanceRule
+from arvis.acceptance.verify import Verification
+from arvis.drafting.base import Proposal
 from arvis.drafting.jacobi import JacobiDrafter
 from arvis.drafting.multiscale import MultiScaleDraft, MultiScaleDrafter
 from arvis.engine.engine import DecodeEngine
+from arvis.engine.schedules import RasterWindow, WindowPlan
 from arvis.methods.ar import Autoregressive
 from arvis.methods.base import DecodingMethod, require
 from arvis.methods.catalog import DecoderKind, MethodInfo, method_info
@@ -111,13 +114,80 @@ class MultiScaleJacobi(CoupledJacobi):
                 **rule_options(self.acceptance)}
 
 
+class LocalCommit:
+    """MuLo-SD's commit policy (a :class:`~arvis.methods.draft_verify.CommitPolicy` with holes): a verified
+    position is committed unless a position rejected in the same forward lies in its spatial neighbourhood (at
+    most ``radius`` rows above and ``radius`` columns away, before it). Positions in such a neighbourhood are
+    re-verified by a later forward with the corrected token as context.
+
+    Statistics: the acceptance of the up-sampler's drafts (``Σ min(p, q)`` at positions drafted but never
+    evaluated before) and of refreshed drafts, the positions committed ahead of the first uncommitted one,
+    and the rejections per sequence index of every sample.
+    """
+
+    holes = True
+
+    def __init__(self, radius: int, row_stride: int, batch_size: int, num_tokens: int, device: torch.device):
+        self.radius, self.stride, self.N = radius, row_stride, num_tokens
+        self.final = torch.zeros(batch_size, num_tokens + 1, dtype=torch.bool, device=device)  # [A, N + 1]
+        self.evaluated = torch.zeros_like(self.final)  # the draft there is no longer the up-sampler's
+        self.rejections = torch.zeros(batch_size, num_tokens + 1, dtype=torch.long, device=device)  # [B, N + 1]
+        self.alpha_sum = torch.zeros(2, device=device)
+        self.alpha_count = torch.zeros(2, device=device)
+        self.ahead = torch.zeros((), dtype=torch.long, device=device)
+        self.final[:, 0] = True  # index 0 comes from the prefill
+
+    def decide(self, plan: WindowPlan, proposal: Proposal, verification: Verification, p: torch.Tensor,
+               committed: torch.Tensor, engine: DecodeEngine) -> tuple[torch.Tensor, torch.Tensor]:
+        targets = plan.targets  # [A, T]
+        rows = torch.arange(targets.shape[0], device=targets.device)[:, None].expand_as(targets)
+        final = proposal.final if proposal.final is not None else torch.zeros_like(proposal.use)
+        live = proposal.use & ~final
+        rejected = live & proposal.has_draft & ~verification.accepted
+        r, c = targets // self.stride, targets % self.stride
+        near = ((r[:, None, :] - r[:, :, None]).abs() <= self.radius) & ((c[:, None, :] - c[:, :, None]).abs() <= self.radius)
+        column = torch.arange(targets.shape[1], device=targets.device)
+        before = column[:, None] < column[None, :]  # [i, j]: i is evaluated before j in the window
+        invalid = (rejected[:, :, None] & near & before).any(1)  # a rejection in j's neighbourhood, before j
+        commit = live & ~invalid
+        # Statistics: acceptance (1 − TV) of the drafts, the up-sampler's or refreshed ones.
+        overlap = torch.minimum(p, proposal.q).sum(-1)  # [A, T]
+        drafted = live & proposal.has_draft
+        fresh = drafted & ~self.evaluated.gather(1, targets)
+        for k, mask in enumerate((fresh, drafted & ~fresh)):
+            self.alpha_sum[k] += (overlap * mask).sum()
+            self.alpha_count[k] += mask.sum()
+        self.evaluated.index_put_((rows, torch.where(live, targets, self.N)), torch.ones((), dtype=torch.bool,
+                                                                                         device=targets.device))
+        self.rejections.index_put_((engine.active[:, None].expand_as(targets), torch.where(rejected, targets, self.N)),
+                                   rejected.long(), accumulate=True)
+        self.final.index_put_((rows, torch.where(commit, targets, self.N)), torch.ones((), dtype=torch.bool,
+                                                                                       device=targets.device))
+        pending = ~self.final[:, : self.N]
+        frontier = torch.where(pending.any(1), pending.long().argmax(1), torch.full_like(committed, self.N))
+        self.ahead += (commit & (targets >= frontier[:, None])).sum()
+        return commit, frontier
+
+    def retire(self, kept_index: torch.Tensor) -> None:
+        self.final = self.final.index_select(0, kept_index)
+        self.evaluated = self.evaluated.index_select(0, kept_index)
+
+    def report(self) -> dict[str, Any]:
+        alpha = (self.alpha_sum / self.alpha_count.clamp_min(1)).tolist()
+        return {"alpha_upsampler_drafts": alpha[0], "alpha_refreshed_drafts": alpha[1],
+                "committed_ahead_of_frontier": int(self.ahead),
+                "per_sample": {"rejections": self.rejections[:, : self.N].tolist()}}
+
+
 @register_method
 @dataclass(frozen=True)
 class MultiScaleLocal(DecodingMethod):
-    """MuLo-SD's local verification (LOSSY; see the module docstring).
+    """MuLo-SD's local verification (LOSSY; see the module docstring): the composition
+    ``raster window × Jacobi drafter started from the up-sampler's q (maximal coupling) × exact acceptance ×``
+    :class:`LocalCommit`.
 
     Options:
-        window: drafts verified per forward after the first uncommitted position (``window + 1`` positions).
+        window: drafts verified per forward after the first uncommitted position.
         radius: spatial neighbourhood of a rejection, in rows and columns (``>=`` the grid size: lossless).
         temperature, lowres_window, lowres_model, upsampler: the drafter's (as ``mulo``).
     """
@@ -140,108 +210,17 @@ class MultiScaleLocal(DecodingMethod):
 
     def run(self, engine: DecodeEngine) -> dict[str, Any]:
         draft = _draft(self, engine)
-        out = _LocalRun(self, engine, draft).run()
+        schedule = RasterWindow(self.window, engine.num_tokens)
+        drafter = JacobiDrafter("random", "maximal", holes=True)
+        policy = LocalCommit(self.radius, engine.layout.row_stride, engine.batch_size, engine.num_tokens,
+                             engine.device)
+        loop = DraftVerifyLoop(engine, schedule,
+                               lambda p0, noise: drafter.start(engine, schedule, p0, noise, initial=draft),
+                               rule=AcceptanceRule(), policy=policy)
+        out = loop.run()
         out["per_sample"]["low_tokens"] = draft.low_tokens.tolist()
-        return out
+        return {**out, "window": self.window, "radius": self.radius, "temperature": self.temperature,
+                "lowres_window": self.lowres_window, "positions_per_forward": self.positions_per_forward}
 
 
-class _LocalRun:
-    """Per-request state: the current token and its draft distribution at every index, which are final.
-
-    ``tokens [A, N]`` (committed or drafted), ``q [A, N, V]`` (the draft's distribution: the up-sampler's
-    until a forward refreshes it, then that forward's ``p``), ``final [A, N]``, ``n [A]`` the first index
-    that is not final.
-    """
-
-    def __init__(self, method: MultiScaleLocal, engine: DecodeEngine, draft: MultiScaleDraft):
-        self.m, self.e = method, engine
-        self.N, self.V = engine.num_tokens, engine.vocab_size
-        self.width = engine.layout.grid[-1]
-        A, dev = engine.num_active, engine.device
-        self.q = draft.q  # owned by this run: refreshed in place
-        index = torch.arange(self.N, device=dev).expand(A, -1)
-        self.tokens, _ = draft.draw(index, engine.uniform((self.N,)))  # d_j ~ q_j everywhere
-        self.final = torch.zeros(A, self.N, dtype=torch.bool, device=dev)
-        self.fresh = torch.ones(A, self.N, dtype=torch.bool, device=dev)  # still the up-sampler's draft
-        self.offsets = torch.arange(method.window + 1, device=dev)
-        # Statistics: acceptance of the up-sampler's drafts (expected, Σ min(p, q)) and of refreshed drafts,
-        # rejections per position, positions committed ahead of the first uncommitted one.
-        self.rejections = torch.zeros(engine.batch_size, self.N, dtype=torch.long, device=dev)
-        self.alpha_sum = torch.zeros(2, device=dev)
-        self.alpha_count = torch.zeros(2, device=dev)
-        self.ahead = torch.zeros((), dtype=torch.long, device=dev)
-
-    def _verify(self, p: torch.Tensor, targets: torch.Tensor, live: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Exact accept-or-recover of the drafts at ``targets [A, T]`` against ``p [A, T, V]``."""
-        T, V = targets.shape[1], self.V
-        drafts = self.tokens.gather(1, targets)
-        q = self.q.gather(1, targets[..., None].expand(-1, -1, V)) * live[..., None]
-        uniform = self.e.uniform((2, T))  # the accept test's and the recovered token's (inverse CDF)
-        tokens, accepted = speculative_step(p, q, drafts, uniform[:, 0], uniform[:, 1])
-        overlap = torch.minimum(p, q).sum(-1)  # = 1 − TV(p, q): the probability the draft is accepted
-        fresh = self.fresh.gather(1, targets) & live
-        for k, mask in enumerate((fresh, live & ~fresh)):
-            self.alpha_sum[k] += (overlap * mask).sum()
-            self.alpha_count[k] += mask.sum()
-        return tokens, accepted & live
-
-    @torch.no_grad()
-    def run(self) -> dict[str, Any]:
-        e, N, W, r = self.e, self.N, self.width, self.m.radius
-        dev = e.device
-        A = e.num_active
-        zero = torch.zeros(A, 1, dtype=torch.long, device=dev)
-        p0 = e.prefill()[:, None]  # [A, 1, V]: index 0 given the condition only
-        first, _ = self._verify(p0, zero, torch.ones(A, 1, dtype=torch.bool, device=dev))
-        e.commit(zero, first)
-        self.tokens[:, :1] = first
-        self.final[:, 0] = True
-        n = torch.ones(A, dtype=torch.long, device=dev)
-        # i before k in the window, and within the radius: [K, K] pattern per sample from the targets' coordinates.
-        before = self.offsets[:, None] < self.offsets[None, :]
-        while True:
-            (committed,) = e.status(n)  # the one host synchronisation per iteration
-            kept = [a for a, m in enumerate(committed) if m < N]
-            if not kept:
-                break
-            if len(kept) < len(committed):  # finished samples leave the batch
-                kept_index = e.retire(kept)
-                n, self.tokens, self.q, self.final, self.fresh = (
-                    t.index_select(0, kept_index) for t in (n, self.tokens, self.q, self.final, self.fresh))
-                A = len(kept)
-            targets = n[:, None] + self.offsets  # [A, K]
-            real = targets < N
-            targets = targets.clamp_max(N - 1)
-            inputs_index = targets - 1
-            p = e.evaluate(self.tokens.gather(1, inputs_index), inputs_index, pad=~real)  # [A, K, V]
-            live = real & ~self.final.gather(1, targets)
-            new, accepted = self._verify(p, targets, live)
-            rejected = live & ~accepted
-            rows, cols = targets // W, targets % W
-            near = ((rows[:, None, :] - rows[:, :, None]).abs() <= r) & ((cols[:, None, :] - cols[:, :, None]).abs() <= r)
-            invalid = (rejected[:, :, None] & near & before).any(1)  # a rejection in j's neighbourhood, before j
-            commit = live & ~invalid
-            e.commit(targets, new, commit)
-            a = torch.arange(A, device=dev)[:, None].expand_as(targets)
-            # Committed: the final token. Re-verified later: the maximal coupling of the old draft with p, q := p.
-            self.tokens[a[live], targets[live]] = new[live]
-            refreshed = live & ~commit
-            self.q[a[refreshed], targets[refreshed]] = p[refreshed]
-            self.fresh[a[live], targets[live]] = False
-            self.final[a[commit], targets[commit]] = True
-            self.rejections.index_put_((e.active[:, None].expand_as(targets)[rejected], targets[rejected]),
-                                       torch.ones_like(targets[rejected]), accumulate=True)
-            pending = ~self.final
-            n_new = torch.where(pending.any(1), pending.long().argmax(1), torch.full_like(n, N))
-            self.ahead += (commit & (targets >= n_new[:, None])).sum()
-            n = n_new
-            e.truncate(n - 1)  # inputs from the first uncommitted index on are re-fed by the next window
-        alpha = e.to_host(self.alpha_sum / self.alpha_count.clamp_min(1))
-        return {"window": self.m.window, "radius": self.m.radius, "temperature": self.m.temperature,
-                "lowres_window": self.m.lowres_window,
-                "positions_per_forward": self.m.positions_per_forward,
-                "alpha_upsampler_drafts": alpha[0], "alpha_refreshed_drafts": alpha[1],
-                "committed_ahead_of_frontier": int(self.ahead), "per_sample": {"rejections": self.rejections.tolist()}}
-
-
-__all__ = ["MultiScaleJacobi", "MultiScaleLocal"]
+__all__ = ["LocalCommit", "MultiScaleJacobi", "MultiScaleLocal"]
