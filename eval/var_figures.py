@@ -113,8 +113,8 @@ def task_layout(out: Path, model_name: str = MODEL) -> None:
     pipe, _, _ = load_pipeline(model_name, torch.float32, "cpu")
     record: dict = {"model": model_name}
     with tempfile.TemporaryDirectory() as tmp:
-        for name in ("transformer", "draft_transformer"):
-            model = getattr(pipe, name).float()
+        for name, component in (("transformer", pipe.transformer), ("draft_transformer", pipe.draft_transformer)):
+            model = component.float()
             path = Path(tmp) / f"{name}.pth"
             export_var_checkpoint(model, path)
             raw = torch.load(path, weights_only=True)

@@ -10,6 +10,7 @@ list only ever shrinks (delete an entry when its fix lands).
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -173,3 +174,38 @@ def test_the_contract_catches_violations(module, source, rule):
 ])
 def test_the_contract_allows_downward_imports(module, source):
     assert violations_in(source, module) == []
+
+
+# ----------------------------------------------------------------------------- the family seam
+# The apps ask a pipeline through its interface (arvis.pipelines.interface.ArvisPipeline), never by probing it.
+APPS = ("arvis/cli.py", "arvis/cli_args.py", "arvis/demo", "arvis/eval", "eval", "apps")
+PIPELINE_NAME = re.compile(r"\b(pipe|pipeline|pipelines)\b|\.pipeline\(")
+
+
+def probes_of_pipelines(source: str) -> list[tuple[int, str]]:
+    """``(line, call)`` of every ``hasattr`` / ``getattr`` whose object is a pipeline (named ``pipe``,
+    ``pipeline``, ``….pipeline(…)``)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("hasattr", "getattr") \
+                and node.args and PIPELINE_NAME.search(ast.unparse(node.args[0])):
+            found.append((node.lineno, ast.unparse(node)))
+    return found
+
+
+def test_apps_never_probe_a_pipeline_with_hasattr_or_getattr():
+    offenders = []
+    for place in APPS:
+        path = ROOT / place
+        for file in [path] if path.is_file() else sorted(path.rglob("*.py")):
+            offenders += [f"{file.relative_to(ROOT)}:{line}: {call}" for line, call in probes_of_pipelines(file.read_text())]
+    assert not offenders, offenders
+
+
+@pytest.mark.parametrize("source", [
+    "getattr(pipe, 'draft_transformer', None)",
+    "hasattr(self.pipeline, 'num_frames')",
+    "getattr(models.pipeline(name), 'class_names')",
+])
+def test_the_probe_check_has_teeth(source):
+    assert probes_of_pipelines(source)

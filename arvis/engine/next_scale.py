@@ -190,10 +190,11 @@ class NextScaleDecoder:
     def finished(self) -> bool:
         return self.committed == self.layout.num_scales
 
-    def finish(self, extra: dict[str, Any] | None = None) -> BatchStats:
-        """Stop the clock; the statistics in the engine's format."""
+    def finish(self, extra: dict[str, Any] | None = None, partial: bool = False) -> BatchStats:
+        """Stop the clock; the statistics in the engine's format (``partial``: of the scales committed so far,
+        after an interrupted decode)."""
         latency = time.perf_counter() - self._t0
-        if not self.finished():
+        if not partial and not self.finished():
             raise RuntimeError(f"method {self.method!r} committed {self.committed} of {self.layout.num_scales} scales")
         self.stats.extra.update({"scale_model": [s.model for s in self.timeline],
                                  "scale_rows": [s.rows for s in self.timeline],

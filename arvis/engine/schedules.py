@@ -10,8 +10,9 @@ Three schedules, all used through the engine's one primitive ("evaluate these po
 - :func:`zipar_schedule` — ZipAR's own lossy schedule (below).
 
 ZipAR (He et al., ICML 2025, arXiv:2412.04062): spatially parallel decoding on an ``H × W`` grid
-with window ``w``. Every active row decodes one token per forward; row ``r + 1`` starts once row
-``r`` has ``w`` tokens. Its first token is predicted by the query at the slot of ``(r, W − 1)``,
+with row lag ``w`` (the paper calls it a window; in arvis ``window`` only means a verified window). Every
+active row decodes one token per forward; row ``r + 1`` starts once row ``r`` has ``w`` tokens. Its first
+token is predicted by the query at the slot of ``(r, W − 1)``,
 which is not decoded yet, so a *proxy* token — the latest decoded token of row ``r − 1`` — is fed
 there (LlamaGen has no end-of-line token); when ``(r, W − 1)`` is decoded, the real token is
 *re-fed* into that slot so later queries read it. Row 1 has no row above its predecessor, so it
@@ -47,12 +48,12 @@ class Forward:
     queries: tuple[Query, ...] = field(default_factory=tuple)
 
 
-def zipar_schedule(height: int, width: int, window: int) -> list[Forward]:
+def zipar_schedule(height: int, width: int, row_lag: int) -> list[Forward]:
     """The forwards after the prefill (which decodes index 0), for an ``height × width`` grid."""
     if height < 1 or width < 1:
         raise ValueError(f"grid must be positive, got {height}x{width}")
-    if window < 1:
-        raise ValueError(f"window must be >= 1, got {window}")
+    if row_lag < 1:
+        raise ValueError(f"row_lag must be >= 1, got {row_lag}")
     decoded = [0] * height  # tokens decoded per row
     decoded[0] = 1  # index 0 comes from the prefill
     active = [0]
@@ -71,7 +72,7 @@ def zipar_schedule(height: int, width: int, window: int) -> list[Forward]:
             c = decoded[r]
             if c < width:
                 queries.append(Query(r * width + c - 1, r * width + c - 1, r * width + c))
-        # Start the next row: after row r has `window` tokens (proxy), or when row r is complete.
+        # Start the next row: after row r has `row_lag` tokens (proxy), or when row r is complete.
         nxt = next_row
         if nxt < height:
             above = nxt - 1
@@ -79,7 +80,7 @@ def zipar_schedule(height: int, width: int, window: int) -> list[Forward]:
                 last = above * width + width - 1
                 queries.append(Query(last, last, nxt * width))
                 starting.append(nxt)
-            elif decoded[above] >= window and above >= 1:
+            elif decoded[above] >= row_lag and above >= 1:
                 proxy = (above - 1) * width + decoded[above - 1] - 1  # latest decoded token two rows up
                 queries.append(Query(above * width + width - 1, proxy, nxt * width))
                 proxied.add(above)
@@ -96,11 +97,11 @@ def zipar_schedule(height: int, width: int, window: int) -> list[Forward]:
     return forwards
 
 
-def zipar_forward_count(height: int, width: int, window: int) -> int:
+def zipar_forward_count(height: int, width: int, row_lag: int) -> int:
     """Target forwards of ZipAR including the prefill: ``2W + (H−2)·w`` (w < W, H ≥ 2), else ``H·W``."""
-    if window >= width or height == 1:
+    if row_lag >= width or height == 1:
         return height * width
-    return 2 * width + (height - 2) * window
+    return 2 * width + (height - 2) * row_lag
 
 
 def zipar_schedule_eol(height: int, width: int, row_lag: int, tail: int = 0) -> list[Forward]:

@@ -126,8 +126,9 @@ def check_output_type(output_type: str) -> None:
         raise ValueError(f"output_type must be one of {OUTPUT_TYPES}, got {output_type!r}")
 
 
-class _Interrupted(Exception):
-    """Raised inside the commit hook when a callback set ``pipe._interrupt`` (an interruptible decode)."""
+class Interrupted(Exception):
+    """Raised inside a decode's step hook when a callback set ``pipe._interrupt`` (every pipeline catches it and
+    returns what was committed so far)."""
 
 
 # What ``callback_on_step_end`` may ask for (diffusers' ``callback_on_step_end_tensor_inputs``).
@@ -146,14 +147,23 @@ def callback_tensor_inputs(callback: Callable | None, names: Sequence[str] | Non
     return tensor_inputs
 
 
-def run_step_callback(pipe: Any, callback: Callable, tensor_inputs: Sequence[str], step: int, tokens: torch.Tensor,
-                      known: torch.Tensor) -> None:
-    """Call ``callback(pipe, step, committed_per_sample, {name: copy})`` once and honour its return value.
+def run_step_callback(pipe: Any, callback: Callable | None, tensor_inputs: Sequence[str], step: int,
+                      tokens: torch.Tensor, known: torch.Tensor) -> None:
+    """Call ``callback(pipe, step, committed_per_sample, {name: copy})`` once and honour its return value; then
+    stop the decode (:class:`Interrupted`) if it set ``pipe._interrupt``. Every pipeline's step hook ends here.
 
     The callback gets copies of the tensors named in ``tensor_inputs`` (``tokens`` ``[B, N]``, ``NO_TOKEN``
     where not committed; ``known`` ``[B, N]`` bool). It may return ``None`` or a dict; committed tokens are
     final in autoregressive decoding, so a returned ``tokens`` or ``known`` that differs is an error.
     """
+    if callback is not None:
+        _call_step_callback(pipe, callback, tensor_inputs, step, tokens, known)
+    if pipe._interrupt:
+        raise Interrupted()
+
+
+def _call_step_callback(pipe: Any, callback: Callable, tensor_inputs: Sequence[str], step: int, tokens: torch.Tensor,
+                        known: torch.Tensor) -> None:
     state = {"tokens": tokens, "known": known}
     returned = callback(pipe, step, known.sum(-1), {k: state[k].clone() for k in tensor_inputs})
     if returned is None:
@@ -169,16 +179,16 @@ def run_step_callback(pipe: Any, callback: Callable, tensor_inputs: Sequence[str
 
 def decode_with_progress(pipe: Any, backbone: Backbone, condition: Condition, sampling: SamplingConfig,
                          method: Any, generator: GeneratorArg, callback_on_step_end: Callable | None,
-                         tensor_inputs: Sequence[str] = CALLBACK_TENSOR_INPUTS,
-                         interruptible: bool = False) -> tuple[torch.Tensor, BatchStats]:
+                         tensor_inputs: Sequence[str] = CALLBACK_TENSOR_INPUTS) -> tuple[torch.Tensor, BatchStats]:
     """:func:`arvis.methods.decode` with the pipeline's progress bar (committed tokens, at most 10 updates a
     second) and diffusers' step callback after every commit (:func:`run_step_callback`).
 
     Args:
         method: a built token method (the pipeline's ``build_method``).
         tensor_inputs: the tensors the callback receives (checked by :func:`callback_tensor_inputs`).
-        interruptible: a callback that sets ``pipe._interrupt = True`` stops the decode after that commit;
-            the tokens committed so far are returned (``NO_TOKEN`` elsewhere) with the statistics up to there.
+
+    A callback that sets ``pipe._interrupt = True`` stops the decode after that commit: the tokens committed so
+    far are returned (``NO_TOKEN`` elsewhere) with the statistics up to there.
 
     Returns:
         ``tokens [B, N]`` and the decode statistics.
@@ -186,8 +196,7 @@ def decode_with_progress(pipe: Any, backbone: Backbone, condition: Condition, sa
     B, N = condition.batch_size, backbone.layout.num_tokens
     if isinstance(generator, list | tuple) and len(generator) != B:
         raise ValueError(f"generator: got {len(generator)} generators for {B} images; pass one, or one per image")
-    if interruptible:
-        pipe._interrupt = False
+    pipe._interrupt = False
     progress = pipe.progress_bar(total=B * N)
     committed = [0]
     last_update = [0.0]
@@ -201,21 +210,26 @@ def decode_with_progress(pipe: Any, backbone: Backbone, condition: Condition, sa
             done = int(engine.known.sum())
             progress.update(done - committed[0])
             committed[0], last_update[0] = done, now
-        if callback_on_step_end is not None:
-            run_step_callback(pipe, callback_on_step_end, tensor_inputs, engine.stats.forward_index - 1,
-                              engine.tokens, engine.known)
-        if interruptible and pipe._interrupt:
-            raise _Interrupted()
+        run_step_callback(pipe, callback_on_step_end, tensor_inputs, engine.stats.forward_index - 1, engine.tokens,
+                          engine.known)
 
     try:
         tokens, stats = decode(backbone, condition, sampling, method, generator, on_commit)
         progress.update(B * N - committed[0])
-    except _Interrupted:
+    except Interrupted:
         engine = engines[0]
         tokens, stats = engine.tokens.clone(), engine.partial_stats()
     finally:
         progress.close()
     return tokens, stats
+
+
+def grey_uncommitted(images: torch.Tensor, known: torch.Tensor) -> torch.Tensor:
+    """Decoded images ``[B, 3, H, W]`` in ``[-1, 1]`` with the cells of uncommitted tokens drawn grey (``known``
+    ``[B, h, w]`` bool: committed token cells) — partial images: previews and interrupted decodes."""
+    cells = torch.nn.functional.interpolate(known[:, None].float().to(images.device), size=images.shape[-2:],
+                                            mode="nearest").to(images.dtype)
+    return images * cells + (2 * PREVIEW_GREY - 1) * (1 - cells)
 
 
 def images_to_output(images: torch.Tensor, output_type: str) -> list[PIL.Image.Image] | np.ndarray | torch.Tensor:

@@ -66,6 +66,13 @@ class ArvisPipeline(SamplingDefaultsMixin):
 
     guidance: ClassVar[str] = "llamagen"  # the family's guidance rule (arvis.engine.guidance)
     partial_previews: ClassVar[bool] = True  # decode_tokens(tokens, known=...) draws uncommitted cells grey
+    _interrupt: bool = False
+
+    @property
+    def interrupt(self) -> bool:
+        """Set ``pipe._interrupt = True`` from ``callback_on_step_end`` to stop decoding (diffusers' convention):
+        the output then holds what was committed so far (``-1`` / grey elsewhere) and its statistics."""
+        return self._interrupt
 
     # ------------------------------------------------------------------ what it is
     @classmethod

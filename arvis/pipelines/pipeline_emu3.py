@@ -30,6 +30,7 @@ from typing import Any
 import torch
 from diffusers import DiffusionPipeline
 
+from arvis.engine.engine import NO_TOKEN
 from arvis.methods.catalog import DecoderKind
 from arvis.methods.registry import build_method, decode
 from arvis.models.emu3 import VISUAL_TOKEN, Emu3Backbone, Emu3Vocabulary, emu3_layout, image_codes
@@ -39,6 +40,7 @@ from arvis.pipelines.common import (
     callback_tensor_inputs,
     check_output_type,
     decode_with_progress,
+    grey_uncommitted,
     images_to_output,
 )
 from arvis.pipelines.interface import ArvisPipeline, BenchInputs
@@ -123,7 +125,6 @@ class Emu3Pipeline(ArvisPipeline, DiffusionPipeline):
     # Emu3-Gen's published recipe, for folders without a sampling_defaults.json (official layouts).
     fallback_sampling_defaults = {"guidance_scale": 3.0, "top_k": 0}
     sampling_fields = ("guidance_scale", "top_k", "top_p", "temperature")
-    partial_previews = False  # decode_tokens draws whole code grids only
 
     def resources(self, draft: Emu3Backbone | None = None) -> dict[str, Any]:
         """The codebook neighbourhoods and, for a call, its draft backbone (built per prompt batch)."""
@@ -208,12 +209,15 @@ class Emu3Pipeline(ArvisPipeline, DiffusionPipeline):
                            lambda name, options: self.build_method(name, draft, **options), tuple(target.layout.grid),
                            self.transformer.device, target)
 
-    def decode_tokens(self, codes: torch.Tensor, output_type: str = "pil"):
-        """Code grids ``[B, h, w]`` → images in ``output_type`` (``"latent"`` returns the codes)."""
+    def decode_tokens(self, codes: torch.Tensor, output_type: str = "pil", known: torch.Tensor | None = None):
+        """Code grids ``[B, h, w]`` → images in ``output_type`` (``"latent"`` returns the codes). ``known``
+        (``[B, h, w]`` bool, optional) marks committed codes: the other cells are drawn grey (partial images)."""
         if output_type == "latent":
             return codes
-        images = self.vqvae.decode_codes(codes)
-        return images_to_output(images, output_type)
+        if known is None:
+            return images_to_output(self.vqvae.decode_codes(codes), output_type)
+        images = self.vqvae.decode_codes(torch.where(known, codes, torch.zeros_like(codes)))
+        return images_to_output(grey_uncommitted(images.float().cpu(), known), output_type)
 
     # ------------------------------------------------------------------ call
     @torch.no_grad()
@@ -289,7 +293,8 @@ class Emu3Pipeline(ArvisPipeline, DiffusionPipeline):
         tokens, stats = decode_with_progress(self, target, condition, sampling, method_obj, generator,
                                              callback_on_step_end, tensor_inputs)
         codes = image_codes(tokens, target.layout)
-        images = self.decode_tokens(codes, output_type)
+        known = codes != NO_TOKEN if self._interrupt else None  # an interrupted decode: draw the rest grey
+        images = self.decode_tokens(codes, output_type, known)
         self.maybe_free_model_hooks()
         if not return_dict:
             return images, codes, stats

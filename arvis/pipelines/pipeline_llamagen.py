@@ -39,10 +39,10 @@ from arvis.models.text_encoder import WordTextEncoder
 from arvis.models.upsampler import TokenUpsampler
 from arvis.pipelines.common import (
     CALLBACK_TENSOR_INPUTS,
-    PREVIEW_GREY,
     callback_tensor_inputs,
     check_output_type,
     decode_with_progress,
+    grey_uncommitted,
     images_to_output,
 )
 from arvis.pipelines.interface import ArvisPipeline, BenchInputs
@@ -113,7 +113,6 @@ class LlamaGenPipeline(ArvisPipeline, CheckedPipelineMixin, DiffusionPipeline):
         self.register_modules(transformer=transformer, vqvae=vqvae, text_encoder=text_encoder,
                               draft_transformer=draft_transformer, tokenizer=tokenizer,
                               lowres_transformer=lowres_transformer, upsampler=upsampler)
-        self._interrupt = False
 
     # ------------------------------------------------------------------ loading and saving
     def save_pretrained(self, save_directory: str | os.PathLike, **kwargs: Any) -> None:
@@ -124,11 +123,6 @@ class LlamaGenPipeline(ArvisPipeline, CheckedPipelineMixin, DiffusionPipeline):
 
         with atomic_path(Path(save_directory) / "pipeline.py") as tmp:
             tmp.write_text(CUSTOM_PIPELINE_FILE)
-
-    @property
-    def interrupt(self) -> bool:
-        """Set ``pipe._interrupt = True`` from ``callback_on_step_end`` to stop decoding (diffusers' convention)."""
-        return self._interrupt
 
     # ------------------------------------------------------------------ inputs
     def encode_prompt(self, prompt: str | Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -224,9 +218,7 @@ class LlamaGenPipeline(ArvisPipeline, CheckedPipelineMixin, DiffusionPipeline):
         with torch.no_grad():
             images = self.vqvae.decode_codes(filled.to(self.vqvae.device)).float().cpu()
         if known is not None:
-            cells = torch.nn.functional.interpolate(known[:, None].float().cpu(), size=images.shape[-2:],
-                                                    mode="nearest")
-            images = images * cells + (2 * PREVIEW_GREY - 1) * (1 - cells)  # images are in [-1, 1] here
+            images = grey_uncommitted(images, known)
         return images_to_output(images, output_type)
 
     # ------------------------------------------------------------------ call
@@ -293,7 +285,7 @@ class LlamaGenPipeline(ArvisPipeline, CheckedPipelineMixin, DiffusionPipeline):
         condition = condition.repeat_interleave(num_images_per_prompt)
         method_obj = self.build_method(method, **method_options)  # refused before anything runs
         tokens, stats = decode_with_progress(self, self.transformer, condition, sampling, method_obj, generator,
-                                             callback_on_step_end, tensor_inputs, interruptible=True)
+                                             callback_on_step_end, tensor_inputs)
         tokens = tokens.view(condition.batch_size, *self.transformer.layout.grid)
         known = tokens != NO_TOKEN if self._interrupt else None  # an interrupted decode: draw the rest grey
         images = self.decode_tokens(tokens, output_type, known)

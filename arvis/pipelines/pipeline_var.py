@@ -32,9 +32,15 @@ from diffusers import DiffusionPipeline
 from arvis.engine.next_scale import NextScaleDecoder
 from arvis.models.protocol import Condition
 from arvis.models.var import VARTransformer
-from arvis.pipelines.common import check_output_type
+from arvis.pipelines.common import (
+    Interrupted,
+    callback_tensor_inputs,
+    check_output_type,
+    images_to_output,
+    run_step_callback,
+)
 from arvis.pipelines.interface import ArvisPipeline, BenchInputs
-from arvis.pipelines.pipeline_llamagen import LlamaGenPipeline, LlamaGenPipelineOutput
+from arvis.pipelines.pipeline_llamagen import LlamaGenPipelineOutput
 from arvis.tokenizers.var_vq import VARVQModel
 from arvis.utils.config_check import CheckedPipelineMixin
 from arvis.utils.random import GeneratorArg
@@ -71,11 +77,23 @@ class VARPipeline(ArvisPipeline, CheckedPipelineMixin, DiffusionPipeline):
             raise ValueError("draft_transformer: its scales, vocabulary or classes differ from the transformer's")
         self.register_modules(transformer=transformer, vqvae=vqvae, draft_transformer=draft_transformer)
 
+    @torch.no_grad()
     def decode_tokens(self, tokens: torch.Tensor, output_type: str = "pil"):
-        """Token pyramids ``[B, L]`` (or ``[B, 1, L]``, the ``layout.grid`` view) → images in ``output_type``."""
+        """Token pyramids ``[B, L]`` (or ``[B, 1, L]``, the ``layout.grid`` view) → images in ``output_type``.
+
+        A pyramid whose last scales are not committed (``-1``: an interrupted decode) decodes from the scales it
+        has: VAR's coarser reconstruction."""
         if output_type == "latent":
             return tokens
-        return LlamaGenPipeline.decode_tokens(self, tokens.reshape(tokens.shape[0], -1), output_type)
+        ids = self.vqvae.split_codes(tokens.reshape(tokens.shape[0], -1).to(self.vqvae.device))
+        committed = 0
+        while committed < len(ids) and bool((ids[committed] >= 0).all()):
+            committed += 1
+        if committed == 0:
+            raise ValueError("tokens: no scale is committed; nothing to decode")
+        f_hat = self.vqvae.quantize.fhat_from_ids(ids[:committed])
+        images = self.vqvae.fhat_to_img(f_hat.to(self.vqvae.post_quant_conv.weight.dtype))
+        return images_to_output(images, output_type)
 
     # ------------------------------------------------------------------ the family seam
     def resources(self) -> dict[str, Any]:
@@ -149,21 +167,25 @@ class VARPipeline(ArvisPipeline, CheckedPipelineMixin, DiffusionPipeline):
             raise ValueError(f"generator: got {len(generator)} generators for {B} images; pass one, or one per image")
         method_obj = self.build_method(method, **method_options)  # refused before anything runs
 
+        tensor_inputs = callback_tensor_inputs(callback_on_step_end, callback_on_step_end_tensor_inputs)
         progress = self.progress_bar(total=self.transformer.scale_layout.num_scales)
         known = torch.zeros(B, L, dtype=torch.bool, device=device)
+        self._interrupt = False
 
         def on_scale(decoder: NextScaleDecoder) -> None:
             progress.update(1)
-            if callback_on_step_end is not None:
-                end = decoder.layout.bounds[decoder.committed - 1][1]
-                known[:, :end] = True
-                callback_on_step_end(self, decoder.committed - 1, known.sum(-1), {"tokens": decoder.tokens,
-                                                                                 "known": known})
+            known[:, : decoder.layout.bounds[decoder.committed - 1][1]] = True
+            run_step_callback(self, callback_on_step_end, tensor_inputs, decoder.committed - 1, decoder.tokens, known)
 
+        decoder = NextScaleDecoder(self.transformer, self.vqvae.quantize, labels, sampling, generator, method_obj.name,
+                                   on_scale)
         try:
-            tokens, stats = self.decode(labels, sampling, method_obj, generator, on_scale)
+            stats = decoder.finish(method_obj.run(decoder))
+        except Interrupted:  # the scales committed so far
+            stats = decoder.finish(partial=True)
         finally:
             progress.close()
+        tokens = decoder.tokens
         images = self.decode_tokens(tokens, output_type)
         self.maybe_free_model_hooks()
         if not return_dict:

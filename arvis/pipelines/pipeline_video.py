@@ -35,11 +35,12 @@ import torch
 from diffusers import DiffusionPipeline
 from diffusers.utils import BaseOutput
 
+from arvis.engine.engine import NO_TOKEN
 from arvis.engine.stats import BatchStats
 from arvis.methods.registry import decode
 from arvis.models.protocol import Condition
 from arvis.models.video import FramePrefix, VideoTransformer
-from arvis.pipelines.common import PREVIEW_GREY, decode_with_progress
+from arvis.pipelines.common import decode_with_progress, grey_uncommitted
 from arvis.pipelines.interface import ArvisPipeline, BenchInputs
 from arvis.tokenizers.llamagen_vq import LlamaGenVQModel
 from arvis.utils.config_check import CheckedPipelineMixin
@@ -128,13 +129,10 @@ class VideoPipeline(ArvisPipeline, CheckedPipelineMixin, DiffusionPipeline):
         B, T = tokens.shape[:2]
         filled = tokens if known is None else torch.where(known, tokens, torch.zeros_like(tokens))
         with torch.no_grad():
-            frames = self.vqvae.decode_codes(filled.flatten(0, 1).to(self.vqvae.device))
-        frames = ((frames.float() + 1) / 2).clamp(0, 1).cpu()
+            frames = self.vqvae.decode_codes(filled.flatten(0, 1).to(self.vqvae.device)).float().cpu()
         if known is not None:
-            cells = torch.nn.functional.interpolate(known.flatten(0, 1)[:, None].float().cpu(),
-                                                    size=frames.shape[-2:], mode="nearest")
-            frames = frames * cells + PREVIEW_GREY * (1 - cells)
-        frames = frames.unflatten(0, (B, T))  # [B, T, 3, H, W]
+            frames = grey_uncommitted(frames, known.flatten(0, 1))
+        frames = ((frames + 1) / 2).clamp(0, 1).unflatten(0, (B, T))  # [B, T, 3, H, W]
         if output_type == "pt":
             return frames
         array = frames.permute(0, 1, 3, 4, 2).numpy()
@@ -216,7 +214,8 @@ class VideoPipeline(ArvisPipeline, CheckedPipelineMixin, DiffusionPipeline):
         if prefix is not None:
             tokens = torch.cat([prefix, tokens], dim=1)
         tokens = tokens.view(B, *self.transformer.layout.grid)
-        frames = self.decode_tokens(tokens, output_type)
+        known = tokens != NO_TOKEN if self._interrupt else None  # an interrupted decode: draw the rest grey
+        frames = self.decode_tokens(tokens, output_type, known)
         self.maybe_free_model_hooks()
         if not return_dict:
             return frames, tokens, stats

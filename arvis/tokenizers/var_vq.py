@@ -340,10 +340,13 @@ class MultiScaleQuantizer(nn.Module):
         return f_hat, all_ids, VARVQLosses(vq_loss / S, commit / S)
 
     def fhat_from_ids(self, ids: Sequence[torch.Tensor]) -> torch.Tensor:
-        """``f_hat`` after all scales from per-scale ids (each ``[B, pn²]``) → ``[B, C, H, H]``."""
+        """``f_hat`` after the scales of per-scale ids (each ``[B, pn²]``: every scale, or the first ones — a
+        coarser reconstruction) → ``[B, C, H, H]``."""
+        if not 1 <= len(ids) <= len(self.patch_nums):
+            raise ValueError(f"ids: {len(ids)} scales given, the tokenizer has {len(self.patch_nums)}")
         side = self.patch_nums[-1]
         f_hat = None
-        for s, (pn, x) in enumerate(zip(self.patch_nums, ids, strict=True)):
+        for s, (pn, x) in enumerate(zip(self.patch_nums[: len(ids)], ids, strict=True)):
             h = self.upsampled(s, self.code_map(x, pn), side)
             f_hat = h if f_hat is None else f_hat + h
         return f_hat
