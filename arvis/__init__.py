@@ -6,8 +6,7 @@ components through these names (``model_index.json`` records ``["arvis", "LlamaG
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from arvis.utils.lazy import lazy_exports
 
 __version__ = "0.1.0"
 
@@ -29,6 +28,8 @@ _EXPORTS = {
     "VideoTransformer": "arvis.models.video",
     "VideoPipeline": "arvis.pipelines.pipeline_video",
     "VideoPipelineOutput": "arvis.pipelines.pipeline_video",
+    "ArvisPipeline": "arvis.pipelines.interface",
+    "DecoderKind": "arvis.methods.catalog",
     "SamplingConfig": "arvis.engine.sampling",
     "DecodeEngine": "arvis.engine.engine",
     "decode": "arvis.methods",
@@ -38,14 +39,5 @@ _EXPORTS = {
     "export_llamagen_checkpoint": "arvis.models.checkpoint",
 }
 
-__all__ = sorted(_EXPORTS) + ["__version__"]
-
-
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module 'arvis' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return __all__
+__getattr__, __dir__, __all__ = lazy_exports("arvis", _EXPORTS)
+__all__ = [*__all__, "__version__"]

@@ -7,8 +7,7 @@ milliseconds (the command line checks a method against a model folder before tor
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from arvis.utils.lazy import lazy_exports
 
 _EXPORTS = {
     "DecoderKind": "arvis.methods.catalog",
@@ -28,14 +27,4 @@ _EXPORTS = {
     "validate_method": "arvis.methods.registry",
 }
 
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module 'arvis.methods' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return __all__
+__getattr__, __dir__, __all__ = lazy_exports("arvis.methods", _EXPORTS)

@@ -6,8 +6,7 @@ metadata) loads without torch, so the command line checks a request before anyth
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from arvis.utils.lazy import lazy_exports
 
 _EXPORTS = {
     "ArvisPipeline": "arvis.pipelines.interface",
@@ -23,14 +22,4 @@ _EXPORTS = {
     "VideoPipelineOutput": "arvis.pipelines.pipeline_video",
 }
 
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module 'arvis.pipelines' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return __all__
+__getattr__, __dir__, __all__ = lazy_exports("arvis.pipelines", _EXPORTS)
