@@ -108,7 +108,7 @@ def test_bad_row_lag_raises():
     with pytest.raises(ValueError, match="row_lag"):
         decode(tiny_llamagen("c2i"), Condition(class_labels=torch.tensor([0])), SamplingConfig(), "zipar", None,
                row_lag=0)
-    with pytest.raises(ValueError, match="no option"):  # SJD's `window` means something else
+    with pytest.raises(ValueError, match="'window' is now called 'row_lag'"):  # `window` means a verified window
         decode(tiny_llamagen("c2i"), Condition(class_labels=torch.tensor([0])), SamplingConfig(), "zipar", None,
                window=4)
 
