@@ -128,7 +128,7 @@ def test_mar_pairs_decode_with_their_methods():
     causal = MARPipeline.from_pretrained(str(PIPELINES["mar-causal"]), dtype=torch.float32)
     causal.set_progress_bar_config(disable=True)
     out = causal(class_labels=[3], generator=torch.Generator().manual_seed(0), method="cspd-exact", final_std=0.05,
-                 gamma=2, output_type="latent")
+                 window=2, output_type="latent")
     s = out.stats.samples[0]
     assert s.extra["acceptance_rate"] > 0.02 and s.target_forwards < causal.transformer.seq_len
     assert sum(s.accepted_per_forward) == causal.transformer.seq_len and -1 not in s.commit_forward

@@ -151,7 +151,8 @@ class ContinuousDecoder:
         t = target.transformer
         self.device = t.mask_token.device
         self.labels = labels.to(self.device)
-        self.B, self.L, self.D = B, L, _ = int(labels.shape[0]), t.seq_len, t.token_embed_dim
+        B, L = int(labels.shape[0]), t.seq_len
+        self.B, self.L, self.D = B, L, t.token_embed_dim
         if isinstance(generator, list | tuple) and len(generator) != B:
             raise ValueError(f"generator: got {len(generator)} generators for {B} images; pass one, or one per image")
         self.random = RandomStreams(generator, B, self.device)

@@ -54,6 +54,12 @@ def _masked_steps(decoder: ContinuousDecoder) -> Iterator[tuple[int, float, torc
         masked -= count
 
 
+def _no_bonus(z: torch.Tensor | None) -> torch.Tensor | None:
+    """``z [B, W, C]`` with a bonus column (the last repeated): the published rule commits every position of a
+    masked window and draws no bonus token, but the verifier takes ``[B, W+1, C]``."""
+    return None if z is None else torch.cat([z, z[:, -1:]], 1)
+
+
 def _check_speculative(decoder: ContinuousDecoder, draft: MARModel, name: str, causal: bool) -> None:
     variant = "causal raster variant (causal=True)" if causal else "masked MAR (causal=False)"
     for model, role in ((decoder.target, "transformer"), (draft, "draft_transformer")):
@@ -163,7 +169,7 @@ class ContinuousSpeculative(DecodingMethod):
         n = torch.ones(B, dtype=torch.long, device=decoder.device)  # [B] tokens committed
         zero = torch.zeros(B, dtype=torch.long, device=decoder.device)
         drafted, accepted, rounds, fallbacks = zero, zero, zero, zero
-        window = torch.arange(gamma + 1, device=decoder.device)
+        offsets = torch.arange(gamma + 1, device=decoder.device)
         first_round = True
         while True:
             n_list = n.tolist()  # host sync: once a round
@@ -175,7 +181,7 @@ class ContinuousSpeculative(DecodingMethod):
                 feed, start = decoder.tokens[:, :1], zero
             else:
                 start = n - 2
-                feed = decoder.tokens.gather(1, (start[:, None] + window[:2])[..., None].expand(-1, -1, D))
+                feed = decoder.tokens.gather(1, (start[:, None] + offsets[:2])[..., None].expand(-1, -1, D))
             zd = decoder.feed(draft, cache_d, feed, start, DRAFT, active).select(slice(-1, None))
             drafts, zds = [], []
             for i in range(gamma):
@@ -194,7 +200,7 @@ class ContinuousSpeculative(DecodingMethod):
                                           final_std=fs, max_rounds=self.max_rounds)
             left = L - n  # positions past the end are drafted but not counted
             counts = torch.minimum(ver.num_tokens, left)  # 0 for finished rows
-            decoder.commit(n[:, None] + window, ver.tokens, zt.forward, valid=window < counts[:, None])
+            decoder.commit(n[:, None] + offsets, ver.tokens, zt.forward, valid=offsets < counts[:, None])
             running = left > 0
             drafted = drafted + torch.where(running, left.clamp_max(gamma), 0)
             accepted = accepted + torch.where(running, torch.minimum(ver.num_accepted, left), 0)
@@ -257,10 +263,10 @@ class PublishedCSpD(DecodingMethod):
             model = target if prefill else draft
             cond = decoder.evaluate(model, mask, masked, positions, role=TARGET if prefill else DRAFT)
             traj = decoder.trajectories(model, cond, strength)  # [B, k]
-            mask = mask.scatter(1, positions, False)
+            mask, masked_after = mask.scatter(1, positions, False), masked - positions.shape[1]
             if prefill:
                 decoder.commit(positions, traj.token, cond.forward)
-                verified_masked = masked - positions.shape[1]
+                verified_masked = masked_after
             else:
                 decoder.write(positions, traj.token)
                 pending.append((positions, traj))
@@ -270,16 +276,16 @@ class PublishedCSpD(DecodingMethod):
                     W = window.shape[1]
                     # conditioned only on the tokens known before the window
                     zt = decoder.evaluate(target, ~decoder.known, verified_masked, window)
-                    pad = lambda z: None if z is None else torch.cat([z, z[:, -1:]], 1)  # noqa: E731 - no bonus
                     with decoder.clock.measure("head"):
-                        ver = verify_window_cspd(decoder.sampler(target, strength), Trajectory.cat([t for _, t in pending]),
-                                                 pad(zt.z), generator=decoder.generator, z_target_uncond=pad(zt.z_uncond),
+                        ver = verify_window_cspd(decoder.sampler(target, strength),
+                                                 Trajectory.cat([t for _, t in pending]), _no_bonus(zt.z),
+                                                 generator=decoder.generator, z_target_uncond=_no_bonus(zt.z_uncond),
                                                  tau=self.tau, max_tries=self.max_tries, independent=True)
                     decoder.commit(window, ver.tokens[:, :W], zt.forward)
                     accepted += int(ver.num_accepted.sum())
                     tries += int(ver.resample_rounds.sum())
                     fallbacks += int(ver.fallbacks.sum())
-                    pending, verified_masked = [], masked - positions.shape[1]
+                    pending, verified_masked = [], masked_after
             decoder.end_step(step)
         return {"acceptance_rate": accepted / max(B * drafted, 1), "drafted": drafted, "accepted": accepted / B,
                 "resample_tries": tries / B, "fallbacks": fallbacks / B, "num_iter": decoder.num_iter,
