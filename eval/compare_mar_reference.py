@@ -15,7 +15,7 @@ in the official checkpoint layouts (``checkpoint-last.pth``: ``{"model", "model_
 4. the VAE decode of random latents (the official KL-16 architecture at full size) and the encoder mean;
 5. the masked sampler's schedule: the official ``sample_tokens`` (run on the CPU: its ``.cuda()`` calls are
    made no-ops for this run only) records, per iteration, how many tokens it predicts and the CFG scale it
-   passes to the head; arvis's :func:`arvis.methods.mar.mask_schedule` must give the same.
+   passes to the head; arvis's :func:`arvis.engine.continuous.mask_schedule` must give the same.
 
 Example::
 
@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     ref = load_reference(args.reference_repo)
 
-    from arvis.methods.mar import mask_schedule
+    from arvis.engine.continuous import mask_schedule
     from arvis.models.mar import load_mar_checkpoint
     from arvis.tokenizers.mar_vae import load_mar_vae_checkpoint
     from arvis.utils.serialization import save_pickle_checkpoint

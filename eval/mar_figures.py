@@ -45,8 +45,8 @@ CAUSAL_MODEL = "arvis/weights/mar-causal-photos"
 FINAL_STD = 0.05  # cspd-exact's last-step std when whole windows should commit (docs/mar.md)
 # the published defaults, and more target-only iterations (prefill) traded for closeness to the target's FID
 MASKED_METHODS = ["ar", "cspd", "cspd:prefill_ratio=0.5"]
-# cspd-exact's γ: its acceptance on the shipped pair is low (docs/mar.md), so γ = 2 wastes fewer drafts than 4
-EXACT = f"cspd-exact:final_std={FINAL_STD},gamma=2"
+# cspd-exact's window: its acceptance on the shipped pair is low (docs/mar.md), so 2 drafts waste fewer than 4
+EXACT = f"cspd-exact:final_std={FINAL_STD},window=2"
 CAUSAL_BENCH = ["ar", "cspd-exact:final_std=0", f"cspd-exact:final_std={FINAL_STD}", EXACT]
 CAUSAL_BENCH_B8 = ["ar", EXACT]  # cspd-exact decodes slower than AR on this CPU (docs/mar.md): b8 keeps the two
 CAUSAL_FID = ["ar", EXACT]  # an exact method's FID only confirms the sampler; the other settings are bench-only
@@ -173,7 +173,7 @@ def two_sample_p_values(a: torch.Tensor, b: torch.Tensor) -> dict[str, float]:
     return {k: float(ks_2samp(va[k], vb[k]).pvalue) for k in va}
 
 
-def task_lossless(out: Path, causal_model: str, num: int = 1000, final_std: float = FINAL_STD, gamma: int = 2,
+def task_lossless(out: Path, causal_model: str, num: int = 1000, final_std: float = FINAL_STD, window: int = 2,
                   batch: int = 250) -> dict:
     """``cspd-exact`` against plain AR on the trained causal pair: ``num`` samples each (labels cycling over the
     classes, the folder's guidance), two-sample KS tests on scalar views of the tokens. Controls: a second AR
@@ -181,16 +181,19 @@ def task_lossless(out: Path, causal_model: str, num: int = 1000, final_std: floa
     draft unverified would produce — which the same tests must tell from the target's."""
     import torch
 
+    from arvis.engine.sampling import SamplingConfig
     from arvis.eval.files import write_json_atomic
     from arvis.eval.provenance import provenance
-    from arvis.methods.cspd import decode_causal_speculative
-    from arvis.methods.mar import decode_causal
+    from arvis.methods.continuous import decode_continuous
+    from arvis.models.mar import MARModel
     from arvis.pipelines import MARPipeline
 
     torch.set_num_threads(1)
     pipe = MARPipeline.from_pretrained(causal_model, dtype=torch.float32)
     s = pipe.sampling_defaults
     settings = {"guidance_scale": float(s.get("guidance_scale", 1.0)), "temperature": float(s.get("temperature", 1.0))}
+    sampling = SamplingConfig(**settings, guidance="mar", cfg_schedule="constant")
+    target, draft = MARModel(pipe.transformer, pipe.head), MARModel(pipe.draft_transformer, pipe.draft_head)
     labels = torch.arange(num) % pipe.transformer.num_classes
 
     def batched(fn, seed: int):
@@ -201,20 +204,19 @@ def task_lossless(out: Path, causal_model: str, num: int = 1000, final_std: floa
             stats += st.samples
         return torch.cat(parts), stats
 
-    def ar(model, head, seed: int):
-        return batched(lambda lab, g: decode_causal(model, head, lab, cfg_schedule="constant", generator=g,
-                                                    final_std=final_std, **settings), seed)
+    def ar(model: MARModel, seed: int):
+        return batched(lambda lab, g: decode_continuous(model, lab, sampling, "ar", g, final_std=final_std), seed)
 
     t0 = time.perf_counter()
-    target, _ = ar(pipe.transformer, pipe.head, 1)
-    target2, _ = ar(pipe.transformer, pipe.head, 2)
-    draft, _ = ar(pipe.draft_transformer, pipe.draft_head, 3)
-    spec, stats = batched(lambda lab, g: decode_causal_speculative(
-        pipe.transformer, pipe.head, pipe.draft_transformer, pipe.draft_head, lab, gamma=gamma, final_std=final_std,
-        generator=g, **settings), 4)
-    rows = {"cspd-exact": two_sample_p_values(target, spec), "ar (second seed set)": two_sample_p_values(target, target2),
-            "draft's own samples (planted bug)": two_sample_p_values(target, draft)}
-    record = {"model": Path(causal_model).name, "num": num, "final_std": final_std, "gamma": gamma,
+    ar_target, _ = ar(target, 1)
+    ar_target2, _ = ar(target, 2)
+    ar_draft, _ = ar(draft, 3)
+    spec, stats = batched(lambda lab, g: decode_continuous(target, lab, sampling, "cspd-exact", g, window=window,
+                                                           final_std=final_std, draft_model=draft), 4)
+    rows = {"cspd-exact": two_sample_p_values(ar_target, spec),
+            "ar (second seed set)": two_sample_p_values(ar_target, ar_target2),
+            "draft's own samples (planted bug)": two_sample_p_values(ar_target, ar_draft)}
+    record = {"model": Path(causal_model).name, "num": num, "final_std": final_std, "window": window,
               "sampling": {**settings, "cfg_schedule": "constant"}, "alpha": LOSSLESS_ALPHA,
               "p_values": rows, "min_p": {k: min(v.values()) for k, v in rows.items()},
               "passes": {k: min(v.values()) > LOSSLESS_ALPHA for k, v in rows.items()},
@@ -227,7 +229,7 @@ def task_lossless(out: Path, causal_model: str, num: int = 1000, final_std: floa
 
 # ----------------------------------------------------------------------------- report
 def _fids(root: Path) -> dict[tuple[str, int], dict]:
-    from arvis.eval.bench import MethodSpec
+    from arvis.methods.spec import MethodSpec
 
     found = {}
     for path in sorted((root / "fid").glob("*.json")):
@@ -340,7 +342,7 @@ def write_report(out: Path) -> Path:
     if isinstance(ll, dict):
         views = ", ".join(next(iter(ll["p_values"].values())))
         lines += [f"{ll['num']} samples per arm (labels cycling over the classes, CFG {ll['sampling']['guidance_scale']} "
-                  f"constant, final_std {ll['final_std']}, γ = {ll['gamma']}), two-sample KS test on each of "
+                  f"constant, final_std {ll['final_std']}, window {ll['window']}), two-sample KS test on each of "
                   f"{len(next(iter(ll['p_values'].values())))} scalar views of the tokens ({views}); a set passes when "
                   f"every p-value exceeds {ll['alpha']:g}. Acceptance rate {ll['acceptance_rate']:.3f}, "
                   f"{ll['target_forwards']:.1f} target forwards per image.", "",

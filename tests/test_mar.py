@@ -13,8 +13,9 @@ import numpy as np
 import pytest
 import torch
 
+from arvis.engine.continuous import mask_schedule
+from arvis.engine.guidance import RULES
 from arvis.errors import CheckpointError, ConfigError
-from arvis.methods.mar import causal_guidance, mask_schedule
 from arvis.models.diffusion_head import (
     DDPMTables,
     MARDiffusionHead,
@@ -268,7 +269,10 @@ def test_masked_schedule_is_mars():
                                          (6, 1 + 2 * 15 / 16)]
     sched = mask_schedule(16, 64)
     assert sum(n for n, _ in sched) == 16 and min(n for n, _ in sched) == 0  # more iterations than tokens
-    assert mask_schedule(16, 4, 3.0, "constant")[0][1] == 3.0 and causal_guidance(16, 15, 3.0) == 3.0
+    assert mask_schedule(16, 4, 3.0, "constant")[0][1] == 3.0
+    # The causal variant's strength after token j: 1 + (s − 1)·(j + 1)/L, divided last as the official code does.
+    assert RULES["mar"].strength(3.0, 16, "linear", total=16) == 3.0
+    assert RULES["mar"].strength(2.9, 7, "linear", total=9) == 1 + (2.9 - 1) * 7 / 9
 
 
 def test_pipeline_conventions(tmp_path):
@@ -335,6 +339,8 @@ def test_bad_input_gets_clear_errors(tmp_path):
         pipe(class_labels=[0], num_iter=2, method="sjd")
     with pytest.raises(ValueError, match="cfg_schedule"):
         pipe(class_labels=[0], num_iter=2, cfg_schedule="cosine")
+    with pytest.raises(ValueError, match="final_std: only the causal variant"):
+        pipe(class_labels=[0], num_iter=2, final_std=0.1)
     with pytest.raises(ValueError, match="generator"):
         pipe(class_labels=[0, 1], num_iter=2, generator=[torch.Generator()])
     with pytest.raises(CheckpointError, match="does not exist"):
@@ -382,7 +388,7 @@ def test_speculative_decoding_on_the_causal_variant_commits_windows():
     t, h = tiny_mar(causal=True)
     same = MARPipeline(t, h, tiny_vae(), t, h)  # the draft is the target: every trajectory is accepted
     same.set_progress_bar_config(disable=True)
-    out = same(class_labels=[0, 1], method="cspd-exact", gamma=4, final_std=0.05,
+    out = same(class_labels=[0, 1], method="cspd-exact", window=4, final_std=0.05,
                generator=torch.Generator().manual_seed(0), output_type="latent")
     s = out.stats.samples[0]
     assert s.extra["acceptance_rate"] > 0.9 and s.extra["final_std"] == 0.05
@@ -392,7 +398,7 @@ def test_speculative_decoding_on_the_causal_variant_commits_windows():
     td, hd = tiny_mar(causal=True, seed=5, width=16)
     pipe = MARPipeline(t, h, tiny_vae(), td, hd)
     pipe.set_progress_bar_config(disable=True)
-    kw = dict(method="cspd-exact", gamma=3, final_std=0.05, guidance_scale=2.0, cfg_schedule="constant",
+    kw = dict(method="cspd-exact", window=3, final_std=0.05, guidance_scale=2.0, cfg_schedule="constant",
               output_type="latent")
     # The batch decodes together; an image does not depend on its batch (up to batched-matmul rounding).
     both = pipe(class_labels=[0, 1], generator=[torch.Generator().manual_seed(i) for i in range(2)], **kw)
@@ -403,23 +409,61 @@ def test_speculative_decoding_on_the_causal_variant_commits_windows():
         assert sum(s.accepted_per_forward) == 16 and s.extra["fallbacks"] == 0 and -1 not in s.commit_forward
     with pytest.raises(ValueError, match="cfg_schedule"):
         pipe(class_labels=[0], method="cspd-exact", guidance_scale=2.0)
-    with pytest.raises(ValueError, match="gamma"):
-        pipe(class_labels=[0], method="cspd-exact", gamma=0)
+    with pytest.raises(ValueError, match="window"):
+        pipe(class_labels=[0], method="cspd-exact", window=0)
+    with pytest.raises(ValueError, match="'gamma' is now called 'window'"):
+        pipe(class_labels=[0], method="cspd-exact", gamma=2)
     with pytest.raises(ValueError, match="causal"):
         tiny_pipeline()(class_labels=[0], method="cspd-exact", num_iter=2)
 
 
-def test_published_cspd_on_masked_mar_is_labelled_lossy_and_commits_every_token():
-    from arvis.methods import build_method, is_lossless
+def test_every_continuous_method_runs_on_the_continuous_decoder():
+    from arvis.engine.continuous import ContinuousDecoder
+    from arvis.engine.sampling import SamplingConfig
+    from arvis.methods import DecoderKind, MissingResourceError, build_method
+    from arvis.methods.registry import available_methods
+    from arvis.models.mar import MARModel
 
-    assert not is_lossless("cspd") and is_lossless("cspd-exact")
-    assert build_method("cspd", window=3).window == 3
+    C = DecoderKind.CONTINUOUS
+    sampling = SamplingConfig(guidance="mar", guidance_scale=2.0, cfg_schedule="constant")
+    labels = torch.tensor([0, 2])
+    ran = set()
+    for causal in (False, True):
+        model, draft = MARModel(*tiny_mar(causal)), MARModel(*tiny_mar(causal, seed=5, width=16))
+        for name in available_methods(C):
+            if name != "ar" and (name == "cspd-exact") != causal:
+                continue
+            method = build_method(name, C, {"draft_model": draft})
+            decoder = ContinuousDecoder(model, labels, sampling, torch.Generator().manual_seed(0), name, num_iter=4)
+            stats = decoder.finish(method.run(decoder))
+            s = stats.samples[1]
+            assert bool(decoder.known.all()) and (s.method, s.tokens, sum(s.accepted_per_forward)) == (name, 16, 16)
+            assert "head_s" in s.extra and torch.isfinite(decoder.tokens).all()
+            ran.add(name)
+    assert ran == set(available_methods(C)) == {"ar", "cspd", "cspd-exact"}
+    # Without its draft a speculative method refuses before any forward, and nothing half-decoded is reported.
+    decoder = ContinuousDecoder(MARModel(*tiny_mar(True)), labels, sampling, num_iter=4)
+    with pytest.raises(MissingResourceError, match="draft"):
+        build_method("cspd-exact", C).run(decoder)
+    assert decoder.stats.target_forwards == 0
+    with pytest.raises(RuntimeError, match="uncommitted"):
+        decoder.finish()
+    with pytest.raises(ValueError, match="guidance='mar'"):
+        ContinuousDecoder(MARModel(*tiny_mar()), labels, SamplingConfig())
+
+
+def test_published_cspd_on_masked_mar_is_labelled_lossy_and_commits_every_token():
+    from arvis.methods import DecoderKind, build_method, is_lossless
+
+    C = DecoderKind.CONTINUOUS
+    assert not is_lossless("cspd", kind=C) and is_lossless("cspd-exact", kind=C)
+    assert build_method("cspd", C, verify_every=3).verify_every == 3
     t, h = tiny_mar()
     # The draft is the target and every window is one iteration (same context, same guidance): the published
     # ratio is exactly 1, every draft is accepted.
     same = MARPipeline(t, h, tiny_vae(), t, h)
     same.set_progress_bar_config(disable=True)
-    out = same(class_labels=[0, 1], method="cspd", num_iter=8, window=1, prefill_ratio=0.15, guidance_scale=2.0,
+    out = same(class_labels=[0, 1], method="cspd", num_iter=8, verify_every=1, prefill_ratio=0.15, guidance_scale=2.0,
                generator=torch.Generator().manual_seed(0), output_type="latent")
     s = out.stats.samples[0]
     assert s.extra["acceptance_rate"] == 1.0 and s.extra["fallbacks"] == 0
@@ -428,20 +472,22 @@ def test_published_cspd_on_masked_mar_is_labelled_lossy_and_commits_every_token(
     td, hd = tiny_mar(seed=5, width=16)
     pipe = MARPipeline(t, h, tiny_vae(), td, hd)
     pipe.set_progress_bar_config(disable=True)
-    out = pipe(class_labels=[0, 1], method="cspd", num_iter=8, window=2, guidance_scale=2.0,
+    out = pipe(class_labels=[0, 1], method="cspd", num_iter=8, verify_every=2, guidance_scale=2.0,
                generator=torch.Generator().manual_seed(0), output_type="latent")
     s = out.stats.samples[1]
     assert s.accepted_per_forward == [1, 1, 1, 5, 5, 3] and s.target_forwards == 6 and -1 not in s.commit_forward
     assert torch.isfinite(out.tokens).all() and s.extra["acceptance_rate"] < 1.0
     # Per-image generators: the batch decodes together (6 target forwards in all) and an image does not depend
     # on its batch (up to batched-matmul rounding).
-    kw = dict(method="cspd", num_iter=8, window=2, guidance_scale=2.0, output_type="latent")
+    kw = dict(method="cspd", num_iter=8, verify_every=2, guidance_scale=2.0, output_type="latent")
     both = pipe(class_labels=[0, 1], generator=[torch.Generator().manual_seed(i) for i in (3, 4)], **kw)
     one = pipe(class_labels=[1], generator=torch.Generator().manual_seed(4), **kw)
     assert both.stats.batch_target_forwards == 6 and close(one.tokens[0], both.tokens[1])
     assert not torch.allclose(both.tokens[0], both.tokens[1])
     with pytest.raises(ValueError, match="masked"):
         tiny_pipeline(causal=True)(class_labels=[0], method="cspd")
+    with pytest.raises(ValueError, match="'window' is now called 'verify_every'"):
+        pipe(class_labels=[0], method="cspd", window=2)
 
 
 def _scalar_causal_mar(seed: int) -> tuple[MARTransformer, MARDiffusionHead]:
@@ -466,31 +512,37 @@ def test_exact_speculative_tokens_follow_the_target_and_a_planted_bug_fails(monk
 
     from scipy.stats import ks_2samp
 
-    import arvis.methods.cspd as cspd_module
+    import arvis.methods.continuous as continuous
     from arvis.acceptance.continuous import ContinuousVerification
-    from arvis.methods.cspd import decode_causal_speculative
-    from arvis.methods.mar import decode_causal
+    from arvis.engine.sampling import SamplingConfig
+    from arvis.methods.continuous import decode_continuous
+    from arvis.models.mar import MARModel
 
-    t, h = _scalar_causal_mar(0)
-    far_t, far_h = _scalar_causal_mar(7)  # an unrelated draft: the residual path
-    near_h = copy.deepcopy(h)  # a close draft: about half the trajectories accepted
+    target = MARModel(*_scalar_causal_mar(0))
+    far = MARModel(*_scalar_causal_mar(7))  # an unrelated draft: the residual path
+    near_h = copy.deepcopy(target.head)  # a close draft: about half the trajectories accepted
     with torch.no_grad():
         near_h.net.final_layer.linear.bias[:1] += 1e-4
+    near = MARModel(target.transformer, near_h)
     N, fs = 3000, 0.1
     labels = torch.zeros(N, dtype=torch.long)
-    ar = decode_causal(t, h, labels, generator=torch.Generator().manual_seed(1), final_std=fs)[0][..., 0]
+    sampling = SamplingConfig(guidance="mar")
+
+    def decode(model: MARModel, seed: int, method: str = "ar", **options):
+        return decode_continuous(model, labels, sampling, method, torch.Generator().manual_seed(seed), final_std=fs,
+                                 **options)
+
+    ar = decode(target, 1)[0][..., 0]
 
     def p_values(tokens):
         return [ks_2samp(ar[:, j].numpy(), tokens[:, j, 0].numpy()).pvalue for j in range(4)]
 
-    far, _ = decode_causal_speculative(t, h, far_t, far_h, labels, gamma=2, final_std=fs,
-                                       generator=torch.Generator().manual_seed(2))
-    near, stats = decode_causal_speculative(t, h, t, near_h, labels, gamma=2, final_std=fs,
-                                            generator=torch.Generator().manual_seed(3))
+    far_tokens, _ = decode(target, 2, "cspd-exact", window=2, draft_model=far)
+    near_tokens, stats = decode(target, 3, "cspd-exact", window=2, draft_model=near)
     rate = sum(s.extra["accepted"] for s in stats.samples) / sum(s.extra["drafted"] for s in stats.samples)
     assert 0.2 < rate < 0.8
-    assert min(p_values(far)) > 1e-3 and min(p_values(near)) > 1e-3
-    draft_ar = decode_causal(far_t, far_h, labels, generator=torch.Generator().manual_seed(4), final_std=fs)[0]
+    assert min(p_values(far_tokens)) > 1e-3 and min(p_values(near_tokens)) > 1e-3
+    draft_ar = decode(far, 4)[0]
     assert max(p_values(draft_ar)) < 1e-6
 
     def accept_everything(target, draft, drafts, z_target, z_draft, **kw):  # the planted bug
@@ -500,9 +552,8 @@ def test_exact_speculative_tokens_follow_the_target_and_a_planted_bug_fails(monk
         return ContinuousVerification(tokens, torch.ones(b, gamma, dtype=torch.bool), full, full,
                                       torch.zeros(b, dtype=torch.bool), torch.zeros_like(full), torch.zeros_like(full))
 
-    monkeypatch.setattr(cspd_module, "verify_window_exact", accept_everything)
-    buggy, _ = decode_causal_speculative(t, h, far_t, far_h, labels, gamma=2, final_std=fs,
-                                         generator=torch.Generator().manual_seed(2))
+    monkeypatch.setattr(continuous, "verify_window_exact", accept_everything)
+    buggy, _ = decode(target, 2, "cspd-exact", window=2, draft_model=far)
     assert max(p_values(buggy)[1:]) < 1e-6  # token 0 comes from the target's prefill; the rest are the draft's
 
 

@@ -53,8 +53,8 @@ def folders(tmp_path_factory):
     return out
 
 
-@pytest.mark.parametrize("name, method, options", [("mar", "cspd", {"window": 2}),
-                                                   ("mar-causal", "cspd-exact", {"gamma": 3, "final_std": 0.05})])
+@pytest.mark.parametrize("name, method, options", [("mar", "cspd", {"verify_every": 2}),
+                                                   ("mar-causal", "cspd-exact", {"window": 3, "final_std": 0.05})])
 def test_demo_runs_a_mar_folder_side_by_side(folders, name, method, options):
     models = ModelSet({name: DemoModel(loader=lambda: MARPipeline.from_pretrained(str(folders[name])), untrained=True)})
     info = model_info(models.pipeline(name))
@@ -76,7 +76,7 @@ def test_demo_runs_a_mar_folder_side_by_side(folders, name, method, options):
         from arvis.utils.random import image_generators
 
         pipe = models.pipeline(name)
-        assert pipe.baseline_call_kwargs(method, options) == {"final_std": 0.05} and ar.options == {}
+        assert pipe.baseline_options(method, options) == {"final_std": 0.05} and ar.options == {}
 
         def plain(final_std: float) -> torch.Tensor:
             return pipe(class_labels=["b", "b"], final_std=final_std, output_type="latent",

@@ -50,11 +50,11 @@ def test_job_list(figures, tmp_path, capsys):
     fid = [j for j in found if "/fid/" in j.name]
     # Per pair: ar at two seeds (one with the real-vs-real floor) and every other method once, all at N = 1000.
     assert len(fid) == 2 + 2 + 2 + 1 and all("1000" in j.args for j in fid)
-    assert any("cspd-exact:final_std=0.05,gamma=2" in j.args for j in fid)
+    assert any("cspd-exact:final_std=0.05,window=2" in j.args for j in fid)
     causal_bench = next(j for j in found if j.name == "causal/bench-b8")
-    assert "ar;cspd-exact:final_std=0.05,gamma=2" in causal_bench.args and "c" in causal_bench.args
+    assert "ar;cspd-exact:final_std=0.05,window=2" in causal_bench.args and "c" in causal_bench.args
     b1 = next(j for j in found if j.name == "causal/bench-b1")
-    assert "ar;cspd-exact:final_std=0;cspd-exact:final_std=0.05;cspd-exact:final_std=0.05,gamma=2" in b1.args
+    assert "ar;cspd-exact:final_std=0;cspd-exact:final_std=0.05;cspd-exact:final_std=0.05,window=2" in b1.args
     assert "--batch-size" in causal_bench.args and "8" in causal_bench.args
     with_ref = figures.jobs(tmp_path, 1000, tmp_path / "mar-checkout", "m", "c")
     assert with_ref[0].name == "parity" and "compare" not in with_ref[0].args[0]
@@ -106,7 +106,7 @@ def test_report_is_built_from_records_only(figures, tmp_path):
     (root / "parity.json").write_text(json.dumps({"reference": "mar", "lines": ["1. transformer z: max |diff| = 0"]}))
     views = {"pos0/ch0": 0.5, "pos0/mean": 0.2}
     (root / "lossless.json").write_text(json.dumps(
-        {"num": 2000, "final_std": 0.05, "gamma": 4, "sampling": {"guidance_scale": 3.0}, "alpha": 1e-3,
+        {"num": 2000, "final_std": 0.05, "window": 4, "sampling": {"guidance_scale": 3.0}, "alpha": 1e-3,
          "p_values": {"cspd-exact": views, "draft's own samples (planted bug)": {"pos0/ch0": 1e-9, "pos0/mean": 0.3}},
          "min_p": {"cspd-exact": 0.2, "draft's own samples (planted bug)": 1e-9},
          "passes": {"cspd-exact": True, "draft's own samples (planted bug)": False},

@@ -40,7 +40,7 @@ the batch, or one per sample (then every sample's result is independent of the b
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import torch
@@ -188,13 +188,18 @@ class Trajectory:
     @staticmethod
     def stack(trajectories: list[Trajectory], dim: int = 1) -> Trajectory:
         """Stack per-position trajectories ``[B]`` into a window ``[B, γ]`` (``dim`` among leading dims)."""
+        return Trajectory._join(torch.stack, trajectories, dim)
+
+    @staticmethod
+    def cat(trajectories: list[Trajectory], dim: int = 1) -> Trajectory:
+        """Windows side by side: ``[B, k_i]`` each → ``[B, Σ k_i]`` (``dim`` among leading dims)."""
+        return Trajectory._join(torch.cat, trajectories, dim)
+
+    @staticmethod
+    def _join(op: Any, trajectories: list[Trajectory], dim: int) -> Trajectory:
         if not trajectories:
-            raise ValueError("Trajectory.stack: no trajectories")
-        return Trajectory(torch.stack([t.states for t in trajectories], dim),
-                          torch.stack([t.noise for t in trajectories], dim),
-                          torch.stack([t.log_prob for t in trajectories], dim),
-                          torch.stack([t.final_transition_std for t in trajectories], dim),
-                          torch.stack([t.log_std_sum for t in trajectories], dim))
+            raise ValueError(f"Trajectory.{op.__name__}: no trajectories")
+        return Trajectory(*(op([getattr(t, f.name) for t in trajectories], dim) for f in fields(Trajectory)))
 
 
 def trajectory_noise(rows: int, steps: int, dim: int, generator: GeneratorArg,

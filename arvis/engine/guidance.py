@@ -49,13 +49,20 @@ class GuidanceRule:
         """Whether ``guidance_scale`` runs unconditional rows under this rule."""
         return guidance_scale != self.off
 
-    def strength(self, guidance_scale: float, progress: float, schedule: str = "constant") -> float:
-        """``w`` at ``progress`` ∈ [0, 1] (``schedule``: ``mar`` only, ``linear`` or ``constant``)."""
+    def strength(self, guidance_scale: float, progress: float, schedule: str = "constant",
+                 total: int | None = None) -> float:
+        """``w`` at ``progress`` ∈ [0, 1] (``schedule``: ``mar`` only, ``linear`` or ``constant``).
+
+        With ``total``, ``progress`` is a count out of ``total`` (MAR: tokens decoded of ``L``) and the ramp is
+        divided last, as the official samplers compute it (``(s − 1)·n / L``): the same float, bit for bit, which
+        ``(s − 1)·(n / L)`` is not for every ``L``."""
         if self.kind == "var":
-            return 1.0 + guidance_scale * progress
-        if self.kind == "mar" and schedule == "linear":
-            return 1.0 + (guidance_scale - 1.0) * progress
-        return float(guidance_scale)
+            ramp = guidance_scale * progress
+        elif self.kind == "mar" and schedule == "linear":
+            ramp = (guidance_scale - 1.0) * progress
+        else:
+            return float(guidance_scale)
+        return 1.0 + (ramp if total is None else ramp / total)
 
 
 RULES: dict[str, GuidanceRule] = {

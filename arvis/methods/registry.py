@@ -144,4 +144,4 @@ def missing_capabilities(name: str, options: Mapping[str, Any], have: set[str] |
 
 
 # The built-in methods register themselves (``@register_method``) when their modules load.
-from arvis.methods import ar, cspd, mar, mulo, next_scale, sjd, speculative, zipar  # noqa: E402, F401  # noqa: E402, F401
+from arvis.methods import ar, continuous, mulo, next_scale, sjd, speculative, zipar  # noqa: E402, F401

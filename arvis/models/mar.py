@@ -464,6 +464,48 @@ def _gather_rows(table: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     return table[index]
 
 
+@dataclass(frozen=True)
+class MARModel:
+    """One continuous-token model: a MAR transformer (``z`` per position) and the diffusion head that samples a
+    token from each ``z``. The target of a decode, or the ``draft_model`` a pipeline supplies to speculative
+    methods."""
+
+    transformer: MARTransformer
+    head: MARDiffusionHead
+
+    @property
+    def is_causal(self) -> bool:
+        return self.transformer.is_causal
+
+    @property
+    def sampling_steps(self) -> int:
+        """The head's denoising steps ``S`` (one head call each per token)."""
+        return self.head.num_sampling_steps()
+
+    def check(self, head_name: str = "head") -> MARModel:
+        """``self``; ``TypeError`` / ``ValueError`` unless the head samples this transformer's tokens from its ``z``."""
+        if not isinstance(self.transformer, MARTransformer):
+            raise TypeError(f"transformer: expected a MARTransformer, got {type(self.transformer).__name__}")
+        if not isinstance(self.head, MARDiffusionHead):
+            raise TypeError(f"{head_name}: expected a MARDiffusionHead, got {type(self.head).__name__}")
+        t, c = self.transformer, self.head.config
+        if c.token_dim != t.token_embed_dim or c.cond_dim != t.config.decoder_embed_dim:
+            raise ValueError(f"{head_name}: it samples {c.token_dim}-channel tokens from {c.cond_dim}-channel z; the "
+                             f"transformer gives {t.config.decoder_embed_dim}-channel z for {t.token_embed_dim}-channel "
+                             f"tokens")
+        return self
+
+    def check_draft(self, draft: MARModel) -> None:
+        """``ValueError`` unless ``draft`` proposes tokens this model can verify: the same grid and token channels,
+        and heads with the same steps (aligned trajectories)."""
+        if (draft.transformer.seq_len, draft.transformer.token_embed_dim) != (self.transformer.seq_len,
+                                                                                self.transformer.token_embed_dim):
+            raise ValueError("draft_transformer: its grid or token channels differ from the transformer's")
+        if draft.sampling_steps != self.sampling_steps:
+            raise ValueError(f"draft_head: {draft.sampling_steps} sampling steps, the target head "
+                             f"{self.sampling_steps}; trajectories must have the same length")
+
+
 # ----------------------------------------------------------------------------- official checkpoints
 # The official MAR constructor arguments that arvis records in an exported checkpoint's args (main_mar.py names).
 def _preset_of(config: Mapping[str, Any]) -> str | None:
@@ -648,5 +690,6 @@ def export_mar_checkpoint(transformer: MARTransformer, head: MARDiffusionHead, p
                             "args": args}, path)
 
 
-__all__ = ["MARTransformer", "MARKVCache", "MAR_PRESETS", "MARPreset", "load_mar_checkpoint", "load_mar_state_dict",
-           "export_mar_checkpoint", "official_state_dict", "split_official_state_dict", "infer_mar_config"]
+__all__ = ["MARTransformer", "MARKVCache", "MARModel", "MAR_PRESETS", "MARPreset", "load_mar_checkpoint",
+           "load_mar_state_dict", "export_mar_checkpoint", "official_state_dict", "split_official_state_dict",
+           "infer_mar_config"]

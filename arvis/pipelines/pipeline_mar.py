@@ -36,14 +36,20 @@ import torch
 from diffusers import AutoencoderKL, DiffusionPipeline
 from diffusers.utils import BaseOutput
 
+from arvis.engine.continuous import ContinuousDecoder, check_num_iter
 from arvis.engine.sampling import SamplingConfig
 from arvis.engine.stats import BatchStats
-from arvis.methods.cspd import decode_causal_speculative, decode_masked_cspd, method_settings
-from arvis.methods.mar import MARStep, check_num_iter, decode_causal, decode_masked
 from arvis.models.diffusion_head import MARDiffusionHead
-from arvis.models.mar import MARTransformer
+from arvis.models.mar import MARModel, MARTransformer
 from arvis.models.protocol import Condition
-from arvis.pipelines.common import PREVIEW_GREY, check_output_type, images_to_output
+from arvis.pipelines.common import (
+    Interrupted,
+    callback_tensor_inputs,
+    check_output_type,
+    grey_uncommitted,
+    images_to_output,
+    run_step_callback,
+)
 from arvis.pipelines.interface import ArvisPipeline, BenchInputs
 from arvis.utils.config_check import CheckedPipelineMixin
 from arvis.utils.random import GeneratorArg
@@ -72,7 +78,7 @@ class MARPipeline(ArvisPipeline, CheckedPipelineMixin, DiffusionPipeline):
     def __init__(self, transformer: MARTransformer, head: MARDiffusionHead, vae: AutoencoderKL,
                  draft_transformer: MARTransformer | None = None, draft_head: MARDiffusionHead | None = None):
         super().__init__()
-        _check_pair(transformer, head, "head")
+        MARModel(transformer, head).check("head")
         if vae.config.latent_channels != transformer.config.vae_embed_dim:
             raise ValueError(f"vae: {vae.config.latent_channels} latent channels; the transformer reads "
                              f"{transformer.config.vae_embed_dim}")
@@ -82,7 +88,7 @@ class MARPipeline(ArvisPipeline, CheckedPipelineMixin, DiffusionPipeline):
         if (draft_transformer is None) != (draft_head is None):
             raise ValueError("draft_transformer / draft_head: give both or neither")
         if draft_transformer is not None:
-            _check_pair(draft_transformer, draft_head, "draft_head")
+            MARModel(draft_transformer, draft_head).check("draft_head")
             if (draft_transformer.seq_len, draft_transformer.token_embed_dim, draft_transformer.num_classes) != (
                     transformer.seq_len, transformer.token_embed_dim, transformer.num_classes):
                 raise ValueError("draft_transformer: its grid, token channels or classes differ from the transformer's")
@@ -92,12 +98,15 @@ class MARPipeline(ArvisPipeline, CheckedPipelineMixin, DiffusionPipeline):
     # ------------------------------------------------------------------ sampling settings
     def sampling_config(self, **settings: Any) -> SamplingConfig:
         """The target distribution's settings of a call (given values, else the defaults): ``guidance_scale``,
-        ``temperature`` and ``cfg_schedule``; ``top_k`` / ``top_p`` do not apply to continuous tokens and are
-        refused."""
+        ``temperature`` and ``cfg_schedule`` (MAR's ``linear`` unless the call or the folder says otherwise);
+        ``top_k`` / ``top_p`` do not apply to continuous tokens and are refused."""
         for name, neutral in (("top_k", 0), ("top_p", 1.0)):
             if settings.get(name) not in (None, neutral):
                 raise ValueError(f"{name}: MAR's tokens are continuous (no vocabulary to filter); leave {name} unset")
-        return super().sampling_config(**{k: v for k, v in settings.items() if k not in ("top_k", "top_p")})
+        settings = {k: v for k, v in settings.items() if k not in ("top_k", "top_p")}
+        if settings.get("cfg_schedule") is None and "cfg_schedule" not in self.sampling_defaults:
+            settings["cfg_schedule"] = "linear"
+        return super().sampling_config(**settings)
 
     # ------------------------------------------------------------------ inputs and outputs
     @torch.no_grad()
@@ -118,14 +127,13 @@ class MARPipeline(ArvisPipeline, CheckedPipelineMixin, DiffusionPipeline):
         latents = self.transformer.unpatchify(tokens) / self.vae.config.scaling_factor
         images = self.vae.decode(latents.to(self.vae.dtype)).sample
         if known is not None:
-            grid = known.view(B, 1, self.transformer.seq_h, self.transformer.seq_w).float()
-            cells = torch.nn.functional.interpolate(grid, size=images.shape[-2:], mode="nearest").to(images)
-            images = images * cells + (2 * PREVIEW_GREY - 1) * (1 - cells)  # images are in [-1, 1]
+            images = grey_uncommitted(images, known.view(B, self.transformer.seq_h, self.transformer.seq_w))
         return images_to_output(images, output_type)
 
     # ------------------------------------------------------------------ the family seam
     def resources(self) -> dict[str, Any]:
-        return {"draft_model": None if self.draft_transformer is None else (self.draft_transformer, self.draft_head)}
+        draft = None if self.draft_transformer is None else MARModel(self.draft_transformer, self.draft_head)
+        return {"draft_model": draft}
 
     def baseline_options(self, method: str, options: dict[str, Any]) -> dict[str, Any]:
         """``cspd-exact`` is exact for the causal sampler with its ``final_std``: the baseline uses the same."""
@@ -137,36 +145,24 @@ class MARPipeline(ArvisPipeline, CheckedPipelineMixin, DiffusionPipeline):
         device = self.transformer.device
         batches = [(idx, Condition(class_labels=torch.tensor(self.class_ids(values), device=device)))
                    for idx, values in self.condition_batches(conditions, samples, batch_size)]
-        return BenchInputs(batches, lambda cond, sampling, method, gens: self._decode(cond.class_labels, sampling,
-                                                                                      method, gens, None),
+        return BenchInputs(batches, lambda cond, sampling, method, gens: self.decode(cond.class_labels, sampling,
+                                                                                     method, gens),
                            lambda name, options: self.build_method(name, **options), tuple(self.token_layout.grid),
                            self.transformer.device)
 
-    def _decode(self, labels: torch.Tensor, sampling: SamplingConfig, method: Any, generator: GeneratorArg,
-                on_step: Callable[[MARStep], None] | None, num_iter: int | None = None) -> tuple[torch.Tensor, BatchStats]:
-        name = method.name
-        final_std = getattr(method, "final_std", 0.0)
-        if name == "ar" and final_std and not self.transformer.is_causal:
-            raise ValueError("final_std: only the causal variant's AR baseline takes it (masked MAR samples as MAR)")
-        defaults = self.sampling_defaults
-        cfg_schedule = sampling.cfg_schedule
-        kw = dict(guidance_scale=float(sampling.guidance_scale), cfg_schedule=cfg_schedule,
-                  temperature=float(sampling.temperature), generator=generator, on_step=on_step)
-        if name == "cspd-exact":
-            if sampling.guidance_scale != 1.0 and cfg_schedule != "constant":
-                raise ValueError("cfg_schedule: speculative windows span positions, so guidance must be constant "
-                                 "(cfg_schedule='constant'; use the same for the AR baseline)")
-            kw.pop("cfg_schedule")
-            return decode_causal_speculative(self.transformer, self.head, self.draft_transformer, self.draft_head,
-                                             labels, **method_settings(method), **kw)
-        num_iter = num_iter if num_iter is not None else int(defaults.get("num_iter", 64))
-        check_num_iter(num_iter)
-        if name == "cspd":
-            return decode_masked_cspd(self.transformer, self.head, self.draft_transformer, self.draft_head, labels,
-                                      num_iter=num_iter, **method_settings(method), **kw)
-        if self.transformer.is_causal:
-            return decode_causal(self.transformer, self.head, labels, final_std=final_std, **kw)
-        return decode_masked(self.transformer, self.head, labels, num_iter=num_iter, **kw)
+    def decode(self, labels: torch.Tensor, sampling: SamplingConfig, method: Any, generator: GeneratorArg = None,
+               on_step: Callable[[ContinuousDecoder], None] | None = None, num_iter: int | None = None
+               ) -> tuple[torch.Tensor, BatchStats]:
+        """Tokens ``[B, L, D]`` and statistics for class ids ``labels [B]`` with a built continuous method
+        (``num_iter``: default the folder's, else 64)."""
+        num_iter = check_num_iter(num_iter if num_iter is not None else int(self.sampling_defaults.get("num_iter", 64)))
+        decoder = ContinuousDecoder(MARModel(self.transformer, self.head), labels, sampling, generator, method.name,
+                                    on_step, num_iter)
+        try:
+            stats = decoder.finish(method.run(decoder))
+        except Interrupted:  # a step callback set pipe._interrupt: the tokens committed so far
+            stats = decoder.finish(partial=True)
+        return decoder.tokens, stats
 
     @torch.no_grad()
     def __call__(
@@ -201,7 +197,9 @@ class MARPipeline(ArvisPipeline, CheckedPipelineMixin, DiffusionPipeline):
             return_dict: return a :class:`MARPipelineOutput` (else ``(images, tokens, stats)``).
             callback_on_step_end: ``f(pipe, step, committed_per_sample, {"tokens", "known"})`` after every
                 transformer forward's tokens are sampled.
-            callback_on_step_end_tensor_inputs: accepted for diffusers compatibility (always those two).
+            callback_on_step_end_tensor_inputs: which of ``"tokens"`` ``[B, L, D]`` and ``"known"`` ``[B, L]`` the
+                callback receives (copies). Set ``pipe._interrupt = True`` in it to stop early: the output then
+                holds the tokens committed so far (zeros elsewhere, drawn grey).
             method: ``ar``, ``cspd-exact`` or ``cspd`` (:meth:`methods` lists the ones this model runs);
                 ``**method_options`` are the method's (``final_std`` for the causal ``ar``: the step-0 std of the
                 sampler ``cspd-exact`` with the same ``final_std`` is exact for; ``window``, ``final_std``,
@@ -226,38 +224,30 @@ class MARPipeline(ArvisPipeline, CheckedPipelineMixin, DiffusionPipeline):
         B = labels.shape[0]
         if isinstance(generator, list | tuple) and len(generator) != B:
             raise ValueError(f"generator: got {len(generator)} generators for {B} images; pass one, or one per image")
+        tensor_inputs = callback_tensor_inputs(callback_on_step_end, callback_on_step_end_tensor_inputs)
         total = self.transformer.seq_len
         progress = self.progress_bar(total=total)
         done = [0]
+        self._interrupt = False
+        known: list[torch.Tensor] = []
 
-        def on_step(step: MARStep) -> None:
-            committed = step.known[0].sum()
-            n = int(committed)  # one host sync per forward, for the bar
+        def on_step(decoder: ContinuousDecoder) -> None:
+            n = int(decoder.known[0].sum())  # one host sync per step, for the bar
             progress.update(n - done[0])
             done[0] = n
-            if callback_on_step_end is not None:
-                callback_on_step_end(self, step.step, step.known.sum(-1), {"tokens": step.tokens, "known": step.known})
+            known[:] = [decoder.known]
+            run_step_callback(self, callback_on_step_end, tensor_inputs, decoder.step, decoder.tokens, decoder.known)
 
         try:
-            tokens, stats = self._decode(labels, sampling, method_obj, generator, on_step, num_iter=num_iter)
+            tokens, stats = self.decode(labels, sampling, method_obj, generator, on_step, num_iter=num_iter)
         finally:
             progress.close()
-        images = self.decode_tokens(tokens, output_type)
+        partial = known[0] if self._interrupt and known else None  # an interrupted decode: draw the rest grey
+        images = self.decode_tokens(tokens, output_type, partial)
         self.maybe_free_model_hooks()
         if not return_dict:
             return images, tokens, stats
         return MARPipelineOutput(images=images, tokens=tokens, stats=stats)
-
-
-def _check_pair(transformer: MARTransformer, head: MARDiffusionHead, name: str) -> None:
-    if not isinstance(transformer, MARTransformer):
-        raise TypeError(f"transformer: expected a MARTransformer, got {type(transformer).__name__}")
-    if not isinstance(head, MARDiffusionHead):
-        raise TypeError(f"{name}: expected a MARDiffusionHead, got {type(head).__name__}")
-    if head.config.token_dim != transformer.token_embed_dim or head.config.cond_dim != transformer.config.decoder_embed_dim:
-        raise ValueError(f"{name}: it samples {head.config.token_dim}-channel tokens from {head.config.cond_dim}-channel "
-                         f"z; the transformer gives {transformer.config.decoder_embed_dim}-channel z for "
-                         f"{transformer.token_embed_dim}-channel tokens")
 
 
 __all__ = ["MARPipeline", "MARPipelineOutput"]

@@ -50,6 +50,8 @@ CASES = [
     Case("emu3", tiny.emu3, ("red apple", "whale"), alias="emu3", condition_kw="prompt"),
     Case("var", tiny.var, (0, 2), alias="var"),
     Case("video", tiny.video, (0, 5), alias="video", output="frames", per_prompt_kw="num_videos_per_prompt"),
+    Case("mar-masked", lambda: tiny.mar(causal=False), (0, 3), alias="mar"),
+    Case("mar-causal", lambda: tiny.mar(causal=True), (1, 2), alias="mar-causal"),
 ]
 
 

@@ -51,3 +51,13 @@ def emu3() -> Emu3Pipeline:
 
 def video():
     return tiny_random_video_pipeline()
+
+
+def mar(causal: bool):
+    """A MAR pair of one variant with a draft of the same variant (masked: ``cspd``; causal: ``cspd-exact``)."""
+    from arvis.pipelines import MARPipeline
+    from tests.test_mar import tiny_mar, tiny_vae
+
+    transformer, head = tiny_mar(causal)
+    draft, draft_head = tiny_mar(causal, seed=5, width=16)
+    return MARPipeline(transformer, head, tiny_vae(), draft_transformer=draft, draft_head=draft_head)
