@@ -38,6 +38,11 @@ class Case:
     condition_kw: str = "class_labels"
     output: str = "images"  # the output field (video: frames)
     per_prompt_kw: str = "num_images_per_prompt"
+    continuous: bool = False  # continuous tokens: a batch's matmuls round differently, tokens agree to float precision
+
+    def same(self, a: torch.Tensor, b: torch.Tensor) -> bool:
+        """Whether two decodes gave the same tokens (continuous ones: to fp32 rounding)."""
+        return torch.allclose(a, b, rtol=1e-4, atol=1e-3) if self.continuous else torch.equal(a, b)
 
     def call(self, pipe: Any, conditions: Any, **kwargs: Any) -> Any:
         return pipe(**{self.condition_kw: list(conditions)}, **kwargs)
@@ -50,8 +55,8 @@ CASES = [
     Case("emu3", tiny.emu3, ("red apple", "whale"), alias="emu3", condition_kw="prompt"),
     Case("var", tiny.var, (0, 2), alias="var"),
     Case("video", tiny.video, (0, 5), alias="video", output="frames", per_prompt_kw="num_videos_per_prompt"),
-    Case("mar-masked", lambda: tiny.mar(causal=False), (0, 3), alias="mar"),
-    Case("mar-causal", lambda: tiny.mar(causal=True), (1, 2), alias="mar-causal"),
+    Case("mar-masked", lambda: tiny.mar(causal=False), (0, 2), alias="mar", continuous=True),
+    Case("mar-causal", lambda: tiny.mar(causal=True), (1, 2), alias="mar-causal", continuous=True),
 ]
 
 
@@ -112,12 +117,12 @@ class TestPipelineContract:
         both = case.call(pipe, case.conditions, generator=gens(3, 4), output_type="latent").tokens
         one = case.call(pipe, case.conditions[:1], generator=gens(3), output_type="latent").tokens
         two = case.call(pipe, case.conditions[1:], generator=gens(4), output_type="latent").tokens
-        assert torch.equal(both, torch.cat([one, two]))
+        assert case.same(both, torch.cat([one, two]))
         with pytest.raises(ValueError, match="generator"):
             case.call(pipe, case.conditions, generator=gens(1), output_type="latent")
         many = case.call(pipe, case.conditions[:1], generator=gens(3, 5), output_type="latent",
                          **{case.per_prompt_kw: 2}).tokens
-        assert torch.equal(many[:1], one)
+        assert case.same(many[:1], one)
 
     def test_callback_sees_every_step_and_can_interrupt(self, case, pipe):
         seen = []
