@@ -76,7 +76,7 @@ def test_demo_runs_a_mar_folder_side_by_side(folders, name, method, options):
         from arvis.utils.random import image_generators
 
         pipe = models.pipeline(name)
-        assert pipe.baseline_options(method, options) == {"final_std": 0.05} and ar.options == {}
+        assert pipe.baseline_options(method, options) == {"final_std": 0.05} == ar.options  # options of its "ar"
 
         def plain(final_std: float) -> torch.Tensor:
             return pipe(class_labels=["b", "b"], final_std=final_std, output_type="latent",
