@@ -21,6 +21,8 @@ _EXPORTS = {
     "available_methods": "arvis.methods.registry",
     "build_method": "arvis.methods.registry",
     "decode": "arvis.methods.registry",
+    "decode_continuous": "arvis.methods.continuous",
+    "decode_scales": "arvis.methods.next_scale",
     "is_lossless": "arvis.methods.registry",
     "method_class": "arvis.methods.registry",
     "register_method": "arvis.methods.registry",
