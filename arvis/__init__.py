@@ -30,6 +30,7 @@ _EXPORTS = {
     "VideoPipelineOutput": "arvis.pipelines.pipeline_video",
     "ArvisPipeline": "arvis.pipelines.interface",
     "DecoderKind": "arvis.methods.catalog",
+    "compare": "arvis.demo.compare",
     "SamplingConfig": "arvis.engine.sampling",
     "DecodeEngine": "arvis.engine.engine",
     "decode": "arvis.methods",

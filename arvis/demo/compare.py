@@ -274,6 +274,42 @@ def compare_methods(pipe: Any, specs: Sequence[Any], images: ImageSet, sampling:
     return Comparison([results[s.label] for s in specs], images, resolved, rounds, warmup)
 
 
+def compare(pipe: Any, conditions: Sequence[int | str], methods: str | Sequence[str], *, num_images: int | None = None,
+            seed: int = 0, batch_size: int = 8, rounds: int = 1, warmup: bool = False, progress: bool = False,
+            **sampling: Any) -> Comparison:
+    """Plain AR and ``methods`` on the same images, side by side: the one-call form of :func:`compare_methods`.
+
+    Args:
+        pipe: an arvis pipeline.
+        conditions: class ids or names (class-conditional models) or prompts, cycled over images.
+        methods: method specs (``"mc-sjd:window=16,coupling=gumbel"``; several joined by ``;``).
+        num_images: images per method (default: one per condition).
+        seed: image ``i`` uses the generator ``seed_for(seed, i)``.
+        batch_size, rounds, warmup, progress: as :func:`compare_methods`.
+        **sampling: ``guidance_scale``, ``top_k``… (default: the model's own).
+
+    Returns:
+        The :class:`Comparison`: ``format_text()`` prints forwards, speed-up and whether each method's tokens are
+        AR's; ``results[k].images`` holds each method's images (AR first).
+
+    Example:
+        >>> from arvis import LlamaGenPipeline, compare  # doctest: +SKIP
+        >>> result = compare(LlamaGenPipeline.from_pretrained("emoji-names"), ["red apple"], "mc-sjd:coupling=gumbel")
+        >>> print(result.format_text())
+    """
+    from arvis.methods.spec import parse_method_specs
+
+    if pipe.capabilities.conditioning == "class":  # names become ids (ImageSet reads strings as prompts)
+        conditions = pipe.class_ids(list(conditions))
+    images = ImageSet(tuple(conditions), num_images or len(conditions), seed, batch_size)
+    specs = parse_method_specs(methods if isinstance(methods, str) else ";".join(methods))
+    if not any(s.name == "ar" and not s.options for s in specs):
+        from arvis.methods.spec import MethodSpec
+
+        specs.insert(0, MethodSpec("ar"))
+    return compare_methods(pipe, specs, images, sampling, rounds=rounds, warmup=warmup, progress=progress)
+
+
 # ----------------------------------------------------------------------------- writing
 def spec_folder(label: str) -> str:
     """A folder name for a method spec: ``mc-sjd:window=16,coupling=gumbel`` → ``mc-sjd_window-16_coupling-gumbel``."""
