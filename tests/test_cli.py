@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import re
+import sys
 
 import numpy as np
 import PIL.Image
@@ -197,3 +198,50 @@ def test_bench_compares_methods_against_ar(tmp_path, capsys):
     records = json.loads(out.read_text())
     assert [r["spec"] for r in records] == ["ar", "sjd:window=8"] and records[0]["model"] == "tiny-random"
     assert "model_sha256" in records[0] and torch.get_num_threads() >= 1
+
+
+@pytest.mark.parametrize(("spec", "message"), [
+    ("speculative:draft_model=1", "draft_model is not an option: the pipeline supplies it"),
+    ("sjd:acceptance=lantern,neighbours=[1,2]", "neighbours is not an option"),
+    ('mulo:upsampler="x"', "upsampler is not an option"),
+    ("mulo:lowres_model=0", "lowres_model is not an option"),
+    ("sjd:neighbours=[1,2]", "neighbours is not an option"),
+    ("sjd:window=16,window=8", "option 'window' of 'sjd' given twice"),
+    ("speculative:gamma=4", "option 'gamma' is now called 'window'"),
+    ("zipar:window=4", "option 'window' is now called 'row_lag'"),
+])
+def test_resources_duplicates_and_old_spellings_are_refused_before_anything_loads(spec, message, tmp_path, capsys,
+                                                                                  monkeypatch):
+    """Issue 36, root cause 6: what a pipeline supplies is never a user option; a key given twice and an old
+    spelling are refused (one line, exit 2) before any model loads."""
+    import arvis.hub
+
+    monkeypatch.setattr(arvis.hub, "load_pipeline", lambda *a, **k: pytest.fail("loaded a model"))
+    assert run(["generate", "--model", "tiny-random", "--method", spec, "--output", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_an_inapplicable_method_is_refused_from_the_folder_in_milliseconds(capsys, monkeypatch):
+    """`arvis generate --model var --method mc-sjd` is refused from the folder's metadata: no model loads, and in a
+    fresh process no torch is imported."""
+    import subprocess
+    import time
+
+    import arvis.hub
+
+    monkeypatch.setattr(arvis.hub, "load_pipeline", lambda *a, **k: pytest.fail("loaded a model"))
+    for model, method in (("var", "mc-sjd"), ("mar", "zipar"), ("mar-causal", "cspd"), ("mar", "cspd-exact")):
+        if model not in arvis.hub.shipped_names():
+            continue
+        assert run(["generate", "--model", model, "--method", method]) == 2
+        err = capsys.readouterr().err
+        assert f"'{method}'" in err and err.count("\n") == 1, err
+    code = ("import sys, time; t = time.perf_counter(); from arvis.cli import main; rc = main(['generate', '--model', "
+            "'var', '--method', 'mc-sjd']); print(rc, 'torch' in sys.modules, round(time.perf_counter() - t, 2))")
+    t0 = time.perf_counter()
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    wall = time.perf_counter() - t0
+    rc, torch_loaded, _ = out.stdout.split()
+    assert rc == "2" and torch_loaded == "False", out
+    assert wall < 10, wall  # seconds, with Python's own start-up; the check itself is milliseconds
