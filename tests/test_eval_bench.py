@@ -102,7 +102,7 @@ def test_protocol_interleaves_warms_up_and_times_every_sample(windowed, monkeypa
     text = format_text(result)
     assert "forward cost on this machine" in text and "test-windowed:window=8" in text
     md = format_markdown(result)
-    assert "| spec |" in md and "| positions | ms/forward | vs T=1 |" in md
+    assert "| spec |" in md and "| positions | ms/forward | min | vs T=1 |" in md
 
 
 def test_speedup_is_the_ratio_of_median_latencies(windowed):
