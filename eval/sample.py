@@ -16,9 +16,9 @@ folder at a time: a second job on a folder in use is refused. A method and its o
 
 Output: {index:06d}.png and manifest.json (the job, then each image's sha256, class label / prompt and
 generator seed). Feed the folder to `arvis fid --folder DIR`. For numbers comparable with papers (ADM's
-evaluation suite): --per-class 50 draws 50 images of every class, and --npz FILE also packs the finished
+evaluation suite): --per-class 50 draws 50 images of every class, and --save-npz FILE also packs the finished
 job into ADM's sample batch (arr_0 uint8 [N, H, W, 3], arr_1 labels), the file its evaluator reads:
-    python eval/sample.py --model c2i --per-class 50 --seed 0 --output samples/c2i-ar --npz samples/c2i-ar.npz
+    python eval/sample.py --model c2i --per-class 50 --seed 0 --output samples/c2i-ar --save-npz samples/c2i-ar.npz
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="image i uses the generator seed_for(seed, i) (default 0)")
     p.add_argument("--output", required=True, help="folder for {index:06d}.png and manifest.json")
     p.add_argument("--resume", action="store_true", help="continue the job already in --output")
-    p.add_argument("--npz", default=None, metavar="FILE",
+    p.add_argument("--save-npz", default=None, metavar="FILE",
                    help="when the job is complete, also write its images as an ADM sample batch .npz (arr_0, arr_1)")
     p.add_argument("--class-ids", default=None, help="comma-separated class ids/names cycled over indices "
                                                      "(default: every class, in order)")
@@ -74,10 +74,10 @@ def run(args: argparse.Namespace) -> int:
     a.check_images(args)
     if args.per_class is not None:
         a.check_count("--per-class", args.per_class, 1, a.MAX_IMAGES)
-    if args.npz is not None:
-        if not str(args.npz).endswith(".npz"):
-            raise ValueError(f"--npz: {args.npz!r} must end in .npz")
-        a.check_output_file("--npz", args.npz)
+    if args.save_npz is not None:
+        if not str(args.save_npz).endswith(".npz"):
+            raise ValueError(f"--save-npz: {args.save_npz!r} must end in .npz")
+        a.check_output_file("--save-npz", args.save_npz)
     spec = a.parse_methods(args.method, single=True)[0]
     a.check_device(args.device)
     labels = a.parse_class_ids(args.class_ids)
@@ -111,10 +111,10 @@ def run(args: argparse.Namespace) -> int:
     print(json.dumps({"rank": rank, "world_size": world, "written": result.written, "skipped": result.skipped,
                       "replaced": result.replaced, "removed_temporaries": result.removed_temporaries,
                       "manifest": str(result.manifest) if result.manifest else None}))
-    if args.npz is not None and rank == 0:
+    if args.save_npz is not None and rank == 0:
         from arvis.eval.adm import write_folder_batch
 
-        print(json.dumps({"npz": str(write_folder_batch(args.output, args.npz))}))
+        print(json.dumps({"npz": str(write_folder_batch(args.output, args.save_npz))}))
     state.destroy_process_group()
     return 0
 

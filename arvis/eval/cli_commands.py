@@ -13,9 +13,9 @@ Examples::
     arvis fid --model emoji --num-images 1000 --floor           # emoji model: held-out emoji, domain-emoji
     # numbers comparable with papers (ADM's evaluation suite): 50 images per class as ADM's .npz, the FID
     # Inception from a weights file, a reference batch or statistics file
-    arvis fid --model c2i --per-class 50 --save-samples samples.npz \
+    arvis fid --model c2i --per-class 50 --save-npz samples.npz \
         --extractor inception:pt_inception-2015-12-05-6726825d.pth --ref VIRTUAL_imagenet256_labeled.npz
-    arvis fid --samples samples.npz --extractor inception:pt_inception-2015-12-05-6726825d.pth --ref ref.npz
+    arvis fid --sample-batch samples.npz --extractor inception:pt_inception-2015-12-05-6726825d.pth --ref ref.npz
 
 The flags come from :mod:`arvis.cli_args` (docs/cli.md). Nothing is written before the arguments are
 validated, and every output is written atomically.
@@ -138,20 +138,17 @@ def run_bench_command(args: argparse.Namespace) -> int:
 
 
 # ----------------------------------------------------------------------------- fid
-FID_IMAGES = 1000  # images arvis fid --model samples when neither --num-images nor --per-class is given
-
-
 def _fid_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--folder", default=None, help="folder of generated images (e.g. written by eval/sample.py)")
-    p.add_argument("--samples", default=None, metavar="FILE.npz",
+    p.add_argument("--sample-batch", default=None, metavar="FILE.npz",
                    help="generated images as an ADM sample batch (.npz, uint8 NHWC arr_0), as LlamaGen, VAR and "
                         "MAR write them")
     a.add_model(p, help_extra="; sample in-process instead of --folder")
     a.add_images(p, default=None, batch_size=16, what="images to sample with --model",
-                 default_text=f"{FID_IMAGES}, or --per-class")
+                 default_text=f"{d.FID_IMAGES}, or --per-class")
     p.add_argument("--per-class", type=int, default=None, metavar="K",
                    help="with --model: K images of every class (papers: 50), instead of --num-images")
-    p.add_argument("--save-samples", default=None, metavar="FILE.npz",
+    p.add_argument("--save-npz", default=None, metavar="FILE.npz",
                    help="also write the generated images (and class labels) as an ADM sample batch: arr_0 uint8 "
                         "[N, H, W, 3], arr_1 labels; the file ADM's evaluator reads")
     a.add_method(p, several=False)
@@ -191,9 +188,9 @@ def _check_fid_sources(args: argparse.Namespace) -> int | None:
     from arvis.eval.fid import is_arvis_statistics
     from arvis.eval.files import list_images
 
-    given = [f for f in ("folder", "samples", "model") if getattr(args, f) is not None]
+    given = [f for f in ("folder", "sample_batch", "model") if getattr(args, f) is not None]
     if len(given) != 1:
-        raise ValueError("pass exactly one of --folder (images on disk), --samples (an .npz sample batch) and "
+        raise ValueError("pass exactly one of --folder (images on disk), --sample-batch (an .npz) and "
                          "--model (sample in-process)")
     if args.model is None:
         for flag in ("num_images", "per_class"):
@@ -203,20 +200,20 @@ def _check_fid_sources(args: argparse.Namespace) -> int | None:
         raise ValueError("--num-images / --per-class: give one (--per-class K draws K images of every class)")
     if args.per_class is not None:
         a.check_count("--per-class", args.per_class, 1, a.MAX_IMAGES)
-    if args.save_samples is not None:
-        if args.samples is not None:
-            raise ValueError("--save-samples: the images already are an .npz (--samples)")
-        if not str(args.save_samples).endswith(".npz"):
-            raise ValueError(f"--save-samples: {args.save_samples!r} must end in .npz")
+    if args.save_npz is not None:
+        if args.sample_batch is not None:
+            raise ValueError("--save-npz: the images already are an .npz (--sample-batch)")
+        if not str(args.save_npz).endswith(".npz"):
+            raise ValueError(f"--save-npz: {args.save_npz!r} must end in .npz")
     n = None
     if args.folder is not None:
         n = len(list_images(args.folder, "--folder"))  # missing / empty folder: fail before loading anything
-    if args.samples is not None:
-        if not str(args.samples).endswith(".npz"):
-            raise ValueError(f"--samples: {args.samples!r} must be an .npz sample batch")
-        batch = open_batch(args.samples, "--samples")
+    if args.sample_batch is not None:
+        if not str(args.sample_batch).endswith(".npz"):
+            raise ValueError(f"--sample-batch: {args.sample_batch!r} must be an .npz sample batch")
+        batch = open_batch(args.sample_batch, "--sample-batch")
         if batch.image_size is None:
-            raise ValueError(f"--samples: {args.samples!r} holds no images (arr_0)")
+            raise ValueError(f"--sample-batch: {args.sample_batch!r} holds no images (arr_0)")
         n = batch.count
     if str(args.ref).endswith(".npz"):
         if not is_arvis_statistics(args.ref):
@@ -242,7 +239,7 @@ def run_fid_command(args: argparse.Namespace) -> int:
     a.check_count("--ref-num", args.ref_num, 1, a.MAX_IMAGES)
     a.check_count("--feature-batch-size", args.feature_batch_size, 1, a.MAX_BATCH_SIZE)
     spec = a.parse_methods(args.method, single=True)[0] if args.model is not None else None
-    _check_outputs(args, "json", "save_stats", "save_samples")
+    _check_outputs(args, "json", "save_stats", "save_npz")
     dtype = a.setup_runtime(args)
     data = args.data
     if data is None:
@@ -265,13 +262,13 @@ def run_fid_command(args: argparse.Namespace) -> int:
         num = _images_to_sample(args, source)
         record.update(**model.record(), method=spec.name, options=spec.options_dict, seed=args.seed,
                       sampling=sampling, per_class=args.per_class)
-        if args.save_samples:
+        if args.save_npz:
             from arvis.eval.adm import SampleBatchWriter, recording
 
-            writer = SampleBatchWriter(args.save_samples, num)
+            writer = SampleBatchWriter(args.save_npz, num)
             source = recording(source, writer)
     else:
-        source = args.folder if args.folder is not None else args.samples
+        source = args.folder if args.folder is not None else args.sample_batch
     n = known_n if known_n is not None else num
     # Below MIN_MEANINGFUL_IMAGES the floor at the same N is what the figure can be compared with: always shown.
     floor = args.floor or (args.ref == "heldout" and n is not None and n < d.MIN_MEANINGFUL_IMAGES)
@@ -295,10 +292,10 @@ def run_fid_command(args: argparse.Namespace) -> int:
     if writer is not None:
         print(f"wrote {writer.close()} (ADM sample batch: arr_0 {num} images"
               f"{', arr_1 labels' if writer.labels else ''})")
-    elif args.save_samples:
+    elif args.save_npz:
         from arvis.eval.adm import write_folder_batch
 
-        print(f"wrote {write_folder_batch(args.folder, args.save_samples)} (ADM sample batch)")
+        print(f"wrote {write_folder_batch(args.folder, args.save_npz)} (ADM sample batch)")
     if args.save_stats:
         result.generated.save(args.save_stats)
         print(f"wrote {args.save_stats}")
@@ -312,7 +309,7 @@ def _images_to_sample(args: argparse.Namespace, sampler: Any) -> int:
     """``--num-images``, or ``--per-class`` times the number of classes (each class exactly that often, since
     image ``i`` gets class ``i mod classes``)."""
     if args.per_class is None:
-        return FID_IMAGES if args.num_images is None else args.num_images
+        return d.FID_IMAGES if args.num_images is None else args.num_images
     if sampler.labels is None:
         raise ValueError("--per-class: this model is text-conditional; give --num-images")
     return a.check_count("--per-class x classes", args.per_class * len(sampler.labels), 1, a.MAX_IMAGES)
@@ -369,7 +366,8 @@ def run_clip_command(args: argparse.Namespace) -> int:
     a.check_count("--feature-batch-size", args.feature_batch_size, 1, a.MAX_BATCH_SIZE)
     _check_outputs(args, "json")
     dtype = a.setup_runtime(args)
-    scorer = load_clip(args.clip_model, weights=args.weights, device=args.device)
+    with a.progress_bars(not args.no_progress):
+        scorer = load_clip(args.clip_model, weights=args.weights, device=args.device)
     result = clip_score_folder(args.folder, scorer, args.captions, batch_size=args.feature_batch_size,
                                progress=not args.no_progress)
     print(f"CLIP score ({result.model}, {len(result.per_pair)} pairs): {result.score:.3f}")

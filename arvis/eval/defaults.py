@@ -18,6 +18,7 @@ QUICK_FORWARD_COST_WARMUP = 1
 
 # arvis fid: held-out real images in the reference; below MIN_MEANINGFUL_IMAGES generated images an FID is
 # mostly sample-size bias (it is then printed beside the real-vs-real floor at the same N, with a warning).
+FID_IMAGES = 1000  # images `arvis fid --model` samples without --num-images or --per-class
 DEFAULT_REFERENCE_COUNT = 5000
 MIN_MEANINGFUL_IMAGES = 100
 FEATURE_BATCH_SIZE = 64

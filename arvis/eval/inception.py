@@ -131,6 +131,9 @@ def load_fid_inception(path: str | os.PathLike) -> FIDInceptionV3:
 
     source = f"Inception weights {str(path)!r}"
     state, _ = extract_state_dict(load_state_dict_file(path), source=source)
+    # BatchNorm's step counters (integers; present or not depending on the torch that saved the file) play no
+    # part in evaluation.
+    state = {k: v for k, v in state.items() if not k.endswith("num_batches_tracked")}
     fc = state.get("fc.weight")
     if any(k.startswith("AuxLogits.") for k in state) or (isinstance(fc, torch.Tensor) and fc.shape[0] == 1000):
         raise CheckpointError(f"{source} is torchvision's ImageNet classifier, not the FID Inception (the "
@@ -138,8 +141,8 @@ def load_fid_inception(path: str | os.PathLike) -> FIDInceptionV3:
                               f"{INCEPTION_FILES}")
     check_tensor_values(state, source)
     model = FIDInceptionV3()
-    check_state_dict(model.net, state, source)
-    model.net.load_state_dict({k: v.float() for k, v in state.items()})
+    check_state_dict(model.net, state, source, ignore_substrings=("num_batches_tracked",))
+    model.net.load_state_dict({k: v.float() for k, v in state.items()}, strict=False)
     return model.eval()
 
 
