@@ -59,9 +59,11 @@ def available_cores() -> int:
 
 # ----------------------------------------------------------------------------- argument groups
 def add_model(p: argparse.ArgumentParser, *, repeatable: bool = False, help_extra: str = "") -> None:
+    from arvis.hub import DEFAULT_MODEL  # the model load_pipeline(None) loads (a light import)
+
     p.add_argument("--model", default=None, action="append" if repeatable else "store", metavar="NAME",
                    help="shipped alias (c2i, t2i), shipped folder name, save_pretrained folder, or tiny-random "
-                        f"(default: c2i){help_extra}")
+                        f"(default: {DEFAULT_MODEL}){help_extra}")
 
 
 def add_images(p: argparse.ArgumentParser, *, default: int | None, batch_size: int = 8,

@@ -269,8 +269,8 @@ def test_fid_command_writes_adm_samples_per_class_and_reads_them_back(net_dir, t
     assert a["fid"] == pytest.approx(b["fid"], rel=1e-9) and a["per_class"] == 2 and a["num_generated"] == 8
 
     bad = tmp_path / "bad.json"
-    for args, message in ((["--sample-batch", str(npz), "--model", "tiny-random"], "exactly one of"),
-                          (["--sample-batch", str(npz), "--per-class", "2"], "--per-class: only with --model"),
+    for args, message in ((["--sample-batch", str(npz), "--model", "tiny-random"], "pass one of"),
+                          (["--sample-batch", str(npz), "--per-class", "2"], "--per-class: only when sampling from a model"),
                           (["--model", "tiny-random", "--per-class", "2", "--num-images", "3"], "give one"),
                           (["--model", "tiny-random", "--save-npz", str(tmp_path / "s.png")], "must end in .npz"),
                           (["--folder", str(ref), "--extractor", "inception"], "which arvis cannot download"),

@@ -8,6 +8,7 @@ Examples::
         --num-images 8 --json bench.json --markdown bench.md --plots plots/
     arvis fid --folder samples/c2i-ar --floor                   # domain network vs held-out crops
     arvis fid --model c2i --num-images 1000 --floor --json fid.json   # sample in-process, no files
+    arvis fid --num-images 100                                  # the default model; reference statistics cached
     arvis clip-score --folder samples/t2i-ar                    # captions from manifest.json
     arvis clip-score --folder samples/emoji --clip-model clip-emoji   # emoji images and their names
     arvis fid --model emoji --num-images 1000 --floor           # emoji model: held-out emoji, domain-emoji
@@ -143,8 +144,8 @@ def _fid_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sample-batch", default=None, metavar="FILE.npz",
                    help="generated images as an ADM sample batch (.npz, uint8 NHWC arr_0), as LlamaGen, VAR and "
                         "MAR write them")
-    a.add_model(p, help_extra="; sample in-process instead of --folder")
-    a.add_images(p, default=None, batch_size=16, what="images to sample with --model",
+    a.add_model(p, help_extra="; sampled in-process when neither --folder nor --sample-batch is given")
+    a.add_images(p, default=None, batch_size=16, what="images to sample from the model",
                  default_text=f"{d.FID_IMAGES}, or --per-class")
     p.add_argument("--per-class", type=int, default=None, metavar="K",
                    help="with --model: K images of every class (papers: 50), instead of --num-images")
@@ -189,13 +190,14 @@ def _check_fid_sources(args: argparse.Namespace) -> int | None:
     from arvis.eval.files import list_images
 
     given = [f for f in ("folder", "sample_batch", "model") if getattr(args, f) is not None]
-    if len(given) != 1:
-        raise ValueError("pass exactly one of --folder (images on disk), --sample-batch (an .npz) and "
-                         "--model (sample in-process)")
-    if args.model is None:
+    if len(given) > 1:
+        raise ValueError("pass one of --folder (images on disk), --sample-batch (an .npz) and --model (sample "
+                         "in-process; the default when neither of the others is given)")
+    if args.folder is not None or args.sample_batch is not None:
         for flag in ("num_images", "per_class"):
             if getattr(args, flag) is not None:
-                raise ValueError(f"--{flag.replace('_', '-')}: only with --model (sampling in-process)")
+                raise ValueError(f"--{flag.replace('_', '-')}: only when sampling from a model, not with "
+                                 f"--folder or --sample-batch")
     elif args.num_images is not None and args.per_class is not None:
         raise ValueError("--num-images / --per-class: give one (--per-class K draws K images of every class)")
     if args.per_class is not None:
@@ -238,17 +240,18 @@ def run_fid_command(args: argparse.Namespace) -> int:
     a.check_images(args)
     a.check_count("--ref-num", args.ref_num, 1, a.MAX_IMAGES)
     a.check_count("--feature-batch-size", args.feature_batch_size, 1, a.MAX_BATCH_SIZE)
-    spec = a.parse_methods(args.method, single=True)[0] if args.model is not None else None
+    sampling_model = args.folder is None and args.sample_batch is None  # --model, or the default model
+    spec = a.parse_methods(args.method, single=True)[0] if sampling_model else None
     _check_outputs(args, "json", "save_stats", "save_npz")
     dtype = a.setup_runtime(args)
     data = args.data
     if data is None:
-        data = "photos" if args.model is None else model_data(_model_folder(args.model))
+        data = model_data(_model_folder(args.model)) if sampling_model else "photos"
     extractor = load_extractor(args.extractor or DATA_EXTRACTORS[data], device=args.device)
     record: dict[str, Any] = {"data": data}
     source: Any
     num, writer = None, None
-    if args.model is not None:
+    if sampling_model:
         from arvis.eval.jobs import PipelineSampler
 
         with a.progress_bars(not args.no_progress):
@@ -335,11 +338,14 @@ def _reference_line(result: Any) -> str:
     return f"reference statistics: {state} in {extra['cache_file']}"
 
 
-def _model_folder(model: str) -> str | None:
-    """The folder of a model alias or path (``None`` for the tiny random model)."""
-    from arvis.hub import TINY_RANDOM, resolve_model
+def _model_folder(model: str | None) -> str | None:
+    """The folder of a model alias or path, or of the default model for ``None`` (``None`` for the tiny random
+    model, which :func:`arvis.hub.load_pipeline` also loads for ``None`` when the default model is absent)."""
+    from arvis.hub import DEFAULT_MODEL, TINY_RANDOM, resolve_model, shipped_names
 
-    return None if model == TINY_RANDOM else str(resolve_model(model))
+    if model == TINY_RANDOM or (model is None and DEFAULT_MODEL not in shipped_names()):
+        return None
+    return str(resolve_model(model))
 
 
 # ----------------------------------------------------------------------------- clip score
