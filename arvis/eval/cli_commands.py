@@ -332,10 +332,11 @@ def _reference_line(result: Any) -> str:
     extra = result.reference.extra
     state = {"hit": "read from the cache", "miss": "computed and cached",
              "stale": "recomputed (the cached file was stale) and cached"}.get(extra.get("cache"))
-    if state is None:
-        return ("reference statistics: precomputed in the file" if result.reference.resize is None
-                else "reference statistics: computed (not cached)")
-    return f"reference statistics: {state} in {extra['cache_file']}"
+    if state is not None:
+        return f"reference statistics: {state} in {extra['cache_file']}"
+    if "file" in extra:
+        return f"reference statistics: read from {extra['file']}"
+    return "reference statistics: computed from the reference images (not cached)"
 
 
 def _model_folder(model: str | None) -> str | None:

@@ -207,7 +207,8 @@ class FIDStatistics:
         statistics precomputed elsewhere).  image_size: ``(H, W)`` of the images before resizing.
         extractor: its name.  fingerprint: the extractor's weights fingerprint (or ``None``).
         source: where images came from.  resize: the resize mode (``None``: unknown, precomputed elsewhere).
-        extra: notes that are not saved (``cache``: ``"hit"``, ``"miss"`` or ``"stale"`` and ``cache_file``).
+        extra: notes that are not saved (``cache``: ``"hit"``, ``"miss"`` or ``"stale"`` and ``cache_file``;
+        ``file``: the statistics file they were read from).
     """
 
     mu: np.ndarray
@@ -494,7 +495,9 @@ def npz_reference(path: str | os.PathLike, extractor: Any, dim: int, resize: str
     from arvis.eval.inception import INCEPTION_FEATURES
 
     if is_arvis_statistics(path):
-        return FIDStatistics.load(path)
+        stats = FIDStatistics.load(path)
+        stats.extra["file"] = path
+        return stats
     batch = open_batch(path, "reference")
     name = f"npz:{display_path(path)}"
     if batch.mu is not None:
@@ -506,7 +509,8 @@ def npz_reference(path: str | os.PathLike, extractor: Any, dim: int, resize: str
             raise ValueError(f"reference: {str(path)!r} holds {d}-dimensional statistics but the extractor "
                              f"gives {dim}-dimensional features; {hint}")
         return FIDStatistics(mu=batch.mu, sigma=batch.sigma, count=0, image_size=batch.image_size or (0, 0),
-                             extractor="precomputed", fingerprint=None, source=f"precomputed:{name}", resize=None)
+                             extractor="precomputed", fingerprint=None, source=f"precomputed:{name}", resize=None,
+                             extra={"file": path})
     fingerprint = extractor_fingerprint(extractor)
 
     def compute() -> FIDStatistics:
