@@ -66,15 +66,17 @@ def _bench_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prompt", action="append", default=None, metavar="TEXT",
                    help="prompt for text-conditional models (Emu3), repeatable; sample i gets prompt i mod count")
     a.add_method(p, several=True)
-    a.add_images(p, default=d.BENCH_IMAGES, batch_size=1, what="images per round (class i mod the number of classes)")
+    a.add_images(p, default=None, batch_size=1, what="images per round (class i mod the number of classes)",
+                 default_text=f"{d.BENCH_IMAGES}; with --quick {d.QUICK_IMAGES}")
     p.add_argument("--repeats", type=int, default=None,
                    help=f"timed interleaved rounds, median reported (default and minimum {d.MIN_REPEATS}; "
                         f"with --quick {d.QUICK_REPEATS})")
     p.add_argument("--warmup", type=int, default=None,
                    help=f"untimed rounds first (>= 1; default {d.BENCH_WARMUP}; with --quick {d.QUICK_WARMUP})")
     p.add_argument("--quick", action="store_true",
-                   help=f"a look, not a measurement: {d.QUICK_WARMUP} warm-up and {d.QUICK_REPEATS} timed round, a "
-                        f"shorter forward-cost curve, no sync count; labelled QUICK in every output")
+                   help=f"a look, not a measurement: {d.QUICK_WARMUP} warm-up and {d.QUICK_REPEATS} timed round of "
+                        f"{d.QUICK_IMAGES} image, a shorter forward-cost curve, no sync count; labelled QUICK in "
+                        f"every output")
     p.add_argument("--no-forward-cost", action="store_true", help="skip the forward-cost curve")
     _add_outputs(p, "json", "markdown", "plots")
     a.add_sampling(p)
@@ -92,6 +94,8 @@ def run_bench_command(args: argparse.Namespace) -> int:
 
     # Validate everything before loading a model or writing a byte.
     specs = a.parse_methods(args.method)
+    if args.num_images is None:
+        args.num_images = d.QUICK_IMAGES if args.quick else d.BENCH_IMAGES
     a.check_images(args)
     if args.repeats is None:
         args.repeats = d.QUICK_REPEATS if args.quick else d.MIN_REPEATS

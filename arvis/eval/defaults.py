@@ -8,6 +8,7 @@ from __future__ import annotations
 MIN_REPEATS = 5
 BENCH_WARMUP = 1
 BENCH_IMAGES = 2
+QUICK_IMAGES = 1
 QUICK_WARMUP = 1
 QUICK_REPEATS = 1
 # The forward-cost curve: timed calls per size (after warm-up calls); --quick uses fewer.
