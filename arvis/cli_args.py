@@ -21,9 +21,10 @@ flag, the value and the allowed range (the CLI prints them and exits with status
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -58,14 +59,17 @@ def available_cores() -> int:
 
 # ----------------------------------------------------------------------------- argument groups
 def add_model(p: argparse.ArgumentParser, *, repeatable: bool = False, help_extra: str = "") -> None:
+    from arvis.hub import DEFAULT_MODEL  # the model load_pipeline(None) loads (a light import)
+
     p.add_argument("--model", default=None, action="append" if repeatable else "store", metavar="NAME",
                    help="shipped alias (c2i, t2i), shipped folder name, save_pretrained folder, or tiny-random "
-                        f"(default: c2i){help_extra}")
+                        f"(default: {DEFAULT_MODEL}){help_extra}")
 
 
 def add_images(p: argparse.ArgumentParser, *, default: int | None, batch_size: int = 8,
-               what: str = "images in all", max_images: int = MAX_IMAGES) -> None:
-    default_text = "one per condition" if default is None else str(default)
+               what: str = "images in all", max_images: int = MAX_IMAGES, default_text: str | None = None) -> None:
+    if default_text is None:  # what a command does when --num-images is absent, if not the default itself
+        default_text = "one per condition" if default is None else str(default)
     p.add_argument("--num-images", type=int, default=default, metavar="N",
                    help=f"{what}; image i gets condition i mod (number of conditions) (default {default_text}; "
                         f"at most {max_images})")
@@ -113,6 +117,39 @@ def add_runtime(p: argparse.ArgumentParser) -> None:
 
 def add_progress(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+
+# Libraries whose own progress bars --no-progress turns off: (module, is-on, off, on).
+_LIBRARY_BARS = (("diffusers.utils.logging", "is_progress_bar_enabled", "disable_progress_bar", "enable_progress_bar"),
+                 ("transformers.utils.logging", "is_progress_bar_enabled", "disable_progress_bar",
+                  "enable_progress_bar"),
+                 ("huggingface_hub.utils", None, "disable_progress_bars", "enable_progress_bars"))
+
+
+@contextlib.contextmanager
+def progress_bars(enabled: bool) -> Iterator[None]:
+    """``--no-progress`` for the libraries arvis loads models with: diffusers', transformers' and
+    huggingface_hub's own bars ("Loading pipeline components…") are off inside the block, as they were after."""
+    if enabled:
+        yield
+        return
+    import importlib
+
+    restore = []
+    for module, is_on, off, on in _LIBRARY_BARS:
+        try:
+            lib = importlib.import_module(module)
+        except ImportError:
+            continue
+        was_on = getattr(lib, is_on)() if is_on else not lib.are_progress_bars_disabled()
+        getattr(lib, off)()
+        if was_on:
+            restore.append(getattr(lib, on))
+    try:
+        yield
+    finally:
+        for turn_on in restore:
+            turn_on()
 
 
 # ----------------------------------------------------------------------------- checks (before any work)

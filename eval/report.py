@@ -46,6 +46,9 @@ def mismatch(bench: dict[str, Any], fid: dict[str, Any]) -> str | None:
 
 def join(bench: list[dict[str, Any]], fids: list[dict[str, Any]], names: list[str]) -> list[tuple[dict, dict]]:
     """``(bench record, FID record)`` pairs; ``ValueError`` naming the file and the reason for any that cannot join."""
+    if any(r.get("quick") for r in bench):
+        raise ValueError("--bench: a quick run (arvis bench --quick: one round) is not a measurement; run the bench "
+                         "without --quick")
     by_spec = {r["spec"]: r for r in bench}
     pairs = []
     for name, f in zip(names, fids, strict=True):

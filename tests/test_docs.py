@@ -4,7 +4,7 @@ at small sizes, so the docs cannot drift from the code.
 How: each document's ```bash and ```python blocks run in order, in a fresh working folder per document
 (so a later command can read what an earlier one wrote, as a reader following the page would).
 ``arvis …`` and ``python eval/X.py …`` run in-process; ``make demo`` runs the Makefile's demo recipe.
-Sizes shrink (``--num-images`` at most 2 — 1 for ``arvis bench`` —, ``--ref-num`` 16, one timing round,
+Sizes shrink (``--num-images`` at most 2 — 1 for ``arvis bench`` —, ``--per-class`` 1, ``--ref-num`` 16, one timing round,
 ``--repeats`` 5 — the protocol's minimum — and no forward-cost curve); nothing else about a command changes. The few commands that cannot run here
 are listed in :data:`NOT_RUN` with the reason and the test that covers them instead; an entry that matches
 no documented command fails, so the list cannot go stale either.
@@ -64,7 +64,7 @@ NOT_RUN = [
     (r"--suite latency", "times every method for about 25 minutes and needs reference checkouts",
      "tests/test_eval_bench.py (the figures script on a tiny model)"),
 ]
-SIZE_FLAGS = {"--num-images": 2, "--ref-num": 16, "--rounds": 1}
+SIZE_FLAGS = {"--num-images": 2, "--ref-num": 16, "--rounds": 1, "--per-class": 1}
 
 
 def blocks(path: Path) -> list[tuple[str, str]]:

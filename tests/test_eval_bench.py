@@ -122,7 +122,7 @@ def test_protocol_interleaves_warms_up_and_times_every_sample(windowed, monkeypa
     text = format_text(result)
     assert "forward cost on this machine" in text and "test-windowed:window=8" in text
     md = format_markdown(result)
-    assert "| spec |" in md and "| positions | ms/forward | vs T=1 |" in md
+    assert "| spec |" in md and "| positions | ms/forward | min | vs T=1 |" in md
 
 
 def test_speedup_is_the_ratio_of_median_latencies(windowed):
@@ -238,6 +238,10 @@ def test_report_joins_bench_and_fid_records_of_the_same_model_and_settings(tmp_p
         err = capsys.readouterr().err
         assert "cannot join the bench record of 'sjd:window=16'" in err and reason in err, (changes, err)
     assert not (tmp_path / "refused").exists()
+    (tmp_path / "quick.json").write_text(json.dumps([{**r, "quick": True} for r in bench_records]))
+    assert report.main(["--bench", str(tmp_path / "quick.json"), "--fid", a, b, "--output",
+                        str(tmp_path / "refused")]) == 2
+    assert "a quick run (arvis bench --quick: one round) is not a measurement" in capsys.readouterr().err
 
 
 def test_method_extras_are_aggregated_over_samples():
@@ -350,3 +354,102 @@ def test_figures_reruns_records_of_other_weights(tmp_path, monkeypatch, capsys):
     assert json.loads(out.read_text()) == [{"model_sha256": "new0000000000000"}]  # measured again
     out.write_text(json.dumps({"fid": 3.0}))  # a record that names no weights is kept
     assert job.status() == "done"
+
+
+# ----------------------------------------------------------------------------- issue 37: quick runs, honest notes
+def test_quick_bench_is_one_round_and_labelled_not_a_measurement(windowed, monkeypatch, tmp_path, capsys):
+    calls = []
+    real_decode = bench.decode
+    monkeypatch.setattr(bench, "decode", lambda *a: calls.append(a[3].name) or real_decode(*a))
+    out = tmp_path / "quick.json"
+    assert main(["bench", "--model", "tiny-random", "--quick", "--method", "test-windowed:window=2", "--num-images",
+                 "1", "--json", str(out), "--markdown", str(tmp_path / "q.md"), "--no-progress", "--threads", "1"]) == 0
+    assert calls == ["ar", "test-windowed"] * 2  # one warm-up and one timed round; no extra sync-count decode
+    text = capsys.readouterr().out
+    assert "QUICK RUN: one warm-up and one timed round; not a measurement" in text
+    assert "repeats=1 (QUICK: not a measurement, warm-up 1)" in text
+    assert "**QUICK RUN" in (tmp_path / "q.md").read_text()
+    for r in json.loads(out.read_text()):
+        assert r["quick"] and r["repeats"] == 1 and len(r["latency_repeats_s"]) == 1 and "host_syncs" not in r
+    # Without --quick the protocol's minimum stands, and says how to get a quick look.
+    assert main(["bench", "--model", "tiny-random", "--repeats", "2", "--no-progress"]) == 2
+    assert "repeats must be an integer >= 5" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="--quick for a look"):
+        bench.check_settings(samples=1, repeats=1, warmup=1, batch_size=1)
+    bench.check_settings(samples=1, repeats=1, warmup=1, batch_size=1, quick=True)
+
+
+def _record(spec, forwards, fwd_s, out_s, speedup, ideal, draft_s=0.0):
+    return {"spec": spec, "target_forward_s": fwd_s, "draft_forward_s": draft_s, "outside_s": out_s,
+            "outside_share": out_s / (fwd_s + draft_s + out_s), "speedup": speedup, "ideal_speedup": ideal,
+            "target_forwards": forwards}
+
+
+def test_ideal_below_measured_is_explained_from_the_records_own_time_split():
+    # AR: 256 forwards, 1.28 s inside them, 1.0 s outside (sampling per token); the method: 4x fewer forwards at
+    # 2x the cost each, and a quarter of AR's outside time. Ideal (forwards only): 2.0x; measured: 2.38x.
+    ar = _record("ar", 256, 1.28, 1.0, 1.0, 1.0)
+    (note,) = bench.ideal_notes([ar, _record("m:window=8", 64, 0.64, 0.32, 2.28 / 0.96, 2.0)])
+    assert note.startswith("m:window=8: measured 2.38x > ideal 2.00x. 'Ideal' counts time inside target forwards only")
+    assert "AR spent 1.280 s in forwards and 1.000 s outside them (44%" in note
+    assert note.endswith("Why: the time outside forwards shrank 3.12x, more than the forward time (2.00x): AR pays "
+                         "sampling and bookkeeping per token, m:window=8 per forward")
+    # Forwards that shrank more inside the decode than the curve prices them.
+    (note,) = bench.ideal_notes([ar, _record("m", 64, 0.512, 0.5, 2.28 / 1.012, 2.0)])
+    assert "Why: the forwards timed inside the decode shrank 2.50x, more than the curve's 2.00x" in note
+    assert "outside forwards shrank" not in note
+    (note,) = bench.ideal_notes([ar, _record("m", 64, 0.66, 0.55, 2.05, 2.0)])
+    assert note.endswith("the difference is timing noise between rounds")
+    assert bench.ideal_notes([ar, _record("m", 64, 0.64, 0.5, 1.9, 2.0)]) == []  # measured below ideal: nothing
+
+
+def test_forward_cost_dips_are_flagged_with_the_spread_of_their_timings():
+    def point(t, ms, ms_min, iqr):
+        return {"positions": t, "ms": ms, "ms_min": ms_min, "ms_iqr": iqr, "ratio": None}
+
+    curve = [point(1, 5.0, 4.9, 0.1), point(2, 4.95, 4.8, 0.2), point(4, 6.0, 5.8, 0.1), point(8, 5.0, 5.85, 0.1),
+             point(16, 7.0, 6.9, 0.1), point(32, 6.0, 5.9, 0.1)]
+    notes = bench.curve_dips(curve)
+    assert notes == [
+        "T=2 costs 4.950 ms, less than T=1 (5.000 ms): 0.050 ms, within the spread of the timings (noise from other "
+        "work on the machine) (spread 0.200 ms)",
+        "T=8 costs 5.000 ms, less than T=4 (6.000 ms): 1.000 ms, but the minima rise: noise (spread 0.100 ms)",
+        "T=32 costs 6.000 ms, less than T=16 (7.000 ms): 1.000 ms, beyond the spread, in the minima too: this shape "
+        "really runs faster here (spread 0.100 ms)"]
+    assert [r[0] for r in bench.cost_rows(curve)] == ["1", "2*", "4", "8*", "16", "32*"]
+    old = [{"positions": 1, "ms": 2.0, "ratio": 1.0}, {"positions": 2, "ms": 3.0, "ratio": 1.5}]  # older records
+    assert bench.cost_rows(old) == [["1", "2.000", "-", "1.00x"], ["2", "3.000", "-", "1.50x"]]
+    assert bench.curve_dips(old) == []
+
+
+@pytest.mark.parametrize("name", ["bench", "fid"])
+def test_help_defaults_are_the_defaults_argparse_applies(name):
+    import argparse
+
+    from arvis.cli import build_parser
+    from arvis.eval import defaults
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices[name]
+    for action in sub._actions:
+        default = action.default
+        if isinstance(default, bool) or default in (None, argparse.SUPPRESS) or not action.help:
+            continue
+        text = action.help % {"default": default}
+        assert f"default {default}" in text or f"default and minimum {default}" in text, (action.dest, text)
+    if name == "bench":
+        text = " ".join(sub.format_help().split())  # unwrapped
+        assert f"default and minimum {defaults.MIN_REPEATS}" in text and f"with --quick {defaults.QUICK_REPEATS})" in text
+
+
+def test_no_progress_turns_off_the_model_loaders_bars():
+    import diffusers.utils.logging as dlog
+    import huggingface_hub.utils as hlog
+
+    from arvis import cli_args
+
+    assert dlog.is_progress_bar_enabled()
+    with cli_args.progress_bars(False):
+        assert not dlog.is_progress_bar_enabled() and hlog.are_progress_bars_disabled()
+    assert dlog.is_progress_bar_enabled() and not hlog.are_progress_bars_disabled()
+    with cli_args.progress_bars(True):
+        assert dlog.is_progress_bar_enabled()

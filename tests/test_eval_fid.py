@@ -208,7 +208,7 @@ def test_fid_command(folders, extractor, tmp_path, capsys):
                           (["--folder", str(mixed), "--ref", str(b), "--extractor", str(net_dir)], "mixed sizes"),
                           (["--model", "tiny-random", "--method", "nope"], "unknown method 'nope'"),
                           (["--folder", str(a), "--ref", str(b), "--floor"], "--floor"),
-                          (["--folder", str(a), "--model", "tiny-random"], "exactly one of"),
+                          (["--folder", str(a), "--model", "tiny-random"], "pass one of"),
                           (["--folder", str(a), "--extractor", str(tmp_path)], "not a domain-network folder")):
         assert main(["fid", *args, "--json", str(bad), "--no-progress"]) == 2, args
         assert message in capsys.readouterr().err

@@ -527,10 +527,10 @@ def build_emoji(n: int | None = None, split: str = "train", resolution: int = 12
     return out
 
 
-def heldout_images(num: int, resolution: int, seed: int) -> np.ndarray:
+def heldout_images(num: int, resolution: int, seed: int, progress: bool = True) -> np.ndarray:
     """``uint8 [num, resolution, resolution, 3]`` augmented views of held-out emoji (never seen in training):
     the FID reference maker for emoji models (``images_fn`` of :func:`arvis.eval.fid.heldout_statistics`), cached."""
-    return build_emoji(num, "heldout", resolution, seed=seed, cache=True, progress=num > 2000).images
+    return build_emoji(num, "heldout", resolution, seed=seed, cache=True, progress=progress and num > 2000).images
 
 
 # ---------------------------------------------------------------------------------------------- checks

@@ -106,14 +106,15 @@ def labelled_images(data: str, n: int | None, split: str, resolution: int, seed:
     return s.images, s.labels, [str(c) for c in s.captions]
 
 
-def _photo_heldout_images(num: int, resolution: int, seed: int) -> np.ndarray:
+def _photo_heldout_images(num: int, resolution: int, seed: int, progress: bool = True) -> np.ndarray:
     from arvis.data.crops import heldout_crops
 
-    return heldout_crops(num, resolution=resolution, seed=seed, progress=num > 2000)[0]
+    return heldout_crops(num, resolution=resolution, seed=seed, progress=progress and num > 2000)[0]
 
 
 def heldout_images_fn(data: str) -> Any:
-    """``(num, resolution, seed) -> uint8 [num, R, R, 3]`` held-out real images of ``data`` (FID reference)."""
+    """``(num, resolution, seed, progress=True) -> uint8 [num, R, R, 3]`` held-out real images of ``data`` (FID
+    reference; ``progress``: a bar while a large set is first built)."""
     check_data(data)
     if data == "photos":
         return _photo_heldout_images
@@ -124,10 +125,11 @@ def heldout_images_fn(data: str) -> Any:
     return heldout_images
 
 
-def _named_heldout_images(num: int, resolution: int, seed: int) -> np.ndarray:
+def _named_heldout_images(num: int, resolution: int, seed: int, progress: bool = True) -> np.ndarray:
     from arvis.data.emoji import build_emoji
 
-    return build_emoji(num, "heldout", resolution, seed=seed, cache=True, progress=num > 2000, named=True).images
+    return build_emoji(num, "heldout", resolution, seed=seed, cache=True, progress=progress and num > 2000,
+                       named=True).images
 
 
 #: The file of a pipeline folder naming the data set it was trained on (``{"data": "emoji"}``).

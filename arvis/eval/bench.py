@@ -6,17 +6,23 @@ fresh for every repeat, so each repeat decodes identical tokens); one warm-up ru
 then ``repeats`` rounds, each running every method once in turn (``ar, m1, m2, ar, m1, m2, …``) so that
 machine noise falls on all methods alike; ``latency_s`` is the median over rounds of the wall time
 per sample, and ``speedup`` = median AR latency / median method latency. The AR baseline is always
-run, even when not asked for. The decode statistics (``tokens``, ``target_forwards``,
+run, even when not asked for. ``quick=True`` (``arvis bench --quick``) runs one warm-up and one timed round,
+a shorter curve and no sync count: every record and table says it is a quick run, not a measurement.
+The decode statistics (``tokens``, ``target_forwards``,
 ``draft_forwards``, ``step_compression``, ``accepted_per_forward``, ``commit_forward``,
 ``peak_memory_mb``) come from the engine and are the same in every round.
 
 Beside every latency table goes this machine's *forward-cost curve*: milliseconds inside one target
 forward against the number of positions it evaluates (``T = 1, 2, 4 … 64`` plus every method's own
 ``T``), measured on the same model, batch and guidance through :meth:`arvis.engine.DecodeEngine.evaluate`
-at a mid-image position. Every record shows the *ideal speedup* that curve allows — AR's forwards over
-the method's, times ``cost(1) / cost(T)`` — beside the measured one; the gap is the time the loop spends
-outside forwards, which every record also splits out: seconds inside target forwards, inside drafter
-forwards, and outside both (total, per target forward, and as a share). One extra, untimed decode per
+at a mid-image position (the median and the minimum of the timed calls per size; a size that costs less
+than a smaller one is flagged with the spread of its timings). Every record shows the *ideal speedup*
+that curve allows — AR's forwards over the method's, times ``cost(1) / cost(T)`` — beside the measured one.
+"Ideal" counts time inside target forwards only: the measured speedup exceeds it when AR spends more time
+outside forwards (sampling, cache bookkeeping, Python) per token than the method does, and it falls short
+of it by the method's own overhead and drafter. Every record splits its time out (seconds inside target
+forwards, inside drafter forwards, and outside both: total, per target forward, and as a share), and
+:func:`ideal_notes` states, with these figures, why a measured speedup sits above its ideal. One extra, untimed decode per
 method counts the host synchronisations and the aten ops per iteration (:func:`count_host_syncs`).
 
 Method specs (``sjd:window=16``…): :mod:`arvis.methods.spec`.
@@ -39,13 +45,20 @@ from tqdm.auto import tqdm
 
 from arvis.engine import DecodeEngine, SamplingConfig
 from arvis.engine.stats import BatchStats, summarize
+from arvis.eval.defaults import (
+    FORWARD_COST_REPEATS,
+    FORWARD_COST_WARMUP,
+    MIN_REPEATS,
+    QUICK_FORWARD_COST_REPEATS,
+    QUICK_FORWARD_COST_WARMUP,
+)
 from arvis.eval.jobs import image_generator
 from arvis.methods.spec import MethodSpec, parse_method_specs  # noqa: F401  (re-exported)
 from arvis.models.protocol import Condition
 from arvis.pipelines.interface import BenchInputs
 
 FORWARD_COST_SIZES: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
-MIN_REPEATS = 5
+QUICK_LABEL = "QUICK RUN: one warm-up and one timed round; not a measurement (docs/measurement.md)"
 
 # aten ops that make the host wait for the device (on a GPU); a boolean index hides a nonzero().
 _SYNC_OPS = frozenset({"_local_scalar_dense", "nonzero", "masked_select", "unique", "_unique2", "unique_dim"})
@@ -53,18 +66,20 @@ _INDEX_OPS = frozenset({"index", "index_put", "index_put_", "_index_put_impl_"})
 
 
 def forward_cost_curve(backbone: Any, condition: Condition, sampling: SamplingConfig,
-                       sizes: Sequence[int] = FORWARD_COST_SIZES, repeats: int = 15, warmup: int = 3
-                       ) -> list[dict[str, float]]:
+                       sizes: Sequence[int] = FORWARD_COST_SIZES, repeats: int = FORWARD_COST_REPEATS,
+                       warmup: int = FORWARD_COST_WARMUP) -> list[dict[str, float]]:
     """Milliseconds inside one target forward against positions evaluated, on ``backbone`` as it decodes.
 
     One engine is prefilled with ``condition``; then, ``repeats`` times round-robin over ``sizes``, one
     :meth:`DecodeEngine.evaluate` over ``T`` consecutive sequence indices in the middle of the image is
     run, and the time inside the backbone call (the engine's forward clock: the same measure as a
-    record's ``target_ms_per_forward``) is kept; the median is reported. Sizes larger than the
-    sequence allows are dropped.
+    record's ``target_ms_per_forward``) is kept; the median is reported, with the minimum (the least
+    disturbed call: noise on a shared machine only adds time) and the interquartile spread. Sizes larger
+    than the sequence allows are dropped.
 
     Returns:
-        ``[{"positions": T, "ms": median_ms, "ratio": ms / ms(T=1)}, ...]`` (ratio ``None`` without T=1).
+        ``[{"positions": T, "ms": median_ms, "ms_min": ..., "ms_iqr": ..., "ratio": ms / ms(T=1)}, ...]``
+        (ratio ``None`` without T=1).
     """
     N = backbone.layout.num_tokens
     sizes = sorted({int(t) for t in sizes if 1 <= int(t) <= N - 1})
@@ -91,8 +106,29 @@ def forward_cost_curve(backbone: Any, condition: Condition, sampling: SamplingCo
     curve = []
     for t in sizes:
         ms = statistics.median(times[t]) * 1e3
-        curve.append({"positions": t, "ms": ms, "ratio": ms / (base * 1e3) if base else None})
+        q = statistics.quantiles(times[t], n=4) if len(times[t]) > 1 else [times[t][0]] * 3
+        curve.append({"positions": t, "ms": ms, "ms_min": min(times[t]) * 1e3, "ms_iqr": (q[2] - q[0]) * 1e3,
+                      "ratio": ms / (base * 1e3) if base else None})
     return curve
+
+
+def curve_dips(curve: Sequence[Mapping[str, float]]) -> list[str]:
+    """One sentence per size whose median cost is below a smaller size's: whether the spread of the timings
+    (or the minimum) explains it, or the dip is real (some shapes run faster kernels)."""
+    notes = []
+    points = sorted(curve, key=lambda c: c["positions"])
+    for prev, cur in zip(points, points[1:], strict=False):
+        if cur["ms"] >= prev["ms"]:
+            continue
+        gap = prev["ms"] - cur["ms"]
+        spread = max(prev.get("ms_iqr", 0.0), cur.get("ms_iqr", 0.0))
+        by_min = "ms_min" in cur and cur["ms_min"] >= prev["ms_min"]
+        why = ("within the spread of the timings (noise from other work on the machine)" if gap <= spread else
+               "but the minima rise: noise" if by_min else
+               "beyond the spread, in the minima too: this shape really runs faster here")
+        notes.append(f"T={cur['positions']} costs {cur['ms']:.3f} ms, less than T={prev['positions']} "
+                     f"({prev['ms']:.3f} ms): {gap:.3f} ms, {why} (spread {spread:.3f} ms)")
+    return notes
 
 
 def curve_cost(curve: Sequence[Mapping[str, float]], positions: int) -> float | None:
@@ -185,19 +221,20 @@ def available_cores() -> int:
         return os.cpu_count() or 1
 
 
-def check_settings(samples: int, repeats: int, warmup: int, batch_size: int) -> None:
-    """``ValueError`` naming the first bench setting out of range."""
-    for name, value, low in (("samples", samples, 1), ("repeats", repeats, MIN_REPEATS), ("warmup", warmup, 1),
-                             ("batch_size", batch_size, 1)):
+def check_settings(samples: int, repeats: int, warmup: int, batch_size: int, quick: bool = False) -> None:
+    """``ValueError`` naming the first bench setting out of range (``quick``: any ``repeats >= 1``)."""
+    for name, value, low in (("samples", samples, 1), ("repeats", repeats, 1 if quick else MIN_REPEATS),
+                             ("warmup", warmup, 1), ("batch_size", batch_size, 1)):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            extra = " (docs/measurement.md: median of >= 5 interleaved repeats)" if name == "repeats" else ""
+            extra = (f" (docs/measurement.md: median of >= {MIN_REPEATS} interleaved repeats; --quick for a "
+                     f"look that is not a measurement)" if name == "repeats" else "")
             raise ValueError(f"{name} must be an integer >= {low}{extra}, got {value!r}")
 
 
 def run_bench(inputs: BenchInputs, specs: Sequence[MethodSpec], sampling: SamplingConfig, *, seed: int = 0,
               repeats: int = MIN_REPEATS, warmup: int = 1, forward_cost_sizes: Sequence[int] = FORWARD_COST_SIZES,
               context: Mapping[str, Any] | None = None, progress: bool = True, count_syncs: bool = True,
-              clock: Callable[[], float] = time.perf_counter) -> BenchResult:
+              clock: Callable[[], float] = time.perf_counter, quick: bool = False) -> BenchResult:
     """Time ``specs`` (plus the AR baseline) on a pipeline's :class:`~arvis.pipelines.interface.BenchInputs`
     and collect their figures.
 
@@ -214,11 +251,14 @@ def run_bench(inputs: BenchInputs, specs: Sequence[MethodSpec], sampling: Sampli
         context: fields copied into every record (model name, dtype, threads, provenance…).
         count_syncs: run each method once more, untimed, counting host syncs and aten ops per iteration.
         clock: the timer (tests replace it).
+        quick: a look, not a measurement: any ``repeats >= 1``, a shorter forward-cost curve, no sync count;
+            every record carries ``"quick": true``.
     """
     conditions = inputs.batches
     samples = sum(len(idx) for idx, _ in conditions)
     batch_size = len(conditions[0][0])
-    check_settings(samples=samples, repeats=repeats, warmup=warmup, batch_size=batch_size)
+    check_settings(samples=samples, repeats=repeats, warmup=warmup, batch_size=batch_size, quick=quick)
+    count_syncs = count_syncs and not quick
     specs = list(specs)
     if not any(s.name == "ar" and not s.options for s in specs):
         specs.insert(0, MethodSpec("ar"))
@@ -261,7 +301,9 @@ def run_bench(inputs: BenchInputs, specs: Sequence[MethodSpec], sampling: Sampli
     curve: list[dict[str, float]] = []
     if forward_cost_sizes and backbone is not None:
         extra_sizes = [t for t in positions.values() if isinstance(t, int)]
-        curve = forward_cost_curve(backbone, conditions[0][1], sampling, [*forward_cost_sizes, *extra_sizes])
+        curve = forward_cost_curve(backbone, conditions[0][1], sampling, [*forward_cost_sizes, *extra_sizes],
+                                   **({"repeats": QUICK_FORWARD_COST_REPEATS, "warmup": QUICK_FORWARD_COST_WARMUP}
+                                      if quick else {}))
     syncs: dict[str, dict[str, float]] = {}
     if count_syncs:
         idx, cond = conditions[0]
@@ -288,6 +330,7 @@ def run_bench(inputs: BenchInputs, specs: Sequence[MethodSpec], sampling: Sampli
             "batch_size": batch_size,
             "repeats": repeats,
             "warmup": warmup,
+            "quick": quick,
             "sampling": dataclasses.asdict(sampling),
             "grid": list(inputs.grid),
             **figures,
@@ -320,6 +363,41 @@ def ideal_speedup(record: Mapping[str, Any], ar_forwards: float, curve: Sequence
     return ar_forwards / record["target_forwards"] * one / wide
 
 
+def ideal_notes(records: Sequence[Mapping[str, Any]]) -> list[str]:
+    """One sentence per record whose measured speedup exceeds its ideal, saying from the record's own time
+    split where the difference comes from: forwards that shrank more inside the decode than the curve prices
+    them, time outside forwards that shrank more than the forward time, or neither (timing noise)."""
+    ar = next((r for r in records if r.get("spec") == "ar"), None)
+    if ar is None:
+        return []
+    notes = []
+    for r in records:
+        ideal = r.get("ideal_speedup")
+        if r is ar or ideal is None or r["speedup"] <= ideal:
+            continue
+        a_fwd, a_out = ar["target_forward_s"], ar["outside_s"]
+        m_fwd, m_out = r["target_forward_s"] + r["draft_forward_s"], r["outside_s"]
+        fwd_ratio = a_fwd / max(m_fwd, 1e-12)
+        out_ratio = a_out / max(m_out, 1e-12)
+        causes = []
+        if fwd_ratio > ideal:
+            causes.append(f"the forwards timed inside the decode shrank {fwd_ratio:.2f}x, more than the curve's "
+                          f"{ideal:.2f}x (the curve times one forward in isolation at a mid-image position, on a "
+                          f"machine shared with other work)")
+        if out_ratio > fwd_ratio:
+            causes.append(f"the time outside forwards shrank {out_ratio:.2f}x, more than the forward time "
+                          f"({fwd_ratio:.2f}x): AR pays sampling and bookkeeping per token, {r['spec']} per forward")
+        if not causes:
+            causes.append("neither the forward time nor the time outside forwards shrank more than the ideal: the "
+                          "difference is timing noise between rounds")
+        notes.append(f"{r['spec']}: measured {r['speedup']:.2f}x > ideal {ideal:.2f}x. 'Ideal' counts time inside "
+                     f"target forwards only, as the curve prices them. In the median round AR spent {a_fwd:.3f} s "
+                     f"in forwards and {a_out:.3f} s outside them ({100 * ar['outside_share']:.0f}%: sampling, cache "
+                     f"updates, Python); {r['spec']} {m_fwd:.3f} s in forwards (drafter included) and {m_out:.3f} s "
+                     f"outside. Why: " + "; ".join(causes))
+    return notes
+
+
 # ----------------------------------------------------------------------------- tables
 def _fmt(x: float, digits: int = 2) -> str:
     return f"{x:.{digits}f}"
@@ -349,9 +427,27 @@ def table_rows(records: Sequence[Mapping[str, Any]]) -> list[list[str]]:
     return rows
 
 
+COST_COLUMNS = ("positions", "ms/forward", "min", "vs T=1")
+
+
 def cost_rows(curve: Sequence[Mapping[str, float]]) -> list[list[str]]:
-    return [[str(c["positions"]), _fmt(c["ms"], 3), "-" if c["ratio"] is None else _fmt(c["ratio"]) + "x"]
-            for c in curve]
+    """``T``, median ms, minimum ms (records written before it was measured: ``-``), median ratio to ``T=1``;
+    a ``*`` marks a size costing less than a smaller one (explained by :func:`curve_dips`)."""
+    rows, prev = [], None
+    for c in sorted(curve, key=lambda c: c["positions"]):
+        dip = prev is not None and c["ms"] < prev
+        rows.append([str(c["positions"]) + ("*" if dip else ""), _fmt(c["ms"], 3), _opt(c.get("ms_min"), 3),
+                     "-" if c["ratio"] is None else _fmt(c["ratio"]) + "x"])
+        prev = c["ms"]
+    return rows
+
+
+def _notes(result: BenchResult) -> list[str]:
+    """The sentences under the tables: a quick run's label, curve dips (``*``), ideal below measured."""
+    notes = [QUICK_LABEL] if result.records[0].get("quick") else []
+    notes += [f"* {n}" for n in curve_dips(result.forward_cost)]
+    notes += [f"note: {n}" for n in ideal_notes(result.records)]
+    return notes
 
 
 def _text_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
@@ -365,27 +461,29 @@ def _text_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[st
 
 def _header_line(result: BenchResult) -> str:
     r = result.records[0]
+    rounds = (f"repeats={r['repeats']} (QUICK: not a measurement, warm-up {r['warmup']})" if r.get("quick") else
+              f"repeats={r['repeats']} (median, interleaved, warm-up {r['warmup']})")
     return (f"model={r.get('model', '?')} samples={r['samples']} batch_size={r['batch_size']} seed={r['seed']} "
-            f"repeats={r['repeats']} (median, interleaved, warm-up {r['warmup']}) dtype={r.get('dtype')} "
+            f"{rounds} dtype={r.get('dtype')} "
             f"threads={r.get('threads')} device={r.get('device')} commit={str(r.get('git_commit', '?'))[:12]}")
 
 
 def format_text(result: BenchResult, max_width: int = 200) -> str:
     """The latency table with the forward-cost curve beside it (below it when the line would be too wide)."""
     left = _text_table(TABLE_COLUMNS, table_rows(result.records))
-    right = (["forward cost on this machine", *_text_table(("positions", "ms/forward", "vs T=1"),
-                                                          cost_rows(result.forward_cost))]
+    right = (["forward cost on this machine", *_text_table(COST_COLUMNS, cost_rows(result.forward_cost))]
              if result.forward_cost else [])
     width = max(len(s) for s in left)
     lines = [_header_line(result)]
+    notes = _notes(result)
     if right and width + 4 + max(len(s) for s in right) > max_width:
-        return "\n".join(lines + left + [""] + right)
+        return "\n".join(lines + left + [""] + right + notes)
     left = [""] + left  # the cost table's title sits beside the blank line above the latency header
     for i in range(max(len(left), len(right))):
         a = left[i] if i < len(left) else ""
         b = right[i] if i < len(right) else ""
         lines.append((a.ljust(width) + "    " + b).rstrip())
-    return "\n".join(lines)
+    return "\n".join(lines + notes)
 
 
 def format_markdown(result: BenchResult) -> str:
@@ -395,16 +493,20 @@ def format_markdown(result: BenchResult) -> str:
                 *["| " + " | ".join(r) + " |" for r in rows]]
 
     r0 = result.records[0]
-    lines = ["# arvis bench", "", f"`{_header_line(result)}`", "",
+    lines = ["# arvis bench", "", *([f"**{QUICK_LABEL}**", ""] if r0.get("quick") else []),
+             f"`{_header_line(result)}`", "",
              f"Sampling: {json.dumps(r0['sampling'])}. latency_s = median wall time per sample over "
              f"{r0['repeats']} interleaved rounds; speedup = AR latency / method latency (same process, "
              f"seeds, dtype, threads); ideal = AR forwards / method forwards x cost(1) / cost(T) from the curve "
-             f"below (T = positions per forward); fwd_ms / draft_ms / outside_ms = time inside target forwards, "
+             f"below (T = positions per forward; it counts time inside target forwards only); fwd_ms / draft_ms / outside_ms = time inside target forwards, "
              f"inside drafter forwards and outside both, per target forward; outside = share of the latency; "
              f"syncs/it = host synchronisations per loop iteration.", "",
              *md(TABLE_COLUMNS, table_rows(result.records))]
     if result.forward_cost:
         lines += ["", "Forward cost on this machine (ms per target forward vs positions evaluated; "
                   "same model, batch and guidance):", "",
-                  *md(("positions", "ms/forward", "vs T=1"), cost_rows(result.forward_cost))]
+                  *md(COST_COLUMNS, cost_rows(result.forward_cost))]
+    notes = [n for n in _notes(result) if n != QUICK_LABEL]
+    if notes:
+        lines += ["", *[f"- {n}" for n in notes]]
     return "\n".join(lines) + "\n"
