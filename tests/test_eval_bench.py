@@ -358,9 +358,11 @@ def test_figures_reruns_records_of_other_weights(tmp_path, monkeypatch, capsys):
 
 # ----------------------------------------------------------------------------- issue 37: quick runs, honest notes
 def test_quick_bench_is_one_round_and_labelled_not_a_measurement(windowed, monkeypatch, tmp_path, capsys):
+    import arvis.pipelines.pipeline_llamagen as llamagen
+
     calls = []
-    real_decode = bench.decode
-    monkeypatch.setattr(bench, "decode", lambda *a: calls.append(a[3].name) or real_decode(*a))
+    real_decode = llamagen.decode  # what the tiny-random pipeline's bench inputs decode with
+    monkeypatch.setattr(llamagen, "decode", lambda *a: calls.append(a[3].name) or real_decode(*a))
     out = tmp_path / "quick.json"
     assert main(["bench", "--model", "tiny-random", "--quick", "--method", "test-windowed:window=2", "--num-images",
                  "1", "--json", str(out), "--markdown", str(tmp_path / "q.md"), "--no-progress", "--threads", "1"]) == 0
