@@ -649,6 +649,9 @@ def test_the_examples_and_landing_methods_fit_the_shipped_models():
         assert bool(entry.get("classes")) == (caps.conditioning == "class"), folder
         for prompt in entry.get("prompts", ()):
             assert caps.conditioning == "text" and (not caps.vocabulary or set(prompt.split()) <= set(caps.vocabulary))
+        if entry.get("method"):
+            spec = parse_method_specs(entry["method"])[0]
+            caps.check(spec.name, spec.options_dict)
     for kind, texts in LANDING_METHODS.items():
         for text in texts:
             assert parse_method_specs(text)[0].name in method_names(kind)

@@ -185,7 +185,7 @@ def _save(png: bytes, path: Path) -> None:
     with Image.open(tmp) as im:
         assert im.format == "PNG" and im.size[0] >= SCREEN[0] - 20
         im.load()
-        colours = len(set(im.convert("RGB").resize((200, 200)).getdata()))
+        colours = len(im.convert("RGB").resize((200, 200)).getcolors(200 * 200))
     assert colours > 50  # a rendered page, not a blank frame
     os.replace(tmp, path)
 
@@ -232,6 +232,13 @@ def test_first_screen_and_one_lossless_generation(chromium, tmp_path, monkeypatc
         # The page fills in the landing method's options when it loads (the method image's label shows them).
         driver.wait_for("const e = document.getElementById('arvis-method-image'); "
                         "return e && e.innerText.includes('coupling=gumbel');", 60, "the landing method's options")
+        # The warm-up banner shows its progress (or is gone: done), the placeholders have drawn.
+        driver.wait_for("const e = document.getElementById('arvis-warmup'); "
+                        "return !e || e.offsetParent === null || e.innerText.includes('step');", 60,
+                        "the warm-up's progress")
+        driver.wait_for("return ['arvis-ar-image', 'arvis-method-image'].every(id => { "
+                        "const i = document.querySelector('#' + id + ' img'); return i && i.complete && "
+                        "i.naturalWidth > 0; });", 60, "the placeholder images")
         first_screen = driver.js(FIRST_SCREEN)
         first_png = driver.screenshot()
 
@@ -264,6 +271,7 @@ def test_first_screen_and_one_lossless_generation(chromium, tmp_path, monkeypatc
             switched = {"prompt": driver.js("return document.querySelector('#arvis-prompt textarea').value"),
                         "hint": driver.js("return document.getElementById('arvis-prompt-hint').innerText"),
                         "methods": shown}
+        warmed_up = demo.arvis_warmup.finished
     finally:
         driver.quit()
         chromedriver.terminate()
@@ -281,7 +289,12 @@ def test_first_screen_and_one_lossless_generation(chromium, tmp_path, monkeypatc
     assert first_screen["model"] == names[0]
     assert first_screen["cls"].endswith(class0) and first_screen["method"] == "mc-sjd", first_screen
     assert "Gumbel coupling" in first_screen["note"] and "reproduces AR's tokens" in first_screen["note"]
-    assert first_screen["warmup"] is not None  # the warm-up banner (its progress, or hidden once done)
+    # The warm-up banner: its progress, or gone once the warm-up is done (the tiny models' is over in a moment).
+    if UPDATE:
+        assert "step" in first_screen["warmup"], first_screen
+    else:
+        assert first_screen["warmup"] is None or "step" in first_screen["warmup"], first_screen
+        assert warmed_up
     # One generation: lossless, the tokens AR's own.
     assert all(v[0] >= 16 for v in loaded.values()), loaded
     assert "tokens identical to AR: yes" in status, status

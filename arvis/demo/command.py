@@ -88,7 +88,7 @@ def load_models(names: list[str], dtype: Any, device: str) -> dict[str, Any]:
         else:
             assert ref.path is not None
             entry = DemoModel(loader=lambda name=name: load_pipeline(name, dtype, device).pipeline,
-                              description=f"`{ref}`", capabilities=model_capabilities(name),
+                              description=f"`{ref.path.name}`", capabilities=model_capabilities(name),
                               sampling_defaults=read_sampling_defaults(ref.path), examples=model_examples(ref.path.name))
         key = Path(str(ref)).name
         base, k = key, 2

@@ -31,6 +31,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
+import inspect
 import math
 import queue
 import statistics
@@ -41,14 +43,17 @@ import unicodedata
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import PIL.Image
-import torch
 
 from arvis.families import Capabilities
 from arvis.methods.catalog import CAPABILITIES, DecoderKind, method_info, method_names
-from arvis.pipelines.interface import ArvisPipeline
+
+if TYPE_CHECKING:  # torch and the pipelines load with the first model, after the page is served
+    import torch
+
+    from arvis.pipelines.interface import ArvisPipeline
 
 SIDES = ("ar", "method")
 PREVIEW_GREY = 0.5  # colour of not-yet-committed token cells in the previews
@@ -223,7 +228,7 @@ class ModelSet:
                 raise ValueError(f"models: names must be non-empty strings, got {name!r}")
             if isinstance(m, DemoModel):
                 self.models[name] = m
-            elif callable(m) and not isinstance(m, torch.nn.Module | ArvisPipeline):
+            elif inspect.isroutine(m) or isinstance(m, functools.partial):  # a loader, not a pipeline (callable too)
                 self.models[name] = DemoModel(loader=m)
             else:
                 self.models[name] = DemoModel(pipeline=m)
@@ -322,6 +327,8 @@ def landing_condition(entry: DemoModel) -> tuple[int | None, str]:
 def warm_up(pipe: ArvisPipeline, methods: list[str] | list[tuple[str, dict[str, Any]]] | None = None) -> None:
     """One small generation per method (default: every method this model runs; a method may come with its
     options), so a request's first run pays no start-up costs."""
+    import torch
+
     info = capabilities_info(pipe.capabilities)
     condition: dict[str, Any] = {"class_labels": [0]} if info["class_conditional"] else {"prompt": ["warm-up"]}
     if info["vocabulary"]:  # a closed vocabulary: a prompt of one word it knows
@@ -1038,6 +1045,8 @@ def _side_record(run: RunResult) -> dict[str, Any]:
 
 def comparison(request: DemoRequest, ar: RunResult, other: RunResult, untrained: bool) -> dict[str, Any]:
     """The statistics of a side-by-side request as plain JSON-able data."""
+    import torch
+
     a, m = _side_record(ar), _side_record(other)
     promise = method_promise(other.method, other.kind, other.options)
     speedup = a["decode_latency_s"] / m["decode_latency_s"]
