@@ -93,6 +93,21 @@ class GatedPipeline:
         return self._pipe(*args, **kwargs)
 
 
+class SlowPipeline(GatedPipeline):
+    """A pipeline whose every forward takes at least ``delay`` seconds (its decode callback sleeps first)."""
+
+    def __init__(self, pipe, delay: float = 0.05):
+        super().__init__(pipe)
+        self.delay = delay
+
+    def __call__(self, *args, callback_on_step_end=None, **kwargs):
+        def slow(*a):
+            time.sleep(self.delay)
+            return callback_on_step_end(*a) if callback_on_step_end is not None else None
+
+        return self._pipe(*args, callback_on_step_end=slow, **kwargs)
+
+
 def _serve(demo):
     launch(demo, port=None, prevent_thread_lock=True, quiet=True)
     return demo.local_url
@@ -351,15 +366,7 @@ def test_an_abandoned_request_stops_its_decode(models):
     """Closing the stream (client gone) stops the worker at its next callback; nothing keeps running."""
     from arvis.demo.core import Progress, side_by_side
 
-    class Slow(GatedPipeline):
-        def __call__(self, *args, callback_on_step_end=None, **kwargs):
-            def slow(*a):
-                time.sleep(0.02)
-                return callback_on_step_end(*a)
-
-            return self._pipe(*args, callback_on_step_end=slow, **kwargs)
-
-    model_set = ModelSet({"slow": DemoModel(pipeline=Slow(small_pipeline()))})
+    model_set = ModelSet({"slow": DemoModel(pipeline=SlowPipeline(small_pipeline(), delay=0.02))})
     request = validate_request(model_set, DemoLimits(), model="slow", class_label=0, prompt=None, method="ar", seed=0,
                                num_images=1, guidance_scale=4.0, top_k=0, top_p=1.0, temperature=1.0,
                                live_preview=False, options={})
@@ -790,7 +797,7 @@ def test_a_request_during_the_warm_up_waits_with_a_message_then_runs(tmp_path, m
         while warmup.busy() != "loading slow":
             assert time.monotonic() < deadline, warmup.status()
             time.sleep(0.05)
-        assert "step 3/4: loading slow" in warmup.status() and "1/2 models loaded" in warmup.status()
+        assert "step 4/6: loading slow" in warmup.status() and "1/2 models loaded" in warmup.status()
         job = _client(url).submit(model="ready", class_label=1, method="sjd", live_preview=False, api_name="/generate")
         deadline = time.monotonic() + 60
         while not any("Waiting: the warm-up is loading slow" in str(u[2]) for u in job.outputs()):
@@ -814,6 +821,7 @@ def test_the_warm_up_holds_its_steps_while_a_request_runs():
 
     models = ModelSet({"a": small_pipeline(), "b": small_pipeline(seed=1)})
     warmup = WarmUp(models)
+    assert [what for _, what, _ in warmup.steps] == ["loading", "warming up ar on", "warming up mc-sjd on"] * 2
     with warmup.request():  # a request holds the warm-up from its first step
         warmup.start()
         time.sleep(0.5)
@@ -822,6 +830,31 @@ def test_the_warm_up_holds_its_steps_while_a_request_runs():
     while not warmup.finished:
         assert time.monotonic() < deadline, warmup.status()
         time.sleep(0.05)
+    warmup.stop()
+
+
+def test_a_request_stops_a_warm_up_decode_at_its_next_forward():
+    """A warm-up decode (64 forwards of at least 50 ms here) gives way to a request within a forward or so; its step
+    is taken again after the request."""
+    from arvis.demo.core import WarmUp
+
+    warmup = WarmUp(ModelSet({"slow": DemoModel(pipeline=SlowPipeline(small_pipeline()))}))
+    warmup.start()
+    deadline = time.monotonic() + 60
+    while warmup.busy() != "warming up ar on slow":
+        assert time.monotonic() < deadline, warmup.status()
+        time.sleep(0.01)
+    time.sleep(0.3)  # a few forwards into the decode
+    t0 = time.perf_counter()
+    with warmup.request():
+        waited = time.perf_counter() - t0
+        assert warmup.busy() is None and warmup.done == 1  # the decode stopped; its step is not counted
+    assert waited < 2.0, waited
+    deadline = time.monotonic() + 120
+    while not warmup.finished:
+        assert time.monotonic() < deadline, warmup.status()
+        time.sleep(0.05)
+    assert warmup.done == 3 and not warmup.failed
     warmup.stop()
 
 

@@ -324,29 +324,41 @@ def landing_condition(entry: DemoModel) -> tuple[int | None, str]:
     return (0 if caps.num_classes else None), ""
 
 
-def warm_up(pipe: ArvisPipeline, methods: list[str] | list[tuple[str, dict[str, Any]]] | None = None) -> None:
-    """One small generation per method (default: every method this model runs; a method may come with its
-    options), so a request's first run pays no start-up costs."""
+class WarmUpYielded(Exception):
+    """Raised inside a warm-up decode's callback when a request arrives: the decode stops at once (the step is
+    taken again once the request ends)."""
+
+
+def warm_up(pipe: ArvisPipeline, methods: list[str] | list[tuple[str, dict[str, Any]]] | None = None,
+            yield_to: Callable[[], bool] | None = None) -> None:
+    """One generation per method (default: every method this model runs; a method may come with its options), so a
+    request's first run pays no start-up costs. ``yield_to()`` true (checked after every forward) stops the decode
+    with :class:`WarmUpYielded`."""
     import torch
 
     info = capabilities_info(pipe.capabilities)
     condition: dict[str, Any] = {"class_labels": [0]} if info["class_conditional"] else {"prompt": ["warm-up"]}
     if info["vocabulary"]:  # a closed vocabulary: a prompt of one word it knows
         condition = {"prompt": [info["vocabulary"][0]]}
+
+    def callback(_pipe: Any, _step: int, _committed: Any, _data: Any) -> None:
+        if yield_to is not None and yield_to():
+            raise WarmUpYielded()
+
     for item in methods or info["methods"]:
         method, options = (item, {}) if isinstance(item, str) else item
         if method in info["methods"]:
             pipe(**condition, generator=torch.Generator().manual_seed(0), output_type="latent", method=method,
-                 **options)
+                 callback_on_step_end=callback if yield_to is not None else None, **options)
 
 
 class WarmUp:
-    """Loads the demo's models and warms each up (plain AR and the method it lands on), one step at a time in a
+    """Loads the demo's models and warms each up (plain AR, then the method it lands on), one step at a time in a
     background thread, so that the page is served first; requests go first.
 
-    :meth:`request` wraps a request: it waits for the step running (one model's load or one warm-up decode) to
-    end and holds further steps until the request ends, so a request never shares the CPU with the warm-up (the
-    timings stay meaningful). :meth:`status` is the progress the page shows.
+    :meth:`request` wraps a request: a warm-up decode running stops at its next forward (its step is taken again
+    later), a model load running is waited for, and no step starts until the request ends — so a request never
+    shares the CPU with the warm-up (the timings stay meaningful). :meth:`status` is the progress the page shows.
     """
 
     def __init__(self, models: ModelSet, offered: list[str] | None = None):
@@ -356,7 +368,10 @@ class WarmUp:
         for name in models.names:
             entry = models.entry(name)
             self.steps.append((name, "loading", entry.get))
-            self.steps.append((name, "warming up", lambda entry=entry: self._warm(entry)))
+            method, options = landing_method(entry.caps(), offered, entry.examples.method)
+            for spec in dict.fromkeys(["ar", method]):
+                warm = functools.partial(self._warm, entry, spec, options if spec == method else {})
+                self.steps.append((name, f"warming up {spec} on", warm))
         self.done = 0
         self.current: str | None = None
         self.failed: list[str] = []
@@ -366,10 +381,8 @@ class WarmUp:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def _warm(self, entry: DemoModel) -> None:
-        pipe = entry.get()
-        method, options = landing_method(pipe.capabilities, self.offered, entry.examples.method)
-        warm_up(pipe, ["ar", (method, options)])
+    def _warm(self, entry: DemoModel, method: str, options: Mapping[str, Any]) -> None:
+        warm_up(entry.get(), [(method, dict(options))], yield_to=lambda: self._requests > 0 or self._stop.is_set())
 
     @property
     def started(self) -> bool:
@@ -397,22 +410,31 @@ class WarmUp:
         import logging
 
         for name, what, do in self.steps:
-            with self._cv:
-                self._cv.wait_for(lambda: self._requests == 0 or self._stop.is_set())
-                if self._stop.is_set():
-                    return
-                self._stepping, self.current = True, f"{what} {name}"
-            try:
-                do()
-            except Exception:  # a model that fails here fails its requests too, with their own message
-                logging.getLogger("arvis.demo").exception("warm-up: %s %s failed", what, name)
-                if name not in self.failed:
-                    self.failed.append(name)
-            finally:
+            while True:  # a step a request interrupted is taken again once the request ends
                 with self._cv:
-                    self._stepping, self.current = False, None
-                    self.done += 1
-                    self._cv.notify_all()
+                    self._cv.wait_for(lambda: self._requests == 0 or self._stop.is_set())
+                    if self._stop.is_set():
+                        return
+                    self._stepping, self.current = True, f"{what} {name}"
+                try:
+                    do()
+                    yielded = False
+                except WarmUpYielded:
+                    yielded = True
+                except Exception:  # a model that fails here fails its requests too, with their own message
+                    logging.getLogger("arvis.demo").exception("warm-up: %s %s failed", what, name)
+                    yielded = False
+                    if name not in self.failed:
+                        self.failed.append(name)
+                finally:
+                    with self._cv:
+                        self._stepping, self.current = False, None
+                        self._cv.notify_all()
+                if not yielded:
+                    break
+            with self._cv:
+                self.done += 1
+                self._cv.notify_all()
 
     def busy(self) -> str | None:
         """What the warm-up is doing right now (a request would wait for it), or ``None``."""
@@ -448,8 +470,7 @@ class WarmUp:
             return f"Warm-up done: {loaded}/{total} models loaded{failed}."
         doing = self.current or "waiting for a request to finish"
         return (f"Warming up in the background — step {self.done + 1}/{len(self.steps)}: {doing} "
-                f"({loaded}/{total} models loaded). You can generate now; a request waits at most for the step "
-                f"running.")
+                f"({loaded}/{total} models loaded). You can generate now: requests go first.")
 
 
 # ----------------------------------------------------------------------------- method options

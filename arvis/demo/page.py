@@ -17,8 +17,8 @@ with the words a text model knows) and the method it lands on — MC-SJD with Gu
 lossless and token for token AR's own images — with Generate above the fold (:mod:`arvis.demo.examples` holds
 these choices). The method choice holds only the methods that run on the selected model (its capabilities), and
 a request is checked against them before anything loads or runs. With ``warm_up=True`` the page is served
-first and the models load and warm up in the background, the page showing the progress; a request waits at
-most for the step running (:class:`~arvis.demo.core.WarmUp`).
+first and the models load and warm up in the background, the page showing the progress; requests go first (a
+warm-up decode stops at its next forward, a model load is waited for: :class:`~arvis.demo.core.WarmUp`).
 
 Hardening: the server binds 127.0.0.1 unless told otherwise; one queue with a concurrency limit and a
 maximum size (beyond it callers get Gradio's "queue full" error); ``api_open=False`` so the REST
