@@ -93,6 +93,21 @@ class GatedPipeline:
         return self._pipe(*args, **kwargs)
 
 
+class SlowPipeline(GatedPipeline):
+    """A pipeline whose every forward takes at least ``delay`` seconds (its decode callback sleeps first)."""
+
+    def __init__(self, pipe, delay: float = 0.05):
+        super().__init__(pipe)
+        self.delay = delay
+
+    def __call__(self, *args, callback_on_step_end=None, **kwargs):
+        def slow(*a):
+            time.sleep(self.delay)
+            return callback_on_step_end(*a) if callback_on_step_end is not None else None
+
+        return self._pipe(*args, callback_on_step_end=slow, **kwargs)
+
+
 def _serve(demo):
     launch(demo, port=None, prevent_thread_lock=True, quiet=True)
     return demo.local_url
@@ -351,15 +366,7 @@ def test_an_abandoned_request_stops_its_decode(models):
     """Closing the stream (client gone) stops the worker at its next callback; nothing keeps running."""
     from arvis.demo.core import Progress, side_by_side
 
-    class Slow(GatedPipeline):
-        def __call__(self, *args, callback_on_step_end=None, **kwargs):
-            def slow(*a):
-                time.sleep(0.02)
-                return callback_on_step_end(*a)
-
-            return self._pipe(*args, callback_on_step_end=slow, **kwargs)
-
-    model_set = ModelSet({"slow": DemoModel(pipeline=Slow(small_pipeline()))})
+    model_set = ModelSet({"slow": DemoModel(pipeline=SlowPipeline(small_pipeline(), delay=0.02))})
     request = validate_request(model_set, DemoLimits(), model="slow", class_label=0, prompt=None, method="ar", seed=0,
                                num_images=1, guidance_scale=4.0, top_k=0, top_p=1.0, temperature=1.0,
                                live_preview=False, options={})
@@ -390,12 +397,15 @@ def test_previews_stream_while_tokens_commit(client):
 
 
 @pytest.mark.parametrize("method", method_names("token"))
-def test_every_token_method_is_offered_and_runs(server, client, method):
+def test_every_token_method_is_offered_where_it_runs_and_runs(server, client, models, method):
+    """The method choice lists the methods that run on the selected model (its capabilities), no others; each of
+    them runs; the others are refused before anything runs."""
     _, url = server
     config = httpx.get(url + "config", timeout=30).json()
     dropdowns = [c["props"] for c in config["components"] if c["props"].get("label") == "method"]
-    assert [v for _, v in dropdowns[0]["choices"]] == method_names()
-    if method in ("mulo", "mulo-local"):  # the test pipeline has no low-resolution drafter: a clear refusal
+    runs_here = models["small"].get().methods()
+    assert [v for _, v in dropdowns[0]["choices"]] == runs_here == ["ar", "mc-sjd", "sjd", "speculative", "zipar"]
+    if method not in runs_here:  # mulo needs a low-resolution drafter the test pipeline has not: a clear refusal
         from gradio_client.exceptions import AppError
 
         with pytest.raises(AppError, match=f"'{method}' does not run on model 'small'"):
@@ -404,7 +414,7 @@ def test_every_token_method_is_offered_and_runs(server, client, method):
     out = call(client, method=method, seed=3)  # speculative: with the model's draft transformer
     assert out[4]["method"]["method"] == method and out[4]["ar"]["tokens_per_image"] == 64
     lossless = out[4]["method"]["lossless"]
-    assert ("(lossless)" if lossless else "(**lossy**)") in out[3]
+    assert ("(**lossy**)" not in out[3]) is lossless
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [
@@ -625,3 +635,236 @@ def test_a_page_closing_leaves_the_files_of_another_live_page(tmp_path, monkeypa
         for page in pages:
             page.close()
     assert not list(cache.rglob("*.png")), list(cache.rglob("*"))
+
+
+# ----------------------------------------------------------------------------- a newcomer's first five minutes
+def test_the_examples_and_landing_methods_fit_the_shipped_models():
+    """Every entry of arvis/demo/examples.py against its folder's metadata (milliseconds, no weights): each class is
+    one of the model's class names, each prompt uses only the words its text encoder knows, each landing spec
+    parses and names a method of its kind."""
+    from arvis.demo.examples import LANDING_METHODS, MODEL_EXAMPLES
+    from arvis.families import folder_capabilities
+    from arvis.hub import SHIPPED_PIPELINES, WEIGHTS_DIR
+    from arvis.methods.spec import parse_method_specs
+
+    assert set(MODEL_EXAMPLES) <= set(SHIPPED_PIPELINES.values())
+    for folder, entry in MODEL_EXAMPLES.items():
+        if not (WEIGHTS_DIR / folder / "model_index.json").is_file():
+            continue  # not shipped in this installation
+        caps = folder_capabilities(WEIGHTS_DIR / folder)
+        assert set(entry.get("classes", ())) <= set(caps.class_names), folder
+        assert bool(entry.get("classes")) == (caps.conditioning == "class"), folder
+        for prompt in entry.get("prompts", ()):
+            assert caps.conditioning == "text" and (not caps.vocabulary or set(prompt.split()) <= set(caps.vocabulary))
+        if entry.get("method"):
+            spec = parse_method_specs(entry["method"])[0]
+            caps.check(spec.name, spec.options_dict)
+    for kind, texts in LANDING_METHODS.items():
+        for text in texts:
+            assert parse_method_specs(text)[0].name in method_names(kind)
+
+
+def test_arvis_demo_lands_on_emoji_names_a_red_apple_and_lossless_mc_sjd():
+    """`arvis demo`'s models are described from their folders (no weights load), the first is emoji-names, and the
+    page lands on it with "red apple" and MC-SJD with Gumbel coupling; every model lands on a method it runs."""
+    from arvis.demo.command import default_models, load_models
+    from arvis.demo.core import landing_condition, landing_method
+    from arvis.hub import SHIPPED_PIPELINES, shipped_names
+
+    if "emoji-names" not in shipped_names():
+        pytest.skip("the shipped emoji-names model is not in this installation")
+    t0 = time.perf_counter()
+    models = load_models(default_models(), torch.float32, "cpu")
+    assert time.perf_counter() - t0 < 30 and not any(m.loaded for m in models.values())
+    assert list(models)[0] == "emoji-names" == next(iter(SHIPPED_PIPELINES))
+    entry = models["emoji-names"]
+    label, _ = landing_condition(entry)
+    assert entry.caps().class_names[label] == "red apple"
+    assert landing_method(entry.caps(), None, entry.examples.method) == ("mc-sjd", {"coupling": "gumbel"})
+    for name, m in models.items():
+        method, _ = landing_method(m.caps(), None, m.examples.method)
+        assert method in m.caps().methods() and method != "ar", name
+        if m.caps().conditioning == "text":
+            assert landing_condition(m)[1], name  # an example prompt is filled in
+    assert landing_method(models["mar-causal"].caps())[0] == "cspd-exact"
+    assert not any(m.loaded for m in models.values())
+
+
+def test_the_page_is_built_from_metadata_before_any_weights_load(tmp_path, monkeypatch):
+    """A model described by its capabilities is not loaded to build the page; the page's method choice holds the
+    methods that run on the first model, and a request for a method that does not run on it is refused before
+    anything loads."""
+    from arvis.demo.core import ModelExamples
+
+    loads = []
+
+    def loader():
+        loads.append(1)
+        pipe = small_pipeline(num_classes=4)
+        pipe.sampling_defaults = {"guidance_scale": 3.0}  # what its folder's sampling_defaults.json would say
+        return pipe
+
+    caps = small_pipeline(num_classes=4).capabilities  # no draft model: speculative does not run on it
+    monkeypatch.setenv("GRADIO_TEMP_DIR", str(tmp_path / "cache"))
+    entry = DemoModel(loader=loader, capabilities=caps, sampling_defaults={"guidance_scale": 3.0},
+                      examples=ModelExamples(classes=("class2",)))
+    demo = build_demo({"lazy": entry}, DemoLimits(), warm_up=False)
+    url = _serve(demo)
+    try:
+        assert not loads
+        config = httpx.get(url + "config", timeout=30).json()
+        props = {c["props"].get("label"): c["props"] for c in config["components"] if "props" in c}
+        assert [v for _, v in props["method"]["choices"]] == caps.methods() == ["ar", "mc-sjd", "sjd", "zipar"]
+        assert props["method"]["value"] == "mc-sjd" and props["class"]["value"] == 2
+        assert any(p.get("placeholder") == "model default: 3" for p in props.values())
+        client = _client(url)
+        with pytest.raises(gradio_client.exceptions.AppError, match="'speculative' does not run on model 'lazy'"):
+            client.predict(model="lazy", class_label=0, method="speculative", api_name="/generate")
+        assert not loads, "refused from the metadata, before anything loaded"
+        out = client.predict(model="lazy", class_label=2, method="mc-sjd", live_preview=False, api_name="/generate")
+        assert loads == [1] and out[4]["sampling"]["guidance_scale"] == 3.0
+        # opt_coupling left out: what the page fills in for MC-SJD (Gumbel coupling), so AR's very tokens.
+        assert out[4]["method"]["options"] == {"coupling": "gumbel"} and out[4]["tokens_identical_to_ar"] is True
+        assert out[2].endswith("tokens identical to AR: yes.")
+    finally:
+        demo.close()
+
+
+def test_a_text_model_shows_the_words_it_knows_and_refuses_others_before_running():
+    from arvis.demo.core import ModelExamples, check_choice
+    from arvis.demo.page import prompt_hint
+    from tests.pipelines.tiny import llamagen_t2i
+
+    pipe = llamagen_t2i()
+    vocabulary = pipe.capabilities.vocabulary
+    models = ModelSet({"t2i": DemoModel(loader=lambda: pytest.fail("nothing loads to check a prompt"),
+                                        capabilities=pipe.capabilities,
+                                        examples=ModelExamples(prompts=("a red circle on grass",)))})
+    info = models.info("t2i")
+    assert info["vocabulary"] == list(vocabulary) and not info["class_conditional"]
+    hint = prompt_hint(info)
+    assert f"knows {len(vocabulary)} words" in hint and all(w in hint for w in vocabulary)
+    choice = check_choice(models, DemoLimits(), model="t2i", class_label=None, prompt="A red circle, on grass",
+                          method="sjd", options={})
+    assert choice.prompt == "A red circle, on grass"
+    with pytest.raises(DemoInputError, match=r"does not know the word\(s\) 'house'; it knows only these 7: a, red"):
+        check_choice(models, DemoLimits(), model="t2i", class_label=None, prompt="a red house", method="sjd",
+                     options={})
+
+
+def test_method_notes_and_speed_words_match_the_method():
+    from arvis.demo.core import method_promise, speed_words
+
+    assert speed_words(1 / 1.23) == "1.23× slower" and speed_words(1.9) == "1.90× faster"
+    assert speed_words(1.001) == "as fast as plain AR"
+    gumbel = method_promise("mc-sjd", "token", {"coupling": "gumbel"})
+    assert gumbel.lossless and gumbel.identical and "Gumbel coupling" in gumbel.note
+    maximal = method_promise("mc-sjd", "token", {})  # its declared default: maximal coupling
+    assert maximal.lossless and not maximal.identical and "coupling=maximal" in maximal.note
+    assert not method_promise("sjd", "token", {"acceptance": "lantern"}).lossless
+    assert method_promise("zipar", "token", {}).label == "**lossy**"
+    spec = method_promise("speculative", "token", {})
+    assert spec.lossless and not spec.identical and "Gumbel" not in spec.note
+    mulo = method_promise("mulo", "token", {"coupling": "gumbel"})  # its low-resolution drafter draws too
+    assert mulo.lossless and not mulo.identical and "low-resolution" in mulo.note
+    exact = method_promise("cspd-exact", "continuous", {})
+    assert exact.lossless and not exact.identical and exact.label == "exact in distribution"
+    assert "distributional claim" in exact.note and "Gumbel" not in exact.note
+    assert not method_promise("cspd", "continuous", {}).lossless
+
+
+def test_a_request_during_the_warm_up_waits_with_a_message_then_runs(tmp_path, monkeypatch):
+    """The page is served while a model still loads in the background: a request says it waits for the warm-up,
+    then runs; the warm-up takes no step while a request runs; the page shows the progress."""
+    from arvis.demo.core import WarmUp
+
+    gate = threading.Event()
+    pipe = small_pipeline(num_classes=4)
+
+    def slow_loader():
+        assert gate.wait(timeout=120), "gate never opened"
+        return pipe
+
+    monkeypatch.setenv("GRADIO_TEMP_DIR", str(tmp_path / "cache"))
+    models = {"ready": DemoModel(pipeline=small_pipeline(num_classes=4)),
+              "slow": DemoModel(loader=slow_loader, capabilities=pipe.capabilities)}
+    demo = build_demo(models, DemoLimits(), warm_up=True)
+    warmup = demo.arvis_warmup
+    assert isinstance(warmup, WarmUp) and not warmup.started
+    url = _serve(demo)  # launch() starts the warm-up once the page is served
+    try:
+        deadline = time.monotonic() + 120
+        while warmup.busy() != "loading slow":
+            assert time.monotonic() < deadline, warmup.status()
+            time.sleep(0.05)
+        assert "step 4/6: loading slow" in warmup.status() and "1/2 models loaded" in warmup.status()
+        job = _client(url).submit(model="ready", class_label=1, method="sjd", live_preview=False, api_name="/generate")
+        deadline = time.monotonic() + 60
+        while not any("Waiting: the warm-up is loading slow" in str(u[2]) for u in job.outputs()):
+            assert time.monotonic() < deadline and not job.done(), job.outputs()
+            time.sleep(0.05)
+        gate.set()  # the load ends; the request runs, and the warm-up waits for it
+        out = job.result(timeout=120)
+        assert out[2].startswith("Done:")
+        deadline = time.monotonic() + 120
+        while not warmup.finished:
+            assert time.monotonic() < deadline, warmup.status()
+            time.sleep(0.05)
+        assert warmup.status() == "Warm-up done: 2/2 models loaded." and not warmup.failed
+    finally:
+        gate.set()
+        demo.close()
+
+
+def test_the_warm_up_holds_its_steps_while_a_request_runs():
+    from arvis.demo.core import WarmUp
+
+    models = ModelSet({"a": small_pipeline(), "b": small_pipeline(seed=1)})
+    warmup = WarmUp(models)
+    assert [what for _, what, _ in warmup.steps] == ["loading", "warming up ar on", "warming up mc-sjd on"] * 2
+    with warmup.request():  # a request holds the warm-up from its first step
+        warmup.start()
+        time.sleep(0.5)
+        assert warmup.done == 0 and "waiting for a request to finish" in warmup.status()
+    deadline = time.monotonic() + 120
+    while not warmup.finished:
+        assert time.monotonic() < deadline, warmup.status()
+        time.sleep(0.05)
+    warmup.stop()
+
+
+def test_a_request_stops_a_warm_up_decode_at_its_next_forward():
+    """A warm-up decode (64 forwards of at least 50 ms here) gives way to a request within a forward or so; its step
+    is taken again after the request."""
+    from arvis.demo.core import WarmUp
+
+    warmup = WarmUp(ModelSet({"slow": DemoModel(pipeline=SlowPipeline(small_pipeline()))}))
+    warmup.start()
+    deadline = time.monotonic() + 60
+    while warmup.busy() != "warming up ar on slow":
+        assert time.monotonic() < deadline, warmup.status()
+        time.sleep(0.01)
+    time.sleep(0.3)  # a few forwards into the decode
+    t0 = time.perf_counter()
+    with warmup.request():
+        waited = time.perf_counter() - t0
+        assert warmup.busy() is None and warmup.done == 1  # the decode stopped; its step is not counted
+    assert waited < 2.0, waited
+    deadline = time.monotonic() + 120
+    while not warmup.finished:
+        assert time.monotonic() < deadline, warmup.status()
+        time.sleep(0.05)
+    assert warmup.done == 3 and not warmup.failed
+    warmup.stop()
+
+
+def test_launch_gives_the_command_line_hint_not_gradios(capsys):
+    """Gradio's own banner says "set share=True in launch()", wrong for `arvis demo` users: launch says --share."""
+    demo = build_demo({"small": small_pipeline()}, DemoLimits())
+    try:
+        launch(demo, port=None, prevent_thread_lock=True)
+        out = capsys.readouterr().out
+        assert f"Serving the demo on {demo.local_url}" in out and "`arvis demo --share`" in out
+        assert "set `share=True` in `launch()`" not in out
+    finally:
+        demo.close()

@@ -17,6 +17,7 @@ from arvis.demo.core import (
     comparison,
     model_info,
     side_by_side,
+    stats_markdown,
     stats_plots,
     validate_request,
 )
@@ -83,6 +84,15 @@ def test_demo_runs_a_mar_folder_side_by_side(folders, name, method, options):
                         generator=image_generators(0, range(2))).tokens
 
         assert torch.equal(ar.tokens, plain(0.05)) and not torch.equal(ar.tokens, plain(0.0))
+    # What the page says matches the method: cspd-exact is exact in distribution (not token for token, and Gumbel
+    # coupling has nothing to do with it); cspd is lossy.
+    table = stats_markdown(record)
+    assert record["identity_expected"] is False and "Gumbel" not in table and "(lossless" not in table
+    if method == "cspd-exact":
+        assert "(exact in distribution)" in table and "distributional claim" in table
+        assert "tokens identical to AR | | no (not expected)" in table or record["tokens_identical_to_ar"]
+    else:
+        assert "(**lossy**)" in table
     histogram, order = stats_plots(ar, other, info["grid"])
     assert histogram.size[0] > 0 and order.size[0] > 0
 

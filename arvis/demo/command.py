@@ -41,7 +41,8 @@ def _demo_arguments(p: argparse.ArgumentParser) -> None:
                                                               "'queue full'")
     p.add_argument("--max-images", type=int, default=4, help="largest images-per-request (default 4)")
     p.add_argument("--max-window", type=int, default=64, help="largest method window (default 64)")
-    p.add_argument("--no-warmup", action="store_true", help="skip the one warm-up generation per model at start")
+    p.add_argument("--no-warmup", action="store_true", help="do not load and warm up the models in the background "
+                                                             "once the page is served (each loads on first use)")
     a.add_runtime(p)
 
 
@@ -69,20 +70,31 @@ def default_models() -> list[str]:
 
 
 def load_models(names: list[str], dtype: Any, device: str) -> dict[str, Any]:
-    """Load every model named on the command line, as ``DemoModel`` entries keyed by display name."""
-    from arvis.demo.core import DemoModel
-    from arvis.hub import TINY_RANDOM, load_pipeline
+    """Every model named on the command line, as ``DemoModel`` entries keyed by display name (the shipped alias).
+
+    Nothing heavy happens here: a model is described from its folder's metadata (capabilities, sampling defaults,
+    the demo's examples for it) and its weights load on first use, or in the background warm-up, so the page is
+    served first. The untrained tiny model is built at once (random weights, no folder to read).
+    """
+    from arvis.demo.core import DemoModel, model_examples
+    from arvis.hub import TINY_RANDOM, load_pipeline, model_capabilities, model_ref, read_sampling_defaults
 
     models: dict[str, Any] = {}
     for name in names:
-        pipe, _, model = load_pipeline(name, dtype, device)
-        untrained = name == TINY_RANDOM
-        key = Path(str(model)).name
+        ref = model_ref(name)
+        if name == TINY_RANDOM:
+            entry = DemoModel(pipeline=load_pipeline(name, dtype, device).pipeline, untrained=True,
+                              description="untrained tiny model (random weights)")
+        else:
+            assert ref.path is not None
+            entry = DemoModel(loader=lambda name=name: load_pipeline(name, dtype, device).pipeline,
+                              description=f"`{ref.path.name}`", capabilities=model_capabilities(name),
+                              sampling_defaults=read_sampling_defaults(ref.path), examples=model_examples(ref.path.name))
+        key = Path(str(ref)).name
         base, k = key, 2
         while key in models:
             key, k = f"{base}-{k}", k + 1
-        description = "untrained tiny model (random weights)" if untrained else f"`{model}`"
-        models[key] = DemoModel(pipeline=pipe, untrained=untrained, description=description)
+        models[key] = entry
     return models
 
 
@@ -104,20 +116,18 @@ def run_demo(args: argparse.Namespace) -> int:
     cache = tempfile.mkdtemp(prefix="arvis-demo-cache-")
     os.environ["GRADIO_TEMP_DIR"] = cache
     try:
-        from arvis.demo.core import DemoLimits, warm_up
+        from arvis.demo.core import DemoLimits
         from arvis.demo.page import build_demo, launch
 
         limits = DemoLimits(max_images=args.max_images, window=(1, args.max_window),
                             concurrency_limit=args.concurrency, max_queue=args.max_queue)
         models = load_models(args.model or default_models(), dtype, args.device)
-        if not args.no_warmup:
-            for name, entry in models.items():
-                print(f"warming up {name}…", file=sys.stderr)
-                warm_up(entry.get())
         if not is_loopback(args.host):
             print(f"*** serving on {args.host}: anyone who can reach this machine can use the demo ***",
                   file=sys.stderr)
-        demo = build_demo(models, limits)
+        # Serve first: the page is built from the models' metadata; launch() then loads and warms them up in
+        # the background, the page showing the progress (--no-warmup: each loads on its first request).
+        demo = build_demo(models, limits, warm_up=not args.no_warmup)
         launch(demo, host=args.host, port=args.port, share=args.share)
     finally:
         shutil.rmtree(cache, ignore_errors=True)

@@ -29,7 +29,10 @@ clips become one animated GIF (:func:`write_clips_gif`).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
+import inspect
 import math
 import queue
 import statistics
@@ -40,13 +43,17 @@ import unicodedata
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import PIL.Image
-import torch
 
-from arvis.methods.catalog import DecoderKind, method_info, method_names
-from arvis.pipelines.interface import ArvisPipeline
+from arvis.families import Capabilities
+from arvis.methods.catalog import CAPABILITIES, DecoderKind, method_info, method_names
+
+if TYPE_CHECKING:  # torch and the pipelines load with the first model, after the page is served
+    import torch
+
+    from arvis.pipelines.interface import ArvisPipeline
 
 SIDES = ("ar", "method")
 PREVIEW_GREY = 0.5  # colour of not-yet-committed token cells in the previews
@@ -125,27 +132,61 @@ class DemoLimits:
 
 
 # ----------------------------------------------------------------------------- models
+@dataclass(frozen=True)
+class ModelExamples:
+    """What the page offers first for a model (:mod:`arvis.demo.examples`): recognisable ``classes`` (the first
+    is selected), example ``prompts`` for a text-conditional model (the first is filled in) and the ``method`` spec
+    it lands on when not its kind's (``name:key=value,…``; empty: :data:`~arvis.demo.examples.LANDING_METHODS`)."""
+
+    classes: tuple[str, ...] = ()
+    prompts: tuple[str, ...] = ()
+    method: str = ""
+
+
+def model_examples(folder_name: str) -> ModelExamples:
+    """The examples :mod:`arvis.demo.examples` lists for a model folder's name (none for other folders)."""
+    from arvis.demo.examples import MODEL_EXAMPLES
+
+    entry = MODEL_EXAMPLES.get(folder_name, {})
+    return ModelExamples(tuple(entry.get("classes", ())), tuple(entry.get("prompts", ())), entry.get("method", ""))
+
+
 @dataclass
 class DemoModel:
     """One model the demo offers: a pipeline (or a zero-argument loader) plus what to say about it.
 
+    The page is built from what a model is (its :class:`~arvis.families.Capabilities`) before its weights load:
+    ``arvis demo`` serves first and loads the models in the background (:class:`WarmUp`).
+
     Attributes:
-        pipeline: a loaded :class:`~arvis.pipelines.LlamaGenPipeline` (or ``None`` with ``loader``).
+        pipeline: a loaded :class:`~arvis.pipelines.interface.ArvisPipeline` (or ``None`` with ``loader``).
         loader: builds the pipeline on first use (then cached).
         untrained: random weights: the page shows a banner saying its images are noise.
         description: one line shown under the model choice.
+        capabilities: what the model is, read from its folder's metadata (``None``: asked of the pipeline,
+            loading it when only a loader is given).
+        sampling_defaults: the folder's ``sampling_defaults.json`` (shown as the sampling inputs' placeholders
+            before the weights load).
+        examples: classes and prompts the page offers first.
     """
 
     pipeline: Any = None
     loader: Callable[[], Any] | None = None
     untrained: bool = False
     description: str = ""
+    capabilities: Capabilities | None = None
+    sampling_defaults: Mapping[str, Any] | None = None
+    examples: ModelExamples = ModelExamples()
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
     _quiet: bool = field(default=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.pipeline is None and self.loader is None:
             raise ValueError("DemoModel needs a pipeline or a loader")
+
+    @property
+    def loaded(self) -> bool:
+        return self.pipeline is not None
 
     def get(self) -> Any:
         """The pipeline, loaded once (thread-safe); its console progress bar is switched off."""
@@ -157,6 +198,22 @@ class DemoModel:
                 self.pipeline.set_progress_bar_config(disable=True)  # the page shows progress instead
                 self._quiet = True
             return self.pipeline
+
+    def caps(self) -> Capabilities:
+        """What the model is: the loaded pipeline's capabilities, else the folder's (loading only when neither
+        is at hand)."""
+        if self.pipeline is None and self.capabilities is not None:
+            return self.capabilities
+        return self.get().capabilities
+
+    def sampling(self) -> dict[str, Any]:
+        """The sampling settings a request gets when it leaves them out (the folder's, before the weights load)."""
+        if self.pipeline is None and self.sampling_defaults is not None:
+            from arvis.engine.sampling import SamplingConfig
+
+            fields = {f.name: f.default for f in dataclasses.fields(SamplingConfig)}
+            return {**fields, **{k: v for k, v in self.sampling_defaults.items() if k in fields}}
+        return model_sampling_defaults(self.get())
 
 
 class ModelSet:
@@ -171,7 +228,7 @@ class ModelSet:
                 raise ValueError(f"models: names must be non-empty strings, got {name!r}")
             if isinstance(m, DemoModel):
                 self.models[name] = m
-            elif callable(m) and not isinstance(m, torch.nn.Module | ArvisPipeline):
+            elif inspect.isroutine(m) or isinstance(m, functools.partial):  # a loader, not a pipeline (callable too)
                 self.models[name] = DemoModel(loader=m)
             else:
                 self.models[name] = DemoModel(pipeline=m)
@@ -188,6 +245,10 @@ class ModelSet:
     def pipeline(self, name: Any) -> Any:
         return self.entry(name).get()
 
+    def info(self, name: Any) -> dict[str, Any]:
+        """:func:`capabilities_info` of a model, without loading it when its folder's metadata is at hand."""
+        return capabilities_info(self.entry(name).caps())
+
 
 def is_video(pipe: ArvisPipeline) -> bool:
     """Whether ``pipe`` generates clips."""
@@ -199,19 +260,17 @@ def pipeline_layout(pipe: ArvisPipeline) -> Any:
     return pipe.token_layout
 
 
-def model_info(pipe: ArvisPipeline) -> dict[str, Any]:
-    """What the page needs to know about a pipeline: conditioning, classes, vocabulary, grid, its methods."""
-    caps = pipe.capabilities
+def capabilities_info(caps: Capabilities) -> dict[str, Any]:
+    """What the page needs to know about a model before its weights load: conditioning, classes, the words a
+    text model knows, whether it makes clips, its decoder kind and the methods that run on it."""
     class_conditional = caps.conditioning == "class"
     names = caps.class_names
     n = caps.num_classes if class_conditional else 0
-    layout = pipeline_layout(pipe)
     return {
+        "family": caps.family,
         "class_conditional": class_conditional,
         "num_classes": n,
         "class_choices": [(f"{i}: {names[i]}" if names else str(i), i) for i in range(n)],
-        "vocab_size": int(layout.vocab_size),
-        "grid": list(layout.grid),
         "has_text_encoder": not class_conditional,
         "vocabulary": list(caps.vocabulary),
         "video": caps.num_frames is not None,
@@ -220,14 +279,198 @@ def model_info(pipe: ArvisPipeline) -> dict[str, Any]:
     }
 
 
-def warm_up(pipe: ArvisPipeline, methods: list[str] | None = None) -> None:
-    """One small generation per method (default: every method this model runs), so a request's first run pays no
-    start-up costs."""
-    info = model_info(pipe)
+def model_info(pipe: ArvisPipeline) -> dict[str, Any]:
+    """:func:`capabilities_info` of a loaded pipeline, plus its token layout (vocabulary size, grid)."""
+    layout = pipeline_layout(pipe)
+    return {**capabilities_info(pipe.capabilities), "vocab_size": int(layout.vocab_size), "grid": list(layout.grid)}
+
+
+def _landing_specs(kind: DecoderKind | str, model_spec: str = "") -> list[Any]:
+    from arvis.demo.examples import LANDING_METHODS
+    from arvis.methods.spec import parse_method_specs
+
+    texts = ([model_spec] if model_spec else []) + list(LANDING_METHODS.get(str(DecoderKind(kind)), ()))
+    return [parse_method_specs(text)[0] for text in texts]
+
+
+def landing_method(caps: Capabilities, offered: list[str] | None = None, model_spec: str = ""
+                   ) -> tuple[str, dict[str, Any]]:
+    """The method (and its options) a model lands on: its own ``model_spec`` (:class:`ModelExamples`), else the
+    first of its kind's :data:`arvis.demo.examples.LANDING_METHODS` that runs on it (and is ``offered``), else its
+    first method other than ``ar``, else ``ar``."""
+    methods = [m for m in caps.methods() if offered is None or m in offered]
+    for spec in _landing_specs(caps.kind, model_spec):
+        if spec.name in methods:
+            return spec.name, spec.options_dict
+    return next((m for m in methods if m != "ar"), methods[0] if methods else "ar"), {}
+
+
+def preferred_options(method: str, kind: DecoderKind | str, model_spec: str = "") -> dict[str, Any]:
+    """The options the page fills in for ``method`` on a model of ``kind`` beyond the declared defaults: those its
+    landing spec gives it (the model's own ``model_spec``, else its kind's
+    :data:`arvis.demo.examples.LANDING_METHODS`)."""
+    return next((spec.options_dict for spec in _landing_specs(kind, model_spec) if spec.name == method), {})
+
+
+def landing_condition(entry: DemoModel) -> tuple[int | None, str]:
+    """``(class id, prompt)`` a model lands on: its first example class (else class 0), or its first example
+    prompt (else an empty prompt)."""
+    caps = entry.caps()
+    if caps.conditioning != "class":
+        return None, entry.examples.prompts[0] if entry.examples.prompts else ""
+    for name in entry.examples.classes:
+        if name in caps.class_names:
+            return caps.class_names.index(name), ""
+    return (0 if caps.num_classes else None), ""
+
+
+class WarmUpYielded(Exception):
+    """Raised inside a warm-up decode's callback when a request arrives: the decode stops at once (the step is
+    taken again once the request ends)."""
+
+
+def warm_up(pipe: ArvisPipeline, methods: list[str] | list[tuple[str, dict[str, Any]]] | None = None,
+            yield_to: Callable[[], bool] | None = None) -> None:
+    """One generation per method (default: every method this model runs; a method may come with its options), so a
+    request's first run pays no start-up costs. ``yield_to()`` true (checked after every forward) stops the decode
+    with :class:`WarmUpYielded`."""
+    import torch
+
+    info = capabilities_info(pipe.capabilities)
     condition: dict[str, Any] = {"class_labels": [0]} if info["class_conditional"] else {"prompt": ["warm-up"]}
-    for method in methods or info["methods"]:
+    if info["vocabulary"]:  # a closed vocabulary: a prompt of one word it knows
+        condition = {"prompt": [info["vocabulary"][0]]}
+
+    def callback(_pipe: Any, _step: int, _committed: Any, _data: Any) -> None:
+        if yield_to is not None and yield_to():
+            raise WarmUpYielded()
+
+    for item in methods or info["methods"]:
+        method, options = (item, {}) if isinstance(item, str) else item
         if method in info["methods"]:
-            pipe(**condition, generator=torch.Generator().manual_seed(0), output_type="latent", method=method)
+            pipe(**condition, generator=torch.Generator().manual_seed(0), output_type="latent", method=method,
+                 callback_on_step_end=callback if yield_to is not None else None, **options)
+
+
+class WarmUp:
+    """Loads the demo's models and warms each up (plain AR, then the method it lands on), one step at a time in a
+    background thread, so that the page is served first; requests go first.
+
+    :meth:`request` wraps a request: a warm-up decode running stops at its next forward (its step is taken again
+    later), a model load running is waited for, and no step starts until the request ends — so a request never
+    shares the CPU with the warm-up (the timings stay meaningful). :meth:`status` is the progress the page shows.
+    """
+
+    def __init__(self, models: ModelSet, offered: list[str] | None = None):
+        self.models = models
+        self.offered = offered
+        self.steps: list[tuple[str, str, Callable[[], None]]] = []  # (model, what, do)
+        for name in models.names:
+            entry = models.entry(name)
+            self.steps.append((name, "loading", entry.get))
+            method, options = landing_method(entry.caps(), offered, entry.examples.method)
+            for spec in dict.fromkeys(["ar", method]):
+                warm = functools.partial(self._warm, entry, spec, options if spec == method else {})
+                self.steps.append((name, f"warming up {spec} on", warm))
+        self.done = 0
+        self.current: str | None = None
+        self.failed: list[str] = []
+        self._cv = threading.Condition()
+        self._requests = 0
+        self._stepping = False
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _warm(self, entry: DemoModel, method: str, options: Mapping[str, Any]) -> None:
+        warm_up(entry.get(), [(method, dict(options))], yield_to=lambda: self._requests > 0 or self._stop.is_set())
+
+    @property
+    def started(self) -> bool:
+        return self._thread is not None
+
+    @property
+    def finished(self) -> bool:
+        return self.done == len(self.steps)
+
+    def start(self) -> None:
+        """Start the background thread (once)."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="arvis-demo-warmup", daemon=True)
+            self._thread.start()
+
+    def stop(self, timeout: float = 60) -> None:
+        """Stop after the step running (the server is closing)."""
+        self._stop.set()
+        with self._cv:
+            self._cv.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def _run(self) -> None:
+        import logging
+
+        for name, what, do in self.steps:
+            while True:  # a step a request interrupted is taken again once the request ends
+                with self._cv:
+                    self._cv.wait_for(lambda: self._requests == 0 or self._stop.is_set())
+                    if self._stop.is_set():
+                        return
+                    self._stepping, self.current = True, f"{what} {name}"
+                try:
+                    do()
+                    yielded = False
+                except WarmUpYielded:
+                    yielded = True
+                except Exception:  # a model that fails here fails its requests too, with their own message
+                    logging.getLogger("arvis.demo").exception("warm-up: %s %s failed", what, name)
+                    yielded = False
+                    if name not in self.failed:
+                        self.failed.append(name)
+                finally:
+                    with self._cv:
+                        self._stepping, self.current = False, None
+                        self._cv.notify_all()
+                if not yielded:
+                    break
+            with self._cv:
+                self.done += 1
+                self._cv.notify_all()
+
+    def busy(self) -> str | None:
+        """What the warm-up is doing right now (a request would wait for it), or ``None``."""
+        with self._cv:
+            return self.current if self._stepping else None
+
+    @contextlib.contextmanager
+    def request(self) -> Iterator[None]:
+        """Hold the warm-up while a request runs (waiting first for the step running to end)."""
+        with self._cv:
+            self._requests += 1
+            try:
+                self._cv.wait_for(lambda: not self._stepping)
+            except BaseException:
+                self._requests -= 1
+                self._cv.notify_all()
+                raise
+        try:
+            yield
+        finally:
+            with self._cv:
+                self._requests -= 1
+                self._cv.notify_all()
+
+    def status(self) -> str:
+        """One line for the page: how far the warm-up is."""
+        loaded = sum(self.models.entry(n).loaded for n in self.models.names)
+        total = len(self.models.names)
+        if not self.started:
+            return ""
+        if self.finished:
+            failed = f"; failed: {', '.join(self.failed)} (see the server log)" if self.failed else ""
+            return f"Warm-up done: {loaded}/{total} models loaded{failed}."
+        doing = self.current or "waiting for a request to finish"
+        return (f"Warming up in the background — step {self.done + 1}/{len(self.steps)}: {doing} "
+                f"({loaded}/{total} models loaded). You can generate now: requests go first.")
 
 
 # ----------------------------------------------------------------------------- method options
@@ -341,14 +584,15 @@ class DemoRequest:
                 "temperature": self.temperature}
 
 
-def validate_options(method: str, values: Mapping[str, Any], limits: DemoLimits, pipe: ArvisPipeline) -> dict[str, Any]:
+def validate_options(method: str, values: Mapping[str, Any], limits: DemoLimits, caps: Capabilities) -> dict[str, Any]:
     """The options of ``method`` from ``values`` (widget values by option name; missing = default).
 
-    Options that do not apply (e.g. ``delta`` under ``acceptance="exact"``) are ignored. The pipeline then
-    checks the result (:meth:`~arvis.pipelines.interface.ArvisPipeline.check_method`: the method runs on this
-    model, which supplies what it needs), exactly as it will run it.
+    Options that do not apply (e.g. ``delta`` under ``acceptance="exact"``) are ignored. The model's capabilities
+    then check the result (:meth:`~arvis.families.Capabilities.check`, what
+    :meth:`~arvis.pipelines.interface.ArvisPipeline.check_method` asks: the method runs on this model, which
+    supplies what it needs), from its metadata, before anything loads or runs.
     """
-    specs = method_option_specs(method, pipe.decoder_kind)
+    specs = method_option_specs(method, caps.kind)
     defaults = {spec.name: spec.default for spec in specs}
     out: dict[str, Any] = {}
     for spec in specs:
@@ -373,38 +617,43 @@ def validate_options(method: str, values: Mapping[str, Any], limits: DemoLimits,
                                      f"characters, got {_short(value)}")
         out[spec.name] = value
     try:  # the method's own validation (cross-option rules), and whether this model can run it
-        pipe.check_method(method, out)
+        caps.check(method, out)
     except (ValueError, TypeError) as err:
         raise DemoInputError(f"{method}: {err}") from None
     return out
 
 
-def validate_request(models: ModelSet, limits: DemoLimits, *, model: Any, class_label: Any, prompt: Any,
-                     method: Any, seed: Any, num_images: Any, guidance_scale: Any, top_k: Any, top_p: Any,
-                     temperature: Any, live_preview: Any, options: Mapping[str, Any],
-                     timing_rounds: Any = None, video: bool | None = None) -> DemoRequest:
-    """Check every input of a request; :class:`DemoInputError` names the input and its allowed range.
+@dataclass(frozen=True)
+class DemoChoice:
+    """The part of a request checked from a model's metadata alone (:func:`check_choice`, milliseconds)."""
 
-    Sampling inputs left ``None`` take the model's defaults (its ``sampling_defaults.json``). ``video``
-    (when given): the model must generate clips (``True``) or images (``False``) — the page's tabs.
+    model: str
+    class_label: int | None
+    prompt: str | None
+    method: str
+    options: tuple[tuple[str, Any], ...]
+
+
+def check_choice(models: ModelSet, limits: DemoLimits, *, model: Any, class_label: Any, prompt: Any, method: Any,
+                 options: Mapping[str, Any], video: bool | None = None) -> DemoChoice:
+    """Check the model, the condition, the method and its options from the model's capabilities — before its
+    weights load and before anything runs; :class:`DemoInputError` names the input and what is allowed.
+
+    A text model with a closed vocabulary (``Capabilities.vocabulary``) takes only the words it knows: the error
+    lists them. ``video`` (when given): the model must generate clips (``True``) or images (``False``) — the page's
+    tabs.
     """
     entry = models.entry(model)
-    info = model_info(entry.get())
+    caps = entry.caps()
+    info = capabilities_info(caps)
     if video is not None and info["video"] != video:
         raise DemoInputError(f"model: {model!r} generates {'clips' if info['video'] else 'images'}; choose "
                              f"it in the {'Video' if info['video'] else 'Images'} tab")
-    defaults = model_sampling_defaults(entry.get())
-    guidance_scale = defaults["guidance_scale"] if guidance_scale is None else guidance_scale
-    top_k = defaults["top_k"] if top_k is None else top_k
-    top_p = defaults["top_p"] if top_p is None else top_p
-    temperature = defaults["temperature"] if temperature is None else temperature
     label: int | None = None
     text: str | None = None
     if info["class_conditional"]:
-        label = _class_label(class_label, entry.get(), info)
+        label = _class_label(class_label, caps)
     else:
-        if not info["has_text_encoder"]:
-            raise DemoInputError(f"model {model!r} is text-conditional but ships no text encoder; it cannot take prompts")
         if not isinstance(prompt, str) or not prompt.strip():
             raise DemoInputError(f"prompt: model {model!r} is text-conditional; write a prompt "
                                  f"(1..{limits.prompt_chars} characters)")
@@ -413,20 +662,57 @@ def validate_request(models: ModelSet, limits: DemoLimits, *, model: Any, class_
             raise DemoInputError(f"prompt must be at most {limits.prompt_chars} characters, got {len(text)}")
         if any(unicodedata.category(c)[0] == "C" for c in text):
             raise DemoInputError("prompt must not contain control characters")
+        unknown = unknown_words(text, caps.vocabulary)
+        if unknown:
+            raise DemoInputError(f"prompt: model {model!r} does not know the word(s) {', '.join(map(repr, unknown[:5]))}; "
+                                 f"it knows only these {len(caps.vocabulary)}: {', '.join(caps.vocabulary)}")
     if not isinstance(method, str) or method not in info["methods"]:
         raise DemoInputError(f"method: {_short(method)} does not run on model {model!r}; choose one of "
                              f"{', '.join(info['methods'])}")
     if not isinstance(options, Mapping):
         raise DemoInputError("method options must be a mapping of option name to value")
-    opts = validate_options(method, options, limits, entry.get())
+    opts = validate_options(method, options, limits, caps)
+    return DemoChoice(model, label, text, method, tuple(sorted(opts.items())))
+
+
+def unknown_words(prompt: str, vocabulary: tuple[str, ...] | list[str]) -> list[str]:
+    """The words of ``prompt`` outside a closed ``vocabulary`` (none when the vocabulary is open, i.e. empty),
+    split as arvis's word-level text encoder splits them (lower case; commas separate like spaces)."""
+    if not vocabulary:
+        return []
+    known = set(vocabulary)
+    return [w for w in prompt.lower().replace(",", " ").split() if w not in known]
+
+
+def validate_request(models: ModelSet, limits: DemoLimits, *, model: Any, class_label: Any, prompt: Any,
+                     method: Any, seed: Any, num_images: Any, guidance_scale: Any, top_k: Any, top_p: Any,
+                     temperature: Any, live_preview: Any, options: Mapping[str, Any],
+                     timing_rounds: Any = None, video: bool | None = None) -> DemoRequest:
+    """Check every input of a request; :class:`DemoInputError` names the input and its allowed range.
+
+    First :func:`check_choice` (the model's metadata), then the numbers, against the loaded model (its vocabulary
+    size bounds ``top_k``). Sampling inputs left ``None`` take the model's defaults (its
+    ``sampling_defaults.json``).
+    """
+    choice = check_choice(models, limits, model=model, class_label=class_label, prompt=prompt, method=method,
+                          options=options, video=video)
     if not isinstance(live_preview, bool):
         raise DemoInputError(f"live_preview must be true or false, got {_short(live_preview)}")
+    entry = models.entry(model)
+    pipe = entry.get()
+    defaults = model_sampling_defaults(pipe)
+    guidance_scale = defaults["guidance_scale"] if guidance_scale is None else guidance_scale
+    top_k = defaults["top_k"] if top_k is None else top_k
+    top_p = defaults["top_p"] if top_p is None else top_p
+    temperature = defaults["temperature"] if temperature is None else temperature
+    vocab_size = int(pipeline_layout(pipe).vocab_size)
     return DemoRequest(
-        model=model, class_label=label, prompt=text, method=method, options=tuple(sorted(opts.items())),
+        model=model, class_label=choice.class_label, prompt=choice.prompt, method=choice.method,
+        options=choice.options,
         seed=_number("seed", seed, 0, limits.seed_max, integer=True),
         num_images=_number("num_images", num_images, 1, limits.max_images, integer=True),
         guidance_scale=_number("guidance_scale", guidance_scale, *limits.guidance_scale),
-        top_k=_number("top_k (0 = off)", top_k, 0, min(limits.top_k_max, info["vocab_size"]), integer=True),
+        top_k=_number("top_k (0 = off)", top_k, 0, min(limits.top_k_max, vocab_size), integer=True),
         top_p=_number("top_p", top_p, 0.0, limits.top_p_max, lo_open=True),
         temperature=_number("temperature (0 = greedy)", temperature, *limits.temperature),
         live_preview=live_preview,
@@ -465,9 +751,9 @@ def model_sampling_defaults(pipe: ArvisPipeline) -> dict[str, Any]:
     return dataclasses.asdict(pipe.sampling_config())
 
 
-def _class_label(value: Any, pipe: Any, info: Mapping[str, Any]) -> int:
-    n = info["num_classes"]
-    names = pipe.class_names or []
+def _class_label(value: Any, caps: Capabilities) -> int:
+    n = caps.num_classes
+    names = list(caps.class_names)
     if isinstance(value, str):
         head = value.split(":", 1)[0].strip()  # "3" or "3: dog" as shown in the dropdown
         if value in names:
@@ -552,6 +838,7 @@ class RunResult:
     previews: int
     lossless: bool
     latencies_s: list[float] = field(default_factory=list)
+    kind: str = "token"  # the model's decoder kind (what the method's guarantee means: method_promise)
 
     @property
     def decode_latency_s(self) -> float:
@@ -617,7 +904,7 @@ def stream_run(pipe: Any, request: DemoRequest, side: str, method: str, options:
                 result = item[1]
                 images = result.frames if video else result.images  # clips: lists of frames
                 yield RunResult(side, method, dict(options), list(images), result.tokens, result.stats, previews,
-                                pipe.is_lossless(method, options))
+                                pipe.is_lossless(method, options), kind=str(pipe.decoder_kind))
                 return
             _, committed, tokens, known = item
             image = None
@@ -688,11 +975,72 @@ def side_by_side(models: ModelSet, request: DemoRequest, limits: DemoLimits,
 
 
 # ----------------------------------------------------------------------------- statistics
-def spec_label(method: str, options: Mapping[str, Any]) -> str:
+def spec_label(method: str, options: Mapping[str, Any], kind: DecoderKind | str | None = None) -> str:
     """``sjd window=16`` — the method and the options that differ from its defaults."""
-    defaults = {s.name: s.default for s in method_option_specs(method)}
+    defaults = {s.name: s.default for s in method_option_specs(method, kind)}
     changed = [f"{k}={v}" for k, v in sorted(options.items()) if defaults.get(k, object()) != v]
     return " ".join([method, *changed])
+
+
+@dataclass(frozen=True)
+class Promise:
+    """What a method promises about its output next to plain AR's on the same seed.
+
+    Attributes:
+        lossless: it samples the model's own distribution.
+        identical: its tokens are expected to equal AR's, token for token (lossless with Gumbel coupling).
+        label: a few words for the table's column header.
+        note: one or two sentences for the page.
+    """
+
+    lossless: bool
+    identical: bool
+    label: str
+    note: str
+
+
+def method_promise(method: str, kind: DecoderKind | str, options: Mapping[str, Any]) -> Promise:
+    """What ``method`` with ``options`` promises on a model of decoder ``kind`` (from its declaration in
+    :mod:`arvis.methods.catalog`): lossy; lossless and token-identical to AR (Gumbel coupling, drafts from the
+    target's own noise: a method that needs no other model); lossless in distribution only — with the reason its
+    tokens differ from AR's."""
+    info = method_info(method, kind)
+    options = dict(options)
+    lossless = info.is_lossless(options)
+    declared = {o.name: o.default for o in info.options}
+    coupling = options.get("coupling", declared.get("coupling"))
+    if method == "ar":
+        return Promise(True, True, "the baseline", "Plain autoregressive decoding: the baseline itself.")
+    if not lossless:
+        return Promise(False, False, "**lossy**", "Lossy: its images follow a different distribution from the "
+                       "model's (FID measures the cost), so its tokens are not expected to equal AR's.")
+    if coupling == "gumbel" and not info.needs:
+        return Promise(True, True, "lossless, AR's tokens", "Lossless, and with Gumbel coupling it reproduces AR's "
+                       "tokens exactly on the same seed: the same image, in fewer forwards.")
+    if coupling == "gumbel":  # the drafts come from another model, whose sampling draws on the same generator
+        return Promise(True, False, "lossless, other draws", f"Lossless: it samples the model's own distribution; "
+                       f"its drafter ({'; '.join(CAPABILITIES[n] for n in info.needs)}) draws random numbers of "
+                       "its own, so even with Gumbel coupling its tokens are not expected to equal AR's.")
+    if DecoderKind(kind) == DecoderKind.CONTINUOUS:
+        return Promise(True, False, "exact in distribution", f"Exact in distribution: {method} samples the very "
+                       "distribution plain AR samples (the same sampler and final_std), so its identity with AR is a "
+                       "distributional claim; its continuous tokens come from other random draws and are not "
+                       "expected to equal AR's.")
+    if coupling is not None:
+        return Promise(True, False, "lossless, other draws", f"Lossless: it samples the model's own distribution, "
+                       f"but with coupling={coupling} its random draws differ from AR's, so its tokens differ; "
+                       "coupling=gumbel reproduces AR's tokens exactly.")
+    return Promise(True, False, "lossless, other draws", "Lossless: it samples the model's own distribution, but "
+                   "its random draws differ from AR's, so its tokens are not expected to equal AR's.")
+
+
+def speed_words(speedup: float) -> str:
+    """``1.90× faster`` / ``1.23× slower`` (never "0.81× faster") from a speedup (AR latency / method latency)."""
+    if not math.isfinite(speedup) or speedup <= 0:
+        return "speed not measured"
+    if round(speedup, 2) == 1.0:
+        return "as fast as plain AR"
+    return f"{speedup:.2f}× faster" if speedup > 1 else f"{1 / speedup:.2f}× slower"
 
 
 def _side_record(run: RunResult) -> dict[str, Any]:
@@ -700,7 +1048,7 @@ def _side_record(run: RunResult) -> dict[str, Any]:
     return {
         "method": run.method,
         "options": run.options,
-        "label": spec_label(run.method, run.options),
+        "label": spec_label(run.method, run.options, run.kind),
         "lossless": run.lossless,
         "images": s["samples"],
         "tokens_per_image": s["tokens"],
@@ -718,10 +1066,15 @@ def _side_record(run: RunResult) -> dict[str, Any]:
 
 def comparison(request: DemoRequest, ar: RunResult, other: RunResult, untrained: bool) -> dict[str, Any]:
     """The statistics of a side-by-side request as plain JSON-able data."""
+    import torch
+
     a, m = _side_record(ar), _side_record(other)
+    promise = method_promise(other.method, other.kind, other.options)
+    speedup = a["decode_latency_s"] / m["decode_latency_s"]
     return {
         "model": request.model,
         "untrained_model": untrained,
+        "decoder_kind": other.kind,
         "condition": {"class_label": request.class_label} if request.prompt is None else {"prompt": request.prompt},
         "seed": request.seed,
         "num_images": request.num_images,
@@ -729,9 +1082,12 @@ def comparison(request: DemoRequest, ar: RunResult, other: RunResult, untrained:
         "live_preview": request.live_preview,
         "ar": a,
         "method": m,
-        "speedup": a["decode_latency_s"] / m["decode_latency_s"],
+        "speedup": speedup,
+        "speed": speed_words(speedup),
         "forward_reduction": a["batch_target_forwards"] / max(m["batch_target_forwards"], 1),
         "tokens_identical_to_ar": bool(torch.equal(ar.tokens, other.tokens)),
+        "identity_expected": promise.identical,
+        "promise": promise.note,
         "timing_rounds": request.timing_rounds,
         "timing": timing_note(request),
     }
@@ -745,26 +1101,39 @@ def timing_note(request: DemoRequest) -> str:
             f"only, the VQ decoder excluded)")
 
 
+def identity_words(stats: Mapping[str, Any]) -> str:
+    """``yes`` / ``no`` for "tokens identical to AR", saying whether the method promised it."""
+    same, expected = stats["tokens_identical_to_ar"], stats["identity_expected"]
+    if same:
+        return "yes"
+    return "**no, though Gumbel coupling promises it**" if expected else "no (not expected)"
+
+
+def done_message(stats: Mapping[str, Any]) -> str:
+    """The status line of a finished request."""
+    m, a = stats["method"], stats["ar"]
+    return (f"Done: {m['label']} took {m['batch_target_forwards']} forwards vs {a['batch_target_forwards']} for "
+            f"plain AR ({stats['speed']}); tokens identical to AR: {identity_words(stats)}.")
+
+
 def stats_markdown(stats: Mapping[str, Any]) -> str:
     """A two-column Markdown table (plain AR | method) of the headline figures."""
     a, m = stats["ar"], stats["method"]
+    promise = method_promise(m["method"], stats.get("decoder_kind", "token"), m["options"])
+    speed = f"**{stats['speedup']:.2f}×**" + ("" if stats["speedup"] >= 1 else f" ({stats['speed']})")
     rows = [
         ("target forwards / image", f"{a['target_forwards_per_image']:.0f}", f"{m['target_forwards_per_image']:.1f}"),
         ("batch forwards", f"{a['batch_target_forwards']}", f"{m['batch_target_forwards']}"),
         ("step compression", f"{a['step_compression']:.2f}×", f"**{m['step_compression']:.2f}×**"),
         ("mean tokens / forward", f"{a['mean_accepted_per_forward']:.2f}", f"{m['mean_accepted_per_forward']:.2f}"),
         ("latency (decode)", f"{a['decode_latency_s']:.3f} s", f"{m['decode_latency_s']:.3f} s"),
-        ("speedup (latency)", "1.00×", f"**{stats['speedup']:.2f}×**"),
+        ("speedup (latency)", "1.00×", speed),
     ]
-    lossless = "lossless" if m["lossless"] else "**lossy**"
-    same = "yes" if stats["tokens_identical_to_ar"] else "no"
-    lines = [f"| | plain AR | {m['label']} ({lossless}) |", "|---|---:|---:|"]
+    lines = [f"| | plain AR | {m['label']} ({promise.label}) |", "|---|---:|---:|"]
     lines += [f"| {name} | {x} | {y} |" for name, x, y in rows]
-    lines.append(f"| tokens identical to AR | | {same} |")
-    note = ("Lossless methods sample the same distribution as AR; they reproduce AR's exact tokens only with "
-            "Gumbel coupling. " if m["lossless"] else
-            "Lossy method: its images follow a different distribution from the model's (FID measures the cost). ")
-    lines += ["", f"<small>{note}Timing: {stats['timing']}. For medians over repeats run `arvis bench`.</small>"]
+    lines.append(f"| tokens identical to AR | | {identity_words(stats)} |")
+    lines += ["", f"<small>{promise.note} Timing: {stats['timing']}. For medians over repeats run `arvis bench`."
+                  "</small>"]
     if stats["untrained_model"]:
         lines.insert(0, "**Untrained model (random weights): the images are noise; only the statistics mean anything.**\n")
     return "\n".join(lines)
