@@ -34,21 +34,16 @@ from typing import Any
 import torch
 from diffusers import DiffusionPipeline
 
-from arvis.engine.engine import NO_TOKEN
-from arvis.methods.catalog import DecoderKind
-from arvis.methods.registry import build_method, decode
 from arvis.models.janus import JanusBackbone, JanusPromptTokens, generation_parts, janus_grid, janus_layout
 from arvis.models.protocol import Condition, TokenLayout
 from arvis.pipelines.common import (
     CALLBACK_TENSOR_INPUTS,
     callback_tensor_inputs,
     check_output_type,
-    decode_with_progress,
-    grey_uncommitted,
-    images_to_output,
 )
-from arvis.pipelines.interface import ArvisPipeline, BenchInputs
+from arvis.pipelines.interface import BenchInputs
 from arvis.pipelines.pipeline_llamagen import LlamaGenPipelineOutput
+from arvis.pipelines.prompt_tokens import PromptTokenPipeline
 from arvis.tokenizers.janus_text import prompt_batch
 from arvis.tokenizers.janus_vq import JanusImageTokenizer
 from arvis.utils.random import GeneratorArg
@@ -63,7 +58,7 @@ class JanusPipelineOutput(LlamaGenPipelineOutput):
     """Output of :class:`JanusPipeline`: ``images``, ``tokens`` (VQ code grids ``[B, h, w]``) and ``stats``."""
 
 
-class JanusPipeline(ArvisPipeline, DiffusionPipeline):
+class JanusPipeline(PromptTokenPipeline, DiffusionPipeline):
     """Text-to-image generation with a Janus model, through arvis's decoding methods.
 
     Args:
@@ -135,17 +130,6 @@ class JanusPipeline(ArvisPipeline, DiffusionPipeline):
     def num_codes(self) -> int:
         return int(self.transformer.config.vq_config.num_embeddings)
 
-    def resources(self, draft: JanusBackbone | None = None) -> dict[str, Any]:
-        """The codebook neighbourhoods and, for a call, its draft backbone (built per prompt length)."""
-        return {"draft_model": draft, "neighbours": self.codebook_neighbours}
-
-    def build_method(self, method: Any, draft: JanusBackbone | None = None, **options: Any) -> Any:
-        """:meth:`ArvisPipeline.build_method` with a call's draft backbone (Janus's backbones depend on the
-        prompt length)."""
-        if isinstance(method, str):
-            self.check_method(method, options)
-        return build_method(method, DecoderKind.TOKEN, self.resources(draft), **options)
-
     @property
     def token_layout(self) -> TokenLayout:
         """The token layout (grid, vocabulary). Its ``condition_length`` is a placeholder (1): each call sets the
@@ -194,26 +178,7 @@ class JanusPipeline(ArvisPipeline, DiffusionPipeline):
         """What ``arvis bench`` times: one backbone (every prompt left-padded to one length), the condition batches
         (sample ``i`` gets ``conditions[i % len]``, ``batch_size`` samples per decode call) and methods built with
         the draft backbone of those prompts."""
-        plan = self.condition_batches(conditions, samples, batch_size)
-        texts = [str(text) for _, values in plan for text in values]
-        target, draft, condition = self.backbones(texts)
-        batches = []
-        for idx, _ in plan:
-            rows = slice(idx[0], idx[-1] + 1)
-            batches.append((idx, Condition(token_ids=condition.token_ids[rows], mask=condition.mask[rows])))
-        return BenchInputs(batches, lambda cond, sampling, method, gens: decode(target, cond, sampling, method, gens),
-                           lambda name, options: self.build_method(name, draft, **options), tuple(target.layout.grid),
-                           self.transformer.device, target)
-
-    def decode_tokens(self, codes: torch.Tensor, output_type: str = "pil", known: torch.Tensor | None = None):
-        """Code grids ``[B, h, w]`` → images in ``output_type`` (``"latent"`` returns the codes). ``known``
-        (``[B, h, w]`` bool, optional) marks committed codes: the other cells are drawn grey (partial images)."""
-        if output_type == "latent":
-            return codes
-        if known is None:
-            return images_to_output(self.vqvae.decode_codes(codes), output_type)
-        images = self.vqvae.decode_codes(torch.where(known, codes, torch.zeros_like(codes)))
-        return images_to_output(grey_uncommitted(images.float().cpu(), known), output_type)
+        return self.prompt_bench_inputs(self.condition_batches(conditions, samples, batch_size))
 
     # ------------------------------------------------------------------ call
     @torch.no_grad()
@@ -265,15 +230,11 @@ class JanusPipeline(ArvisPipeline, DiffusionPipeline):
                                         guidance_scale=guidance_scale)
         if isinstance(method, str):
             self.check_method(method, method_options)  # refused before any backbone is built
-        prompts = [p for p in prompts for _ in range(num_images_per_prompt)]
-        target, draft, condition = self.backbones(prompts)
-        method_obj = self.build_method(method, draft, **method_options)
-        tokens, stats = decode_with_progress(self, target, condition, sampling, method_obj, generator,
-                                             callback_on_step_end, tensor_inputs)
-        codes = tokens.reshape(tokens.shape[0], *target.layout.grid)
-        known = codes != NO_TOKEN if self._interrupt else None  # an interrupted decode: draw the rest grey
-        images = self.decode_tokens(codes, output_type, known)
-        self.maybe_free_model_hooks()
+        backbones = self.backbones([p for p in prompts for _ in range(num_images_per_prompt)])
+        grid = backbones[0].layout.grid
+        images, codes, stats = self.decode_call(backbones, sampling, method, method_options, generator,
+                                                callback_on_step_end, tensor_inputs,
+                                                lambda tokens: tokens.reshape(tokens.shape[0], *grid), output_type)
         if not return_dict:
             return images, codes, stats
         return JanusPipelineOutput(images=images, tokens=codes, stats=stats)

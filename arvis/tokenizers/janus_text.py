@@ -69,20 +69,10 @@ def prompt_batch(tokenizer: Any, prompts: Sequence[str], length: int | None = No
         tokenizer: a Janus tokenizer. prompts: texts.
         length: ``C`` (default: the longest prompt).
     """
-    import torch
+    from arvis.tokenizers.padding import left_padded
 
-    seqs = [list(tokenizer(generation_text(tokenizer, p)).input_ids) for p in prompts]
-    if not seqs:
-        raise ValueError("prompt: empty")
-    C = length or max(len(s) for s in seqs)
-    if any(len(s) > C for s in seqs):
-        raise ValueError(f"length: a prompt has {max(len(s) for s in seqs)} tokens, more than {C}")
-    ids = torch.full((len(seqs), C), tokenizer.pad_token_id, dtype=torch.long)
-    mask = torch.zeros(len(seqs), C, dtype=torch.bool)
-    for b, s in enumerate(seqs):
-        ids[b, C - len(s):] = torch.tensor(s, dtype=torch.long)
-        mask[b, C - len(s):] = True
-    return ids, mask
+    return left_padded([list(tokenizer(generation_text(tokenizer, p)).input_ids) for p in prompts],
+                       tokenizer.pad_token_id, length)
 
 
 __all__ = ["SPECIAL_TOKENS", "build_janus_tokenizer", "generation_text", "prompt_batch"]
