@@ -461,7 +461,7 @@ def model_card(folder: Path) -> str | None:
         "only generates.", "",
         "## Architecture", "",
         "| part | shape | parameters |", "|---|---|---|",
-        f"| decoder (Llama) | hidden {text['hidden_size']}, {text['num_hidden_layers']} layers, "
+        f"| decoder (Llama) | hidden {text['hidden_size']}, {text['num_hidden_layers']} layer(s), "
         f"{text['num_attention_heads']} heads ({text['num_key_value_heads']} key/value), MLP "
         f"{text['intermediate_size']}, text vocabulary {text['vocab_size']}, RoPE | {parts['language_model']:,} |",
         f"| generation embeddings + aligner + head | {vqc['num_embeddings']} codes x {vqc['embed_dim']} → "
