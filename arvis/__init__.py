@@ -17,6 +17,8 @@ _EXPORTS = {
     "LlamaGenPipelineOutput": "arvis.pipelines.pipeline_llamagen",
     "Emu3Pipeline": "arvis.pipelines.pipeline_emu3",
     "Emu3PipelineOutput": "arvis.pipelines.pipeline_emu3",
+    "JanusPipeline": "arvis.pipelines.pipeline_janus",
+    "JanusPipelineOutput": "arvis.pipelines.pipeline_janus",
     "VARPipeline": "arvis.pipelines.pipeline_var",
     "VARPipelineOutput": "arvis.pipelines.pipeline_var",
     "MARTransformer": "arvis.models.mar",

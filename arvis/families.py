@@ -9,7 +9,8 @@ low-resolution drafter) and the traits of its model (causal or masked MAR, video
 load (``arvis generate``, the demo and the sampling jobs call it first); a loaded pipeline reports the same
 object (:attr:`arvis.pipelines.interface.ArvisPipeline.capabilities`).
 
-A new family adds one :class:`Family` here (its reader) and one pipeline class implementing
+A new family adds one :class:`Family` here (its reader, and the ``model_type`` of its official transformers
+layout when its pipeline loads one) and one pipeline class implementing
 :class:`~arvis.pipelines.interface.ArvisPipeline`.
 """
 
@@ -110,6 +111,10 @@ class Components:
     @classmethod
     def from_folder(cls, folder: Path) -> Components:
         index_file = folder / "model_index.json"
+        if not index_file.is_file() and official_family(folder) is not None:
+            # An official transformers layout: the whole folder is the pipeline's transformer.
+            root = read_json(folder / "config.json")
+            return cls(lambda c: c == "transformer", lambda c: root if c == "transformer" else {})
         index = read_json(index_file) if index_file.is_file() else {}
 
         def config(component: str) -> Mapping[str, Any]:
@@ -132,12 +137,17 @@ class Components:
 
 @dataclass(frozen=True)
 class Family:
-    """One model family: its pipeline class (an arvis public name) and how to read a model's capabilities."""
+    """One model family: its pipeline class (an arvis public name) and how to read a model's capabilities.
+
+    ``official_model_type``: the ``model_type`` of the transformers checkpoint layout its pipeline also loads
+    (a folder with a root ``config.json`` and no ``model_index.json``, as the Hub's ``-hf`` checkpoints are);
+    ``None`` when it loads only pipeline folders."""
 
     name: str
     pipeline: str
     kind: DecoderKind
     read: Callable[[Components], Capabilities]
+    official_model_type: str | None = None
 
 
 # ----------------------------------------------------------------------------- reading folders
@@ -195,6 +205,13 @@ def _emu3(c: Components) -> Capabilities:
     return Capabilities("emu3", DecoderKind.TOKEN, "text", frozenset(offers))
 
 
+def _janus(c: Components) -> Capabilities:
+    offers = {"neighbours"} | ({"draft_model"} if c.present("draft_transformer") else set())
+    vision = c.config("transformer").get("vision_config")
+    tokens = _int(vision.get("num_image_tokens")) if isinstance(vision, Mapping) else None
+    return Capabilities("janus", DecoderKind.TOKEN, "text", frozenset(offers), num_tokens=tokens)
+
+
 def _var(c: Components) -> Capabilities:
     names, count = _names(c.config("transformer"))
     offers = {"draft_model"} if c.present("draft_transformer") else set()
@@ -222,22 +239,38 @@ def _video(c: Components) -> Capabilities:
 
 FAMILIES: dict[str, Family] = {f.pipeline: f for f in (
     Family("llamagen", "LlamaGenPipeline", DecoderKind.TOKEN, _llamagen),
-    Family("emu3", "Emu3Pipeline", DecoderKind.TOKEN, _emu3),
+    Family("emu3", "Emu3Pipeline", DecoderKind.TOKEN, _emu3, official_model_type="emu3"),
+    Family("janus", "JanusPipeline", DecoderKind.TOKEN, _janus, official_model_type="janus"),
     Family("var", "VARPipeline", DecoderKind.NEXT_SCALE, _var),
     Family("mar", "MARPipeline", DecoderKind.CONTINUOUS, _mar),
     Family("video", "VideoPipeline", DecoderKind.TOKEN, _video),
 )}
 
 
+def official_family(folder: str | os.PathLike) -> Family | None:
+    """The family whose pipeline loads ``folder`` as an official transformers layout (no ``model_index.json``, a
+    ``config.json`` whose ``model_type`` is a family's :attr:`Family.official_model_type`), else ``None``."""
+    folder = Path(folder)
+    config = folder / "config.json"
+    if (folder / "model_index.json").is_file() or not config.is_file():
+        return None
+    try:
+        model_type = read_json(config).get("model_type")
+    except CheckpointError:
+        return None
+    return next((f for f in FAMILIES.values() if f.official_model_type and f.official_model_type == model_type), None)
+
+
 def pipeline_class_name(folder: str | os.PathLike) -> str:
-    """The arvis pipeline class a folder names (``model_index.json``'s ``_class_name``; an official Emu3 folder,
-    ``config.json`` with ``model_type: emu3``, is an Emu3 pipeline). :class:`CheckpointError` otherwise."""
+    """The arvis pipeline class a folder names (``model_index.json``'s ``_class_name``; an official layout, a
+    ``config.json`` whose ``model_type`` a family loads (``emu3``, ``janus``), is that family's pipeline).
+    :class:`CheckpointError` otherwise."""
     folder = Path(folder)
     index_file = folder / "model_index.json"
     if not index_file.is_file():
-        config = folder / "config.json"
-        if config.is_file() and read_json(config).get("model_type") == "emu3":
-            return "Emu3Pipeline"
+        family = official_family(folder)
+        if family is not None:
+            return family.pipeline
         raise CheckpointError(f"{folder}: holds no model_index.json (written by save_pretrained)")
     name = read_json(index_file).get("_class_name")
     if isinstance(name, list | tuple) and len(name) == 2:  # diffusers' custom-pipeline form
@@ -254,5 +287,5 @@ def folder_capabilities(folder: str | os.PathLike) -> Capabilities:
     return FAMILIES[pipeline_class_name(folder)].read(Components.from_folder(folder))
 
 
-__all__ = ["FAMILIES", "Capabilities", "Components", "Conditioning", "Family", "folder_capabilities", "pipeline_class_name",
-           "read_json"]
+__all__ = ["FAMILIES", "Capabilities", "Components", "Conditioning", "Family", "folder_capabilities", "official_family",
+           "pipeline_class_name", "read_json"]

@@ -54,16 +54,12 @@ def is_pipeline_folder(path: str | os.PathLike) -> bool:
     return (Path(path) / "model_index.json").is_file()
 
 
-def _official_model_type(path: Path) -> str | None:
-    """``model_type`` of a transformers-layout folder (``config.json``), if it is one arvis can load."""
-    config = path / "config.json"
-    if not config.is_file():
-        return None
-    try:
-        model_type = json.loads(config.read_text()).get("model_type")
-    except (ValueError, AttributeError):
-        return None
-    return model_type if model_type == "emu3" else None
+def _official_layout(path: Path) -> bool:
+    """Whether ``path`` is a transformers-layout folder (``config.json``) a family's pipeline loads
+    (:func:`arvis.families.official_family`)."""
+    from arvis.families import official_family
+
+    return official_family(path) is not None
 
 
 def shipped_names() -> list[str]:
@@ -85,7 +81,7 @@ def resolve_model(name_or_path: str | os.PathLike | None) -> Path:
     """
     name = os.fspath(name_or_path) if name_or_path is not None else DEFAULT_MODEL
     path = Path(name).expanduser()
-    if is_pipeline_folder(path) or _official_model_type(path):  # an official Emu3 folder (BAAI/Emu3-Gen-hf layout)
+    if is_pipeline_folder(path) or _official_layout(path):  # e.g. an official Emu3 or Janus folder (-hf layouts)
         return path
     folder = SHIPPED_PIPELINES.get(name, name if name in SHIPPED_PIPELINES.values() else None)
     if folder is not None:

@@ -14,10 +14,10 @@ arvis drives the language model from the outside, with no patching:
   32,768 are image tokens). ``TokenLayout.image_token_range = (0, K)`` and the structural tokens make
   the engine reproduce Emu3's prefix-constrained decoding: free positions take image tokens only,
   structural positions their forced token.
-- **Cache.** :class:`Emu3SlotCache` is a transformers ``Cache`` subclass (the documented extension
-  point the attention layers call ``update`` on) over arvis's static buffers: every forward writes
-  its keys/values at the explicit slots the engine chose, with explicit ``position_ids`` and a 4-D
-  mask — nothing depends on a cache's internal counter, so rollback is the engine's slot validity.
+- **Cache.** :class:`Emu3SlotCache` (:class:`arvis.models.hf_backbone.SlotCache`, shared with every
+  transformers-backed family) is a transformers ``Cache`` subclass over arvis's static buffers: every
+  forward writes its keys/values at the explicit slots the engine chose, with explicit ``position_ids``
+  and a 4-D mask — nothing depends on a cache's internal counter, so rollback is the engine's slot validity.
 - **Prompts and CFG.** The condition is prompt token ids (``Condition.token_ids``), left-padded to
   the layout's condition length with a mask. Each row's rotary positions count from its first real
   token (as transformers' ``generate`` does with left padding), so a padded prompt gives exactly the
@@ -33,9 +33,12 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformers.cache_utils import Cache, CacheLayerMixin
 
-from arvis.models.protocol import Condition, StaticKVCache, TokenLayout
+from arvis.models.hf_backbone import PromptTokenBackbone, SlotCache
+from arvis.models.protocol import Condition, TokenLayout
+
+# The shared slot cache under the name Emu3 code has always used.
+Emu3SlotCache = SlotCache
 
 END_OF_LINE = "<|extra_200|>"
 END_OF_FRAME = "<|extra_201|>"
@@ -160,76 +163,14 @@ def language_model_parts(model: nn.Module) -> tuple[nn.Module, nn.Linear]:
     return text, head
 
 
-# ----------------------------------------------------------------------------- cache
-class _SlotLayer(CacheLayerMixin):
-    """One layer's view of an :class:`Emu3SlotCache` (what transformers' ``Cache`` helpers inspect)."""
-
-    is_sliding = False
-    is_compileable = False
-
-    def __init__(self, cache: Emu3SlotCache, index: int):  # no super().__init__: keys live in the cache
-        self.cache, self.index = cache, index
-        self.is_initialized = True
-
-    @property
-    def keys(self) -> torch.Tensor:  # type: ignore[override]
-        return self.cache.keys[self.index]
-
-    @property
-    def values(self) -> torch.Tensor:  # type: ignore[override]
-        return self.cache.values[self.index]
-
-    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
-        """Nothing to do: the buffers are preallocated."""
-
-    def update(self, key_states, value_states, *args, **kwargs):
-        return self.cache.update(key_states, value_states, self.index)
-
-    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
-        return self.cache.slots, 0
-
-    def get_seq_length(self) -> int:
-        return self.cache.slots
-
-    def get_max_length(self) -> int:
-        return self.cache.slots
-
-
-class Emu3SlotCache(StaticKVCache, Cache):
-    """arvis's static cache as a transformers ``Cache``: ``update`` writes at the slots of the current forward.
-
-    The adapter sets :attr:`write_slots` (``[rows, T]``) before each forward and clears it after;
-    :attr:`position_offset` (``[rows]``, left padding of each row's prompt) turns slots into rotary
-    positions. Per request, owned by the engine, never stored on the model.
-    """
-
-    def __init__(self, num_layers: int, rows: int, heads: int, slots: int, head_dim: int,
-                 dtype: torch.dtype, device: torch.device | str):
-        StaticKVCache.__init__(self, num_layers, rows, heads, slots, head_dim, dtype, device)
-        Cache.__init__(self, layers=[_SlotLayer(self, i) for i in range(num_layers)])
-        self.write_slots: torch.Tensor | None = None
-        self.read_width = slots  # keys returned to the attention: slots [0, read_width) (narrow masks)
-        self.position_offset = torch.zeros(rows, dtype=torch.long, device=device)
-
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args, **kwargs
-               ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Write ``[rows, heads, T, head_dim]`` keys/values at :attr:`write_slots`; return the buffers' first
-        :attr:`read_width` slots (views, no copy)."""
-        if self.write_slots is None:
-            raise RuntimeError("Emu3SlotCache: no write slots set (forwards go through Emu3Backbone)")
-        keys, values = self.write(layer_idx, self.write_slots, key_states, value_states)
-        return keys[:, :, : self.read_width], values[:, :, : self.read_width]
-
-    def select_rows(self, rows: torch.Tensor) -> None:
-        StaticKVCache.select_rows(self, rows)
-        self.position_offset = self.position_offset.index_select(0, rows)
-
-
 # ----------------------------------------------------------------------------- the adapter
-class Emu3Backbone(nn.Module):
+class Emu3Backbone(PromptTokenBackbone):
     """One request shape (image size, prompt length, negative prompt) of an Emu3 model, as an arvis backbone.
 
-    Cheap to build (it only references the model's modules), so pipelines build one per call.
+    Cheap to build (it only references the model's modules), so pipelines build one per call. The cache,
+    prefill and forwards are :class:`~arvis.models.hf_backbone.PromptTokenBackbone`'s; Emu3 supplies its layout
+    (end-of-line tokens), the embedding of its BPE ids, the head restricted to the layout ids and the negative
+    prompt.
 
     Args:
         model: ``Emu3ForConditionalGeneration`` or ``Emu3ForCausalLM`` (transformers).
@@ -240,16 +181,13 @@ class Emu3Backbone(nn.Module):
             (Emu3's negative prompt), or ``None`` when guidance is not used.
     """
 
-    supports_cfg = True
-    narrow_masks = True  # attend masks may be narrower than the cache: only that many slots are read
-
     def __init__(self, model: nn.Module, vocabulary: Emu3Vocabulary, height: int, width: int,
                  condition_length: int, negative: Condition | None = None):
-        super().__init__()
+        text_model, lm_head = language_model_parts(model)
+        super().__init__(text_model, emu3_layout(height, width, vocabulary.num_codes, condition_length))
         self.model = model
-        self.text_model, self.lm_head = language_model_parts(model)
+        self.text_model, self.lm_head = text_model, lm_head
         self.vocabulary = vocabulary
-        self._layout = emu3_layout(height, width, vocabulary.num_codes, condition_length)
         self.negative = negative
         ids = vocabulary.model_ids().to(self.lm_head.weight.device)
         self.register_buffer("_model_ids", ids, persistent=False)
@@ -258,10 +196,6 @@ class Emu3Backbone(nn.Module):
         # Emu3's visual tokens are one contiguous block of BPE ids: slice the head (a view) instead of
         # copying K of its rows at every forward.
         self._visual_block = (lo, lo + K) if vocabulary.visual_ids == tuple(range(lo, lo + K)) else None
-
-    @property
-    def layout(self) -> TokenLayout:
-        return self._layout
 
     def null_condition(self, condition: Condition) -> Condition:
         """Emu3's negative prompt for every sample (one shared prompt is broadcast)."""
@@ -278,63 +212,9 @@ class Emu3Backbone(nn.Module):
                              f"{tuple(condition.token_ids.shape)} (pad both to the layout's condition length)")
         return Condition(token_ids=ids.to(condition.token_ids.device), mask=mask.to(condition.token_ids.device))
 
-    def allocate_cache(self, rows: int, dtype: torch.dtype | None = None,
-                       device: torch.device | str | None = None) -> Emu3SlotCache:
-        cfg = self.text_model.config
-        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-        p = self.lm_head.weight
-        return Emu3SlotCache(cfg.num_hidden_layers, rows, cfg.num_key_value_heads, self.layout.max_slots, head_dim,
-                             dtype or p.dtype, device or p.device)
-
-    def prefill(self, condition: Condition, cache: Emu3SlotCache) -> tuple[torch.Tensor, torch.Tensor]:
-        """Write the (left-padded) prompts into slots ``[0, C)``.
-
-        Returns:
-            logits ``[R, K + 3]`` predicting sequence index 0, and the prompt-slot validity ``[R, C]``.
-        """
-        ids = condition.token_ids
-        C = self.layout.condition_length
-        if ids is None or ids.ndim != 2 or ids.shape[1] != C:
-            raise ValueError(f"condition: Emu3 needs token_ids of shape [rows, {C}], got "
-                             f"{None if ids is None else tuple(ids.shape)}")
-        device = self.lm_head.weight.device
-        ids = ids.to(device)
-        valid = (torch.ones_like(ids, dtype=torch.bool) if condition.mask is None
-                 else condition.mask.to(device=device, dtype=torch.bool))
-        pads = (~valid).sum(1)
-        if not bool((valid == (torch.arange(C, device=device) >= pads[:, None])).all()) or bool((pads >= C).any()):
-            raise ValueError("condition: prompts must be left-padded (padding first, then at least one real token)")
-        cache.position_offset = pads
-        R = ids.shape[0]
-        slots = torch.arange(C, device=device).expand(R, C)
-        causal = torch.ones(C, C, dtype=torch.bool, device=device).tril()
-        mask = (causal & valid[:, None, :]) | torch.eye(C, dtype=torch.bool, device=device)
-        mask = F.pad(mask, (0, cache.slots - C))
-        h = self.text_model.embed_tokens(ids)
-        logits = self._run(h, slots, cache, mask)
-        return logits[:, -1], valid
-
-    def forward_tokens(self, tokens: torch.Tensor, slots: torch.Tensor, cache: Emu3SlotCache,
-                       attend_mask: torch.Tensor) -> torch.Tensor:
-        """Evaluate layout ids ``tokens [R, T]`` at ``slots [R, T]``, attending where ``attend_mask [R, T, S']``.
-
-        ``S'`` may be smaller than ``cache.slots`` (narrow masks): slots at or beyond it are not read, and every
-        slot written must lie below it. Returns fp32 logits ``[R, T, K + 3]``.
-        """
-        h = self.text_model.embed_tokens(self._model_ids[tokens])
-        return self._run(h, slots, cache, attend_mask)
-
-    def _run(self, h: torch.Tensor, slots: torch.Tensor, cache: Emu3SlotCache, mask: torch.Tensor) -> torch.Tensor:
-        positions = (slots - cache.position_offset[:, None]).clamp_min(0)  # padding slots: masked anyway
-        additive = torch.zeros(mask.shape, dtype=h.dtype, device=h.device)
-        additive.masked_fill_(~mask, torch.finfo(h.dtype).min)
-        cache.write_slots, cache.read_width = slots, mask.shape[-1]
-        try:
-            out = self.text_model(inputs_embeds=h, attention_mask=additive[:, None], position_ids=positions,
-                                  past_key_values=cache, use_cache=True)
-        finally:
-            cache.write_slots, cache.read_width = None, cache.slots
-        return self.head_logits(out.last_hidden_state)
+    def embed(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Layout ids → the text model's embeddings of their BPE ids."""
+        return self.text_model.embed_tokens(self._model_ids[tokens])
 
     def head_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """The LM head restricted to the layout ids: ``[..., hidden] → [..., K + 3]`` fp32."""

@@ -12,6 +12,8 @@ _EXPORTS = {
     "ArvisPipeline": "arvis.pipelines.interface",
     "Emu3Pipeline": "arvis.pipelines.pipeline_emu3",
     "Emu3PipelineOutput": "arvis.pipelines.pipeline_emu3",
+    "JanusPipeline": "arvis.pipelines.pipeline_janus",
+    "JanusPipelineOutput": "arvis.pipelines.pipeline_janus",
     "LlamaGenPipeline": "arvis.pipelines.pipeline_llamagen",
     "LlamaGenPipelineOutput": "arvis.pipelines.pipeline_llamagen",
     "MARPipeline": "arvis.pipelines.pipeline_mar",

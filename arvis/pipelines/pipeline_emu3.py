@@ -30,21 +30,16 @@ from typing import Any
 import torch
 from diffusers import DiffusionPipeline
 
-from arvis.engine.engine import NO_TOKEN
-from arvis.methods.catalog import DecoderKind
-from arvis.methods.registry import build_method, decode
 from arvis.models.emu3 import VISUAL_TOKEN, Emu3Backbone, Emu3Vocabulary, emu3_layout, image_codes
 from arvis.models.protocol import Condition, TokenLayout
 from arvis.pipelines.common import (
     CALLBACK_TENSOR_INPUTS,
     callback_tensor_inputs,
     check_output_type,
-    decode_with_progress,
-    grey_uncommitted,
-    images_to_output,
 )
-from arvis.pipelines.interface import ArvisPipeline, BenchInputs
+from arvis.pipelines.interface import BenchInputs
 from arvis.pipelines.pipeline_llamagen import LlamaGenPipelineOutput
+from arvis.pipelines.prompt_tokens import PromptTokenPipeline
 from arvis.tokenizers.emu3_text import prompt_batch
 from arvis.tokenizers.emu3_vq import Emu3ImageTokenizer
 from arvis.utils.random import GeneratorArg
@@ -59,7 +54,7 @@ class Emu3PipelineOutput(LlamaGenPipelineOutput):
     """Output of :class:`Emu3Pipeline`: ``images``, ``tokens`` (VQ code grids ``[B, h, w]``) and ``stats``."""
 
 
-class Emu3Pipeline(ArvisPipeline, DiffusionPipeline):
+class Emu3Pipeline(PromptTokenPipeline, DiffusionPipeline):
     """Text-to-image generation with an Emu3 model, through arvis's decoding methods.
 
     Args:
@@ -126,16 +121,6 @@ class Emu3Pipeline(ArvisPipeline, DiffusionPipeline):
     fallback_sampling_defaults = {"guidance_scale": 3.0, "top_k": 0}
     sampling_fields = ("guidance_scale", "top_k", "top_p", "temperature")
 
-    def resources(self, draft: Emu3Backbone | None = None) -> dict[str, Any]:
-        """The codebook neighbourhoods and, for a call, its draft backbone (built per prompt batch)."""
-        return {"draft_model": draft, "neighbours": self.codebook_neighbours}
-
-    def build_method(self, method: Any, draft: Emu3Backbone | None = None, **options: Any) -> Any:
-        """:meth:`ArvisPipeline.build_method` with a call's draft backbone (Emu3's backbones depend on the prompts)."""
-        if isinstance(method, str):
-            self.check_method(method, options)
-        return build_method(method, DecoderKind.TOKEN, self.resources(draft), **options)
-
     @property
     def token_layout(self) -> TokenLayout:
         return self.default_layout
@@ -198,26 +183,8 @@ class Emu3Pipeline(ArvisPipeline, DiffusionPipeline):
         plan = self.condition_batches(conditions, samples, batch_size)
         height = self.config.default_height if height is None else height
         width = self.config.default_width if width is None else width
-        texts = [text for _, values in plan for text in values]
         # One negative prompt row, broadcast over every batch (the backbone accepts [1, C]).
-        target, draft, condition = self.backbones(texts, [self.config.default_negative_prompt], height, width)
-        batches = []
-        for idx, _ in plan:
-            rows = slice(idx[0], idx[-1] + 1)
-            batches.append((idx, Condition(token_ids=condition.token_ids[rows], mask=condition.mask[rows])))
-        return BenchInputs(batches, lambda cond, sampling, method, gens: decode(target, cond, sampling, method, gens),
-                           lambda name, options: self.build_method(name, draft, **options), tuple(target.layout.grid),
-                           self.transformer.device, target)
-
-    def decode_tokens(self, codes: torch.Tensor, output_type: str = "pil", known: torch.Tensor | None = None):
-        """Code grids ``[B, h, w]`` → images in ``output_type`` (``"latent"`` returns the codes). ``known``
-        (``[B, h, w]`` bool, optional) marks committed codes: the other cells are drawn grey (partial images)."""
-        if output_type == "latent":
-            return codes
-        if known is None:
-            return images_to_output(self.vqvae.decode_codes(codes), output_type)
-        images = self.vqvae.decode_codes(torch.where(known, codes, torch.zeros_like(codes)))
-        return images_to_output(grey_uncommitted(images.float().cpu(), known), output_type)
+        return self.prompt_bench_inputs(plan, [self.config.default_negative_prompt], height, width)
 
     # ------------------------------------------------------------------ call
     @torch.no_grad()
@@ -288,14 +255,11 @@ class Emu3Pipeline(ArvisPipeline, DiffusionPipeline):
         n = num_images_per_prompt
         prompts = [p for p in prompts for _ in range(n)]
         negatives = [p for p in negatives for _ in range(n)]
-        target, draft, condition = self.backbones(prompts, negatives, height, width)
-        method_obj = self.build_method(method, draft, **method_options)
-        tokens, stats = decode_with_progress(self, target, condition, sampling, method_obj, generator,
-                                             callback_on_step_end, tensor_inputs)
-        codes = image_codes(tokens, target.layout)
-        known = codes != NO_TOKEN if self._interrupt else None  # an interrupted decode: draw the rest grey
-        images = self.decode_tokens(codes, output_type, known)
-        self.maybe_free_model_hooks()
+        backbones = self.backbones(prompts, negatives, height, width)
+        layout = backbones[0].layout
+        images, codes, stats = self.decode_call(backbones, sampling, method, method_options, generator,
+                                                callback_on_step_end, tensor_inputs,
+                                                lambda tokens: image_codes(tokens, layout), output_type)
         if not return_dict:
             return images, codes, stats
         return Emu3PipelineOutput(images=images, tokens=codes, stats=stats)

@@ -81,22 +81,14 @@ def prompt_batch(tokenizer, prompts: list[str], height: int, width: int, length:
         tokenizer: an Emu3 tokenizer. prompts: texts. height, width: image size in tokens.
         length: ``C`` (default: the longest prompt).
     """
-    import torch
+    from arvis.tokenizers.padding import left_padded
 
     seqs = []
     for p in prompts:
         if not isinstance(p, str):
             raise ValueError(f"prompt: expected strings, got {type(p).__name__}")
         seqs.append(generation_prompt(tokenizer, p, height, width))
-    C = length or max(len(s) for s in seqs)
-    if any(len(s) > C for s in seqs):
-        raise ValueError(f"length: a prompt has {max(len(s) for s in seqs)} tokens, more than {C}")
-    ids = torch.full((len(seqs), C), tokenizer.pad_token_id, dtype=torch.long)
-    mask = torch.zeros(len(seqs), C, dtype=torch.bool)
-    for b, s in enumerate(seqs):
-        ids[b, C - len(s):] = torch.tensor(s, dtype=torch.long)
-        mask[b, C - len(s):] = True
-    return ids, mask
+    return left_padded(seqs, tokenizer.pad_token_id, length)
 
 
 __all__ = ["SPECIAL_TOKENS", "build_emu3_tokenizer", "generation_prompt", "prompt_batch"]

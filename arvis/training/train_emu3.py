@@ -37,6 +37,7 @@ import hashlib
 import json
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -62,7 +63,7 @@ from arvis.training.common import (
 from arvis.training.train_vq import evaluate
 from arvis.utils.serialization import atomic_directory
 
-__all__ = ["LMTrainConfig", "VQTrainConfig", "main"]
+__all__ = ["EMU3_VQ", "LMTrainConfig", "VQArchitecture", "VQTrainConfig", "main"]
 
 
 # ============================================================================================== VQ
@@ -121,6 +122,26 @@ class VQTrainConfig:
                     hidden_size=self.base_channels * self.channel_multiplier[-1], temporal_downsample_factor=1)
 
 
+@dataclass(frozen=True)
+class VQArchitecture:
+    """The transformers VQ classes :func:`train_vq` / :func:`export_vq` train (Emu3's by default; ``train_janus``
+    passes Janus's): class names in ``transformers``, the training forward and the tokenizer adapter. The run's
+    config supplies the model config's fields (``vq_config()``)."""
+
+    model: str = "Emu3VQVAE"
+    config: str = "Emu3VQVAEConfig"
+    forward: Callable[[Any, torch.Tensor], Any] = quantized_forward
+    tokenizer: Callable[[Any], Any] = Emu3ImageTokenizer
+
+    def classes(self) -> tuple[Any, Any]:
+        import transformers
+
+        return getattr(transformers, self.model), getattr(transformers, self.config)
+
+
+EMU3_VQ = VQArchitecture()
+
+
 VQ_SMOKE = VQTrainConfig(codebook_size=32, channel_multiplier=(1, 2), resolution=32, pool=16, patch_size=16,
                          batch_size=4, late_patch_size=32, late_batch_size=2, late_fraction=0.5, steps=4, warmup=1,
                          restart_every=2, eval_every=2, ckpt_every=2, log_every=1)
@@ -154,16 +175,18 @@ def evaluate_vq(tokenizer, images: np.ndarray, batch_size: int = 16) -> dict[str
     return evaluate(tokenizer, images, batch_size)
 
 
-def train_vq(cfg: VQTrainConfig, scratch: Path, threads: int, smoke: bool = False) -> tuple[Any, dict[str, Any]]:
-    """Train (resuming from ``scratch``) and return the EMA ``Emu3VQVAE`` and a summary."""
-    from transformers import Emu3VQVAE, Emu3VQVAEConfig
+def train_vq(cfg: VQTrainConfig, scratch: Path, threads: int, smoke: bool = False,
+             arch: VQArchitecture = EMU3_VQ) -> tuple[Any, dict[str, Any]]:
+    """Train (resuming from ``scratch``) and return the EMA VQ model (``arch``: an ``Emu3VQVAE`` by default) and a
+    summary."""
+    model_class, config_class = arch.classes()
 
     torch.set_num_threads(threads)
     scratch.mkdir(parents=True, exist_ok=True)
     log = setup_logging(scratch / "train.log", "arvis.train_emu3.vq")
     with torch.random.fork_rng():
         torch.manual_seed(cfg.init_seed)  # transformers initialises from the global stream
-        model = Emu3VQVAE(Emu3VQVAEConfig(**cfg.vq_config())).train()
+        model = model_class(config_class(**cfg.vq_config())).train()
     params = list(model.parameters())
     opt = torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, 0.99), weight_decay=0.0)
     ema = EMA(params, cfg.ema_decay)
@@ -180,12 +203,12 @@ def train_vq(cfg: VQTrainConfig, scratch: Path, threads: int, smoke: bool = Fals
                  dumps(dataclasses.asdict(cfg)))
     pool = _emoji(cfg.pool, "train", cfg.resolution, cfg.data_seed, smoke).images
     heldout = _emoji(None, "heldout", cfg.resolution, 0, smoke).images  # every held-out emoji once, unaugmented
-    ema_model = Emu3VQVAE(model.config).eval()
+    ema_model = model_class(model.config).eval()
 
-    def ema_tokenizer() -> Emu3ImageTokenizer:
+    def ema_tokenizer() -> Any:
         ema_model.load_state_dict(model.state_dict())
         ema.copy_to(list(ema_model.parameters()))
-        return Emu3ImageTokenizer(ema_model)
+        return arch.tokenizer(ema_model)
 
     def save() -> None:
         atomic_torch_save({"config": json.dumps(dataclasses.asdict(cfg)), "model": model.state_dict(),
@@ -201,7 +224,7 @@ def train_vq(cfg: VQTrainConfig, scratch: Path, threads: int, smoke: bool = Fals
         lr = cosine_lr(step, cfg.steps, cfg.lr, cfg.warmup, cfg.min_lr_ratio)
         for g in opt.param_groups:
             g["lr"] = lr
-        out = quantized_forward(model, x)
+        out = arch.forward(model, x)
         l1 = (out.reconstruction - x).abs().mean()
         l2 = (out.reconstruction - x).pow(2).mean()
         loss = cfg.l1_weight * l1 + cfg.l2_weight * l2 + out.codebook_loss + cfg.commit_beta * out.commitment_loss
@@ -242,7 +265,7 @@ def train_vq(cfg: VQTrainConfig, scratch: Path, threads: int, smoke: bool = Fals
     # carries a visible share of the first, poor steps (0.998^1000 = 13%).
     ema_tok = ema_tokenizer()
     ema_l1 = next(h["eval"]["l1"] for h in reversed(history) if "eval" in h)
-    raw_l1 = evaluate_vq(Emu3ImageTokenizer(model.eval()), heldout)["l1"]
+    raw_l1 = evaluate_vq(arch.tokenizer(model.eval()), heldout)["l1"]
     log.info("held-out L1: raw %.4f, EMA %.4f; exporting the %s weights", raw_l1, ema_l1,
              "EMA" if ema_l1 <= raw_l1 else "raw")
     chosen = ema_tok.vq if ema_l1 <= raw_l1 else model
@@ -262,16 +285,16 @@ def _restart_codes(model, opt, ema: EMA, dead: torch.Tensor, latents: torch.Tens
                        list(model.parameters()))
 
 
-def export_vq(vq, cfg: VQTrainConfig, summary: dict[str, Any], out: Path, command: str, smoke: bool = False
-              ) -> dict[str, Any]:
-    """fp16 ``Emu3VQVAE`` folder (``save_pretrained``) + ``training_metrics.json``; the fp16 copy is evaluated."""
-    from transformers import Emu3VQVAE
+def export_vq(vq, cfg: VQTrainConfig, summary: dict[str, Any], out: Path, command: str, smoke: bool = False,
+              arch: VQArchitecture = EMU3_VQ) -> dict[str, Any]:
+    """fp16 VQ folder (``save_pretrained``) + ``training_metrics.json``; the fp16 copy is evaluated."""
+    model_class, _ = arch.classes()
 
     with atomic_directory(out) as tmp:
         vq.half().save_pretrained(tmp)
-        shipped = Emu3VQVAE.from_pretrained(tmp, dtype=torch.float32).eval()
+        shipped = model_class.from_pretrained(tmp, dtype=torch.float32).eval()
         heldout = _emoji(None, "heldout", cfg.resolution, 0, smoke).images
-        metrics = evaluate_vq(Emu3ImageTokenizer(shipped), heldout)
+        metrics = evaluate_vq(arch.tokenizer(shipped), heldout)
         recon = metrics.pop("recon")
         metrics.update(params=sum(p.numel() for p in shipped.parameters()), eval_images=len(heldout),
                        exported_weights=summary["exported_weights"], heldout_l1_raw=summary["heldout_l1_raw"],

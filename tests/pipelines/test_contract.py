@@ -53,6 +53,7 @@ CASES = [
     Case("llamagen-t2i", tiny.llamagen_t2i, ("a red circle", "blue square on grass"), alias="t2i",
          condition_kw="prompt"),
     Case("emu3", tiny.emu3, ("red apple", "whale"), alias="emu3", condition_kw="prompt"),
+    Case("janus", tiny.janus, ("red apple", "whale"), alias="janus", condition_kw="prompt"),
     Case("var", tiny.var, (0, 2), alias="var"),
     Case("video", tiny.video, (0, 5), alias="video", output="frames", per_prompt_kw="num_videos_per_prompt"),
     Case("mar-masked", lambda: tiny.mar(causal=False), (0, 2), alias="mar", continuous=True),

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from arvis.hub import tiny_random_video_pipeline
-from arvis.pipelines import Emu3Pipeline, LlamaGenPipeline, VARPipeline
+from arvis.pipelines import Emu3Pipeline, JanusPipeline, LlamaGenPipeline, VARPipeline
 from tests.conftest import tiny_llamagen
 
 CLASS_NAMES = ["cat", "dog", "owl", "fox", "emu"]
@@ -47,6 +47,14 @@ def emu3() -> Emu3Pipeline:
     draft, _ = tiny_emu3(seed=5, hidden=16, layers=1, heads=2, kv_heads=1, tokenizer=tok)
     return Emu3Pipeline(model, tok, draft_transformer=draft, default_height=3, default_width=4,
                         default_negative_prompt="")
+
+
+def janus() -> JanusPipeline:
+    from tests.janus_fixtures import tiny_janus
+
+    model, tok = tiny_janus(num_codes=16, grid=3)
+    draft, _ = tiny_janus(num_codes=16, grid=3, seed=5, hidden=16, layers=1, heads=2, kv_heads=1, tokenizer=tok)
+    return JanusPipeline(model, tok, draft_transformer=draft)
 
 
 def video():
