@@ -54,6 +54,7 @@ from arvis.training.common import (
     setup_logging,
     training_command,
 )
+from arvis.utils.images import to_tensor, to_uint8  # noqa: F401  (re-exported: the trainers import them from here)
 from arvis.utils.serialization import atomic_directory, atomic_path
 
 __all__ = ["SMOKE_CONFIG", "VQTrainConfig", "evaluate", "export", "main", "train"]
@@ -175,17 +176,6 @@ SMOKE_CONFIG = VQTrainConfig(
 
 
 # ---------------------------------------------------------------------------------------------- data
-def to_tensor(images: np.ndarray) -> torch.Tensor:
-    """``uint8 [N, H, W, 3]`` -> ``float32 [N, 3, H, W]`` in ``[-1, 1]``."""
-    return torch.from_numpy(images).permute(0, 3, 1, 2).float().div_(127.5).sub_(1.0)
-
-
-def to_uint8(images: torch.Tensor) -> np.ndarray:
-    """``[N, 3, H, W]`` in ``[-1, 1]`` -> ``uint8 [N, H, W, 3]`` (rounded, clamped)."""
-    x = ((images.detach().float().clamp(-1, 1) + 1.0) * 127.5).round()
-    return x.to(torch.uint8).permute(0, 2, 3, 1).contiguous().numpy()
-
-
 def train_batch(rng: np.random.Generator, cfg: VQTrainConfig, full_res: bool) -> torch.Tensor:
     """One batch of training images of ``cfg.data`` (random patches unless ``full_res``), ``[B, 3, S, S]``."""
     n = cfg.full_res_batch_size if full_res else cfg.batch_size
