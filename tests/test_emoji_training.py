@@ -274,3 +274,29 @@ def test_var_trainers_on_emoji_and_a_decoder_only_fine_tune(tmp_path):
     model = VARTransformer.from_pretrained(out / "transformer")
     assert m["preset_config"]["data"] == "emoji-names"
     assert list(model.config.class_names) == list(sources.class_names("emoji-names"))
+
+
+def test_named_emoji_clips_and_train_video_on_them(tmp_path):
+    """Moving named emoji: one class per emoji (its position in the named set), a motion that keeps it in view,
+    deterministic; train_video --data emoji-names trains a GPT whose classes are the emoji names."""
+    from arvis.data.video import NAMED_EMOJI_MOTIONS, build_video_clips, sample_named_emoji_clip
+    from arvis.models.video import VideoTransformer
+    from arvis.training import train_video
+
+    names = sources.class_names("emoji-names")
+    a = build_video_clips(6, "train", 4, 16, seed=3, kinds=("emoji",), named=True)
+    b = build_video_clips(6, "train", 4, 16, seed=3, kinds=("emoji",), named=True)
+    assert np.array_equal(a.clips, b.clips) and np.array_equal(a.labels, b.labels)
+    assert a.clips.shape == (6, 4, 16, 16, 3) and all(0 <= k < len(names) for k in a.labels)
+    spec = sample_named_emoji_clip(3, 0, "train", 4)
+    assert len(spec.emoji) == 1 and spec.label == a.labels[0] and not spec.mix.any()
+    assert not np.array_equal(a.clips[0, 0], a.clips[0, -1])  # it moves
+    assert "morph" not in NAMED_EMOJI_MOTIONS
+    with pytest.raises(ValueError, match="named"):
+        build_video_clips(2, "train", 4, 16, named=True)  # every kind: not a named set
+
+    out = tmp_path / "out"
+    m = train_video.main(["--preset", "smoke", "--data", "emoji-names", "--out", str(out), "--scratch",
+                          str(tmp_path / "s")])
+    assert m["preset_config"]["data"] == "emoji-names"
+    assert list(VideoTransformer.from_pretrained(out / "transformer").config.class_names) == list(names)

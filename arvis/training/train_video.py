@@ -59,11 +59,13 @@ def build_video_dataset(cfg: GPTTrainConfig, vq: Any, scratch: Path, split: str,
     """Codes ``[n, T*h*w]`` and video-class labels of ``n`` clips of ``split``, cached in ``scratch``."""
     from arvis.data.video import build_video_clips
 
-    path = scratch / f"data-video-{split}-{n}-{cfg.data_seed}-{cfg.resolution}-{NUM_FRAMES}.npz"
+    named = cfg.data == "emoji-names"
+    path = scratch / f"data-video-{split}-{n}-{cfg.data_seed}-{cfg.resolution}-{NUM_FRAMES}{'-named' if named else ''}.npz"
     if path.exists():
         return dict(np.load(path, allow_pickle=False))
     seed = cfg.data_seed if split == "train" else cfg.data_seed + 1
-    clips = build_video_clips(n, split, NUM_FRAMES, cfg.resolution, seed=seed, cache=True, progress=n > 100)
+    clips = build_video_clips(n, split, NUM_FRAMES, cfg.resolution, seed=seed, cache=True, progress=n > 100,
+                              **({"kinds": ("emoji",), "named": True} if named else {}))
     data = {"codes": clip_codes(vq, clips.clips), "labels": clips.labels.astype(np.int64)}
     tmp = path.with_suffix(".tmp.npz")
     np.savez(tmp, **data)
@@ -71,16 +73,27 @@ def build_video_dataset(cfg: GPTTrainConfig, vq: Any, scratch: Path, split: str,
     return data
 
 
+def video_class_names(data: str) -> tuple[str, ...]:
+    """The video classes of ``--data``: the 24 motion / digit classes (``photos``, the mixed clips) or the named
+    emoji (``emoji-names``: moving emoji, one class per emoji)."""
+    from arvis.data.sources import class_names
+    from arvis.data.video import VIDEO_CLASSES
+
+    if data not in ("photos", "emoji-names"):
+        raise ValueError(f"data: the video clips are 'photos' (mixed clips, 24 classes) or 'emoji-names', got {data!r}")
+    return VIDEO_CLASSES if data == "photos" else class_names(data)
+
+
 def build_video_models(cfg: GPTTrainConfig, vocab_size: int, grid: int) -> tuple[Any, None]:
     """The video GPT for ``grid x grid`` tokens per frame (no text encoder)."""
-    from arvis.data.video import VIDEO_CLASSES
     from arvis.models.video import VideoTransformer
+
+    names = video_class_names(cfg.data)
 
     model = VideoTransformer(dim=cfg.dim, n_layer=cfg.n_layer, n_head=cfg.n_head, multiple_of=cfg.multiple_of,
                              token_dropout_p=cfg.dropout, resid_dropout_p=cfg.dropout, ffn_dropout_p=cfg.dropout,
-                             num_classes=len(VIDEO_CLASSES), class_dropout_prob=cfg.class_dropout,
-                             vocab_size=vocab_size, num_frames=NUM_FRAMES, frame_size=grid,
-                             class_names=list(VIDEO_CLASSES))
+                             num_classes=len(names), class_dropout_prob=cfg.class_dropout,
+                             vocab_size=vocab_size, num_frames=NUM_FRAMES, frame_size=grid, class_names=list(names))
     model.init_weights(torch.Generator().manual_seed(cfg.data_seed))
     return model, None
 
@@ -215,11 +228,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     for name in ("steps", "batch_size", "num_train", "num_val", "dim", "n_layer", "n_head"):
         p.add_argument(f"--{name.replace('_', '-')}", type=int, default=None)
     p.add_argument("--lr", type=float, default=None)
+    p.add_argument("--data", choices=("photos", "emoji-names"), default=None,
+                   help="mixed clips (camera, emoji, digits; 24 classes) or moving named emoji (one class per emoji)")
     p.add_argument("--threads", type=int, default=1)
     args = p.parse_args(args_list)
     overrides = {k: getattr(args, k) for k in ("steps", "batch_size", "num_train", "num_val", "dim", "n_layer",
-                                               "n_head", "lr") if getattr(args, k) is not None}
+                                               "n_head", "lr", "data") if getattr(args, k) is not None}
     cfg = dataclasses.replace(PRESETS[args.preset], **overrides)
+    video_class_names(cfg.data)
     result = train_gpt.train(cfg, args.vq, Path(args.scratch), args.threads, dataset_fn=build_video_dataset,
                              models_fn=build_video_models)
     metrics = train_gpt.export(result, cfg, Path(args.out), _command(argv))
