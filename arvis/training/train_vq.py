@@ -577,6 +577,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--eval-size", type=int, default=None, help="held-out images of the periodic evaluations")
     p.add_argument("--final-eval-size", type=int, default=None, help="held-out images of the exported figures")
     p.add_argument("--full-res-batch-size", type=int, default=None)
+    p.add_argument("--resolution", type=int, default=None,
+                   help="image side (default 128; e.g. 64 to fine-tune a decoder for 64 px frames)")
+    p.add_argument("--patch-size", type=int, default=None, help="side of the random training patches (default 64)")
     p.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     p.add_argument("--grid-png", default=None, help="write a reconstruction grid PNG here")
     p.add_argument("--export-only", action="store_true", help="export the checkpoint in --scratch without training")
@@ -591,7 +594,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                                    ("base_channels", args.base_channels), ("codebook_size", args.codebook_size),
                                    ("warmup", args.warmup), ("full_res_batch_size", args.full_res_batch_size),
                                    ("ema_decay", args.ema_decay), ("eval_size", args.eval_size),
-                                   ("final_eval_size", args.final_eval_size))
+                                   ("final_eval_size", args.final_eval_size), ("resolution", args.resolution),
+                                   ("patch_size", args.patch_size))
                  if v is not None}
     if args.init_from:
         overrides["init_from"] = args.init_from
