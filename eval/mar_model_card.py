@@ -2,30 +2,32 @@
 
     python eval/mar_model_card.py --pair masked --train-metrics <target>/training_metrics.json \
         <draft>/training_metrics.json --assemble-command "python -m arvis.training.train_mar assemble ..."
-    python eval/mar_model_card.py --pair causal ...            # the same for arvis/weights/mar-causal-photos
-    python eval/mar_model_card.py --pair masked --grid docs/mar-photos-samples.png   # + a sample grid
+    python eval/mar_model_card.py --pair causal ...            # the same for arvis/weights/mar-causal-emoji
+    python eval/mar_model_card.py --pair masked --folder mar-photos --grid docs/mar-photos-samples.png  # photo pair
 
 ``--train-metrics`` (re)writes the folder's ``metrics.json`` (both runs' training records and the assemble
 command); the card is then built from it, the folder's ``sampling_defaults.json`` and the records of
-``eval/mar_figures.py`` (``docs/figures/mar/<pair>/``). Nothing is typed in by hand: a missing record shows as
-"not measured".
+``eval/mar_figures.py`` (``docs/figures/mar/<pair>/``), and for a one-class-per-emoji pair the naming record of
+``eval/naming_card.py`` (``docs/figures/naming/<folder>.json``, with its captioned grid). Nothing is typed in by
+hand: a missing record shows as "not measured".
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
 from typing import Any
 
 from figures import fid_slug
-from var_model_card import _f, _load
+from var_model_card import _f, _load, naming_rows
 
-from arvis.data.sources import data_recipe
+from arvis.data.sources import class_names, data_recipe
 
 WEIGHTS = Path("arvis/weights")
 FIGS = Path("docs/figures/mar")
-FOLDERS = {"masked": "mar-photos", "causal": "mar-causal-photos"}
+FOLDERS = {"masked": "mar-emoji", "causal": "mar-causal-emoji"}  # the shipped pairs (--folder for another)
 ALIASES = {"masked": "mar", "causal": "mar-causal"}
 PARTS = ("transformer", "draft_transformer")
 
@@ -41,17 +43,21 @@ def _bench_rows(pair: str) -> list[dict]:
     return recs if isinstance(recs, list) else []
 
 
-def pipeline_card(pair: str, m: dict, defaults: dict) -> str:
-    name, alias = FOLDERS[pair], ALIASES[pair]
+def pipeline_card(pair: str, m: dict, defaults: dict, name: str, vae: str, naming: dict | None = None) -> str:
+    alias = ALIASES[pair]
     t, d = m["transformer"], m["draft_transformer"]
     tc, dc = t["preset_config"], d["preset_config"]
+    names = class_names(tc["data"])
+    ex = f'"{names[0]}", "{names[len(names) // 2]}"'
+    photos = tc["data"] == "photos"
+    what = "crops" if photos else "views"
     ar0, ar1 = _fid(pair, "ar", 0), _fid(pair, "ar", 1)
     noise = abs(ar0["fid"] - ar1["fid"]) if ar0 and ar1 else None
     causal = pair == "causal"
     method = "cspd-exact" if causal else "cspd"
-    fast_call = ('fast = pipe(class_labels=["coffee", "moon"], method="cspd-exact", final_std=0.05)   # exact, '
+    fast_call = (f'fast = pipe(class_labels=[{ex}], method="cspd-exact", final_std=0.05)   # exact, '
                  'vs method="ar", final_std=0.05' if causal else
-                 'fast = pipe(class_labels=["coffee", "moon"], method="cspd")   # published CSpD (lossy)')
+                 f'fast = pipe(class_labels=[{ex}], method="cspd")   # published CSpD (lossy)')
     kind = ("the causal raster-order variant of MAR (one token per forward, KV cache; the paper's \"AR, causal, "
             "raster\" row)" if causal else "masked MAR (random order, several tokens per forward)")
 
@@ -69,14 +75,14 @@ def pipeline_card(pair: str, m: dict, defaults: dict) -> str:
 
 A `MARPipeline` folder: {kind}. A class-conditional MAR transformer and its diffusion head (`transformer`,
 `head`: the target), a smaller MAR of the same kind (`draft_transformer`, `draft_head`: the draft of `{method}`) and
-the KL VAE (`vae`, a relative link to `../mar-vae-photos`). Alias `{alias}` in `arvis generate|bench|fid --model
+the KL VAE (`vae`, a relative link to `../{vae}`). Alias `{alias}` in `arvis generate|bench|fid --model
 {alias}` and the demo.
 
 ```python
 import torch
 from arvis.pipelines import MARPipeline
 pipe = MARPipeline.from_pretrained("{alias}", dtype=torch.float32)     # fp16 files; fp32 is faster on a CPU
-out = pipe(class_labels=["coffee", "moon"], generator=[torch.Generator().manual_seed(i) for i in range(2)])
+out = pipe(class_labels=[{ex}], generator=[torch.Generator().manual_seed(i) for i in range(2)])
 {fast_call}
 ```
 
@@ -97,9 +103,9 @@ because the cosine schedule's first step multiplies their ε error by hundreds: 
 temperature); tokens are the VAE's 8x8 grid of 16-channel latents of a 128 px image.
 
 ## Data
-{data_recipe(tc['data'], 128)} {tc['num_train']:,} training crops (seed {tc['data_seed']}) at 128 px, encoded once by
-`mar-vae-photos` (posterior moments cached, a fresh posterior sample every step); {tc['num_val']} held-out crops for
-the validation loss. Class = the photo.
+{data_recipe(tc['data'], 128)} {tc['num_train']:,} training {what} (seed {tc['data_seed']}) at 128 px, encoded once by
+`{vae}` (posterior moments cached, a fresh posterior sample every step); {tc['num_val']} held-out {what} for
+the validation loss. {'Class = the photo.' if photos else f'{len(names)} classes.'}
 
 ## Training
 ```
@@ -123,11 +129,11 @@ warm-up + cosine, EMA {tc['ema_decay']}; the better of raw and EMA weights on va
 
 ## Evaluation
 Commands: `python eval/mar_figures.py` (every figure: docs/figures/mar.md). FID with the shipped domain network
-against held-out crops.
+against held-out {what}{'' if photos else f"; naming: `python eval/naming_card.py --model {alias} --samples-dir <scratch>/naming-{alias} --json docs/figures/naming/{name}.json --grid docs/{name}-samples.png`"}.
 
 | metric (defaults) | value |
 |---|---|
-| FID of `ar`, N = {ar0['num_generated'] if ar0 else '–'} (seed 0) | {_f(ar0 and ar0['fid'])} |
+{'' if photos else naming_rows(naming) + chr(10)}| FID of `ar`, N = {ar0['num_generated'] if ar0 else '–'} (seed 0) | {_f(ar0 and ar0['fid'])} |
 | same, seed 1 (seed-to-seed noise {_f(noise)}) | {_f(ar1 and ar1['fid'])} |
 | real-vs-real floor at the same N | {_f(ar0 and ar0.get('real_vs_real_floor'))} |
 {chr(10).join(line for line in fid_lines if not line.startswith('| `ar`'))}
@@ -138,18 +144,18 @@ Batch 1 (fp32, 1 thread; `target fwd` = transformer forwards per image, a CFG pa
 |---|---|---|---|---|
 {chr(10).join(bench_lines) if bench_lines else '| not measured | | | | |'}
 
-Samples (plain decoding, defaults): `docs/{name}-samples.png`.
+{f"Sample grid (one sample per class, captioned with its name): `{naming['grid']}`." if naming and naming.get('grid') else f"Samples (plain decoding, defaults): `docs/{name}-samples.png`."}
 """
 
 
-def write_grid(pair: str, path: Path, per_class: int = 1) -> None:
+def write_grid(folder: str, path: Path, per_class: int = 1) -> None:
     import numpy as np
     import torch
     from PIL import Image
 
     from arvis.pipelines import MARPipeline
 
-    pipe = MARPipeline.from_pretrained(str(WEIGHTS / FOLDERS[pair]), dtype=torch.float32)
+    pipe = MARPipeline.from_pretrained(str(WEIGHTS / folder), dtype=torch.float32)
     pipe.set_progress_bar_config(disable=True)
     classes = list(range(pipe.transformer.num_classes))
     rows = []
@@ -169,9 +175,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--train-metrics", nargs=2, default=None, metavar=("TARGET", "DRAFT"),
                    help="the two runs' training_metrics.json: (re)write the folder's metrics.json")
     p.add_argument("--assemble-command", default="", help="recorded in metrics.json with --train-metrics")
-    p.add_argument("--grid", default=None, help="also write a sample grid PNG here")
+    p.add_argument("--folder", default=None, help="the pipeline folder under arvis/weights (default: the shipped pair)")
+    p.add_argument("--grid", default=None, help="also write an uncaptioned sample grid PNG here (photo pairs)")
     args = p.parse_args(argv)
-    folder = WEIGHTS / FOLDERS[args.pair]
+    name = args.folder or FOLDERS[args.pair]
+    folder = WEIGHTS / name
     if args.train_metrics:
         merged: dict[str, Any] = {"assemble_command": args.assemble_command}
         for name, path in zip(PARTS, args.train_metrics, strict=True):
@@ -185,9 +193,11 @@ def main(argv: list[str] | None = None) -> None:
     if not isinstance(metrics, dict):
         raise SystemExit(f"{folder}/metrics.json: missing; pass --train-metrics first")
     defaults = _load(folder / "sampling_defaults.json") or {}
-    (folder / "README.md").write_text(pipeline_card(args.pair, metrics, defaults))
+    vae = Path(os.readlink(folder / "vae")).name if (folder / "vae").is_symlink() else "mar-vae-photos"
+    naming = _load(Path("docs/figures/naming") / f"{name}.json")
+    (folder / "README.md").write_text(pipeline_card(args.pair, metrics, defaults, name, vae, naming))
     if args.grid:
-        write_grid(args.pair, Path(args.grid))
+        write_grid(name, Path(args.grid))
     print(f"wrote {folder}/README.md")
 
 

@@ -64,33 +64,16 @@ def class_consistency(folder: Path, network: str = "domain") -> dict[str, float]
     return {"class_consistency": sum(correct) / len(correct), "images": len(correct)}
 
 
-def naming_accuracy(folder: Path, names: list[str], vq: torch.nn.Module, clip: str = "clip-emoji") -> dict[str, float]:
-    """Class consistency of a one-class-per-emoji model: how often the emoji CLIP picks a sample's own class name
-    among all the class names, beside the same on the real unaugmented renders of those emoji (the CLIP's
-    ceiling) and on those renders tokenised and decoded by the model's ``vq`` (the tokenizer's reference: samples
-    are drawn by the same decoder from the same codebook, so its blur and texture limit them as they limit these)."""
-    from arvis.data.emoji import load_catalog, named_emoji, openmoji_svg_dir, render_emoji
-    from arvis.eval.clip_score import load_clip
-    from arvis.models.clip import naming_top1
-    from arvis.training.train_vq import to_tensor, to_uint8
+def naming_accuracy(folder: Path, names: list[str], pipe: Any, clip: str = "clip-emoji") -> dict[str, float]:
+    """Class consistency of a one-class-per-emoji model (:func:`arvis.eval.naming.naming_rates`): how often the
+    emoji CLIP picks a sample's own class name among all the class names, beside the real renders of those emoji
+    (the CLIP's ceiling) and those renders round-tripped through ``pipe``'s tokenizer (the tokenizer's reference:
+    samples are drawn by the same decoder, so its blur and texture limit them as they limit these)."""
+    from arvis.eval.naming import naming_rates, tokenizer_roundtrip
 
-    scorer = load_clip(clip)
-    text = scorer.text_embeddings(names)
     records = sorted(json.loads((folder / "manifest.json").read_text())["images"], key=lambda r: r["file"])
     images = np.stack([np.asarray(Image.open(folder / r["file"]).convert("RGB")) for r in records])
-    labels = torch.tensor([r["label"] for r in records])
-    emoji = list(named_emoji(load_catalog()))
-    if [e.name for e in emoji] != names:
-        raise ValueError("the model's class names are not the named emoji set of arvis.data.emoji")
-    real = np.stack([render_emoji(openmoji_svg_dir() / f"{e.code}.svg", images.shape[1]) for e in emoji])
-    with torch.no_grad():
-        tokenised = to_uint8(vq.decode_codes(vq.encode(to_tensor(real))))
-    return {"class_consistency": naming_top1(scorer.image_embeddings(images), text, labels), "images": len(records),
-            "class_consistency_by": clip,
-            "clip_real_renders_named": naming_top1(scorer.image_embeddings(real), text, torch.arange(len(names))),
-            "clip_vq_reconstructions_named": naming_top1(scorer.image_embeddings(tokenised), text,
-                                                         torch.arange(len(names))),
-            "chance": 1 / len(names)}
+    return naming_rates(images, [r["label"] for r in records], names, tokenizer_roundtrip(pipe), clip)
 
 
 def sample_grid(folder: Path, path: Path, count: int, columns: int, captions: list[str] | None = None) -> Path:
@@ -190,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
             result.update(fid=fid.fid, real_vs_real_floor=fid.floor, fid_num=args.num,
                           extractor=fid.generated.extractor)
         if data == "emoji-names":  # classes are single emoji: the emoji CLIP names them
-            result.update(naming_accuracy(args.samples_dir, list(pipe.transformer.config.class_names), pipe.vqvae))
+            result.update(naming_accuracy(args.samples_dir, list(pipe.transformer.config.class_names), pipe))
         else:
             from arvis.eval.domain import resolve_domain_path
 

@@ -18,11 +18,12 @@ only — nothing is typed in by hand.
   windows 16 ... 512, previous-frame distribution drafts; random drafts at 128 for comparison), ``zipar``
   (ZipAR across rows and frames, lossy; the staircase window as a lossless composition). The clips are
   one class of each kind and motion family (``BENCH_CLASSES``).
-- ``quality``: ``--num`` clips per method, batched, in the quality classes (all 24, round robin): AR,
-  MC-SJD (maximal, lossless: its figures must match AR's within sampling noise), ZipAR at each row lag
-  (lossy), plus a check that MC-SJD with Gumbel coupling reproduces AR's clips token for token with the
-  same per-clip generators. Per-frame FID (image domain network) and domain FVD (video feature network),
-  each with its real-vs-real floor, and temporal consistency beside that of real held-out clips.
+- ``quality``: ``--num`` clips per method and seed set (:data:`SEED_SETS`, three; the model's classes round robin):
+  AR, MC-SJD with maximal coupling and with Gumbel coupling (lossless: their figures must match AR's within AR's
+  seed-to-seed spread; Gumbel with the same per-clip generators reproduces AR's clips, counted), ZipAR at each
+  row lag (lossy). Per-frame FID (the image domain network of the model's data) and domain FVD (video feature
+  network), each with its real-vs-real floor, and temporal consistency beside that of real held-out clips; a
+  model of the moving named emoji is compared with held-out clips of them. Resumable row by row.
 - ``lossless``: the verdicts of tests/test_video_lossless.py's cases (chi-square p and TV against the
   exact distribution of a 2 x 2 x 2 table model, vocabulary 3), and the planted bug's.
 """
@@ -61,10 +62,14 @@ GROUPS: dict[str, list[str]] = {
 QUALITY_METHODS: list[tuple[str, dict[str, Any]]] = [
     ("ar", {}),
     ("mc-sjd", {"window": 128, "init": "previous_frame_distribution"}),
+    ("mc-sjd", {"coupling": "gumbel", "window": 128, "init": "previous_frame_distribution"}),
     ("zipar", {"row_lag": 1}),
     ("zipar", {"row_lag": 2}),
     ("zipar", {"row_lag": 4}),
 ]
+#: Every quality method is measured on each of these seed sets (clip i of a set seeded base + i), so a lossless
+#: method's distance from AR can be read against AR's own seed-to-seed spread.
+SEED_SETS: tuple[int, ...] = (1000, 500_000, 1_000_000)
 ANCHOR = ("MC-SJD with Gumbel coupling (So et al., 2025): 7,680 → 564 forwards (13.6x) on Cosmos-1-AR video "
           "at L = 128, FVD 156.9 → 152.4 (RealEstate10k; a 4B-class model on a GPU).")
 
@@ -140,64 +145,126 @@ SECOND_SEED_ROWS: dict[str, tuple[str, dict[str, Any]]] = {
 }
 
 
-def _quality_row(vm: Any, pipe: Any, method: str, options: dict[str, Any], args: argparse.Namespace,
-                 sampling: dict[str, Any], seed_base: int = SEED_BASE) -> tuple[dict[str, Any], torch.Tensor]:
-    """One method's clips and their figures: per-frame FID, domain FVD, temporal consistency."""
-    t0 = time.time()
-    clips, tokens, stats = _clips(pipe, method, options, args.num, args.batch, sampling, seed_base)
-    row = {"label": _label(method, options), "method": method, "options": options, "seed_base": seed_base,
-           "lossless": method != "zipar", "seconds": time.time() - t0,
-           "target_forwards": float(np.mean([s.target_forwards for s in stats])),
-           "per_frame_fid": vm.per_frame_fid(clips, reference_frames=args.reference_frames).to_dict(),
-           "domain_fvd": vm.frechet_video_distance(clips, reference_num=args.reference_clips).to_dict(),
-           "temporal": vm.temporal_consistency(clips)}
-    return row, tokens
+def _is_named(pipe: Any) -> bool:
+    """A model of the moving named emoji (one class per emoji): its references are clips of them."""
+    from arvis.data.sources import class_names
+
+    return list(pipe.class_names) == list(class_names("emoji-names"))
 
 
 def stage_quality(args: argparse.Namespace) -> Path:
+    """Every quality method on every seed set (resumable row by row: a partial record keeps the rows done)."""
     from arvis.eval import video_metrics as vm
+    from arvis.eval.fid import load_extractor
 
     out = args.records / "quality.json"
-    if out.exists() and not args.force:
-        record = json.loads(out.read_text())
-        missing = [key for key in SECOND_SEED_ROWS if key not in record]
-        if missing:  # a record written before the seed-noise rows existed: add only those
-            pipe, defaults, path = load_pipe(args.model, args.threads)
-            for key in missing:
-                method, options = SECOND_SEED_ROWS[key]
-                record[key] = _quality_row(vm, pipe, method, options, args, record["sampling"], SECOND_SEED_BASE)[0]
-                write_json_atomic(out, record)
-                print(f"added {key} to {out}")
-        else:
-            print(f"skip {out} (exists)")
+    if out.exists() and not args.force and "seed_sets" in json.loads(out.read_text()):
+        print(f"skip {out} (exists)")
         return out
+    partial = out.with_suffix(".partial.json")
     pipe, defaults, path = load_pipe(args.model, args.threads)
+    named = _is_named(pipe)
     sampling = {"guidance_scale": defaults.get("guidance_scale", 3.0), "top_k": defaults.get("top_k", 0)}
     T, side = pipe.num_frames, pipe.resolution
-    real = vm.heldout_clips(args.num, T, side, seed=vm.FLOOR_SEED)
+    frames_net = load_extractor("domain-emoji") if named else None
     record: dict[str, Any] = {"model": model_name(path), "num_clips": args.num, "sampling": sampling,
-                              "reference_frames": args.reference_frames, "rows": []}
-    record["real"] = {"temporal": vm.temporal_consistency(real)}
-    ar_tokens = None
-    for method, options in QUALITY_METHODS:
-        row, tokens = _quality_row(vm, pipe, method, options, args, sampling)
-        if method == "ar":
-            ar_tokens = tokens
-        record["rows"].append(row)
-        print(json.dumps({k: row[k] for k in ("label", "target_forwards", "seconds")}))
-        write_json_atomic(out.with_suffix(".partial.json"), record)
-    for key, (method, options) in SECOND_SEED_ROWS.items():
-        record[key] = _quality_row(vm, pipe, method, options, args, sampling, SECOND_SEED_BASE)[0]
-    # Gumbel coupling with the same per-clip generators reproduces AR's tokens (fp32): checked, not re-measured.
-    gumbel = {"coupling": "gumbel", "window": 128, "init": "previous_frame_distribution"}
-    _, tokens, stats = _clips(pipe, "mc-sjd", gumbel, args.num, args.batch, sampling)
-    record["gumbel_identical_to_ar"] = {"options": gumbel, "identical": bool(torch.equal(tokens, ar_tokens)),
-                                        "clips_identical": int((tokens == ar_tokens).flatten(1).all(1).sum()),
-                                        "target_forwards": float(np.mean([s.target_forwards for s in stats]))}
+                              "reference_frames": args.reference_frames, "seed_sets": list(SEED_SETS),
+                              "reference": "held-out moving named emoji" if named else "held-out clips of every kind",
+                              "frame_network": "domain-emoji" if named else "domain", "rows": []}
+    if partial.exists() and not args.force:
+        saved = json.loads(partial.read_text())
+        if saved.get("seed_sets") == record["seed_sets"] and saved.get("model") == record["model"]:
+            record = saved
+    real = vm.heldout_clips(args.num, T, side, seed=vm.FLOOR_SEED, named=named)
+    record["real"] = {"temporal": vm.temporal_consistency(real, frames_net)}
+    done = {(r["label"], r["seed_base"]) for r in record["rows"]}
+    ar_tokens: dict[int, torch.Tensor] = {}
+    for base in SEED_SETS:
+        for method, options in QUALITY_METHODS:
+            label = _label(method, options)
+            if (label, base) in done and not (method == "ar" and base not in ar_tokens and _needs_ar(record, base)):
+                continue
+            t0 = time.time()
+            clips, tokens, stats = _clips(pipe, method, options, args.num, args.batch, sampling, base)
+            if method == "ar":
+                ar_tokens[base] = tokens
+                if (label, base) in done:
+                    continue
+            row = {"label": label, "method": method, "options": options, "seed_base": base,
+                   "lossless": method != "zipar", "seconds": time.time() - t0,
+                   "target_forwards": float(np.mean([st.target_forwards for st in stats]))}
+            if base in ar_tokens and method != "ar":
+                row["clips_identical_to_ar"] = int((tokens == ar_tokens[base]).flatten(1).all(1).sum())
+            row.update(per_frame_fid=vm.per_frame_fid(clips, frames_net, reference_frames=args.reference_frames,
+                                                      named=named).to_dict(),
+                       domain_fvd=vm.frechet_video_distance(clips, reference_num=args.reference_clips,
+                                                            named=named).to_dict(),
+                       temporal=vm.temporal_consistency(clips, frames_net))
+            record["rows"].append(row)
+            print(json.dumps({k: row[k] for k in ("label", "seed_base", "target_forwards", "seconds")}))
+            write_json_atomic(partial, record)
     write_json_atomic(out, record)
-    out.with_suffix(".partial.json").unlink(missing_ok=True)
+    partial.unlink(missing_ok=True)
     print(f"wrote {out}")
     return out
+
+
+def _needs_ar(record: dict[str, Any], base: int) -> bool:
+    """AR's tokens of a seed set are needed again when a method of that set is still to be measured."""
+    done = {(r["label"], r["seed_base"]) for r in record["rows"]}
+    return any((_label(m, o), base) not in done for m, o in QUALITY_METHODS if m != "ar")
+
+
+def quality_lines(q: dict[str, Any]) -> list[str]:
+    """The quality section from a seed-set record: every method's figures on every seed set, and whether each
+    lossless method's distance from AR lies inside AR's seed-to-seed spread."""
+    sets = q["seed_sets"]
+    by = {(r["label"], r["seed_base"]): r for r in q["rows"]}
+    labels = list(dict.fromkeys(r["label"] for r in q["rows"]))
+    lines = ["## Quality beside speed", "",
+             f"{q['num_clips']} clips per method and seed set (clip i of a set seeded base + i, bases "
+             f"{', '.join(map(str, sets))}; the same seeds for every method), CFG {q['sampling']['guidance_scale']}. "
+             f"Per-frame FID: the `{q['frame_network']}` network, {q['reference_frames']} frames of "
+             f"{q['reference']} as reference. Domain FVD: the video feature network trained here (not comparable with "
+             "I3D FVDs). Floors: independent real held-out clips of the same size against the same references.", "",
+             "| method | lossless | forwards | per-frame FID by seed set | mean ± sd | domain FVD by seed set | "
+             "frame change | feature similarity |", "|---|---|---|---|---|---|---|---|"]
+    stats = {}
+    for label in labels:
+        rows = [by[(label, b)] for b in sets if (label, b) in by]
+        fids = np.array([r["per_frame_fid"]["fid"] for r in rows])
+        fvds = [r["domain_fvd"]["fvd"] for r in rows]
+        stats[label] = fids
+        lines.append(f"| `{label}` | {'yes' if rows[0]['lossless'] else 'no (lossy)'} | "
+                     f"{np.mean([r['target_forwards'] for r in rows]):.1f} | {' / '.join(f'{x:.2f}' for x in fids)} | "
+                     f"{fids.mean():.2f} ± {fids.std(ddof=1) if len(fids) > 1 else 0:.2f} | "
+                     f"{' / '.join(f'{v:.2f}' for v in fvds)} | "
+                     f"{np.mean([r['temporal']['frame_change'] for r in rows]):.4f} | "
+                     f"{np.mean([r['temporal']['feature_similarity'] for r in rows]):.4f} |")
+    first = by.get(("ar", sets[0]))
+    if first:
+        f = first["per_frame_fid"]
+        lines.append(f"| real held-out clips | - | - | floor {_fmt(f['real_vs_real_floor'])} | - | floor "
+                     f"{_fmt(first['domain_fvd']['real_vs_real_floor'])} | {q['real']['temporal']['frame_change']:.4f} "
+                     f"| {q['real']['temporal']['feature_similarity']:.4f} |")
+    ar = stats.get("ar")
+    if ar is not None and len(ar) > 1:
+        spread = float(ar.max() - ar.min())
+        lines += ["", f"AR's seed-to-seed spread of per-frame FID over the {len(ar)} seed sets: {spread:.2f} "
+                  f"(sd {ar.std(ddof=1):.2f}). A lossless method samples AR's distribution with other random numbers, so "
+                  "its per-set differences from AR should be of that size:", "",
+                  "| lossless method | FID − AR's, per seed set | mean | inside AR's spread? | clips identical to AR's |",
+                  "|---|---|---|---|---|"]
+        for label in labels:
+            rows = [by[(label, b)] for b in sets if (label, b) in by]
+            if label == "ar" or not rows[0]["lossless"] or len(stats[label]) != len(ar):
+                continue
+            diff = stats[label] - ar
+            inside = abs(float(diff.mean())) <= spread
+            same = sum(r.get("clips_identical_to_ar", 0) for r in rows)
+            lines.append(f"| `{label}` | {' / '.join(f'{d:+.2f}' for d in diff)} | {diff.mean():+.2f} | "
+                         f"{'yes' if inside else '**no**'} | {same} of {q['num_clips'] * len(rows)} |")
+    return lines + [""]
 
 
 # ----------------------------------------------------------------------------- lossless
@@ -274,7 +341,9 @@ def write_report(records: Path, doc: Path) -> Path:
         lines += ["", f"Best lossless step compression: **{best['step_compression']:.2f}x** (`{best['spec']}`, "
                   f"{best['target_forwards']:.1f} forwards for {best['tokens']:.0f} tokens); target >= 10x.", ""]
     quality = records / "quality.json"
-    if quality.exists():
+    if quality.exists() and "seed_sets" in json.loads(quality.read_text()):
+        lines += quality_lines(json.loads(quality.read_text()))
+    elif quality.exists():  # a record measured before the seed sets
         q = json.loads(quality.read_text())
         lines += ["## Quality beside speed", "",
                   f"{q['num_clips']} clips per method (the 24 classes round robin, clip i seeded {SEED_BASE} + i), "

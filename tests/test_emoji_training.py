@@ -243,3 +243,60 @@ def test_emoji_card_text_follows_the_folders_data_set(tmp_path, monkeypatch):
     assert "| 0.50 h (2 threads) | 0.50 h (1 thread) |" in text
     with pytest.raises(ValueError, match="--init-revision"):
         card_module.card(folder, warm, training, named, None)
+
+
+def test_var_trainers_on_emoji_and_a_decoder_only_fine_tune(tmp_path):
+    """train_var_vq --data emoji, then --init-from --decoder-only (the codes stay the same, the decoder changes), then
+    train_var --data emoji-names (one class per emoji)."""
+    from arvis.models.var import VARTransformer
+    from arvis.tokenizers.var_vq import VARVQModel
+    from arvis.training import train_var, train_var_vq
+    from arvis.utils.images import to_tensor
+
+    vq_out, tuned = tmp_path / "vq", tmp_path / "vq-decoder"
+    train_var_vq.main(["--smoke", "--data", "emoji", "--out", str(vq_out), "--scratch", str(tmp_path / "s1")])
+    metrics = train_var_vq.main(["--smoke", "--data", "emoji", "--init-from", str(vq_out), "--decoder-only",
+                                 "--out", str(tuned), "--scratch", str(tmp_path / "s2")])
+    assert metrics["config"]["decoder_only"] and metrics["config"]["latent_steps"] == 0
+    before, after = VARVQModel.from_pretrained(vq_out).eval(), VARVQModel.from_pretrained(tuned).eval()
+    a, b = before.state_dict(), after.state_dict()
+    frozen = [k for k in a if not k.startswith(("decoder.", "post_quant_conv."))]
+    assert frozen and all(torch.equal(a[k], b[k]) for k in frozen)  # encoder, quant_conv, codebook, φ
+    assert any(not torch.equal(a[k], b[k]) for k in a if k.startswith("decoder."))
+    images = to_tensor(sources.labelled_images("emoji", 4, "heldout", 8, 3)[0])
+    assert torch.equal(before.encode(images), after.encode(images))
+    with pytest.raises(ValueError, match="decoder_only"):
+        train_var_vq.main(["--smoke", "--decoder-only", "--out", str(tmp_path / "x"), "--scratch", str(tmp_path / "x")])
+
+    out = tmp_path / "var"
+    m = train_var.main(["--preset", "smoke", "--data", "emoji-names", "--vq", str(tuned), "--out", str(out),
+                        "--scratch", str(tmp_path / "s3")])
+    model = VARTransformer.from_pretrained(out / "transformer")
+    assert m["preset_config"]["data"] == "emoji-names"
+    assert list(model.config.class_names) == list(sources.class_names("emoji-names"))
+
+
+def test_named_emoji_clips_and_train_video_on_them(tmp_path):
+    """Moving named emoji: one class per emoji (its position in the named set), a motion that keeps it in view,
+    deterministic; train_video --data emoji-names trains a GPT whose classes are the emoji names."""
+    from arvis.data.video import NAMED_EMOJI_MOTIONS, build_video_clips, sample_named_emoji_clip
+    from arvis.models.video import VideoTransformer
+    from arvis.training import train_video
+
+    names = sources.class_names("emoji-names")
+    a = build_video_clips(6, "train", 4, 16, seed=3, kinds=("emoji",), named=True)
+    b = build_video_clips(6, "train", 4, 16, seed=3, kinds=("emoji",), named=True)
+    assert np.array_equal(a.clips, b.clips) and np.array_equal(a.labels, b.labels)
+    assert a.clips.shape == (6, 4, 16, 16, 3) and all(0 <= k < len(names) for k in a.labels)
+    spec = sample_named_emoji_clip(3, 0, "train", 4)
+    assert len(spec.emoji) == 1 and spec.label == a.labels[0] and not spec.mix.any()
+    assert not np.array_equal(a.clips[0, 0], a.clips[0, -1])  # it moves
+    assert "morph" not in NAMED_EMOJI_MOTIONS
+    with pytest.raises(ValueError, match="named"):
+        build_video_clips(2, "train", 4, 16, named=True)  # every kind: not a named set
+
+    out = tmp_path / "out"
+    m = train_video.main(["--preset", "smoke", "--data", "emoji-names", "--out", str(out), "--scratch",
+                          str(tmp_path / "s")])
+    assert m["preset_config"]["data"] == "emoji-names"
+    assert list(VideoTransformer.from_pretrained(out / "transformer").config.class_names) == list(names)

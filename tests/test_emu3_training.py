@@ -151,3 +151,31 @@ def test_input_noise_changes_what_the_model_reads_not_what_it_must_predict():
             float(lm_loss(model.model.text_model, model.lm_head, builder.vocab, builder, mixed)))
     with pytest.raises(ValueError, match="input_noise"):
         train_emu3.LMTrainConfig(input_noise=1.0)
+
+
+def test_extract_then_a_named_warm_start_keeps_the_tokenizer_and_starts_from_the_weights(trained, tmp_path):
+    """extract: an assembled folder's vq / lm as stage exports (the same weights); lm --named --init-from: the
+    named emoji captioned by their names, starting from the extracted weights with the extracted tokenizer."""
+    from transformers import AutoTokenizer, Emu3ForCausalLM, Emu3VQVAE
+
+    from arvis.data.sources import class_names
+
+    root, _, _ = trained
+    parts = train_emu3.main(["extract", "--folder", str(root / "pipe"), "--out", str(tmp_path / "parts")])
+    assert set(parts) == {"vq", "lm"}
+    lm, ref = Emu3ForCausalLM.from_pretrained(parts["lm"]), Emu3ForCausalLM.from_pretrained(root / "lm")
+    assert all(torch.equal(a, b) for a, b in zip(lm.state_dict().values(), ref.state_dict().values(), strict=True))
+    vq, ref_vq = Emu3VQVAE.from_pretrained(parts["vq"]), Emu3VQVAE.from_pretrained(root / "vq")
+    assert all(torch.equal(a.half(), b.half()) for a, b in zip(vq.state_dict().values(), ref_vq.state_dict().values(),
+                                                                 strict=True))
+    cfg = dataclasses.replace(train_emu3.LM_SMOKE, named=True)
+    data = train_emu3.lm_dataset(cfg, vq, tmp_path, "train", smoke=True)
+    names = class_names("emoji-names")
+    assert all(any(n in str(c) for n in names) for c in data["captions"])
+    out = tmp_path / "named"
+    metrics = train_emu3.main(["lm", "--smoke", "--named", "--init-from", parts["lm"], "--vq", parts["vq"], "--out",
+                               str(out), "--scratch", str(tmp_path / "named-run"), "--steps", "1"])
+    assert metrics["config"]["named"] and metrics["config"]["init_from"] == parts["lm"]
+    assert AutoTokenizer.from_pretrained(out / "tokenizer").get_vocab() == \
+        AutoTokenizer.from_pretrained(root / "lm" / "tokenizer").get_vocab()
+    assert "warm start from the language model" in (tmp_path / "named-run" / "train.log").read_text()

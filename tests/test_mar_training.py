@@ -138,3 +138,20 @@ def test_assembled_folders_generate_with_every_method(trained):
             assert out.stats.samples[0].target_forwards >= 1
     with pytest.raises(ValueError, match="both be masked or both causal"):
         train_mar.assemble(str(root / "smoke"), str(root / "vae"), str(root / "bad"), str(root / "smoke-causal"))
+
+
+def test_vae_fine_tune_starts_from_the_given_folder(trained, tmp_path):
+    """--init-from loads every weight of an existing VAE (strictly) before training; its card says so."""
+    root, _, _ = trained
+    out = tmp_path / "tuned"
+    args = ["--preset", "smoke", "--init-from", str(root / "vae"), "--out", str(out), "--scratch", str(tmp_path / "s")]
+    from arvis.training.train_mar_vae import PRESETS, train
+
+    start = AutoencoderKL.from_pretrained(root / "vae", torch_dtype=torch.float32).state_dict()
+    cfg = PRESETS["smoke"].__class__(**{**PRESETS["smoke"].__dict__, "init_from": str(root / "vae"), "steps": 1,
+                                        "lr": 0.0})
+    vae, _ = train(cfg, tmp_path / "s0")
+    assert all(torch.equal(v, start[k]) for k, v in vae.state_dict().items())  # lr 0: still the loaded weights
+    metrics = train_mar_vae.main(args)
+    assert metrics["config"]["init_from"] == str(root / "vae")
+    assert f"initialised from `{root / 'vae'}`" in (out / "README.md").read_text()

@@ -508,3 +508,38 @@ def test_demo_video_tab_through_the_api(tmp_path) -> None:
             client.predict(model="video", class_label=0, method="sjd", options="windw=4", api_name="/generate_video")
     finally:
         demo.close()
+
+
+def test_video_quality_report_reads_every_seed_set_against_ars_spread() -> None:
+    """The quality section lists each method on every seed set and says whether a lossless method's mean distance
+    from AR (paired by seed set) lies inside AR's own seed-to-seed spread."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    sys.path.insert(0, str(root / "eval"))
+    spec = importlib.util.spec_from_file_location("video_figures", root / "eval" / "video_figures.py")
+    vf = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(vf)
+
+    def row(label, method, base, fid, lossless=True):
+        return {"label": label, "method": method, "seed_base": base, "lossless": lossless, "target_forwards": 10.0,
+                "per_frame_fid": {"fid": fid, "real_vs_real_floor": 1.0}, "domain_fvd": {"fvd": 2.0,
+                                                                                         "real_vs_real_floor": 0.5},
+                "temporal": {"frame_change": 0.1, "feature_similarity": 0.9}}
+
+    sets = [1, 2, 3]
+    rows = [row("ar", "ar", b, f) for b, f in zip(sets, (10.0, 11.0, 12.0), strict=True)]
+    rows += [row("mc-sjd:a", "mc-sjd", b, f) for b, f in zip(sets, (10.5, 11.5, 12.5), strict=True)]  # +0.5: inside
+    rows += [row("mc-sjd:b", "mc-sjd", b, f) for b, f in zip(sets, (15.0, 16.0, 17.0), strict=True)]  # +5: outside
+    rows += [row("zipar:x", "zipar", b, 20.0, lossless=False) for b in sets]
+    q = {"seed_sets": sets, "rows": rows, "num_clips": 4, "sampling": {"guidance_scale": 3.0}, "reference_frames": 8,
+         "reference": "held-out clips", "frame_network": "domain", "real": {"temporal": {"frame_change": 0.1,
+                                                                                         "feature_similarity": 0.9}}}
+    text = "\n".join(vf.quality_lines(q))
+    assert "10.00 / 11.00 / 12.00" in text and "11.00 ± 1.00" in text
+    assert "AR's seed-to-seed spread of per-frame FID over the 3 seed sets: 2.00" in text
+    assert "| `mc-sjd:a` | +0.50 / +0.50 / +0.50 | +0.50 | yes |" in text
+    assert "| `mc-sjd:b` | +5.00 / +5.00 / +5.00 | +5.00 | **no** |" in text
+    assert "`zipar:x` | +" not in text  # lossy methods are not judged against AR's spread

@@ -272,7 +272,8 @@ def test_train_vq_decoder_only_keeps_every_code(tmp_path) -> None:
     train_vq.main(["--out", str(base), "--scratch", str(tmp_path / "s0"), "--smoke", "--threads", "0"])
     tuned = tmp_path / "tuned"
     train_vq.main(["--out", str(tuned), "--scratch", str(tmp_path / "s1"), "--smoke", "--threads", "0",
-                   "--init-from", str(base), "--decoder-only", "--steps", "6"])
+                   "--init-from", str(base), "--decoder-only", "--steps", "6", "--resolution", "16", "--patch-size", "8"])
+    assert "\n16x16 RGB image" in (tuned / "README.md").read_text()  # a decoder fine-tuned for smaller frames
     before, after = LlamaGenVQModel.from_pretrained(base).eval(), LlamaGenVQModel.from_pretrained(tuned).eval()
     frozen = ("encoder.", "quant_conv.", "quantize.")
     b, a = dict(before.named_parameters()), dict(after.named_parameters())  # buffers only count code usage

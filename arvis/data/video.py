@@ -42,9 +42,9 @@ from arvis.data.cache import cache_path, load_npz, save_npz_atomic
 from arvis.data.crops import SPLITS, photo_regions
 from arvis.data.photos import PHOTO_CLASSES, load_photo
 
-__all__ = ["DIGIT_HELDOUT_EVERY", "EMOJI_MOTIONS", "MOTIONS", "VIDEO_CLASSES", "VIDEO_KINDS", "ClipSpec",
+__all__ = ["DIGIT_HELDOUT_EVERY", "EMOJI_MOTIONS", "MOTIONS", "NAMED_EMOJI_MOTIONS", "VIDEO_CLASSES", "VIDEO_KINDS", "ClipSpec",
            "MotionClipSpec", "VideoClips", "build_clips", "build_video_clips", "render_clip",
-           "render_motion_clip", "sample_clip", "sample_motion_clip", "video_class_kind"]
+           "render_motion_clip", "sample_clip", "sample_motion_clip", "sample_named_emoji_clip", "video_class_kind"]
 
 MOTIONS: tuple[str, ...] = ("pan_left", "pan_right", "pan_up", "pan_down", "zoom_in", "zoom_out")
 _SPLIT_ID = {"train": 0, "heldout": 1}
@@ -229,12 +229,26 @@ def _check_kinds(kinds: Sequence[str]) -> tuple[str, ...]:
     return kinds
 
 
-def _emoji_spec(rng: np.random.Generator, split: str, num_frames: int) -> MotionClipSpec:
-    pool = _emoji_of_split(split)
-    motion = EMOJI_MOTIONS[int(rng.integers(len(EMOJI_MOTIONS)))]
-    label = VIDEO_CLASSES.index(f"emoji {motion.replace('_', ' ')}")
+#: Motions of the one-class-per-emoji clips (:func:`sample_named_emoji_clip`): every one keeps its subject in view
+#: (``morph`` would turn it into another emoji, whose name the label is not).
+NAMED_EMOJI_MOTIONS: tuple[str, ...] = tuple(m for m in EMOJI_MOTIONS if m != "morph")
+
+
+@functools.cache
+def _named_emoji() -> tuple:
+    from arvis.data import emoji as E
+
+    return E.named_emoji(E.load_catalog())
+
+
+def _emoji_spec(rng: np.random.Generator, split: str, num_frames: int, named: bool = False) -> MotionClipSpec:
+    pool = _named_emoji() if named else _emoji_of_split(split)
+    motions = NAMED_EMOJI_MOTIONS if named else EMOJI_MOTIONS
+    motion = motions[int(rng.integers(len(motions)))]
+    pick = int(rng.integers(len(pool)))
+    label = pick if named else VIDEO_CLASSES.index(f"emoji {motion.replace('_', ' ')}")
     t = np.linspace(0.0, 1.0, num_frames)
-    first = pool[int(rng.integers(len(pool)))].code
+    first = pool[pick].code
     zoom = np.full(num_frames, float(rng.uniform(0.6, 0.75)))
     shift = np.zeros((num_frames, 2))
     mix = np.zeros(num_frames)
@@ -303,6 +317,16 @@ def sample_motion_clip(seed: int, index: int, split: str = "train", num_frames: 
     return _digit_spec(rng, split, num_frames)
 
 
+def sample_named_emoji_clip(seed: int, index: int, split: str = "train", num_frames: int = 8) -> MotionClipSpec:
+    """Clip number ``index`` of the one-class-per-emoji stream ``(seed, split)``: one of the named emoji
+    (:func:`arvis.data.emoji.named_emoji`, uniform) on white under one of :data:`NAMED_EMOJI_MOTIONS`; its ``label`` is
+    the emoji's position in the named set (the split only picks the random stream: held-out clips are other motions
+    of the same emoji, as the named image set's held-out views are)."""
+    _check(split, num_frames, 64)
+    rng = np.random.default_rng([int(seed), _SPLIT_ID[split], int(index), 123])
+    return _emoji_spec(rng, split, num_frames, named=True)
+
+
 def render_motion_clip(spec: MotionClipSpec, resolution: int = 64, split: str = "train") -> np.ndarray:
     """Render ``spec`` (drawn from ``split``) to ``uint8 [T, resolution, resolution, 3]``."""
     if spec.kind == "camera":
@@ -362,8 +386,9 @@ def _emoji_fingerprint() -> str:
 
 def build_video_clips(n: int, split: str = "train", num_frames: int = 8, resolution: int = 64, seed: int = 0,
                       kinds: Sequence[str] = VIDEO_KINDS, cache: bool = False,
-                      cache_dir: str | os.PathLike | None = None, progress: bool | None = None) -> VideoClips:
-    """Build ``n`` clips of the given ``kinds`` (kind uniform per clip).
+                      cache_dir: str | os.PathLike | None = None, progress: bool | None = None,
+                      named: bool = False) -> VideoClips:
+    """Build ``n`` clips of the given ``kinds`` (kind uniform per clip), or with ``named`` one-class-per-emoji clips.
 
     Args:
         n: number of clips (>= 0).
@@ -376,6 +401,8 @@ def build_video_clips(n: int, split: str = "train", num_frames: int = 8, resolut
             with emoji, the emoji catalog and the renderer's version).
         cache_dir: cache folder (default ``$ARVIS_CACHE`` or ``~/.cache/arvis/data``).
         progress: tqdm bar (default: on for more than 500 clips).
+        named: every clip a moving named emoji (:func:`sample_named_emoji_clip`; ``kinds`` must be ``("emoji",)``),
+            labelled by the emoji (an index into :func:`arvis.data.emoji.named_emoji`, not :data:`VIDEO_CLASSES`).
 
     Returns:
         :class:`VideoClips`.
@@ -384,10 +411,14 @@ def build_video_clips(n: int, split: str = "train", num_frames: int = 8, resolut
         raise ValueError(f"n must be an int >= 0, got {n!r}")
     _check(split, num_frames, resolution)
     kinds = _check_kinds(kinds)
+    if named and kinds != ("emoji",):
+        raise ValueError(f"kinds must be ('emoji',) with named=True, got {kinds!r}")
     path = None
     if cache:
         params = dict(n=int(n), split=split, num_frames=int(num_frames), resolution=int(resolution), seed=int(seed),
                       kinds=list(kinds), emoji=_emoji_fingerprint() if "emoji" in kinds else None)
+        if named:  # only then, so the caches of the other clip sets keep their names
+            params["named"] = True
         path = cache_path("video", params, cache_dir)
         if path.exists():
             data = load_npz(path)
@@ -396,7 +427,8 @@ def build_video_clips(n: int, split: str = "train", num_frames: int = 8, resolut
     labels = np.empty(n, dtype=np.int64)
     show = n > 500 if progress is None else progress
     for i in tqdm(range(n), desc=f"{split} clips", disable=not show, unit="clip"):
-        spec = sample_motion_clip(seed, i, split, num_frames, kinds)
+        spec = (sample_named_emoji_clip(seed, i, split, num_frames) if named
+                else sample_motion_clip(seed, i, split, num_frames, kinds))
         clips[i] = render_motion_clip(spec, resolution, split)
         labels[i] = spec.label
     out = VideoClips(clips, labels)

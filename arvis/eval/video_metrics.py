@@ -68,25 +68,32 @@ def check_clips(clips: Any, name: str = "clips") -> np.ndarray:
 
 
 # ----------------------------------------------------------------------------- held-out real clips
-def heldout_clips(num: int, num_frames: int = 8, resolution: int = 64, seed: int = REFERENCE_SEED) -> np.ndarray:
-    """``uint8 [num, T, R, R, 3]`` held-out clips of every kind (:func:`arvis.data.video.build_video_clips`), cached.
+def heldout_clips(num: int, num_frames: int = 8, resolution: int = 64, seed: int = REFERENCE_SEED,
+                  named: bool = False) -> np.ndarray:
+    """``uint8 [num, T, R, R, 3]`` held-out clips of every kind (:func:`arvis.data.video.build_video_clips`), or with
+    ``named`` held-out clips of the moving named emoji (other motions of the same emoji), cached.
 
     Seeds are offset by 100 from the training streams' so that a reference never repeats a validation clip.
     """
     from arvis.data.video import build_video_clips
 
+    extra = {"kinds": ("emoji",), "named": True} if named else {}
     return build_video_clips(num, "heldout", num_frames, resolution, seed=100 + seed, cache=True,
-                             progress=num > 500).clips
+                             progress=num > 500, **extra).clips
 
 
-def heldout_clip_frames(num: int, resolution: int, seed: int) -> np.ndarray:
+def heldout_clip_frames(num: int, resolution: int, seed: int, named: bool = False) -> np.ndarray:
     """``num`` frames ``uint8 [num, R, R, 3]`` of held-out 8-frame clips (the per-frame FID reference)."""
-    clips = heldout_clips(-(-num // 8), 8, resolution, seed)
+    clips = heldout_clips(-(-num // 8), 8, resolution, seed, named)
     return np.ascontiguousarray(clips.reshape(-1, *clips.shape[2:])[:num])
 
 
+def _named_clip_frames(num: int, resolution: int, seed: int) -> np.ndarray:
+    return heldout_clip_frames(num, resolution, seed, named=True)
+
+
 def per_frame_fid(clips: np.ndarray, extractor: Any = None, reference_frames: int = 4000, floor: bool = True,
-                  cache_dir: str | os.PathLike | None = None, progress: bool = False) -> FIDResult:
+                  cache_dir: str | os.PathLike | None = None, progress: bool = False, named: bool = False) -> FIDResult:
     """FID of all frames of ``clips`` against ``reference_frames`` frames of held-out clips.
 
     Args:
@@ -94,11 +101,12 @@ def per_frame_fid(clips: np.ndarray, extractor: Any = None, reference_frames: in
         extractor: an FID feature extractor (default: the shipped image domain network).
         reference_frames: frames in the reference statistics (cached per extractor).
         floor: also the real-vs-real floor at the same number of frames.
+        named: the reference is held-out clips of the moving named emoji (a model trained on them).
     """
     clips = check_clips(clips)
     frames = np.ascontiguousarray(clips.reshape(-1, *clips.shape[2:]))
-    return compute_fid(frames, "heldout", extractor, reference_num=reference_frames, floor=floor,
-                       cache_dir=cache_dir, images_fn=heldout_clip_frames, progress=progress)
+    return compute_fid(frames, "heldout", extractor, reference_num=reference_frames, floor=floor, cache_dir=cache_dir,
+                       images_fn=_named_clip_frames if named else heldout_clip_frames, progress=progress)
 
 
 # ----------------------------------------------------------------------------- video feature extractors
@@ -223,7 +231,7 @@ class FVDResult:
 
 
 def _reference_clip_statistics(extractor: Any, num: int, num_frames: int, resolution: int, seed: int,
-                               cache_dir: str | os.PathLike | None) -> FIDStatistics:
+                               cache_dir: str | os.PathLike | None, named: bool = False) -> FIDStatistics:
     """Held-out clip statistics, cached per extractor (through :func:`arvis.eval.fid.heldout_statistics`'s cache)."""
     from arvis.data.cache import cache_path
 
@@ -231,11 +239,14 @@ def _reference_clip_statistics(extractor: Any, num: int, num_frames: int, resolu
     path = None
     if fingerprint:
         params = {"num": num, "num_frames": num_frames, "resolution": resolution, "seed": seed, "extractor": fingerprint}
+        if named:  # only then, so the other caches keep their names
+            params["named"] = True
         path = cache_path("fvd-stats", params, cache_dir)
         if path.is_file():
             return FIDStatistics.load(path)
-    stats = clip_statistics(heldout_clips(num, num_frames, resolution, seed), extractor,
-                            source=f"heldout-clips:n={num},T={num_frames},res={resolution},seed={seed}")
+    stats = clip_statistics(heldout_clips(num, num_frames, resolution, seed, named), extractor,
+                            source=f"heldout-{'named-emoji-' if named else ''}clips:n={num},T={num_frames},"
+                                   f"res={resolution},seed={seed}")
     if path is not None:
         stats.save(path)
     return stats
@@ -243,7 +254,7 @@ def _reference_clip_statistics(extractor: Any, num: int, num_frames: int, resolu
 
 def frechet_video_distance(clips: np.ndarray, extractor: Any = None, reference: np.ndarray | FIDStatistics | None = None,
                            reference_num: int = 1000, floor: bool = True,
-                           cache_dir: str | os.PathLike | None = None) -> FVDResult:
+                           cache_dir: str | os.PathLike | None = None, named: bool = False) -> FVDResult:
     """Fréchet distance between clip features of ``clips`` and a reference.
 
     Args:
@@ -253,6 +264,7 @@ def frechet_video_distance(clips: np.ndarray, extractor: Any = None, reference: 
         reference: real clips ``uint8 [M, T, H, W, 3]`` or their statistics; default ``reference_num``
             held-out clips at the generated clips' size (statistics cached per extractor).
         floor: also the real-vs-real floor: ``N`` independent held-out clips against the same reference.
+        named: the default reference and floor are held-out clips of the moving named emoji.
     """
     clips = check_clips(clips)
     if extractor is None:
@@ -260,7 +272,7 @@ def frechet_video_distance(clips: np.ndarray, extractor: Any = None, reference: 
     gen = clip_statistics(clips, extractor, source="generated")
     N, T, R = clips.shape[0], clips.shape[1], clips.shape[2]
     if reference is None:
-        ref = _reference_clip_statistics(extractor, reference_num, T, R, REFERENCE_SEED, cache_dir)
+        ref = _reference_clip_statistics(extractor, reference_num, T, R, REFERENCE_SEED, cache_dir, named)
     elif isinstance(reference, FIDStatistics):
         ref = reference
     else:
@@ -268,7 +280,7 @@ def frechet_video_distance(clips: np.ndarray, extractor: Any = None, reference: 
     result = FVDResult(fvd=frechet_distance(gen, ref), generated=gen, reference=ref,
                        kind="i3d" if isinstance(extractor, I3DFeatures) else "domain")
     if floor:
-        other = clip_statistics(heldout_clips(N, T, R, FLOOR_SEED), extractor, source="heldout-floor")
+        other = clip_statistics(heldout_clips(N, T, R, FLOOR_SEED, named), extractor, source="heldout-floor")
         result.floor = frechet_distance(other, ref)
     return result
 

@@ -20,6 +20,10 @@ Three stages, each a repo command with atomic checkpoints and automatic resume (
 3. ``assemble``: the two into one official-layout ``Emu3ForConditionalGeneration`` (config with the
    vocabulary map, fp16 safetensors) plus the tokenizer, as an ``Emu3Pipeline`` folder.
 
+``extract`` turns an assembled folder back into the stages' exports, so that ``lm --init-from`` can continue a
+shipped model; ``lm --named`` trains on the one-class-per-emoji set (the 123 named emoji of
+:func:`arvis.data.emoji.named_emoji`, captioned by their names), whose samples the emoji CLIP can name.
+
 Example::
 
     python -m arvis.training.train_emu3 vq --out runs/emu3/vq --scratch runs/emu3/vq-run
@@ -152,12 +156,12 @@ def _to_tensor(images: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(images).permute(0, 3, 1, 2).float().div_(127.5).sub_(1.0)
 
 
-def _emoji(n: int | None, split: str, resolution: int, seed: int, smoke: bool):
+def _emoji(n: int | None, split: str, resolution: int, seed: int, smoke: bool, named: bool = False):
     from arvis.data.emoji import build_emoji
 
     if smoke and n is None:
         n = 8
-    return build_emoji(n, split, resolution, seed=seed, cache=not smoke, progress=False)
+    return build_emoji(n, split, resolution, seed=seed, cache=not smoke, progress=False, named=named)
 
 
 def _vq_batch(pool: np.ndarray, cfg: VQTrainConfig, rng: np.random.Generator, late: bool) -> torch.Tensor:
@@ -326,6 +330,11 @@ class LMTrainConfig:
     # a small model can learn each drawing instead of spreading its capacity over shifted views.
     augment: bool = True
     classes: tuple[str, ...] = ()  # train and validate on these emoji classes only (empty: every class)
+    # The one-class-per-emoji set (arvis.data.emoji.named_emoji: 123 fruit, vegetable and animal emoji) captioned
+    # with their names; validation: num_val other views of the same emoji (a drawing must be seen to be drawn).
+    named: bool = False
+    num_val: int = 256  # named only (otherwise every held-out emoji once)
+    init_from: str = ""  # an lm export (Emu3ForCausalLM + tokenizer/) to warm-start from: same shapes and tokenizer
     # Fraction of the *input* image tokens replaced by random codes (the targets stay clean): the model cannot
     # identify the emoji from an exact prefix alone, so it must read the caption, and it sees slips like the
     # ones its own sampling makes.
@@ -355,6 +364,8 @@ class LMTrainConfig:
             raise ValueError(f"caption_dropout must be in [0, 1), got {self.caption_dropout}")
         if not 0.0 <= self.input_noise < 1.0:
             raise ValueError(f"input_noise must be in [0, 1), got {self.input_noise}")
+        if self.named and self.classes:
+            raise ValueError("classes: the named set is one class per emoji; do not combine it with classes")
 
 
 LM_SMOKE = LMTrainConfig(hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=64,
@@ -381,11 +392,14 @@ def lm_dataset(cfg: LMTrainConfig, vq, scratch: Path, split: str, smoke: bool) -
     from arvis.data.emoji import EMOJI_CLASSES, captions_of, load_catalog
 
     n = cfg.num_train if split == "train" and cfg.augment else None
-    subset = hashlib.sha256("\n".join(cfg.classes).encode()).hexdigest()[:8] if cfg.classes else "all"
+    if cfg.named and split == "heldout":
+        n = cfg.num_val if not smoke else 4
+    subset = ("named" if cfg.named else
+              hashlib.sha256("\n".join(cfg.classes).encode()).hexdigest()[:8] if cfg.classes else "all")
     path = scratch / f"codes-{split}-{n}-{cfg.data_seed}-{cfg.resolution}-{subset}.npz"
     if path.exists():
         return dict(np.load(path, allow_pickle=False))
-    data = _emoji(n, split, cfg.resolution, cfg.data_seed if split == "train" else 0, smoke)
+    data = _emoji(n, split, cfg.resolution, cfg.data_seed if split == "train" else 0, smoke, cfg.named)
     keep = np.ones(len(data.images), dtype=bool)
     if cfg.classes:
         unknown = set(cfg.classes) - set(EMOJI_CLASSES)
@@ -502,6 +516,8 @@ def train_lm(cfg: LMTrainConfig, vq_path: Path, scratch: Path, threads: int, smo
     log = setup_logging(scratch / "train.log", "arvis.train_emu3.lm")
     vq = Emu3VQVAE.from_pretrained(vq_path, dtype=torch.float32).eval()
     tok_dir = scratch / "tokenizer"
+    if tokenizer_from is None and cfg.init_from:
+        tokenizer_from = Path(cfg.init_from) / "tokenizer"  # a warm start keeps the token ids it was trained with
     if tokenizer_from is not None and not (tok_dir / "tokenizer.json").exists():
         # A draft model must share the target's token ids: copy its tokenizer instead of training another.
         AutoTokenizer.from_pretrained(tokenizer_from).save_pretrained(tok_dir)
@@ -517,6 +533,11 @@ def train_lm(cfg: LMTrainConfig, vq_path: Path, scratch: Path, threads: int, smo
     with torch.random.fork_rng():
         torch.manual_seed(cfg.init_seed)  # transformers initialises from the global stream
         model = Emu3ForCausalLM(config.text_config).train()
+    ckpt_path = scratch / "checkpoint.pt"
+    if cfg.init_from and not ckpt_path.exists():  # a resumed run's checkpoint already holds these weights
+        start = Emu3ForCausalLM.from_pretrained(cfg.init_from, dtype=torch.float32)
+        model.load_state_dict(start.state_dict())  # strict: the same shapes
+        log.info("warm start from the language model in %s", cfg.init_from)
     text_model, head, vocab = model.model, model.lm_head, builder.vocab
     params = list(model.parameters())
     decay = [p for p in params if p.ndim >= 2]
@@ -526,7 +547,6 @@ def train_lm(cfg: LMTrainConfig, vq_path: Path, scratch: Path, threads: int, smo
     ema = EMA(params, cfg.ema_decay)
     rng = np.random.default_rng([cfg.data_seed, 53])
     step, elapsed, history = 0, 0.0, []
-    ckpt_path = scratch / "checkpoint.pt"
     ck = restore_training_state(ckpt_path, cfg, ("steps", "eval_every", "ckpt_every", "log_every"), model, opt, ema,
                                 rng, log)
     if ck is not None:
@@ -657,6 +677,35 @@ def assemble(vq_dir: Path, lm_dir: Path, out: Path, sampling_defaults: dict[str,
     return out
 
 
+def extract(folder: Path, out: Path) -> dict[str, str]:
+    """The parts of an assembled ``Emu3Pipeline`` folder as the stages' exports, so that a run can warm-start from a
+    shipped model: ``out/vq`` (an ``Emu3VQVAE`` folder), ``out/lm`` (an ``Emu3ForCausalLM`` with ``tokenizer/``) and,
+    when the folder has one, ``out/draft``; each with the ``training_metrics.json`` recorded at assembly."""
+    from transformers import AutoTokenizer, Emu3ForCausalLM, Emu3ForConditionalGeneration, Emu3VQVAE
+
+    full = Emu3ForConditionalGeneration.from_pretrained(folder / "transformer", dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(folder / "tokenizer")
+    with torch.random.fork_rng():
+        torch.manual_seed(0)  # every initialised value is replaced below
+        vq = Emu3VQVAE(full.config.vq_config).eval()
+        lm = Emu3ForCausalLM(full.config.text_config).eval()
+    vq.load_state_dict(full.model.vqmodel.state_dict())
+    lm.model.load_state_dict(full.model.text_model.state_dict())
+    lm.lm_head.load_state_dict(full.lm_head.state_dict())
+    parts = {"vq": vq, "lm": lm}
+    if (folder / "draft_transformer" / "config.json").is_file():
+        parts["draft"] = Emu3ForCausalLM.from_pretrained(folder / "draft_transformer", dtype=torch.float32)
+    for name, model in parts.items():
+        with atomic_directory(out / name) as staged:
+            model.half().save_pretrained(staged)
+            if name != "vq":
+                tokenizer.save_pretrained(staged / "tokenizer")
+            record = folder / "training" / f"{name}_training_metrics.json"
+            if record.is_file():
+                atomic_write_text(staged / "training_metrics.json", record.read_text())
+    return {name: str(out / name) for name in parts}
+
+
 # ============================================================================================== CLI
 def _command(argv: list[str] | None) -> str:
     return training_command("train_emu3", argv)
@@ -704,8 +753,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     lm.add_argument("--classes", nargs="+", default=None, help="emoji classes to train on (default: all)")
     lm.add_argument("--tokenizer", default=None,
                     help="reuse this tokenizer folder (a draft model: the target's export/tokenizer)")
+    lm.add_argument("--named", action="store_true",
+                    help="the one-class-per-emoji set (123 named emoji, captioned by their names); validation: other "
+                         "views of them")
+    lm.add_argument("--init-from", default=None,
+                    help="an lm export to warm-start from (its tokenizer is reused; e.g. the lm of `extract`)")
     lm.add_argument("--threads", type=int, default=1)
     lm.add_argument("--smoke", action="store_true", help="a tiny model, a few steps (seconds)")
+    ext = sub.add_parser("extract", help="an assembled Emu3Pipeline folder's vq, lm and draft as stage exports")
+    ext.add_argument("--folder", required=True, help="an Emu3Pipeline folder, e.g. arvis/weights/emu3-emoji")
+    ext.add_argument("--out", required=True)
     asm = sub.add_parser("assemble", help="the Emu3Pipeline folder from the vq and lm exports")
     asm.add_argument("--vq", required=True)
     asm.add_argument("--lm", required=True)
@@ -715,6 +772,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     asm.add_argument("--top-k", type=int, default=0)
     args = p.parse_args(argv)
     command = _command(argv)
+    if args.stage == "extract":
+        parts = extract(Path(args.folder), Path(args.out))
+        print(json.dumps(parts, indent=2))
+        return parts
     if args.stage == "assemble":
         path = assemble(Path(args.vq), Path(args.lm), Path(args.out),
                         {"guidance_scale": args.guidance_scale, "top_k": args.top_k},
@@ -731,7 +792,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                                        ("intermediate_size", args.intermediate_size), ("lr", args.lr),
                                        ("augment", False if args.no_augment else None),
                                        ("input_noise", args.input_noise),
-                                       ("classes", tuple(args.classes) if args.classes else None))
+                                       ("classes", tuple(args.classes) if args.classes else None),
+                                       ("named", True if args.named else None), ("init_from", args.init_from))
                      if v is not None}
         cfg = dataclasses.replace(cfg, **overrides)
         result = train_lm(cfg, Path(args.vq), Path(args.scratch), args.threads, args.smoke,

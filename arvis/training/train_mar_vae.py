@@ -91,6 +91,7 @@ class MARVAETrainConfig:
     grad_clip: float = 1.0
     ema_decay: float = 0.998
     init_seed: int = 0
+    init_from: str = ""  # a VAE folder of the same architecture to fine-tune (e.g. arvis/weights/mar-vae-photos)
     # bookkeeping
     eval_size: int = 64
     final_eval_size: int = 256
@@ -190,6 +191,9 @@ def train(cfg: MARVAETrainConfig, scratch: str | os.PathLike, threads: int | Non
         torch.set_num_threads(threads)
     torch.manual_seed(cfg.init_seed)  # diffusers' default initialisation draws from the global RNG
     vae = cfg.build().train()
+    if cfg.init_from:
+        start = AutoencoderKL.from_pretrained(cfg.init_from, torch_dtype=torch.float32)
+        vae.load_state_dict(start.state_dict())  # strict: the architectures must match
     params = list(vae.parameters())
     opt = torch.optim.AdamW(params, lr=cfg.lr, betas=(0.5, 0.9), weight_decay=0.0)  # LDM's autoencoder betas
     ema = EMA(params, cfg.ema_decay)
@@ -316,7 +320,7 @@ of the region's short side, random flips), rendered at {cfg.resolution} px.
 ```
 Steps on {cfg.patch_size} px patches (batch {cfg.batch_size}), the last {cfg.full_res_fraction:.0%} on whole crops (batch
 {cfg.full_res_batch_size}). AdamW (betas 0.5/0.9, lr {cfg.lr}, {cfg.warmup} warm-up steps, cosine to {cfg.min_lr_ratio}x),
-grad-norm clip {cfg.grad_clip}, loss = {cfg.l1_weight}·L1 + {cfg.l2_weight}·L2 + {cfg.kl_weight:g}·KL (per pixel
+grad-norm clip {cfg.grad_clip}, {_start_sentence(cfg)}loss = {cfg.l1_weight}·L1 + {cfg.l2_weight}·L2 + {cfg.kl_weight:g}·KL (per pixel
 value), EMA {cfg.ema_decay} (shipped). No perceptual or adversarial loss. {m['steps']} steps,
 {m['train_hours']:.2f} h of training wall time ({m['torch_threads']} CPU thread(s) at export, shared machine).
 Final training losses (last logging window): L1 {tl.get('l1', float('nan')):.4f}, L2 {tl.get('l2', float('nan')):.5f},
@@ -328,6 +332,10 @@ L1 {m['l1']:.4f}, MSE {m['mse']:.5f} (on [-1, 1]).
 """
 
 
+def _start_sentence(cfg: MARVAETrainConfig) -> str:
+    return f"initialised from `{cfg.init_from}` (every weight fine-tuned), " if cfg.init_from else ""
+
+
 # ---------------------------------------------------------------------------------------------- CLI
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = argparse.ArgumentParser(prog="python -m arvis.training.train_mar_vae", description=__doc__.split("\n\n")[0])
@@ -337,9 +345,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--data", choices=DATA_CHOICES, default="photos")
     p.add_argument("--steps", type=int, default=None)
     p.add_argument("--batch-size", type=int, default=None)
+    p.add_argument("--full-res-batch-size", type=int, default=None)
+    p.add_argument("--lr", type=float, default=None)
+    p.add_argument("--warmup", type=int, default=None)
+    p.add_argument("--ema-decay", type=float, default=None)
+    p.add_argument("--init-from", default=None, help="a VAE folder of the same architecture to fine-tune")
     p.add_argument("--threads", type=int, default=1)
     args = p.parse_args(argv)
-    overrides = {k: v for k, v in (("steps", args.steps), ("batch_size", args.batch_size)) if v is not None}
+    overrides = {k: v for k, v in (("steps", args.steps), ("batch_size", args.batch_size),
+                                   ("full_res_batch_size", args.full_res_batch_size), ("lr", args.lr),
+                                   ("warmup", args.warmup), ("ema_decay", args.ema_decay),
+                                   ("init_from", args.init_from)) if v is not None}
     cfg = dataclasses.replace(PRESETS[args.preset], data=args.data, **overrides)
     command = training_command("train_mar_vae", argv)
     vae, summary = train(cfg, args.scratch, threads=args.threads)

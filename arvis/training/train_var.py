@@ -1,7 +1,8 @@
 """Train arvis's shipped VAR transformers (a target and a small draft/refiner) on multi-scale VQ codes.
 
-Data: the class-conditional photo crops of :mod:`arvis.data.crops` (label = source photo), tokenised
-once by the multi-scale tokenizer (:func:`arvis.training.train_gpt.build_dataset`, cached in the
+Data (``--data``, :mod:`arvis.data.sources`): the class-conditional photo crops of :mod:`arvis.data.crops`
+(label = source photo), or ``emoji-names`` (one class per emoji, augmented views), tokenised once by the
+multi-scale tokenizer (:func:`arvis.training.train_gpt.build_dataset`, cached in the
 scratch folder): every crop becomes its 130-token pyramid (scales 1, 2, 3, 4, 6, 8 at 64 px).
 
 Training follows VAR's trainer (``trainer.py``): teacher forcing with the tokenizer's inputs (the
@@ -32,6 +33,7 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
+from arvis.data.sources import DATA_CHOICES, check_data, class_names
 from arvis.models.var import VARTransformer
 from arvis.tokenizers.var_vq import VARVQModel
 from arvis.training.common import (
@@ -67,8 +69,8 @@ class VARTrainConfig:
     num_val: int = 512
     data_seed: int = 0
     resolution: int = 64
-    kind: str = "c2i"  # read by train_gpt.build_dataset (class-conditional crops)
-    data: str = "photos"  # read by train_gpt.build_dataset (the shipped multi-scale tokenizer is fitted on photos)
+    kind: str = "c2i"  # read by train_gpt.build_dataset (class-conditional images)
+    data: str = "photos"  # arvis.data.sources, read by train_gpt.build_dataset: "photos" or "emoji-names"
     augment: bool = True  # read by train_gpt.build_dataset (photo crops are random crops anyway)
     log_every: int = 25
     eval_every: int = 250
@@ -80,6 +82,7 @@ class VARTrainConfig:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
         if self.embed_dim % self.num_heads:
             raise ValueError(f"embed_dim {self.embed_dim} must be divisible by num_heads {self.num_heads}")
+        check_data(self.data)
 
 
 PRESETS: dict[str, VARTrainConfig] = {
@@ -91,12 +94,11 @@ PRESETS: dict[str, VARTrainConfig] = {
 
 
 def build_model(cfg: VARTrainConfig, vq: VARVQModel) -> VARTransformer:
-    from arvis.data.photos import PHOTO_CLASSES
-
-    model = VARTransformer(vocab_size=vq.codebook_size, Cvae=vq.config.z_channels, num_classes=len(PHOTO_CLASSES),
+    names = class_names(cfg.data)
+    model = VARTransformer(vocab_size=vq.codebook_size, Cvae=vq.config.z_channels, num_classes=len(names),
                            depth=cfg.depth, embed_dim=cfg.embed_dim, num_heads=cfg.num_heads, mlp_ratio=cfg.mlp_ratio,
                            drop_path_rate=cfg.drop_path_rate, cond_drop_rate=cfg.cond_drop_rate,
-                           patch_nums=vq.patch_nums, class_names=list(PHOTO_CLASSES))
+                           patch_nums=vq.patch_nums, class_names=list(names))
     model.init_weights(torch.Generator().manual_seed(cfg.data_seed))
     return model
 
@@ -235,18 +237,25 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--preset", choices=sorted(PRESETS), default="target")
     p.add_argument("--out", required=True, help="export folder (gets transformer/)")
     p.add_argument("--scratch", required=True, help="checkpoints and log")
-    p.add_argument("--data", default=None, help="tokenised data cache folder (default: --scratch; share it between runs)")
+    p.add_argument("--data-cache", default=None,
+                   help="tokenised data cache folder (default: --scratch; share it between runs on one tokenizer)")
     p.add_argument("--vq", default="arvis/weights/var-vq-photos", help="the multi-scale tokenizer folder")
     p.add_argument("--steps", type=int, default=None)
     p.add_argument("--batch-size", type=int, default=None)
     p.add_argument("--num-train", type=int, default=None)
+    p.add_argument("--num-val", type=int, default=None)
+    p.add_argument("--lr", type=float, default=None)
+    p.add_argument("--eval-every", type=int, default=None)
+    p.add_argument("--data", choices=DATA_CHOICES, default=None,
+                   help="class-conditional training images (arvis.data.sources; default photos)")
     p.add_argument("--threads", type=int, default=1)
     args = p.parse_args(argv)
-    overrides = {k: v for k, v in (("steps", args.steps), ("batch_size", args.batch_size),
-                                   ("num_train", args.num_train)) if v is not None}
+    overrides = {k: v for k, v in (("steps", args.steps), ("batch_size", args.batch_size), ("num_train", args.num_train),
+                                   ("num_val", args.num_val), ("lr", args.lr), ("eval_every", args.eval_every),
+                                   ("data", args.data)) if v is not None}
     cfg = dataclasses.replace(PRESETS[args.preset], **overrides)
     command = training_command("train_var", argv)
-    result = train(cfg, args.vq, Path(args.scratch), args.threads, Path(args.data) if args.data else None)
+    result = train(cfg, args.vq, Path(args.scratch), args.threads, Path(args.data_cache) if args.data_cache else None)
     metrics = export(result, cfg, Path(args.out), command)
     print(json.dumps({k: v for k, v in metrics.items() if k != "history"}, indent=2))
     return metrics

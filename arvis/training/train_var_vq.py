@@ -45,7 +45,7 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from arvis.data.crops import build_crops
+from arvis.data.sources import check_data, labelled_images
 from arvis.tokenizers.var_vq import VARVQModel
 from arvis.training.common import (
     EMA,
@@ -80,8 +80,13 @@ class VARVQTrainConfig:
     beta: float = 0.25
     warm_start: str | None = "arvis/weights/vq-photos"
     freeze_encoder_body: bool = True  # with a warm start: train the encoder's conv_out only (no body backward)
+    # fine-tune an existing multi-scale tokenizer folder (same architecture) instead of a warm start
+    init_from: str = ""
+    # with init_from: train only post_quant_conv and the decoder (encoder, quant_conv, codebook and φ frozen), so
+    # every code pyramid (and every transformer trained on them) stays valid and only the decoded pictures change
+    decoder_only: bool = False
     # data (field names read by train_vq.train_batch)
-    data: str = "photos"  # arvis.data.sources (the shipped tokenizer: photos)
+    data: str = "photos"  # arvis.data.sources: "photos" (the first shipped tokenizer) or "emoji"
     resolution: int = 64
     batch_size: int = 16
     crop_scale: tuple[float, float] = (0.25, 1.0)
@@ -116,6 +121,22 @@ class VARVQTrainConfig:
             raise ValueError(f"resolution must be patch_nums[-1] * {f} = {self.patch_nums[-1] * f}, got {self.resolution}")
         if min(self.batch_size, self.eval_size, self.final_eval_size) < 1:
             raise ValueError("batch and eval sizes must be >= 1")
+        if self.init_from and self.warm_start:
+            raise ValueError("init_from fine-tunes a multi-scale tokenizer; set warm_start to None with it")
+        if self.decoder_only and not self.init_from:
+            raise ValueError("decoder_only fine-tunes the decoder of an existing tokenizer: set init_from")
+        if self.decoder_only and self.latent_steps:
+            raise ValueError("decoder_only keeps the codebook and φ: set latent_steps to 0")
+        check_data(self.data)
+        if self.data == "emoji-names":
+            raise ValueError("data: tokenizers train on 'emoji' (every training emoji); 'emoji-names' is for the "
+                             "transformers")
+
+    def trainable(self, model: VARVQModel) -> list[torch.nn.Parameter]:
+        """The parameters this run optimises: the decoder side only, or all but a frozen warm-started encoder body."""
+        if self.decoder_only:
+            return [*model.post_quant_conv.parameters(), *model.decoder.parameters()]
+        return [p for p in model.parameters() if p.requires_grad]
 
     # train_vq.train_batch reads these two: whole crops at full resolution, every step.
     @property
@@ -252,7 +273,7 @@ def fit_quantizer(model: VARVQModel, cfg: VARVQTrainConfig, rng: np.random.Gener
             with torch.no_grad():
                 last = F.mse_loss(q.quantize(latents[:512])[1][-1], latents[:512]).item()
             restarted = _reseed(q, opt, counts, f, rng) if step <= cfg.restart_until * cfg.latent_steps else 0
-            entry = {"latent_step": step, "vq": float(losses.vq_loss), "final_scale_mse": last,
+            entry = {"latent_step": step, "vq": float(losses.vq_loss.detach()), "final_scale_mse": last,
                      "used": int((counts > 0).sum()), "restarted": restarted}
             history.append(entry)
             log.info("latent fit %s", dumps(entry))
@@ -296,11 +317,17 @@ def train(cfg: VARVQTrainConfig, scratch: str | os.PathLike, threads: int | None
     model = VARVQModel(**cfg.model_kwargs()).init_weights(torch.Generator().manual_seed(cfg.init_seed)).train()
     rng = np.random.default_rng([cfg.data_seed, 4242])
     copied = warm_start_from_llamagen_vq(model, cfg.warm_start, train_batch(rng, cfg, True)) if cfg.warm_start else []
+    if cfg.init_from:
+        start = VARVQModel.from_pretrained(cfg.init_from, torch_dtype=torch.float32)
+        model.load_state_dict(start.state_dict())  # strict: the architectures must match
+        copied = list(start.state_dict())
     if copied and cfg.freeze_encoder_body:
         for name, p in model.encoder.named_parameters():
             p.requires_grad_(name.startswith("conv_out."))
+    if cfg.decoder_only:
+        model.quantize.eval()  # frozen: not even its usage statistics (a buffer) change
     params = list(model.parameters())
-    trainable = [p for p in params if p.requires_grad]
+    trainable = cfg.trainable(model)
     opt = torch.optim.AdamW(trainable, lr=cfg.lr, betas=(0.9, 0.99), weight_decay=0.0)
     ema = EMA(params, cfg.ema_decay)
     step, elapsed, history = 0, 0.0, []
@@ -313,8 +340,8 @@ def train(cfg: VARVQTrainConfig, scratch: str | os.PathLike, threads: int | None
         log.info("new run: %d parameters (%d trainable), %d tensors warm-started from %s, config %s",
                  sum(p.numel() for p in params), sum(p.numel() for p in trainable), len(copied), cfg.warm_start,
                  dumps(dataclasses.asdict(cfg)))
-    eval_images, _ = build_crops(cfg.eval_size, "heldout", cfg.resolution, seed=cfg.data_seed + 1,
-                                 scale=cfg.crop_scale, progress=False)
+    eval_images, _, _ = labelled_images(cfg.data, cfg.eval_size, "heldout", cfg.resolution, cfg.data_seed + 1,
+                                        cfg.crop_scale)
     if cfg.latent_steps and (ck is None or not ck.get("latent_fitted")):
         t0 = time.time()
         history += fit_quantizer(model, cfg, rng, log)
@@ -341,7 +368,12 @@ def train(cfg: VARVQTrainConfig, scratch: str | os.PathLike, threads: int | None
         lr = cosine_lr(step, cfg.steps, cfg.lr, cfg.warmup, cfg.min_lr_ratio)
         for g in opt.param_groups:
             g["lr"] = lr
-        rec, losses, ids = model(x)
+        if cfg.decoder_only:
+            with torch.no_grad():  # frozen encoder, codebook and φ: the codes of an image never change
+                f_hat, ids, losses = model.quantize(model.latent(x))
+            rec = model.decode(f_hat)
+        else:
+            rec, losses, ids = model(x)
         l1, l2 = (rec - x).abs().mean(), (rec - x).pow(2).mean()
         loss = cfg.l1_weight * l1 + cfg.l2_weight * l2 + losses.total
         opt.zero_grad(set_to_none=True)
@@ -356,7 +388,7 @@ def train(cfg: VARVQTrainConfig, scratch: str | os.PathLike, threads: int | None
         now = time.time()
         elapsed, t_last = elapsed + now - t_last, now
         bar.update(1)
-        if cfg.restart_every and step % cfg.restart_every == 0:
+        if cfg.restart_every and not cfg.decoder_only and step % cfg.restart_every == 0:
             restarted = 0
             if step <= cfg.restart_until * cfg.steps:
                 with torch.no_grad():
@@ -394,8 +426,8 @@ def export(model: VARVQModel, cfg: VARVQTrainConfig, out: str | os.PathLike, sum
     with atomic_directory(out, keep="all") as tmp:
         model.to(torch.float16).save_pretrained(tmp, safe_serialization=True)
         shipped = VARVQModel.from_pretrained(tmp, torch_dtype=torch.float32).eval()
-        images, _ = build_crops(cfg.final_eval_size, "heldout", cfg.resolution, seed=cfg.data_seed + 2,
-                                scale=cfg.crop_scale, progress=False)
+        images, _, _ = labelled_images(cfg.data, cfg.final_eval_size, "heldout", cfg.resolution, cfg.data_seed + 2,
+                                       cfg.crop_scale)
         metrics = evaluate(shipped, images)
         recon = metrics.pop("recon")
         codes = torch.cat([shipped.encode(torch.from_numpy(images[i:i + 64]).permute(0, 3, 1, 2).float() / 127.5 - 1)
@@ -441,17 +473,35 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = argparse.ArgumentParser(prog="python -m arvis.training.train_var_vq", description=__doc__.split("\n\n")[0])
     p.add_argument("--out", required=True, help="export folder (diffusers layout)")
     p.add_argument("--scratch", required=True, help="checkpoints and log (resumes from here)")
-    p.add_argument("--steps", type=int, default=None)
+    p.add_argument("--steps", type=int, default=None, help="pixel-space steps")
+    p.add_argument("--latent-steps", type=int, default=None, help="codebook + φ fit before the pixel steps (0: none)")
     p.add_argument("--batch-size", type=int, default=None)
+    p.add_argument("--lr", type=float, default=None)
+    p.add_argument("--warmup", type=int, default=None)
+    p.add_argument("--ema-decay", type=float, default=None)
+    p.add_argument("--eval-size", type=int, default=None)
+    p.add_argument("--final-eval-size", type=int, default=None)
+    p.add_argument("--data", choices=("photos", "emoji"), default=None, help="training images (arvis.data.sources)")
     p.add_argument("--warm-start", default=None, help="LlamaGen tokenizer folder to start from ('none' to start fresh)")
+    p.add_argument("--init-from", default=None, help="a multi-scale tokenizer folder to fine-tune (no warm start)")
+    p.add_argument("--decoder-only", action="store_true",
+                   help="with --init-from: train post_quant_conv and the decoder only (codes stay the same)")
     p.add_argument("--smoke", action="store_true", help="tiny model, a few steps (seconds)")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--grid-png", default=None, help="write a reconstruction grid PNG here")
     args = p.parse_args(argv)
     cfg = SMOKE_CONFIG if args.smoke else VARVQTrainConfig()
-    overrides: dict[str, Any] = {k: v for k, v in (("steps", args.steps), ("batch_size", args.batch_size)) if v is not None}
+    overrides: dict[str, Any] = {k: v for k, v in (
+        ("steps", args.steps), ("latent_steps", args.latent_steps), ("batch_size", args.batch_size), ("lr", args.lr),
+        ("warmup", args.warmup), ("ema_decay", args.ema_decay), ("eval_size", args.eval_size),
+        ("final_eval_size", args.final_eval_size), ("data", args.data), ("init_from", args.init_from))
+        if v is not None}
     if args.warm_start is not None:
         overrides["warm_start"] = None if args.warm_start == "none" else args.warm_start
+    if args.init_from is not None:
+        overrides["warm_start"] = None
+    if args.decoder_only:
+        overrides.update(decoder_only=True, latent_steps=0)
     cfg = dataclasses.replace(cfg, **overrides)
     command = training_command("train_var_vq", argv)
     model, summary = train(cfg, args.scratch, threads=args.threads)

@@ -59,11 +59,13 @@ def build_video_dataset(cfg: GPTTrainConfig, vq: Any, scratch: Path, split: str,
     """Codes ``[n, T*h*w]`` and video-class labels of ``n`` clips of ``split``, cached in ``scratch``."""
     from arvis.data.video import build_video_clips
 
-    path = scratch / f"data-video-{split}-{n}-{cfg.data_seed}-{cfg.resolution}-{NUM_FRAMES}.npz"
+    named = cfg.data == "emoji-names"
+    path = scratch / f"data-video-{split}-{n}-{cfg.data_seed}-{cfg.resolution}-{NUM_FRAMES}{'-named' if named else ''}.npz"
     if path.exists():
         return dict(np.load(path, allow_pickle=False))
     seed = cfg.data_seed if split == "train" else cfg.data_seed + 1
-    clips = build_video_clips(n, split, NUM_FRAMES, cfg.resolution, seed=seed, cache=True, progress=n > 100)
+    clips = build_video_clips(n, split, NUM_FRAMES, cfg.resolution, seed=seed, cache=True, progress=n > 100,
+                              **({"kinds": ("emoji",), "named": True} if named else {}))
     data = {"codes": clip_codes(vq, clips.clips), "labels": clips.labels.astype(np.int64)}
     tmp = path.with_suffix(".tmp.npz")
     np.savez(tmp, **data)
@@ -71,16 +73,27 @@ def build_video_dataset(cfg: GPTTrainConfig, vq: Any, scratch: Path, split: str,
     return data
 
 
+def video_class_names(data: str) -> tuple[str, ...]:
+    """The video classes of ``--data``: the 24 motion / digit classes (``photos``, the mixed clips) or the named
+    emoji (``emoji-names``: moving emoji, one class per emoji)."""
+    from arvis.data.sources import class_names
+    from arvis.data.video import VIDEO_CLASSES
+
+    if data not in ("photos", "emoji-names"):
+        raise ValueError(f"data: the video clips are 'photos' (mixed clips, 24 classes) or 'emoji-names', got {data!r}")
+    return VIDEO_CLASSES if data == "photos" else class_names(data)
+
+
 def build_video_models(cfg: GPTTrainConfig, vocab_size: int, grid: int) -> tuple[Any, None]:
     """The video GPT for ``grid x grid`` tokens per frame (no text encoder)."""
-    from arvis.data.video import VIDEO_CLASSES
     from arvis.models.video import VideoTransformer
+
+    names = video_class_names(cfg.data)
 
     model = VideoTransformer(dim=cfg.dim, n_layer=cfg.n_layer, n_head=cfg.n_head, multiple_of=cfg.multiple_of,
                              token_dropout_p=cfg.dropout, resid_dropout_p=cfg.dropout, ffn_dropout_p=cfg.dropout,
-                             num_classes=len(VIDEO_CLASSES), class_dropout_prob=cfg.class_dropout,
-                             vocab_size=vocab_size, num_frames=NUM_FRAMES, frame_size=grid,
-                             class_names=list(VIDEO_CLASSES))
+                             num_classes=len(names), class_dropout_prob=cfg.class_dropout,
+                             vocab_size=vocab_size, num_frames=NUM_FRAMES, frame_size=grid, class_names=list(names))
     model.init_weights(torch.Generator().manual_seed(cfg.data_seed))
     return model, None
 
@@ -116,33 +129,51 @@ def model_card(folder: Path, records: Path) -> str:
     T, side = config["num_frames"], config["frame_size"]
     history = m["history"]
     vals = [(h["step"], h["val_loss"]) for h in history if "val_loss" in h]
+    named = c.get("data", "photos") == "emoji-names"
+    names = video_class_names(c.get("data", "photos"))
+    example = names[0] if named else "emoji orbit"
+    vq_link = folder / "vqvae"
+    vq_name = Path(os.readlink(vq_link)).name if vq_link.is_symlink() else "vq-photos"
+    if named:
+        from arvis.data.sources import data_recipe
+        from arvis.data.video import NAMED_EMOJI_MOTIONS
+
+        data = (f"`arvis.data.video.build_video_clips(named=True)`: {c['num_train']:,} training clips (seed "
+                f"{c['data_seed']}) of {T} frames at {c['resolution']} px, each one of the {len(names)} named emoji on "
+                f"white under one motion ({', '.join(m.replace('_', ' ') for m in NAMED_EMOJI_MOTIONS)}); the class "
+                f"is the emoji, the motion is the model's to choose. " + data_recipe("emoji-names", c["resolution"])
+                + f" Every frame tokenised by `{vq_name}` ({side} x {side} codes). Validation: {c['num_val']} other "
+                "clips of the same emoji (seed 1).")
+    else:
+        data = (f"`arvis.data.video.build_video_clips`: {c['num_train']:,} training clips (seed {c['data_seed']}) of "
+                f"{T} frames at {c['resolution']} px, a third each of camera motion over the 22 offline photos (pans "
+                "and zooms), OpenMoji emoji (slides, growth, shrinking, orbits, cross-dissolves into another emoji; "
+                "**all emojis designed by OpenMoji - the open-source emoji and icon project, License: CC BY-SA 4.0**) "
+                f"and bouncing scikit-learn digits; every frame tokenised by `{vq_name}` ({side} x {side} codes). "
+                f"Validation: {c['num_val']} held-out clips (held-out photo strips, held-out emoji, held-out digit "
+                "samples).")
     lines = [f"# {folder.name}: arvis's class-conditional video model", "",
              "A `VideoPipeline` folder: a LlamaGen-style GPT with 3-D rotary positions over a "
              f"{T} x {side} x {side} token layout (`transformer`, `arvis.models.video.VideoTransformer`) and the "
-             "shipped per-frame VQ tokenizer (`vqvae`, a relative link to `../vq-photos`, stored once). It is the "
+             f"per-frame VQ tokenizer (`vqvae`, a relative link to `../{vq_name}`, stored once). It is the "
              "model of `arvis generate --model video`, of the video figures (docs/figures/video.md) and of the "
              "demo's video tab.", "",
              "```python",
              "from arvis import VideoPipeline",
              "from arvis.pipelines.pipeline_video import export_frames",
              f'pipe = VideoPipeline.from_pretrained("arvis/weights/{folder.name}")',
-             'out = pipe(class_labels=["emoji orbit"], method="mc-sjd", coupling="gumbel", window=128,',
+             f'out = pipe(class_labels=["{example}"], method="mc-sjd", coupling="gumbel", window=128,',
              '           init="previous_frame_distribution")',
-             'export_frames(out.frames[0], "orbit.gif", fps=4)',
+             f'export_frames(out.frames[0], "{example.replace(" ", "-")}.gif", fps=4)',
              "```", "",
              "## Architecture",
              f"{config['n_layer']} layers, {config['n_head']} heads, width {config['dim']}, SwiGLU (multiple of "
              f"{config['multiple_of']}), RMSNorm, no biases, untied head; 3-D RoPE (a quarter of each head's rotary "
-             "pairs rotate with the frame index, the rest with row and column); one class slot (24 video classes + "
-             f"the null class for CFG); vocabulary {config['vocab_size']} (the VQ's codebook). {m['params']:,} "
-             f"parameters, {weights.stat().st_size / 1e6:.1f} MB as fp16 safetensors.", "",
-             "## Data",
-             f"`arvis.data.video.build_video_clips`: {c['num_train']:,} training clips (seed {c['data_seed']}) of "
-             f"{T} frames at {c['resolution']} px, a third each of camera motion over the 22 offline photos (pans "
-             "and zooms), OpenMoji emoji (slides, growth, shrinking, orbits, cross-dissolves into another emoji; "
-             "**all emojis designed by OpenMoji - the open-source emoji and icon project, License: CC BY-SA 4.0**) "
-             "and bouncing scikit-learn digits; every frame tokenised by `vq-photos` (8 x 8 codes). Validation: "
-             f"{c['num_val']} held-out clips (held-out photo strips, held-out emoji, held-out digit samples).", "",
+             f"pairs rotate with the frame index, the rest with row and column); one class slot ({len(names)} "
+             f"{'emoji' if named else 'video classes'} + the null class for CFG); vocabulary {config['vocab_size']} "
+             f"(the VQ's codebook). {m['params']:,} parameters, {weights.stat().st_size / 1e6:.1f} MB as fp16 "
+             "safetensors.", "",
+             "## Data", data, "",
              "## Training", "```", m["command"], "python -m arvis.training.train_video assemble --transformer "
              f"runs/video/export/transformer --out arvis/weights/{folder.name}", "```",
              "`arvis.training.train_gpt`'s loop: teacher-forced cross-entropy, 10% class dropout (CFG), token / "
@@ -174,6 +205,20 @@ def model_card(folder: Path, records: Path) -> str:
                   f"{c['num_val']} held-out clips. Per-frame FID and domain FVD are not measured yet: "
                   "`python eval/video_figures.py quality` writes them (docs/figures/video.md), and this card picks them "
                   "up when rebuilt (`python -m arvis.training.train_video card`).", ""]
+    naming_path = Path("docs/figures/naming") / f"{folder.name}.json"
+    if named and naming_path.is_file():
+        n = json.loads(naming_path.read_text())
+        lines += ["Can a reader name the emoji in every frame? `python eval/naming_card.py --model video --samples-dir "
+                  f"<scratch>/naming-video --json {naming_path} --grid {n.get('grid', '<grid>')} --columns 2`: one AR "
+                  f"clip per emoji (seed {n['seed']}), every frame named by the emoji CLIP among the {len(names)} names.",
+                  "", "| | named right |", "|---|---|",
+                  f"| frames of the samples ({n['images']} frames of {n['num']} clips) | "
+                  f"**{100 * n['class_consistency']:.1f}%** |",
+                  f"| real renders of the emoji at {n['resolution']} px (the CLIP's ceiling; chance "
+                  f"{100 * n['chance']:.1f}%) | {100 * n['clip_real_renders_named']:.1f}% |",
+                  f"| those renders round-tripped through `{vq_name}` (the tokenizer's ceiling) | "
+                  f"{100 * n['clip_vq_reconstructions_named']:.1f}% |", "",
+                  f"Sample clips, one strip of {T} frames per emoji, captioned: `{n.get('grid', 'not drawn')}`.", ""]
     lines += ["## Limits", "A small model trained briefly on a shared CPU: clips are 64 px and blurry (the per-frame "
               "VQ reconstructs emoji and digits at 64 px poorly: see the tokenizer table in docs/figures/video.md), "
               "and motion is learned only as far as the figures show. It exists to make the video path and its "
@@ -215,11 +260,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     for name in ("steps", "batch_size", "num_train", "num_val", "dim", "n_layer", "n_head"):
         p.add_argument(f"--{name.replace('_', '-')}", type=int, default=None)
     p.add_argument("--lr", type=float, default=None)
+    p.add_argument("--data", choices=("photos", "emoji-names"), default=None,
+                   help="mixed clips (camera, emoji, digits; 24 classes) or moving named emoji (one class per emoji)")
     p.add_argument("--threads", type=int, default=1)
     args = p.parse_args(args_list)
     overrides = {k: getattr(args, k) for k in ("steps", "batch_size", "num_train", "num_val", "dim", "n_layer",
-                                               "n_head", "lr") if getattr(args, k) is not None}
+                                               "n_head", "lr", "data") if getattr(args, k) is not None}
     cfg = dataclasses.replace(PRESETS[args.preset], **overrides)
+    video_class_names(cfg.data)
     result = train_gpt.train(cfg, args.vq, Path(args.scratch), args.threads, dataset_fn=build_video_dataset,
                              models_fn=build_video_models)
     metrics = train_gpt.export(result, cfg, Path(args.out), _command(argv))

@@ -54,6 +54,7 @@ from arvis.training.common import (
     setup_logging,
     training_command,
 )
+from arvis.utils.images import to_tensor, to_uint8  # noqa: F401  (re-exported: the trainers import them from here)
 from arvis.utils.serialization import atomic_directory, atomic_path
 
 __all__ = ["SMOKE_CONFIG", "VQTrainConfig", "evaluate", "export", "main", "train"]
@@ -175,17 +176,6 @@ SMOKE_CONFIG = VQTrainConfig(
 
 
 # ---------------------------------------------------------------------------------------------- data
-def to_tensor(images: np.ndarray) -> torch.Tensor:
-    """``uint8 [N, H, W, 3]`` -> ``float32 [N, 3, H, W]`` in ``[-1, 1]``."""
-    return torch.from_numpy(images).permute(0, 3, 1, 2).float().div_(127.5).sub_(1.0)
-
-
-def to_uint8(images: torch.Tensor) -> np.ndarray:
-    """``[N, 3, H, W]`` in ``[-1, 1]`` -> ``uint8 [N, H, W, 3]`` (rounded, clamped)."""
-    x = ((images.detach().float().clamp(-1, 1) + 1.0) * 127.5).round()
-    return x.to(torch.uint8).permute(0, 2, 3, 1).contiguous().numpy()
-
-
 def train_batch(rng: np.random.Generator, cfg: VQTrainConfig, full_res: bool) -> torch.Tensor:
     """One batch of training images of ``cfg.data`` (random patches unless ``full_res``), ``[B, 3, S, S]``."""
     n = cfg.full_res_batch_size if full_res else cfg.batch_size
@@ -587,6 +577,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--eval-size", type=int, default=None, help="held-out images of the periodic evaluations")
     p.add_argument("--final-eval-size", type=int, default=None, help="held-out images of the exported figures")
     p.add_argument("--full-res-batch-size", type=int, default=None)
+    p.add_argument("--resolution", type=int, default=None,
+                   help="image side (default 128; e.g. 64 to fine-tune a decoder for 64 px frames)")
+    p.add_argument("--patch-size", type=int, default=None, help="side of the random training patches (default 64)")
     p.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     p.add_argument("--grid-png", default=None, help="write a reconstruction grid PNG here")
     p.add_argument("--export-only", action="store_true", help="export the checkpoint in --scratch without training")
@@ -601,7 +594,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                                    ("base_channels", args.base_channels), ("codebook_size", args.codebook_size),
                                    ("warmup", args.warmup), ("full_res_batch_size", args.full_res_batch_size),
                                    ("ema_decay", args.ema_decay), ("eval_size", args.eval_size),
-                                   ("final_eval_size", args.final_eval_size))
+                                   ("final_eval_size", args.final_eval_size), ("resolution", args.resolution),
+                                   ("patch_size", args.patch_size))
                  if v is not None}
     if args.init_from:
         overrides["init_from"] = args.init_from
