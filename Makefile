@@ -3,6 +3,7 @@
 #                coupling (lossless: AR's very images, checked) and the fastest method on this machine (ZipAR, lossy),
 #                print the side-by-side table and write the images next to each other (outputs/demo/)
 #   make test  — create/reuse .venv, install arvis, run the test suite (slow benchmarks excluded)
+#   make check — the fast tier of the test suite (a few minutes), for the inner loop
 VENV ?= .venv
 PYTHON ?= python3
 PY := $(VENV)/bin/python
@@ -10,7 +11,7 @@ STAMP := $(VENV)/.arvis-installed
 # The torch build this project is developed and tested with (a local CUDA build that runs on the CPU).
 TORCH_SPEC ?= torch==2.14.1 torchvision==0.29.1
 
-.PHONY: demo test test-slow lint clean-venv
+.PHONY: demo test check test-slow lint clean-venv
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -25,6 +26,11 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q
+
+# The fast tier for the inner loop (a few minutes): contracts, units, small exact checks; the statistical proofs,
+# trainers, figure scripts, servers and the documentation's commands run in `make test` only.
+check: $(STAMP)
+	$(PY) -m pytest -q -m "not slow and not full"
 
 test-slow: $(STAMP)
 	$(PY) -m pytest -q -m slow

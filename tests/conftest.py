@@ -48,6 +48,25 @@ def _keep_test_threads():
     torch.set_num_threads(threads)
 
 
+# The fast tier (`make check`, a few minutes) leaves these modules out: the statistical proofs, the documentation's
+# commands, trainer runs, figure scripts, servers and browsers, the shipped models. They run in the full suite
+# (`make test`, CI), as do the tests marked `full` one by one.
+FULL_TIER = {
+    "test_docs.py", "test_lossless.py", "test_emu3_lossless.py", "test_video_lossless.py", "test_janus_lossless.py",
+    "test_continuous_acceptance.py", "test_relaxed.py", "test_demo.py", "test_demo_screenshot.py", "test_mar_demo.py",
+    "test_shipped_models.py", "test_emoji_training.py", "test_emu3_training.py", "test_mar_training.py",
+    "test_var_training.py", "test_janus_training.py", "test_train_gpt.py", "test_train_evaluators.py",
+    "test_training_common.py", "test_eval_sampling.py", "test_mar_figures.py", "test_emu3_figures.py", "test_video.py",
+    "test_video_metrics.py", "test_eval_comparable_fid.py", "test_hostile_jobs.py",
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.path.name in FULL_TIER:
+            item.add_marker(pytest.mark.full)
+
+
 def pytest_configure(config):
     # Rows of docs/reliability.md: see tests/reliability_rows.py.
     config.addinivalue_line("markers", "reliability(area, probe, outcome): the docs/reliability.md row this test proves")
