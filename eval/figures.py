@@ -548,8 +548,29 @@ def write_report(suite: str, jobs: list[Job], out: Path) -> Path:
 
 
 # ----------------------------------------------------------------------------- main
+# The families' figure pages, each built by its own script from its records: `--suite NAME` runs it with the
+# arguments that follow (`--list`, `--report-only`… as that script takes them), so every page has one entry point.
+FAMILY_SUITES: dict[str, list[str]] = {
+    "var": ["eval/var_figures.py"], "mar": ["eval/mar_figures.py"], "video": ["eval/video_figures.py"],
+    "emu3": ["eval/emu3_figures.py"], "janus": ["eval/janus_figures.py"], "mulo": ["eval/mulo.py", "figures"],
+}
+
+
+def run_family_suite(suite: str, rest: list[str]) -> int:
+    """Run a family's figures script (:data:`FAMILY_SUITES`) with ``rest``, from the repository root."""
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+    script, *sub = FAMILY_SUITES[suite]
+    return subprocess.run([sys.executable, str(root / script), *sub, *rest], cwd=root).returncode
+
+
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if len(argv) >= 2 and argv[0] == "--suite" and argv[1] in FAMILY_SUITES:
+        return run_family_suite(argv[1], argv[2:])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                epilog=f"family pages: --suite {{{','.join(FAMILY_SUITES)}}} [that script's arguments]")
     p.add_argument("--suite", choices=[*SUITES, "all"], default="all")
     p.add_argument("--model", default="c2i")
     p.add_argument("--out", default="docs/figures", type=Path)
