@@ -89,6 +89,8 @@ def run_generate(args: argparse.Namespace) -> int:
         for flag, value in (("--image", args.image), ("--video-format", args.video_format), ("--fps", args.fps)):
             if value is not None:
                 raise ValueError(f"{flag}: this model generates images, not clips; this flag is for video models")
+    if labels is None and prompts is None and args.num_images is None:  # a bare `arvis generate`: a few examples
+        labels, prompts = example_conditions(args.model, caps)
     conditions = a.model_conditions(caps, labels, prompts)
     if first_frames and len(first_frames) not in (1, len(conditions)):
         raise ValueError(f"--image: give one first frame for every clip or one per class ({len(conditions)}), "
@@ -101,7 +103,8 @@ def run_generate(args: argparse.Namespace) -> int:
     images = ImageSet(tuple(conditions), args.num_images or len(conditions), args.seed, args.batch_size,
                       first_frames=tuple(first_frames))
     dtype = a.setup_runtime(args)
-    pipe, _, model = load_pipeline(args.model, dtype, args.device)
+    with a.progress_bars(not args.no_progress):
+        pipe, _, model = load_pipeline(args.model, dtype, args.device)
     sampling = {"guidance_scale": args.guidance_scale, "top_k": args.top_k, "top_p": args.top_p,
                 "temperature": args.temperature}
     config = pipe.sampling_config(**sampling)  # bad settings: refused before any decoding
@@ -126,6 +129,21 @@ def run_generate(args: argparse.Namespace) -> int:
     print(f"wrote {images.num_images * len(comparison.results)} {what} and stats.json to {output}/"
           + (f" ({sheet}: the methods next to each other)" if len(comparison.results) > 1 else ""))
     return 0
+
+
+def example_conditions(model: str | None, caps: Any) -> tuple[list[int | str] | None, list[str] | None]:
+    """What a bare ``arvis generate`` draws: the model's first two example classes (or its first example prompt,
+    :mod:`arvis.demo.examples`), else its first two classes — seconds, not one image per class."""
+    from arvis.demo.examples import MODEL_EXAMPLES
+    from arvis.hub import TINY_RANDOM, resolve_model
+
+    examples = {} if model == TINY_RANDOM else MODEL_EXAMPLES.get(resolve_model(model).name, {})
+    if caps.conditioning == "text":
+        return None, list(examples.get("prompts", ())[:1]) or None
+    classes = list(examples.get("classes", ())[:2]) or list(range(min(2, caps.num_classes)))
+    print(f"arvis generate: drawing {', '.join(map(repr, classes))} (--class-ids / --num-images: others, more)",
+          file=sys.stderr)
+    return classes, None
 
 
 def read_first_frames(paths: list[str] | None) -> list[Any]:
@@ -195,17 +213,26 @@ def _load_optional_commands() -> None:
 def build_parser() -> argparse.ArgumentParser:
     _load_optional_commands()
     parser = argparse.ArgumentParser(prog="arvis", description="Fast, faithful decoding for visual AR generators. "
-                                     "The flags mean the same in every subcommand (docs/cli.md).")
+                                     "The flags mean the same in every subcommand (docs/cli.md).", allow_abbrev=False)
     parser.add_argument("--version", action="version", version=f"arvis {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (help_text, add_arguments, _) in COMMANDS.items():
-        add_arguments(sub.add_parser(name, help=help_text, description=help_text))
+        add_arguments(sub.add_parser(name, help=help_text, description=help_text, allow_abbrev=False))
     return parser
+
+
+def _subcommand_parser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
+    """The parser of subcommand ``name`` (its usage is what an error about its flags should print)."""
+    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return action.choices[name]
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # flags the subcommand does not take: its usage, not the top level's
+        target = _subcommand_parser(parser, args.command) if args.command else parser
+        target.error(f"unrecognized arguments: {' '.join(unknown)}")
     if not args.command:
         parser.print_help()
         return 0

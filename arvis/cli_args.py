@@ -81,7 +81,7 @@ def add_images(p: argparse.ArgumentParser, *, default: int | None, batch_size: i
 def add_conditions(p: argparse.ArgumentParser) -> None:
     p.add_argument("--class-ids", default=None, metavar="IDS",
                    help="comma-separated class ids or names, cycled over images (class-conditional; "
-                        "default: every class, in order)")
+                        "default: arvis generate, a few example classes; eval/sample.py, every class in order)")
     p.add_argument("--prompt", action="append", default=None,
                    help="prompt, repeatable, cycled over images (text-conditional)")
     p.add_argument("--prompts", default=None, metavar="FILE",

@@ -226,7 +226,7 @@ def run_images(pipe: Any, spec: Any, images: ImageSet, sampling: dict[str, Any],
 
 def compare_methods(pipe: Any, specs: Sequence[Any], images: ImageSet, sampling: dict[str, Any] | None = None, *,
                     rounds: int = 1, warmup: bool = False, progress: bool = True) -> Comparison:
-    """Run ``specs`` on the same images (module docstring); AR is added first when several specs are given.
+    """Run ``specs`` on the same images (module docstring); plain AR is added first (the baseline, for every family) unless it is given.
 
     Args:
         pipe: an arvis pipeline (:class:`arvis.pipelines.interface.ArvisPipeline`).
@@ -247,14 +247,13 @@ def compare_methods(pipe: Any, specs: Sequence[Any], images: ImageSet, sampling:
     if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
         raise ValueError(f"rounds must be an integer >= 1, got {rounds!r}")
     specs = list(specs)
-    if len(specs) > 1 and not any(s.name == "ar" and not s.options for s in specs):
+    if not any(s.name == "ar" and not s.options for s in specs):  # plain AR is the baseline of every family
         specs.insert(0, MethodSpec("ar"))
-    elif len(specs) > 1:  # AR first: the baseline of every ratio
-        specs.sort(key=lambda s: not (s.name == "ar" and not s.options))
+    specs.sort(key=lambda s: not (s.name == "ar" and not s.options))  # AR first: the baseline of every ratio
     sampling = {k: v for k, v in (sampling or {}).items() if v is not None}
     for spec in specs:  # every method applies to this model (refused before anything runs)
         pipe.check_method(spec.name, spec.options_dict)
-    pipe.set_progress_bar_config(disable=True)
+    pipe.set_progress_bar_config(disable=not progress, leave=False)  # the tokens of each run, under the runs' bar
     bar = tqdm(total=len(specs) * (rounds + int(warmup)), desc="methods", unit="run", disable=not progress)
     if warmup:
         for spec in specs:
