@@ -96,9 +96,13 @@ def resolve_model(name_or_path: str | os.PathLike | None) -> Path:
         problem = "does not exist" if not path.exists() else "holds no model_index.json (written by save_pretrained)"
         raise CheckpointError(f"model: {name} {problem}: it is neither a shipped model "
                               f"({', '.join(SHIPPED_PIPELINES)}) nor a pipeline folder")
+    import difflib
+
+    close = difflib.get_close_matches(name, [*SHIPPED_PIPELINES, *SHIPPED_PIPELINES.values()], n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
     raise ValueError(
         f"model: {name!r} is neither a shipped model ({', '.join(SHIPPED_PIPELINES)}) nor a folder with a "
-        f"model_index.json (written by save_pretrained)"
+        f"model_index.json (written by save_pretrained){hint}"
     )
 
 
