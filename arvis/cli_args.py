@@ -294,7 +294,7 @@ def model_capabilities(model: str | None) -> Any:
     try:
         return read(model)
     except ValueError as err:
-        raise ValueError(f"--model: {err}") from None
+        raise ValueError(f"--model: {str(err).removeprefix('model: ')}") from None
 
 
 def check_output_folder(flag: str, value: str | os.PathLike, *, overwrite: bool = False,
