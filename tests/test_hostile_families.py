@@ -122,3 +122,73 @@ def test_var_constructor_arguments_all_have_bounds():
     for cls in (VARTransformer, VARVQModel):
         params = set(inspect.signature(cls.__init__).parameters) - {"self"}
         assert set(cls.config_bounds) == params, cls.__name__
+
+
+# ----------------------------------------------------------------------------- MAR
+@pytest.fixture(scope="module")
+def mar_dir(tmp_path_factory) -> Path:
+    from tests.test_mar import tiny_pipeline
+
+    path = tmp_path_factory.mktemp("mar") / "mar"
+    tiny_pipeline().save_pretrained(path)
+    return path
+
+
+@pytest.mark.reliability(area="loading: configurations",
+                         probe="a MAR pipeline folder whose VAE config.json (a diffusers AutoencoderKL) has an unknown "
+                               "key, block_out_channels = [2²⁰], layers_per_block = 10⁶, a shift_factor arvis would "
+                               "ignore, or whose transformer says img_size = 10⁶",
+                         outcome="ConfigError naming vae/config.json (or transformer/config.json) and the field, "
+                                 "before anything is allocated (+1 GiB cap); the unknown key was accepted")
+@pytest.mark.parametrize("component, field, value, words", [
+    ("vae", "bogus", 1, "unknown config key 'bogus'"),
+    ("vae", "block_out_channels", [2**20], "block_out_channels = [1048576] is not a list of 1 to"),
+    ("vae", "layers_per_block", 10**6, "layers_per_block = 1000000 is not an integer in"),
+    ("vae", "shift_factor", 0.5, "shift_factor = 0.5 is not null"),
+    ("transformer", "img_size", 10**6, "img_size = 1000000 is not an integer in"),
+])
+def test_mar_configs_are_bounded_before_allocation(mar_dir, tmp_path, component, field, value, words):
+    from arvis.pipelines import MARPipeline
+
+    folder = _copy(mar_dir, tmp_path)
+    edit_json(folder / component / "config.json", **{field: value})
+    outcome, message = run_capped(lambda: MARPipeline.from_pretrained(str(folder)))
+    assert outcome == "ConfigError", message
+    assert f"{component}/config.json" in message and words in message, message
+
+
+@pytest.mark.reliability(area="loading: official checkpoints",
+                         probe="an official-layout MAR .pth loaded with num_heads = 0, or img_size = 10⁶ / "
+                               "vae_stride = 0 arguments; pickled args of the wrong type (img_size = \"big\"); a "
+                               "KL-VAE .ckpt holding a list where a weight should be",
+                         outcome="ConfigError naming the file and the argument or args field (the arguments were "
+                                 "silently ignored when the file records its configuration); CheckpointError naming "
+                                 "the VAE file and the key")
+def test_official_mar_loaders_check_their_arguments(tmp_path):
+    import argparse
+
+    from arvis.models.mar import export_mar_checkpoint, load_mar_checkpoint
+    from arvis.tokenizers.mar_vae import export_mar_vae_checkpoint, load_mar_vae_checkpoint
+    from tests.test_mar import tiny_mar, tiny_vae
+
+    transformer, head = tiny_mar()
+    path = tmp_path / "mar.pth"
+    export_mar_checkpoint(transformer, head, path)
+    for argument, value in (("num_heads", 0), ("img_size", 10**6), ("vae_stride", 0), ("num_heads", 4)):
+        with pytest.raises(ConfigError, match=f"mar.pth.*{argument} = {value}"):
+            load_mar_checkpoint(path, **{argument: value})
+    assert load_mar_checkpoint(path, num_heads=2)[0].config.encoder_num_heads == 2  # agrees with the file
+    from arvis.utils.serialization import load_pickle_checkpoint
+
+    obj = load_pickle_checkpoint(path)
+    obj["args"] = argparse.Namespace(**{**vars(obj["args"]), "arvis_config": None, "img_size": "big"})
+    torch.save(obj, tmp_path / "args.pth")
+    with pytest.raises(ConfigError, match="args.pth.*img_size = 'big'"):
+        load_mar_checkpoint(tmp_path / "args.pth")
+    vae = tmp_path / "kl.ckpt"
+    export_mar_vae_checkpoint(tiny_vae(), vae)
+    raw = torch.load(vae, weights_only=True)
+    raw["model"]["encoder.conv_in.weight"] = [1.0]
+    torch.save(raw, vae)
+    with pytest.raises(CheckpointError, match="kl.ckpt: 'encoder.conv_in.weight' is a list, not a tensor"):
+        load_mar_vae_checkpoint(vae, vae=tiny_vae())

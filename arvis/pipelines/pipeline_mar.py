@@ -45,6 +45,7 @@ from arvis.models.mar import MARTransformer
 from arvis.models.protocol import Condition
 from arvis.pipelines.common import PREVIEW_GREY, SamplingDefaultsMixin, check_output_type, images_to_output
 from arvis.pipelines.pipeline_llamagen import LlamaGenPipeline
+from arvis.tokenizers.mar_vae import KL_VAE_FOLDER
 from arvis.utils.config_check import CheckedPipelineMixin
 from arvis.utils.random import GeneratorArg
 
@@ -70,6 +71,7 @@ class MARPipeline(SamplingDefaultsMixin, CheckedPipelineMixin, DiffusionPipeline
     model_cpu_offload_seq = "transformer->head->vae"
     _optional_components = ["draft_transformer", "draft_head"]
     sampling_fields = MAR_SAMPLING_FIELDS
+    component_checks = {"vae": KL_VAE_FOLDER}  # a diffusers class: checked by its declared bounds before loading
 
     def __init__(self, transformer: MARTransformer, head: MARDiffusionHead, vae: AutoencoderKL,
                  draft_transformer: MARTransformer | None = None, draft_head: MARDiffusionHead | None = None):

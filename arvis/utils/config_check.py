@@ -54,8 +54,8 @@ from arvis.utils.serialization import (
     read_safetensors_header,
 )
 
-__all__ = ["Bound", "CheckedFolderMixin", "CheckedPipelineMixin", "check_config", "check_model_folder",
-           "check_pipeline_folder", "expected_shapes"]
+__all__ = ["Bound", "CheckedFolderMixin", "CheckedPipelineMixin", "FolderSpec", "check_config", "check_model_folder",
+           "check_pipeline_folder", "expected_shapes", "folder_spec"]
 
 
 @dataclass(frozen=True)
@@ -64,8 +64,9 @@ class Bound:
 
     Attributes:
         kind: ``int``, ``float``, ``bool``, ``str``, ``choice``, ``ints`` (list of ints), ``strs`` (list
-            of strings), ``mapping`` (a nested object checked against ``fields``) or ``any`` (a known
-            field that sizes nothing, accepted as it comes).
+            of strings), ``table`` (an object of string keys and integer values, e.g. a vocabulary),
+            ``mapping`` (a nested object checked against ``fields``) or ``any`` (a known field that sizes
+            nothing, accepted as it comes).
         low, high: inclusive range of a number or of every list item.
         open_low, open_high: exclude ``low`` / ``high``.
         optional: ``None`` is allowed.
@@ -109,12 +110,22 @@ class Bound:
         return cls("choice", choices=choices, optional=optional)
 
     @classmethod
+    def null(cls, note: str = "") -> Bound:
+        """Only ``null``: a field a library defines that arvis does not use (any other value would be ignored)."""
+        return cls("choice", optional=True, note=note)
+
+    @classmethod
     def integers(cls, low: int, high: int, max_items: int, optional: bool = False, note: str = "") -> Bound:
         return cls("ints", low, high, max_items=max_items, optional=optional, note=note)
 
     @classmethod
     def strings(cls, max_items: int, optional: bool = False) -> Bound:
         return cls("strs", max_items=max_items, optional=optional)
+
+    @classmethod
+    def table(cls, low: int, high: int, max_items: int, optional: bool = False) -> Bound:
+        """An object of at most ``max_items`` string keys whose values are integers in ``[low, high]``."""
+        return cls("table", low, high, max_items=max_items, optional=optional)
 
     @classmethod
     def mapping(cls, fields: Mapping[str, Bound], optional: bool = False) -> Bound:
@@ -132,13 +143,14 @@ class Bound:
             "float": lambda: f"a finite number in {self._range()}",
             "bool": lambda: "true or false",
             "str": lambda: f"a string of at most {self.max_items} characters",
-            "choice": lambda: "one of " + ", ".join(repr(c) for c in self.choices),
+            "choice": lambda: "one of " + ", ".join(repr(c) for c in self.choices) if self.choices else "null",
             "ints": lambda: f"a list of 1 to {self.max_items} integers in {self._range()}",
             "strs": lambda: f"a list of at most {self.max_items} strings",
+            "table": lambda: f"an object of at most {self.max_items} string keys with integer values in {self._range()}",
             "mapping": lambda: "an object with keys " + ", ".join(sorted(self.fields)),
             "any": lambda: "any value",
         }[self.kind]()
-        return text + (" or null" if self.optional else "")
+        return text + (" or null" if self.optional and text != "null" else "")
 
     def _in_range(self, x: float) -> bool:
         assert self.low is not None and self.high is not None
@@ -172,6 +184,9 @@ class Bound:
         if self.kind == "strs":
             return (isinstance(value, list | tuple) and len(value) <= self.max_items
                     and all(isinstance(v, str) and len(v) <= 10_000 for v in value))
+        if self.kind == "table":
+            return (isinstance(value, Mapping) and len(value) <= self.max_items
+                    and all(isinstance(k, str) and len(k) <= 10_000 and self._int_ok(v) for k, v in value.items()))
         if self.kind == "mapping":
             return isinstance(value, Mapping)
         raise AssertionError(f"unknown bound kind {self.kind!r}")
@@ -180,6 +195,11 @@ class Bound:
 def _show(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _name(value: Any) -> str:
+    """A class name read from a file, as it is when it is a short string (else :func:`_show`)."""
+    return value if isinstance(value, str) and len(value) <= 60 else _show(value)
 
 
 def check_config(config: Mapping[str, Any], bounds: Mapping[str, Bound], source: str,
@@ -229,14 +249,15 @@ def expected_shapes(cls: Callable[..., torch.nn.Module], config: Mapping[str, An
     """Parameter and buffer shapes of ``cls(**config)``, from a construction on the meta device.
 
     Call only with a configuration :func:`check_config` accepted (the construction's Python work
-    grows with the depth). Constructor refusals (``dim`` not divisible by ``n_head``…) become
-    :class:`ConfigError` naming ``source``.
+    grows with the depth). Constructor refusals (``dim`` not divisible by ``n_head``, a block type a
+    library does not know…) become :class:`ConfigError` naming ``source``.
     """
     try:
         with torch.device("meta"):
             model = cls(**config)
-    except (ValueError, TypeError) as err:
-        raise ConfigError(f"{source}: {err}") from None
+    except (ValueError, TypeError, ArithmeticError, KeyError, IndexError, AttributeError, RuntimeError) as err:
+        raise ConfigError(f"{source}: {type(err).__name__ + ': ' if not isinstance(err, ValueError) else ''}"
+                          f"{err}") from None
     return {k: tuple(v.shape) for k, v in model.state_dict().items()}
 
 
@@ -248,6 +269,41 @@ _CHECKED_FOLDERS: contextvars.ContextVar[frozenset[Path]] = contextvars.ContextV
 # diffusers' names for a model folder's weights (diffusers.utils.constants).
 WEIGHTS_NAME = "diffusion_pytorch_model"
 PICKLED_WEIGHTS = ("diffusion_pytorch_model.bin", "pytorch_model.bin", "model.pt", "model.pth", "model.ckpt")
+
+
+@dataclass(frozen=True)
+class FolderSpec:
+    """What :func:`check_model_folder` checks a model folder against.
+
+    A class that mixes in :class:`CheckedFolderMixin` has one (:func:`folder_spec`); a class arvis does not
+    define (diffusers' ``AutoencoderKL``, transformers' Emu3 models) gets one from the module that uses it, and
+    a pipeline names it for that component in ``component_checks`` (:func:`check_pipeline_folder`).
+
+    Attributes:
+        class_name: the class the folder must hold (checked against ``config.json``'s ``_class_name``).
+        bounds: what each configuration field may hold.
+        build: the module a checked configuration describes, ``build(**config)`` (run on the meta device).
+        config_name: the configuration file.
+        weights: stem of the safetensors weights (diffusers: ``diffusion_pytorch_model``; transformers: ``model``).
+        rename: tensor name in the file → parameter name in ``build``'s module (transformers' saved layouts),
+            or ``None`` when they are the same.
+        integer_tensors: name suffixes of the integer tensors the module keeps (BatchNorm's counters).
+    """
+
+    class_name: str
+    bounds: Mapping[str, Bound]
+    build: Callable[..., torch.nn.Module]
+    config_name: str = "config.json"
+    weights: str = WEIGHTS_NAME
+    rename: Callable[[str], str] | None = None
+    integer_tensors: tuple[str, ...] = ()
+
+
+def folder_spec(cls: Any) -> FolderSpec:
+    """The :class:`FolderSpec` of a :class:`CheckedFolderMixin` class (a spec is returned as it is)."""
+    if isinstance(cls, FolderSpec):
+        return cls
+    return FolderSpec(cls.__name__, cls.config_bounds, cls, getattr(cls, "config_name", "config.json"))
 
 
 def _read_json_object(path: Path) -> dict[str, Any]:
@@ -266,9 +322,9 @@ def _read_json_object(path: Path) -> dict[str, Any]:
     return obj
 
 
-def _folder_header(folder: Path, variant: str | None) -> tuple[Path, SafetensorsHeader]:
+def _folder_header(folder: Path, variant: str | None, weights: str = WEIGHTS_NAME) -> tuple[Path, SafetensorsHeader]:
     """The safetensors header of a model folder (the single file, or every shard of an index)."""
-    stem = WEIGHTS_NAME if variant is None else f"{WEIGHTS_NAME}.{variant}"
+    stem = weights if variant is None else f"{weights}.{variant}"
     single = folder / f"{stem}.safetensors"
     index = folder / f"{stem}.safetensors.index.json"
     if single.is_file():
@@ -298,36 +354,39 @@ def _folder_header(folder: Path, variant: str | None) -> tuple[Path, Safetensors
 
 
 def check_model_folder(cls: Any, folder: str | os.PathLike, variant: str | None = None) -> dict[str, Any]:
-    """Check a diffusers-style model folder for ``cls`` before anything is loaded; return its config.
+    """Check a model folder for ``cls`` (a :class:`CheckedFolderMixin` class or a :class:`FolderSpec`) before
+    anything is loaded; return its config.
 
-    ``config.json`` against ``cls.config_bounds`` (and its ``_class_name`` against ``cls``), then the
-    parameter shapes it implies against the safetensors header, and every tensor's dtype.
+    ``config.json`` against the bounds (and its ``_class_name`` against the class), then the parameter shapes
+    it implies against the safetensors header, and every tensor's dtype.
 
     Raises:
         CheckpointError: no such folder, unreadable files, pickled or missing weights, tensors that do
             not fit, non-floating dtypes.
         ConfigError: the configuration (naming ``config.json`` and the field).
     """
+    spec = folder_spec(cls)
     folder = Path(folder).expanduser()
     if not folder.exists():
         raise CheckpointError(f"model folder {str(folder)!r} does not exist (arvis loads local folders; nothing "
                               f"is downloaded)")
     if not folder.is_dir():
         raise CheckpointError(f"model folder {str(folder)!r} is not a folder")
-    config_path = folder / getattr(cls, "config_name", "config.json")
+    config_path = folder / spec.config_name
     if not config_path.is_file():
         raise CheckpointError(f"model folder {str(folder)!r} has no {config_path.name}")
     raw = _read_json_object(config_path)
     declared = raw.get("_class_name")
-    if declared is not None and declared != cls.__name__:
-        raise CheckpointError(f"{str(config_path)!r} describes a {declared}, not a {cls.__name__}; is this the "
-                              f"folder of another component?")
-    config = check_config(raw, cls.config_bounds, source=str(config_path))
-    weights, header = _folder_header(folder, variant)
-    header.check_floating(source=str(weights))
-    shapes = expected_shapes(cls, config, source=str(config_path))
-    compare_shapes(shapes, header.shapes, f"{str(weights)!r} does not fit the {cls.__name__} its "
-                                          f"{config_path.name} describes")
+    if declared is not None and declared != spec.class_name:
+        raise CheckpointError(f"{str(config_path)!r} describes a {_name(declared)}, not a {spec.class_name}; is this "
+                              f"the folder of another component?")
+    config = check_config(raw, spec.bounds, source=str(config_path))
+    weights, header = _folder_header(folder, variant, spec.weights)
+    header.check_floating(source=str(weights), allow=spec.integer_tensors)
+    shapes = expected_shapes(spec.build, config, source=str(config_path))
+    given = header.shapes if spec.rename is None else {spec.rename(k): v for k, v in header.shapes.items()}
+    compare_shapes(shapes, given, f"{str(weights)!r} does not fit the {spec.class_name} its {config_path.name} "
+                                  f"describes")
     _compare_saved_config(raw, header, config_path, weights)
     return config
 
@@ -396,8 +455,11 @@ def check_pipeline_folder(pipeline_cls: Any, folder: str | os.PathLike, passed: 
     Every listed component must be an ``__init__`` argument, be of a class its type hint allows
     (by name and library; a hint of ``Any`` allows classes of :data:`COMPONENT_LIBRARIES`), and have
     its sub-folder; every required component must be listed (or passed to ``from_pretrained``).
-    Components whose class checks its folders (:class:`CheckedFolderMixin`) are checked too, all of
-    them before diffusers loads the first one.
+    Components whose class checks its folders (:class:`CheckedFolderMixin`) are checked, and so are
+    those the pipeline names in ``component_checks`` (component → :class:`FolderSpec`, or a function
+    that checks the folder), all of them before diffusers loads the first one. The pipeline's own
+    settings in ``model_index.json`` (``__init__`` arguments that are not components) are checked
+    against its ``config_bounds``.
 
     Args:
         pipeline_cls: a ``DiffusionPipeline`` subclass.
@@ -409,6 +471,7 @@ def check_pipeline_folder(pipeline_cls: Any, folder: str | os.PathLike, passed: 
 
     Raises:
         CheckpointError: naming ``model_index.json`` and the component.
+        ConfigError: a component's configuration or a pipeline setting.
     """
     folder = Path(folder).expanduser()
     checked: set[Path] = set()
@@ -424,12 +487,15 @@ def check_pipeline_folder(pipeline_cls: Any, folder: str | os.PathLike, passed: 
         raise CheckpointError(str(err)) from None
     declared = index.get("_class_name")
     if declared is not None and declared != pipeline_cls.__name__:
-        raise CheckpointError(f"{str(index_path)!r} describes a {declared}, not a {pipeline_cls.__name__}")
+        raise CheckpointError(f"{str(index_path)!r} describes a {_name(declared)}, not a {pipeline_cls.__name__}")
     hints = pipeline_cls._get_signature_types()
-    required, _ = pipeline_cls._get_signature_keys(pipeline_cls)
+    required, settings = pipeline_cls._get_signature_keys(pipeline_cls)
     optional = set(getattr(pipeline_cls, "_optional_components", []))
+    component_checks: Mapping[str, Any] = getattr(pipeline_cls, "component_checks", {})
+    check_config({k: v for k, v in index.items() if k in settings}, getattr(pipeline_cls, "config_bounds", {}),
+                 source=str(index_path))
     for name, entry in index.items():
-        if name.startswith("_") or name in passed:
+        if name.startswith("_") or name in passed or name in settings:
             continue
         if name not in hints:
             raise CheckpointError(f"{str(index_path)!r}: unknown component {name!r}; {pipeline_cls.__name__} takes "
@@ -448,6 +514,9 @@ def check_pipeline_folder(pipeline_cls: Any, folder: str | os.PathLike, passed: 
             raise CheckpointError(f"{str(index_path)!r}: {name} must be [library, class], got {_show(entry)}")
         root = library.split(".")[0]
         fits = (class_name in ok_names and root == ok_names[class_name]) or (open_hint and root in COMPONENT_LIBRARIES)
+        spec = component_checks.get(name)
+        if isinstance(spec, FolderSpec) and fits and class_name != spec.class_name:
+            ok_names, fits = {spec.class_name: root}, False
         if not fits:
             raise CheckpointError(
                 f"{str(index_path)!r}: {name} is a {library}.{class_name}, but {pipeline_cls.__name__} takes a "
@@ -455,7 +524,11 @@ def check_pipeline_folder(pipeline_cls: Any, folder: str | os.PathLike, passed: 
         if not (folder / name).is_dir():
             raise CheckpointError(f"{str(index_path)!r} lists {name!r} but {str(folder)!r} has no {name}/ folder")
         component_cls = next((t for t in allowed if isinstance(t, type) and t.__name__ == class_name), None)
-        if component_cls is not None and issubclass(component_cls, CheckedFolderMixin):
+        if isinstance(spec, FolderSpec):
+            check_model_folder(spec, folder / name)
+        elif spec is not None:
+            spec(folder / name)
+        elif component_cls is not None and issubclass(component_cls, CheckedFolderMixin):
             check_model_folder(component_cls, folder / name)
             checked.add((folder / name).resolve())
     listed = {k for k in index if not k.startswith("_")} | set(passed)

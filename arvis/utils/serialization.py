@@ -371,10 +371,11 @@ class SafetensorsHeader:
     dtypes: dict[str, str]
     metadata: dict[str, str]
 
-    def check_floating(self, source: str) -> None:
-        """Raise :class:`CheckpointError` naming the first tensor whose dtype is not floating point."""
+    def check_floating(self, source: str, allow: tuple[str, ...] = ()) -> None:
+        """Raise :class:`CheckpointError` naming the first tensor whose dtype is not floating point (tensors whose
+        name ends with one of ``allow`` excepted: integer buffers a module keeps, e.g. BatchNorm's counters)."""
         for key, dtype in self.dtypes.items():
-            if dtype not in SAFETENSORS_FLOAT_DTYPES:
+            if dtype not in SAFETENSORS_FLOAT_DTYPES and not (allow and key.endswith(allow)):
                 raise CheckpointError(f"{source}: {key!r} has dtype {dtype}; weights must be floating point "
                                       f"({', '.join(SAFETENSORS_FLOAT_DTYPES)})")
 
