@@ -8,6 +8,7 @@ Each test declares the docs/reliability.md row it proves (tests/reliability_rows
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from pathlib import Path
@@ -16,6 +17,7 @@ import pytest
 import torch
 
 from arvis.errors import CheckpointError, ConfigError
+from arvis.hub import shipped_names
 from arvis.models.var import VARTransformer, export_var_checkpoint, load_var_checkpoint
 from arvis.pipelines import VARPipeline
 from arvis.tokenizers.var_vq import VARVQModel
@@ -192,3 +194,142 @@ def test_official_mar_loaders_check_their_arguments(tmp_path):
     torch.save(raw, vae)
     with pytest.raises(CheckpointError, match="kl.ckpt: 'encoder.conv_in.weight' is a list, not a tensor"):
         load_mar_vae_checkpoint(vae, vae=tiny_vae())
+
+
+# ----------------------------------------------------------------------------- Emu3
+@pytest.fixture(scope="module")
+def emu3_dir(tmp_path_factory) -> Path:
+    from transformers import Emu3ForCausalLM
+
+    from arvis.pipelines import Emu3Pipeline
+    from tests.emu3_fixtures import tiny_emu3
+
+    model, tok = tiny_emu3()
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        draft = Emu3ForCausalLM(model.config.text_config).eval()
+    path = tmp_path_factory.mktemp("emu3") / "emu3"
+    Emu3Pipeline(model, tok, draft_transformer=draft, default_height=3, default_width=4,
+                 default_negative_prompt="").save_pretrained(path)
+    return path
+
+
+def _edit_nested(path: Path, dotted: str, value) -> None:
+    obj = json.loads(path.read_text())
+    *parents, last = dotted.split(".")
+    node = obj
+    for key in parents:
+        node = node[key]
+    node[last] = value
+    path.write_text(json.dumps(obj))
+
+
+EMU3_HOSTILE = [
+    ("transformer", "text_config.num_hidden_layers", 10**6, "text_config.num_hidden_layers = 1000000 is not an integer"),
+    ("draft_transformer", "num_hidden_layers", 10**6, "num_hidden_layers = 1000000 is not an integer"),
+    ("transformer", "text_config.num_attention_heads", 0, "text_config.num_attention_heads = 0 is not an integer"),
+    ("transformer", "text_config.hidden_size", 2**20, "text_config.hidden_size = 1048576 is not an integer"),
+    ("transformer", "text_config.vocab_size", 2**40, "text_config.vocab_size = 1099511627776 is not an integer"),
+    ("transformer", "text_config.intermediate_size", -1, "text_config.intermediate_size = -1 is not an integer"),
+    ("transformer", "text_config.max_position_embeddings", 2**40, "max_position_embeddings = 1099511627776 is not"),
+    ("transformer", "vq_config.base_channels", 10**6, "vq_config.base_channels = 1000000 is not an integer"),
+    ("transformer", "image_token_id", -1, "image_token_id = -1 is not an integer"),
+    ("transformer", "model_type", "llama", "model_type = 'llama' is not one of 'emu3'"),
+    ("transformer", "text_config.bogus", 1, "unknown config key 'text_config.bogus'"),
+    ("transformer", "bogus", 1, "unknown config key 'bogus'"),
+    ("transformer", "vocabulary_map", {"<image>": -5}, "vocabulary_map = {'<image>': -5} is not an object"),
+]
+
+
+@pytest.mark.reliability(area="loading: configurations",
+                         probe="an Emu3 pipeline folder whose transformer (or draft) config.json says "
+                               "num_hidden_layers = 10⁶, num_attention_heads = 0, hidden_size = 2²⁰, vocab_size = 2⁴⁰, "
+                               "intermediate_size = -1, max_position_embeddings = 2⁴⁰, vq base_channels = 10⁶, "
+                               "image_token_id = -1, model_type = \"llama\", a negative vocabulary id, or has an "
+                               "unknown key (top level or nested)",
+                         outcome="ConfigError naming the component's config.json and the (dotted) field, before "
+                                 "anything is built (+1 GiB cap); it hung for minutes, raised ZeroDivisionError or a raw "
+                                 "RuntimeError, or accepted the value")
+@pytest.mark.parametrize("component, field, value, words", EMU3_HOSTILE)
+def test_emu3_configs_are_bounded_before_allocation(emu3_dir, tmp_path, component, field, value, words):
+    from arvis.pipelines import Emu3Pipeline
+
+    folder = _copy(emu3_dir, tmp_path)
+    _edit_nested(folder / component / "config.json", field, value)
+    outcome, message = run_capped(lambda: Emu3Pipeline.from_pretrained(str(folder)))
+    assert outcome == "ConfigError", message
+    assert f"{component}/config.json" in message and words in message, message
+
+
+@pytest.mark.reliability(area="loading: pipeline folders",
+                         probe="an Emu3 folder whose weights do not fit its config (hidden_size 48 for width-32 "
+                               "tensors), whose model.safetensors is truncated, whose tokenizer.json is not JSON, "
+                               "not a tokenizer, or nested 10⁵ deep, whose tokenizer_config.json says bos_token = 5, "
+                               "or whose model_index.json says default_height = 10⁹",
+                         outcome="CheckpointError or ConfigError naming the file (they raised raw RuntimeError, "
+                                 "SafetensorError, JSONDecodeError, TypeError, RecursionError or Exception)")
+@pytest.mark.parametrize("damage, error, words", [
+    ("hidden", CheckpointError, "model.safetensors' does not fit the Emu3ForConditionalGeneration"),
+    ("truncated", CheckpointError, "model.safetensors' could not be read as safetensors"),
+    ("tokenizer-not-json", ConfigError, "tokenizer.json' is not valid JSON"),
+    ("tokenizer-not-a-tokenizer", CheckpointError, "tokenizer.json' is not a tokenizer"),
+    ("tokenizer-deep", ConfigError, "tokenizer.json' is nested deeper than"),
+    ("bos", ConfigError, "tokenizer_config.json: bos_token = 5 is not a string"),
+    ("height", ConfigError, "model_index.json: default_height = 1000000000 is not an integer in"),
+])
+def test_damaged_emu3_folders_are_refused(emu3_dir, tmp_path, damage, error, words):
+    from arvis.pipelines import Emu3Pipeline
+
+    folder = _copy(emu3_dir, tmp_path)
+    if damage == "hidden":
+        _edit_nested(folder / "transformer" / "config.json", "text_config.hidden_size", 48)
+    elif damage == "truncated":
+        weights = folder / "draft_transformer" / "model.safetensors"
+        weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    elif damage == "tokenizer-not-json":
+        (folder / "tokenizer" / "tokenizer.json").write_text("{not json")
+    elif damage == "tokenizer-not-a-tokenizer":
+        (folder / "tokenizer" / "tokenizer.json").write_text('{"model": {"type": "BPE", "vocab": 5}}')
+    elif damage == "tokenizer-deep":
+        (folder / "tokenizer" / "tokenizer.json").write_text("[" * 10**5 + "]" * 10**5)
+    elif damage == "bos":
+        edit_json(folder / "tokenizer" / "tokenizer_config.json", bos_token=5)
+    else:
+        edit_json(folder / "model_index.json", default_height=10**9)
+    with pytest.raises(error, match=re.escape(words)):
+        Emu3Pipeline.from_pretrained(str(folder))
+
+
+@pytest.mark.reliability(area="loading: official checkpoints",
+                         probe="an official-layout Emu3 folder (BAAI/Emu3-Gen-hf style) with text_config."
+                               "num_hidden_layers = 10⁶ or a damaged tokenizer.json",
+                         outcome="ConfigError / CheckpointError naming the file before transformers builds anything")
+def test_official_emu3_folder_is_checked(tmp_path):
+    from transformers import Emu3ImageProcessor, Emu3Processor
+
+    from arvis.pipelines import Emu3Pipeline
+    from tests.emu3_fixtures import tiny_emu3
+
+    model, tok = tiny_emu3()
+    model.save_pretrained(tmp_path / "official")
+    Emu3Processor(Emu3ImageProcessor(), tok).save_pretrained(tmp_path / "official")
+    folder = _copy(tmp_path / "official", tmp_path / "copy")
+    _edit_nested(folder / "config.json", "text_config.num_hidden_layers", 10**6)
+    outcome, message = run_capped(lambda: Emu3Pipeline.from_pretrained(str(folder)))
+    assert outcome == "ConfigError" and "config.json: text_config.num_hidden_layers = 1000000" in message, message
+    folder = _copy(tmp_path / "official", tmp_path / "copy2")
+    (folder / "tokenizer.json").write_text("[1, 2")
+    with pytest.raises(ConfigError, match="tokenizer.json' is not valid JSON"):
+        Emu3Pipeline.from_pretrained(str(folder))
+    Emu3Pipeline.from_pretrained(str(tmp_path / "official"))  # the undamaged folder loads
+
+
+# ----------------------------------------------------------------------------- the shipped folders pass
+@pytest.mark.parametrize("alias", shipped_names())
+def test_every_shipped_folder_passes_the_checks(alias):
+    """The bounds are generous: every shipped pipeline (and each component's weights header) passes them."""
+    from arvis.hub import pipeline_class, shipped_path
+    from arvis.utils.config_check import check_pipeline_folder
+
+    folder = shipped_path(alias)
+    check_pipeline_folder(pipeline_class(folder), folder)

@@ -36,6 +36,7 @@ import difflib
 import json
 import math
 import os
+import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -55,7 +56,7 @@ from arvis.utils.serialization import (
 )
 
 __all__ = ["Bound", "CheckedFolderMixin", "CheckedPipelineMixin", "FolderSpec", "check_config", "check_model_folder",
-           "check_pipeline_folder", "expected_shapes", "folder_spec"]
+           "check_pipeline_folder", "expected_shapes", "folder_spec", "read_json_object"]
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,7 @@ class Bound:
         optional: ``None`` is allowed.
         choices: the allowed values of a ``choice``.
         max_items: longest list.
+        min_items: shortest list of integers (1; 0 allows an empty one).
         fields: the bounds of a nested object's keys.
         note: why the bound, appended to the error message.
     """
@@ -84,6 +86,7 @@ class Bound:
     optional: bool = False
     choices: tuple[Any, ...] = ()
     max_items: int = 0
+    min_items: int = 1
     fields: Mapping[str, Bound] = field(default_factory=dict)
     note: str = ""
 
@@ -115,8 +118,9 @@ class Bound:
         return cls("choice", optional=True, note=note)
 
     @classmethod
-    def integers(cls, low: int, high: int, max_items: int, optional: bool = False, note: str = "") -> Bound:
-        return cls("ints", low, high, max_items=max_items, optional=optional, note=note)
+    def integers(cls, low: int, high: int, max_items: int, optional: bool = False, note: str = "",
+                 min_items: int = 1) -> Bound:
+        return cls("ints", low, high, max_items=max_items, optional=optional, note=note, min_items=min_items)
 
     @classmethod
     def strings(cls, max_items: int, optional: bool = False) -> Bound:
@@ -144,7 +148,7 @@ class Bound:
             "bool": lambda: "true or false",
             "str": lambda: f"a string of at most {self.max_items} characters",
             "choice": lambda: "one of " + ", ".join(repr(c) for c in self.choices) if self.choices else "null",
-            "ints": lambda: f"a list of 1 to {self.max_items} integers in {self._range()}",
+            "ints": lambda: f"a list of {self.min_items} to {self.max_items} integers in {self._range()}",
             "strs": lambda: f"a list of at most {self.max_items} strings",
             "table": lambda: f"an object of at most {self.max_items} string keys with integer values in {self._range()}",
             "mapping": lambda: "an object with keys " + ", ".join(sorted(self.fields)),
@@ -179,7 +183,7 @@ class Bound:
         if self.kind == "choice":
             return any(value == c and type(value) is type(c) for c in self.choices)
         if self.kind == "ints":
-            return (isinstance(value, list | tuple) and 1 <= len(value) <= self.max_items
+            return (isinstance(value, list | tuple) and self.min_items <= len(value) <= self.max_items
                     and all(self._int_ok(v) for v in value))
         if self.kind == "strs":
             return (isinstance(value, list | tuple) and len(value) <= self.max_items
@@ -306,7 +310,14 @@ def folder_spec(cls: Any) -> FolderSpec:
     return FolderSpec(cls.__name__, cls.config_bounds, cls, getattr(cls, "config_name", "config.json"))
 
 
-def _read_json_object(path: Path) -> dict[str, Any]:
+def read_json_object(path: str | os.PathLike) -> dict[str, Any]:
+    """The object a JSON file holds (a configuration).
+
+    Raises:
+        CheckpointError: the file cannot be read.
+        ConfigError: it is not text, not JSON, nested too deep, or not an object (naming the file).
+    """
+    path = Path(path)
     try:
         text = path.read_text()
     except OSError as err:
@@ -317,6 +328,9 @@ def _read_json_object(path: Path) -> dict[str, Any]:
         obj = json.loads(text)
     except ValueError as err:
         raise ConfigError(f"{str(path)!r} is not valid JSON ({err})") from None
+    except RecursionError:
+        raise ConfigError(f"{str(path)!r} is nested deeper than the JSON reader allows "
+                          f"({sys.getrecursionlimit()} levels); it is not a configuration") from None
     if not isinstance(obj, dict):
         raise ConfigError(f"{str(path)!r}: expected a JSON object, got {type(obj).__name__}")
     return obj
@@ -330,7 +344,7 @@ def _folder_header(folder: Path, variant: str | None, weights: str = WEIGHTS_NAM
     if single.is_file():
         return single, read_safetensors_header(single)
     if index.is_file():
-        weight_map = _read_json_object(index).get("weight_map")
+        weight_map = read_json_object(index).get("weight_map")
         if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
             raise CheckpointError(f"{str(index)!r}: expected a 'weight_map' of tensor name → shard file")
         shapes: dict[str, tuple[int, ...]] = {}
@@ -375,7 +389,7 @@ def check_model_folder(cls: Any, folder: str | os.PathLike, variant: str | None 
     config_path = folder / spec.config_name
     if not config_path.is_file():
         raise CheckpointError(f"model folder {str(folder)!r} has no {config_path.name}")
-    raw = _read_json_object(config_path)
+    raw = read_json_object(config_path)
     declared = raw.get("_class_name")
     if declared is not None and declared != spec.class_name:
         raise CheckpointError(f"{str(config_path)!r} describes a {_name(declared)}, not a {spec.class_name}; is this "
@@ -482,7 +496,7 @@ def check_pipeline_folder(pipeline_cls: Any, folder: str | os.PathLike, passed: 
     if not index_path.is_file():
         raise CheckpointError(f"pipeline folder {str(folder)!r} has no model_index.json (written by save_pretrained)")
     try:
-        index = _read_json_object(index_path)
+        index = read_json_object(index_path)
     except ConfigError as err:
         raise CheckpointError(str(err)) from None
     declared = index.get("_class_name")
