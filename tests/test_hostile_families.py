@@ -118,10 +118,13 @@ def test_official_var_loader_refuses_with_arvis_errors(tmp_path):
     assert load_var_checkpoint(path, num_heads=2).config.num_heads == 2  # the true head count is accepted
 
 
-def test_var_constructor_arguments_all_have_bounds():
+def test_constructor_arguments_all_have_bounds():
+    """A field without a bound would be refused as unknown in config.json: the tables must be complete."""
     import inspect
 
-    for cls in (VARTransformer, VARVQModel):
+    from arvis.models.upsampler import TokenUpsampler
+
+    for cls in (VARTransformer, VARVQModel, TokenUpsampler):
         params = set(inspect.signature(cls.__init__).parameters) - {"self"}
         assert set(cls.config_bounds) == params, cls.__name__
 
@@ -333,3 +336,59 @@ def test_every_shipped_folder_passes_the_checks(alias):
 
     folder = shipped_path(alias)
     check_pipeline_folder(pipeline_class(folder), folder)
+
+
+# ----------------------------------------------------------------------------- CLIP preprocessing, upsampler, video
+@pytest.mark.reliability(area="loading: configurations",
+                         probe="a CLIP folder whose preprocess_cfg says size = 10⁶ (or a size other than the "
+                               "vision tower's), mean with 2 values, std = 0, or has an unknown key; a top-level key "
+                               "that is neither model_cfg nor preprocess_cfg",
+                         outcome="ConfigError naming open_clip_config.json and the field, before open_clip builds "
+                                 "anything (size = 10⁶ was accepted and would have resized every image to 10⁶ px)")
+@pytest.mark.parametrize("change, words", [
+    ({"preprocess_cfg.size": 10**6}, "preprocess_cfg.size = 1000000 is not an integer in"),
+    ({"preprocess_cfg.size": 64}, "preprocess_cfg.size = 64 differs from the vision tower's image_size"),
+    ({"preprocess_cfg.mean": [0.5, 0.5]}, "preprocess_cfg.mean = [0.5, 0.5] is not a list of 3"),
+    ({"preprocess_cfg.std": [0.5, 0.0, 0.5]}, "preprocess_cfg.std = [0.5, 0.0, 0.5] is not a list of 3"),
+    ({"preprocess_cfg.sise": 128}, "unknown config key 'preprocess_cfg.sise' (did you mean 'size'?)"),
+    ({"extra": 1}, "unknown config key 'extra'"),
+])
+def test_clip_preprocessing_is_bounded(tmp_path, change, words):
+    from arvis.eval.clip_score import load_clip
+    from tests.test_hostile_loaders import ROOT
+
+    folder = _copy(ROOT / "arvis" / "weights" / "clip-scenes", tmp_path)
+    for dotted, value in change.items():
+        _edit_nested(folder / "open_clip_config.json", dotted, value)
+    outcome, message = run_capped(lambda: load_clip(str(folder)))
+    assert outcome == "ConfigError" and "open_clip_config.json" in message and words in message, message
+
+
+@pytest.mark.reliability(area="loading: configurations",
+                         probe="the LlamaGen pipeline's upsampler folder (TokenUpsampler) with dim = 2²⁰, "
+                               "low_grid = 10⁵ or an unknown key; a video transformer whose num_frames × frame_size² "
+                               "exceeds 2¹⁶ tokens",
+                         outcome="ConfigError naming config.json and the field before anything is allocated (+1 GiB "
+                                 "cap); the upsampler started allocating (dim) and ignored the unknown key, the video "
+                                 "model already refused")
+@pytest.mark.parametrize("component, changes, words", [
+    ("upsampler", {"dim": 2**20}, "dim = 1048576 is not an integer in"),
+    ("upsampler", {"low_grid": 10**5}, "low_grid = 100000 is not an integer in"),
+    ("upsampler", {"lowgrid": 8}, "unknown config key 'lowgrid' (did you mean 'low_grid'?)"),
+    ("video", {"num_frames": 1024, "frame_size": 256}, "num_frames * frame_size**2 must be <= 65536"),
+])
+def test_upsampler_and_video_configs_are_bounded(tmp_path, component, changes, words):
+    from arvis.models.upsampler import TokenUpsampler
+    from arvis.models.video import VideoTransformer
+    from tests.test_video import tiny_video
+
+    folder = tmp_path / component
+    if component == "upsampler":
+        TokenUpsampler(vocab_size=16, low_grid=2, dim=8, groups=4, num_classes=2).save_pretrained(folder)
+        cls = TokenUpsampler
+    else:
+        tiny_video().save_pretrained(folder)
+        cls = VideoTransformer
+    edit_json(folder / "config.json", **changes)
+    outcome, message = run_capped(lambda: cls.from_pretrained(str(folder)))
+    assert outcome == "ConfigError" and "config.json" in message and words in message, message

@@ -64,8 +64,8 @@ class Bound:
     """What one configuration field may hold. Build with the class methods (``Bound.integer(1, 256)``…).
 
     Attributes:
-        kind: ``int``, ``float``, ``bool``, ``str``, ``choice``, ``ints`` (list of ints), ``strs`` (list
-            of strings), ``table`` (an object of string keys and integer values, e.g. a vocabulary),
+        kind: ``int``, ``float``, ``bool``, ``str``, ``choice``, ``ints`` (list of ints), ``floats`` (list of
+            finite numbers), ``strs`` (list of strings), ``table`` (an object of string keys and integer values, e.g. a vocabulary),
             ``mapping`` (a nested object checked against ``fields``) or ``any`` (a known field that sizes
             nothing, accepted as it comes).
         low, high: inclusive range of a number or of every list item.
@@ -73,7 +73,7 @@ class Bound:
         optional: ``None`` is allowed.
         choices: the allowed values of a ``choice``.
         max_items: longest list.
-        min_items: shortest list of integers (1; 0 allows an empty one).
+        min_items: shortest list of numbers (1; 0 allows an empty one).
         fields: the bounds of a nested object's keys.
         note: why the bound, appended to the error message.
     """
@@ -123,6 +123,12 @@ class Bound:
         return cls("ints", low, high, max_items=max_items, optional=optional, note=note, min_items=min_items)
 
     @classmethod
+    def numbers(cls, low: float, high: float, max_items: int, min_items: int = 1, open_low: bool = False,
+                optional: bool = False) -> Bound:
+        """A list of ``min_items`` to ``max_items`` finite numbers, each in the range."""
+        return cls("floats", low, high, open_low=open_low, max_items=max_items, min_items=min_items, optional=optional)
+
+    @classmethod
     def strings(cls, max_items: int, optional: bool = False) -> Bound:
         return cls("strs", max_items=max_items, optional=optional)
 
@@ -149,6 +155,7 @@ class Bound:
             "str": lambda: f"a string of at most {self.max_items} characters",
             "choice": lambda: "one of " + ", ".join(repr(c) for c in self.choices) if self.choices else "null",
             "ints": lambda: f"a list of {self.min_items} to {self.max_items} integers in {self._range()}",
+            "floats": lambda: f"a list of {self.min_items} to {self.max_items} finite numbers in {self._range()}",
             "strs": lambda: f"a list of at most {self.max_items} strings",
             "table": lambda: f"an object of at most {self.max_items} string keys with integer values in {self._range()}",
             "mapping": lambda: "an object with keys " + ", ".join(sorted(self.fields)),
@@ -165,6 +172,9 @@ class Bound:
     def _int_ok(self, x: Any) -> bool:
         return isinstance(x, int) and not isinstance(x, bool) and self._in_range(x)
 
+    def _number_ok(self, x: Any) -> bool:
+        return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x) and self._in_range(x)
+
     def accepts(self, value: Any) -> bool:
         """Whether ``value`` is allowed (``mapping`` values: only that they are objects)."""
         if self.kind == "any":
@@ -174,8 +184,7 @@ class Bound:
         if self.kind == "int":
             return self._int_ok(value)
         if self.kind == "float":
-            return (isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-                    and self._in_range(value))
+            return self._number_ok(value)
         if self.kind == "bool":
             return isinstance(value, bool)
         if self.kind == "str":
@@ -185,6 +194,9 @@ class Bound:
         if self.kind == "ints":
             return (isinstance(value, list | tuple) and self.min_items <= len(value) <= self.max_items
                     and all(self._int_ok(v) for v in value))
+        if self.kind == "floats":
+            return (isinstance(value, list | tuple) and self.min_items <= len(value) <= self.max_items
+                    and all(self._number_ok(v) for v in value))
         if self.kind == "strs":
             return (isinstance(value, list | tuple) and len(value) <= self.max_items
                     and all(isinstance(v, str) and len(v) <= 10_000 for v in value))
