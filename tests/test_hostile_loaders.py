@@ -13,6 +13,7 @@ import builtins
 import errno
 import io
 import json
+import math
 import os
 import resource
 import shutil
@@ -536,3 +537,68 @@ def test_all_arvis_errors_are_value_errors():
 
     for cls in (CheckpointError, ConfigError, JobError, StorageError):
         assert issubclass(cls, ArvisError) and issubclass(cls, ValueError)
+
+
+# ----------------------------------------------------------------------------- weights that ask for more than they hold
+def _expanded(shapes: dict[str, tuple[int, ...]], dtype: torch.dtype = torch.float16) -> dict[str, torch.Tensor]:
+    """Every tensor a stride-0 view of one stored value: ``torch.save`` writes 2 bytes per tensor."""
+    return {k: torch.zeros(1, dtype=dtype).expand(*shape) for k, shape in shapes.items()}
+
+
+@pytest.mark.reliability(area="loading: weights",
+                         probe="a 6 KB .pt whose every tensor is an expanded (stride-0) view of one fp16 value, shaped "
+                               "as a 4096-wide, 8-layer GPT (1.6 G parameters), loaded with dtype=float32; the same with "
+                               "one real fp32 tensor among them and no dtype; a VAR .pth and a KL-VAE .ckpt built the "
+                               "same way; a 2 G-parameter GPT whose every tensor is a view of the start of one "
+                               "stored 23 MB tensor",
+                         outcome="CheckpointError naming the file and the tensor (or the total), before anything is "
+                                 "allocated (+1 GiB cap): a file may ask for at most the bytes it holds, times the dtype "
+                                 "cast (it materialised gigabytes from kilobytes)")
+@pytest.mark.parametrize("case", ["llamagen-dtype", "llamagen-mixed", "var", "kl-vae", "shared-storage"])
+def test_expanded_tensors_cannot_inflate_a_file(tmp_path, case):
+    from arvis.models.var import VARTransformer, load_var_checkpoint
+    from arvis.tokenizers.mar_vae import build_kl_vae, load_mar_vae_checkpoint
+
+    path = tmp_path / "bomb.pt"
+    if case.startswith("llamagen"):
+        with torch.device("meta"):
+            big = LlamaGenTransformer(dim=4096, n_layer=8, n_head=32, vocab_size=16384, block_size=256, num_classes=10)
+        sd = _expanded({k: tuple(v.shape) for k, v in big.state_dict().items()})
+        if case == "llamagen-mixed":
+            sd["norm.weight"] = torch.ones(4096)  # one real fp32 tensor: the common dtype becomes float32
+        config = {k: v for k, v in big.config.items() if not k.startswith("_")}
+        torch.save({"model": sd, "args": argparse.Namespace(arvis_config=config)}, path)
+        load = (lambda: load_llamagen_checkpoint(path, dtype=torch.float32)) if case == "llamagen-dtype" else (
+            lambda: load_llamagen_checkpoint(path))
+    elif case == "var":
+        from arvis.models.var import official_state_dict
+
+        with torch.device("meta"):
+            big = VARTransformer(depth=16, embed_dim=2048, num_heads=16, vocab_size=16384)
+        shapes = {k: tuple(v.shape) for k, v in official_state_dict(big).items()}
+        levels = big.scale_layout.scale_of_positions()
+        bias = torch.where(levels[:, None] >= levels[None, :], 0.0, float("-inf")).half()
+        sd = {**_expanded({k: s for k, s in shapes.items() if k not in ("lvl_1L", "attn_bias_for_masking")}),
+              "lvl_1L": levels[None], "attn_bias_for_masking": bias[None, None]}
+        torch.save(sd, path)
+        load = lambda: load_var_checkpoint(path, dtype=torch.float32)  # noqa: E731
+    elif case == "kl-vae":
+        from arvis.tokenizers.mar_vae import diffusers_to_official
+
+        with torch.device("meta"):
+            vae = build_kl_vae(block_out_channels=(1024, 1024, 2048, 2048, 4096))
+        torch.save({"model": _expanded({k: tuple(v.shape) for k, v in diffusers_to_official(vae).items()})}, path)
+        load = lambda: load_mar_vae_checkpoint(path, vae=vae, dtype=torch.float32)  # noqa: E731
+    else:  # every tensor a view of the start of one stored tensor (each view fits in it; together they do not)
+        with torch.device("meta"):
+            big = LlamaGenTransformer(dim=2048, n_layer=32, n_head=16, vocab_size=1024, block_size=256, num_classes=10)
+        shapes = {k: tuple(v.shape) for k, v in big.state_dict().items()}
+        storage = torch.zeros(max(math.prod(s) for s in shapes.values()), dtype=torch.float16)
+        sd = {k: storage[: math.prod(s)].view(s) for k, s in shapes.items()}
+        config = {k: v for k, v in big.config.items() if not k.startswith("_")}
+        torch.save({"model": sd, "args": argparse.Namespace(arvis_config=config)}, path)
+        load = lambda: load_llamagen_checkpoint(path, dtype=torch.float32)  # noqa: E731
+    assert path.stat().st_size < 40 << 20
+    outcome, message = run_capped(load)
+    assert outcome == "CheckpointError", message
+    assert str(path) in message and ("stride-0" in message or "more than the file holds" in message), message
