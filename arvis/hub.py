@@ -134,14 +134,39 @@ def folder_sha256(folder: str | os.PathLike) -> str:
     weights (``*.json``, ``*.safetensors``, ``*.bin``, ``*.pt``; model cards and other files excluded).
 
     Linked components (``vqvae -> ../vq-emoji``) are followed: their weights decode every image, so a retrained
-    tokenizer is other weights for every pipeline that links it."""
+    tokenizer is other weights for every pipeline that links it. Only the components ``model_index.json`` lists
+    (every link, in a folder without one) are followed, and only to a folder inside this one or next to it
+    (:func:`arvis.utils.config_check.component_folder`); no other link is followed or hashed.
+
+    Raises:
+        CheckpointError: a listed component links elsewhere (``/``, ``/usr``…).
+    """
+    from arvis.utils.config_check import component_folder
+
     folder = Path(folder)
+    try:
+        index = json.loads((folder / "model_index.json").read_text())
+    except (OSError, ValueError, RecursionError):
+        index = None  # loading the pipeline reports the damage
+    listed = set(index) if isinstance(index, dict) else None  # None: no index, every (contained) link is followed
+    files: list[tuple[str, Path]] = []
+    for entry in sorted(folder.iterdir()):
+        if entry.is_symlink() and listed is not None and entry.name not in listed:
+            continue
+        base = component_folder(folder, entry.name) if entry.is_symlink() else entry
+        if not base.is_dir():
+            files.append((entry.name, base))
+            continue
+        for root, _, names in os.walk(base):  # links inside are not followed
+            for name in names:
+                path = Path(root, name)
+                files.append(((Path(entry.name) / path.relative_to(base)).as_posix(), path))
     digest = hashlib.sha256()
     suffixes = {".json", ".safetensors", ".bin", ".pt", ".model", ".txt"}
-    files = [Path(root, name) for root, _, names in os.walk(folder, followlinks=True) for name in names]
-    for file in sorted((p for p in files if p.is_file() and p.suffix in suffixes and p.name != "metrics.json"),
-                       key=lambda p: p.relative_to(folder)):
-        digest.update(file.relative_to(folder).as_posix().encode() + b"\0")
+    for relative, file in sorted(files, key=lambda item: Path(item[0]).parts):
+        if file.is_symlink() or not file.is_file() or file.suffix not in suffixes or file.name == "metrics.json":
+            continue
+        digest.update(relative.encode() + b"\0")
         with open(file, "rb") as f:
             for block in iter(lambda: f.read(1 << 20), b""):
                 digest.update(block)

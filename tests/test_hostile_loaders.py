@@ -602,3 +602,53 @@ def test_expanded_tensors_cannot_inflate_a_file(tmp_path, case):
     outcome, message = run_capped(load)
     assert outcome == "CheckpointError", message
     assert str(path) in message and ("stride-0" in message or "more than the file holds" in message), message
+
+
+# ----------------------------------------------------------------------------- linked components
+def _old_folder_sha256(folder: Path) -> str:
+    """The content hash as arvis computed it before links were checked (every link followed)."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    suffixes = {".json", ".safetensors", ".bin", ".pt", ".model", ".txt"}
+    files = [Path(root, name) for root, _, names in os.walk(folder, followlinks=True) for name in names]
+    for file in sorted((p for p in files if p.is_file() and p.suffix in suffixes and p.name != "metrics.json"),
+                       key=lambda p: p.relative_to(folder)):
+        digest.update(file.relative_to(folder).as_posix().encode() + b"\0")
+        digest.update(file.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+@pytest.mark.reliability(area="loading: pipeline folders",
+                         probe="a pipeline folder whose vqvae component is a link to /, /usr or ../../../../tmp (loaded "
+                               "by name through arvis.hub, as the command lines do, and with from_pretrained); a link "
+                               "the model index does not list",
+                         outcome="CheckpointError naming the component and where it points, in well under a second "
+                                 "(it hashed the whole tree behind the link first: minutes); a component may link "
+                                 "only inside the folder or to a folder next to it (vqvae -> ../vq-photos), and only "
+                                 "listed components are followed; the shipped folders' hashes are unchanged")
+@pytest.mark.parametrize("target", ["/", "/usr", "../../../../tmp"])
+def test_linked_components_stay_next_to_the_folder(pipeline_dir, tmp_path, target):
+    import time
+
+    from arvis.hub import SHIPPED_PIPELINES, WEIGHTS_DIR, folder_sha256, load_pipeline
+
+    folder = variant(pipeline_dir, tmp_path)
+    shutil.rmtree(folder / "vqvae")
+    (folder / "vqvae").symlink_to(target)
+    for load in (lambda: load_pipeline(str(folder)), lambda: LlamaGenPipeline.from_pretrained(str(folder))):
+        start = time.monotonic()
+        with pytest.raises(CheckpointError, match=f"vqvae is a link to .* outside {folder.name!r} and the folders "
+                                                  f"next to it"):
+            load()
+        assert time.monotonic() - start < 5
+    # A sibling folder is fine, and a link the index does not list is neither followed nor hashed.
+    shutil.copytree(pipeline_dir / "vqvae", tmp_path / "vq-sibling")
+    (folder / "vqvae").unlink()
+    (folder / "vqvae").symlink_to("../vq-sibling")
+    (folder / "notes").symlink_to("/usr")
+    before = folder_sha256(folder)
+    assert load_pipeline(str(folder)).model.sha256 == before
+    for name in SHIPPED_PIPELINES.values():
+        if (WEIGHTS_DIR / name / "model_index.json").is_file():
+            assert folder_sha256(WEIGHTS_DIR / name) == _old_folder_sha256(WEIGHTS_DIR / name), name

@@ -56,7 +56,7 @@ from arvis.utils.serialization import (
 )
 
 __all__ = ["Bound", "CheckedFolderMixin", "CheckedPipelineMixin", "FolderSpec", "check_config", "check_model_folder",
-           "check_pipeline_folder", "expected_shapes", "folder_spec", "read_json_object"]
+           "check_pipeline_folder", "component_folder", "expected_shapes", "folder_spec", "read_json_object"]
 
 
 @dataclass(frozen=True)
@@ -470,6 +470,32 @@ class CheckedFolderMixin:
         apply_umask_to_written_files(save_directory, start)
 
 
+def component_folder(root: str | os.PathLike, name: str) -> Path:
+    """Where the component ``name`` of the pipeline folder ``root`` lives: ``root/name``, or the folder its link
+    points to, which must lie inside ``root`` or be a folder next to it (``vqvae -> ../vq-photos``, the way the
+    shipped pipelines share a tokenizer). A link anywhere else (``/``, ``/usr``, ``../../../../tmp``) is refused
+    before anything reads or hashes what it points to.
+
+    Raises:
+        CheckpointError: the link points elsewhere, or cannot be resolved (a loop).
+    """
+    root = Path(root)
+    path = root / name
+    if not path.is_symlink():
+        return path
+    try:
+        base, target = root.resolve(), path.resolve()
+    except (OSError, RuntimeError) as err:  # a link loop
+        raise CheckpointError(f"pipeline folder {str(root)!r}: {name} is a link that cannot be resolved ({err})") from None
+    inside = target.is_relative_to(base)
+    beside = target.parent == base.parent and target != target.parent
+    if not (inside or beside):
+        raise CheckpointError(f"pipeline folder {str(root)!r}: {name} is a link to {str(target)!r}, outside "
+                              f"{root.name!r} and the folders next to it; a component may link only to a folder "
+                              f"inside the pipeline folder or beside it (e.g. vqvae -> ../vq-photos)")
+    return target
+
+
 # Libraries a pipeline component typed ``Any`` may come from (e.g. a transformers T5 text encoder).
 COMPONENT_LIBRARIES = ("arvis", "diffusers", "transformers")
 
@@ -547,7 +573,7 @@ def check_pipeline_folder(pipeline_cls: Any, folder: str | os.PathLike, passed: 
             raise CheckpointError(
                 f"{str(index_path)!r}: {name} is a {library}.{class_name}, but {pipeline_cls.__name__} takes a "
                 f"{' or '.join(sorted(ok_names)) or 'model'} there")
-        if not (folder / name).is_dir():
+        if not component_folder(folder, name).is_dir():
             raise CheckpointError(f"{str(index_path)!r} lists {name!r} but {str(folder)!r} has no {name}/ folder")
         component_cls = next((t for t in allowed if isinstance(t, type) and t.__name__ == class_name), None)
         if isinstance(spec, FolderSpec):
