@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
-WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"
+from arvis.utils.paths import WEIGHTS_DIR
 
 # Shipped pipelines (folders under arvis/weights), by alias. One line per model; the first is the demo's first.
 SHIPPED_PIPELINES: dict[str, str] = {
@@ -135,8 +135,9 @@ def folder_sha256(folder: str | os.PathLike) -> str:
 
     Linked components (``vqvae -> ../vq-emoji``) are followed: their weights decode every image, so a retrained
     tokenizer is other weights for every pipeline that links it. Only the components ``model_index.json`` lists
-    (every link, in a folder without one) are followed, and only to a folder inside this one or next to it
-    (:func:`arvis.utils.config_check.component_folder`); no other link is followed or hashed.
+    (every link, in a folder without one) are followed, and only to a folder inside this one, next to it or
+    shipped (:func:`arvis.utils.config_check.component_folder`); no other link is followed or hashed, and a
+    component is the files directly in its folder.
 
     Raises:
         CheckpointError: a listed component links elsewhere (``/``, ``/usr``…).
@@ -157,10 +158,8 @@ def folder_sha256(folder: str | os.PathLike) -> str:
         if not base.is_dir():
             files.append((entry.name, base))
             continue
-        for root, _, names in os.walk(base):  # links inside are not followed
-            for name in names:
-                path = Path(root, name)
-                files.append(((Path(entry.name) / path.relative_to(base)).as_posix(), path))
+        # A component is the files directly in its folder (configs, weights); nothing deeper, no link inside.
+        files.extend((f"{entry.name}/{path.name}", path) for path in base.iterdir())
     digest = hashlib.sha256()
     suffixes = {".json", ".safetensors", ".bin", ".pt", ".model", ".txt"}
     for relative, file in sorted(files, key=lambda item: Path(item[0]).parts):

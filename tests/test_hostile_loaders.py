@@ -625,8 +625,9 @@ def _old_folder_sha256(folder: Path) -> str:
                                "the model index does not list",
                          outcome="CheckpointError naming the component and where it points, in well under a second "
                                  "(it hashed the whole tree behind the link first: minutes); a component may link "
-                                 "only inside the folder or to a folder next to it (vqvae -> ../vq-photos), and only "
-                                 "listed components are followed; the shipped folders' hashes are unchanged")
+                                 "only inside the folder, to a folder next to it (vqvae -> ../vq-photos) or to a "
+                                 "shipped model folder; only listed components are followed and only the files directly "
+                                 "in them hashed; the shipped folders' hashes are unchanged")
 @pytest.mark.parametrize("target", ["/", "/usr", "../../../../tmp"])
 def test_linked_components_stay_next_to_the_folder(pipeline_dir, tmp_path, target):
     import time

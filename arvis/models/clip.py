@@ -33,10 +33,9 @@ from PIL import Image
 
 from arvis.errors import CheckpointError, ConfigError
 from arvis.utils.config_check import Bound, check_config, expected_shapes, read_json_object
-from arvis.utils.paths import display_path
+from arvis.utils.paths import WEIGHTS_DIR, display_path
 from arvis.utils.serialization import compare_shapes, read_safetensors_header
 
-WEIGHTS_DIR = Path(__file__).resolve().parents[1] / "weights"
 #: Shipped CLIPs: alias -> folder under arvis/weights.
 CLIP_MODELS = {"clip": "clip-scenes", "clip-emoji": "clip-emoji"}
 CLIP_ALIAS = "clip"

@@ -46,6 +46,7 @@ from typing import Any, ClassVar
 import torch
 
 from arvis.errors import CheckpointError, ConfigError
+from arvis.utils.paths import WEIGHTS_DIR
 from arvis.utils.serialization import (
     CONFIG_METADATA_KEY,
     SafetensorsHeader,
@@ -472,9 +473,10 @@ class CheckedFolderMixin:
 
 def component_folder(root: str | os.PathLike, name: str) -> Path:
     """Where the component ``name`` of the pipeline folder ``root`` lives: ``root/name``, or the folder its link
-    points to, which must lie inside ``root`` or be a folder next to it (``vqvae -> ../vq-photos``, the way the
-    shipped pipelines share a tokenizer). A link anywhere else (``/``, ``/usr``, ``../../../../tmp``) is refused
-    before anything reads or hashes what it points to.
+    points to, which must lie inside ``root``, be a folder next to it (``vqvae -> ../vq-photos``, the way the
+    shipped pipelines share a tokenizer) or a shipped model folder (``arvis/weights/vq-photos``, which pipelines
+    assembled elsewhere link). A link anywhere else (``/``, ``/usr``, ``../../../../tmp``) is refused before
+    anything reads or hashes what it points to.
 
     Raises:
         CheckpointError: the link points elsewhere, or cannot be resolved (a loop).
@@ -488,11 +490,12 @@ def component_folder(root: str | os.PathLike, name: str) -> Path:
     except (OSError, RuntimeError) as err:  # a link loop
         raise CheckpointError(f"pipeline folder {str(root)!r}: {name} is a link that cannot be resolved ({err})") from None
     inside = target.is_relative_to(base)
-    beside = target.parent == base.parent and target != target.parent
+    beside = target.parent in (base.parent, WEIGHTS_DIR) and target != target.parent
     if not (inside or beside):
         raise CheckpointError(f"pipeline folder {str(root)!r}: {name} is a link to {str(target)!r}, outside "
                               f"{root.name!r} and the folders next to it; a component may link only to a folder "
-                              f"inside the pipeline folder or beside it (e.g. vqvae -> ../vq-photos)")
+                              f"inside the pipeline folder, beside it (e.g. vqvae -> ../vq-photos) or shipped in "
+                              f"arvis/weights")
     return target
 
 
