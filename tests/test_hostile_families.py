@@ -392,3 +392,57 @@ def test_upsampler_and_video_configs_are_bounded(tmp_path, component, changes, w
     edit_json(folder / "config.json", **changes)
     outcome, message = run_capped(lambda: cls.from_pretrained(str(folder)))
     assert outcome == "ConfigError" and "config.json" in message and words in message, message
+
+
+# ----------------------------------------------------------------------------- non-finite decoders
+def _poison(module: torch.nn.Module) -> None:
+    """NaN in the decoder's last convolution: every pixel it writes is NaN."""
+    conv = [m for m in module.modules() if isinstance(m, torch.nn.Conv2d | torch.nn.Conv3d)][-1]
+    with torch.no_grad():
+        conv.weight.fill_(float("nan"))
+
+
+@pytest.mark.reliability(area="decoding",
+                         probe="NaN in the image decoder (the VQ decoder of LlamaGen, VAR, video and Emu3, MAR's KL-VAE "
+                               "decoder), with output_type np, pt and pil",
+                         outcome="NonFiniteError (an ArvisError) saying the decoder produced NaN or infinite pixels "
+                                 "and which images (it returned NaN arrays, or black PIL images, silently); NaN in the "
+                                 "transformer was already refused")
+@pytest.mark.parametrize("family", ["llamagen", "var", "mar", "video", "emu3"])
+@pytest.mark.parametrize("output_type", ["np", "pt", "pil"])
+def test_non_finite_decoder_output_is_refused(family, output_type):
+    from arvis.engine.engine import NonFiniteError
+    from arvis.errors import ArvisError
+
+    if family == "llamagen":
+        from arvis.hub import tiny_random_pipeline
+
+        pipe, decoder, call = tiny_random_pipeline(), None, {"class_labels": [0]}
+        decoder = pipe.vqvae.decoder
+    elif family == "var":
+        from tests.test_var import tiny_pipeline
+
+        pipe, call = tiny_pipeline(), {"class_labels": [0]}
+        decoder = pipe.vqvae.decoder
+    elif family == "mar":
+        from tests.test_mar import tiny_pipeline
+
+        pipe, call = tiny_pipeline(), {"class_labels": [0], "num_iter": 2}
+        decoder = pipe.vae.decoder
+    elif family == "video":
+        from tests.test_video import tiny_pipeline
+
+        pipe, call = tiny_pipeline(), {"class_labels": [0]}
+        decoder = pipe.vqvae.decoder
+    else:
+        from arvis.pipelines import Emu3Pipeline
+        from tests.emu3_fixtures import tiny_emu3
+
+        model, tok = tiny_emu3()
+        pipe = Emu3Pipeline(model, tok, default_height=2, default_width=2, default_negative_prompt="")
+        call, decoder = {"prompt": ["red apple"]}, model.model.vqmodel.decoder
+    pipe.set_progress_bar_config(disable=True)
+    _poison(decoder)
+    with pytest.raises(NonFiniteError, match=r"decoder produced NaN or infinite pixels \((image|clip) 0 of 1\)") as err:
+        pipe(**call, generator=torch.Generator().manual_seed(0), output_type=output_type)
+    assert isinstance(err.value, ArvisError)

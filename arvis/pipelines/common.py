@@ -15,7 +15,7 @@ import PIL.Image
 import torch
 from diffusers.callbacks import MultiPipelineCallbacks, PipelineCallback
 
-from arvis.engine.engine import DecodeEngine
+from arvis.engine.engine import DecodeEngine, NonFiniteError
 from arvis.engine.sampling import SamplingConfig
 from arvis.engine.stats import BatchStats
 from arvis.methods import decode
@@ -210,8 +210,29 @@ def decode_with_progress(pipe: Any, backbone: Backbone, condition: Condition, sa
     return tokens, stats
 
 
+def check_finite_pixels(images: torch.Tensor, unit: str = "image") -> None:
+    """Refuse decoded pixels ``[B, …]`` that are NaN or infinite (a decoder whose weights or activations are not
+    finite): they would become NaN arrays or black images without a word. One host read per decoded batch.
+
+    Raises:
+        NonFiniteError: naming the ``unit`` indices (images, or clips) affected.
+    """
+    bad = ~torch.isfinite(images.reshape(images.shape[0], -1)).all(1)
+    if bool(bad.any()):
+        which = bad.nonzero().flatten().tolist()
+        shown = ", ".join(str(i) for i in which[:8]) + (", …" if len(which) > 8 else "")
+        raise NonFiniteError(f"the image decoder produced NaN or infinite pixels ({unit} {shown} of {len(bad)}): its "
+                             f"weights or activations are not finite (a damaged decoder, or an overflow in a low "
+                             f"precision dtype; try float32)")
+
+
 def images_to_output(images: torch.Tensor, output_type: str) -> list[PIL.Image.Image] | np.ndarray | torch.Tensor:
-    """Decoded images ``[B, 3, H, W]`` in ``[-1, 1]`` → ``"pt"`` (``[0, 1]``), ``"np"`` (``[B, H, W, 3]``) or PIL."""
+    """Decoded images ``[B, 3, H, W]`` in ``[-1, 1]`` → ``"pt"`` (``[0, 1]``), ``"np"`` (``[B, H, W, 3]``) or PIL.
+
+    Raises:
+        NonFiniteError: a pixel is NaN or infinite (:func:`check_finite_pixels`).
+    """
+    check_finite_pixels(images)
     images = ((images.float() + 1) / 2).clamp(0, 1).cpu()
     if output_type == "pt":
         return images

@@ -39,7 +39,12 @@ from arvis.engine.stats import BatchStats
 from arvis.methods import with_resources
 from arvis.models.protocol import Condition
 from arvis.models.video import FramePrefix, VideoTransformer
-from arvis.pipelines.common import PREVIEW_GREY, SamplingDefaultsMixin, decode_with_progress
+from arvis.pipelines.common import (
+    PREVIEW_GREY,
+    SamplingDefaultsMixin,
+    check_finite_pixels,
+    decode_with_progress,
+)
 from arvis.tokenizers.llamagen_vq import LlamaGenVQModel
 from arvis.utils.config_check import CheckedPipelineMixin
 from arvis.utils.random import GeneratorArg
@@ -151,6 +156,7 @@ class VideoPipeline(SamplingDefaultsMixin, CheckedPipelineMixin, DiffusionPipeli
         filled = tokens if known is None else torch.where(known, tokens, torch.zeros_like(tokens))
         with torch.no_grad():
             frames = self.vqvae.decode_codes(filled.flatten(0, 1).to(self.vqvae.device))
+        check_finite_pixels(frames.unflatten(0, (B, T)), unit="clip")
         frames = ((frames.float() + 1) / 2).clamp(0, 1).cpu()
         if known is not None:
             cells = torch.nn.functional.interpolate(known.flatten(0, 1)[:, None].float().cpu(),
