@@ -188,35 +188,36 @@ def model_ref(name_or_path: str | os.PathLike | None) -> ModelRef:
 
 # ----------------------------------------------------------------------------- loading
 def read_sampling_defaults(folder: str | os.PathLike) -> dict[str, Any]:
-    """The folder's ``sampling_defaults.json`` (``{}`` when absent); ``ValueError`` when it is not a JSON object."""
+    """The folder's ``sampling_defaults.json`` (``{}`` when absent).
+
+    Raises:
+        ConfigError: not a JSON object (its settings are checked by the pipeline that reads them).
+        CheckpointError: it cannot be read.
+    """
+    from arvis.utils.config_check import read_json_object
+
     file = Path(folder) / SAMPLING_DEFAULTS_FILE
-    if not file.is_file():
-        return {}
-    try:
-        data = json.loads(file.read_text())
-    except (OSError, ValueError) as err:
-        raise ValueError(f"{file.name}: cannot read it ({err})") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"{file.name}: expected a JSON object, got {type(data).__name__}")
-    return data
+    return read_json_object(file) if file.is_file() else {}
 
 
 def pipeline_class(folder: str | os.PathLike) -> type:
     """The pipeline class a folder's ``model_index.json`` names (``_class_name``), among arvis's public names."""
     import arvis
+    from arvis.errors import CheckpointError
+    from arvis.utils.config_check import read_json_object
 
     index = Path(folder) / "model_index.json"
     if not index.is_file() and _official_model_type(Path(folder)) == "emu3":
         return arvis.Emu3Pipeline
     try:
-        class_name = json.loads(index.read_text()).get("_class_name")
-    except (OSError, ValueError, AttributeError) as err:
-        raise ValueError(f"model_index.json: cannot read it ({err})") from None
+        class_name = read_json_object(index).get("_class_name")
+    except ValueError as err:  # ConfigError (not JSON, too deep, not an object) or CheckpointError (unreadable)
+        raise CheckpointError(str(err)) from None
     if isinstance(class_name, list | tuple) and len(class_name) == 2:  # diffusers' custom-pipeline form
         class_name = class_name[1]
     cls = getattr(arvis, class_name, None) if isinstance(class_name, str) else None
-    if cls is None or not hasattr(cls, "from_pretrained"):
-        raise ValueError(f"model_index.json: _class_name {class_name!r} is not a pipeline arvis provides")
+    if cls is None or not isinstance(cls, type) or not hasattr(cls, "from_pretrained"):
+        raise CheckpointError(f"{str(index)!r}: _class_name {class_name!r} is not a pipeline arvis provides")
     return cls
 
 

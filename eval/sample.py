@@ -64,6 +64,7 @@ def run(args: argparse.Namespace) -> int:
     from arvis.hub import load_pipeline
 
     a.check_images(args)
+    a.check_sampling_flags(args)
     spec = a.parse_methods(args.method, single=True)[0]
     a.check_device(args.device)
     labels = a.parse_class_ids(args.class_ids)

@@ -15,6 +15,7 @@ import io
 import json
 import math
 import os
+import re
 import resource
 import shutil
 import subprocess
@@ -653,3 +654,66 @@ def test_linked_components_stay_next_to_the_folder(pipeline_dir, tmp_path, targe
     for name in SHIPPED_PIPELINES.values():
         if (WEIGHTS_DIR / name / "model_index.json").is_file():
             assert folder_sha256(WEIGHTS_DIR / name) == _old_folder_sha256(WEIGHTS_DIR / name), name
+
+
+# ----------------------------------------------------------------------------- late or wrong errors
+@pytest.mark.reliability(area="loading: configurations",
+                         probe="a config.json with a private key diffusers would pass on (__class__, _bogus), or nested "
+                               "10⁵ levels deep",
+                         outcome="ConfigError naming config.json and the key, or saying it is nested too deep (they "
+                                 "raised diffusers' TypeError and a RecursionError)")
+@pytest.mark.parametrize("damage, words", [("__class__", "unknown private config key '__class__'"),
+                                           ("_bogus", "unknown private config key '_bogus'"),
+                                           ("deep", "config.json' is nested deeper than")])
+def test_private_keys_and_deep_configs_are_refused(pipeline_dir, tmp_path, damage, words):
+    folder = variant(pipeline_dir, tmp_path)
+    config = folder / "transformer" / "config.json"
+    if damage == "deep":
+        config.write_text("[" * 10**5 + "]" * 10**5)
+    else:
+        edit_json(config, **{damage: "x"})
+    with pytest.raises(ConfigError, match=re.escape(words)):
+        LlamaGenPipeline.from_pretrained(str(folder))
+
+
+@pytest.mark.reliability(area="loading: pipeline folders",
+                         probe="a damaged model_index.json (not JSON, nested 10⁵ deep, an unknown _class_name) loaded "
+                               "through arvis.hub.load_pipeline, as every command does; a sampling_defaults.json with "
+                               "guidance_scale = -1, top_p = 2, top_k = \"5\", num_iter = 0 (MAR) or not JSON",
+                         outcome="CheckpointError naming model_index.json (it was a plain ValueError); ConfigError naming "
+                                 "sampling_defaults.json and the setting when the pipeline loads (it failed only at "
+                                 "generate time, without naming the file)")
+@pytest.mark.parametrize("damage, error, words", [
+    ("index-not-json", CheckpointError, "model_index.json' is not valid JSON"),
+    ("index-deep", CheckpointError, "model_index.json' is nested deeper than"),
+    ("index-class", CheckpointError, "_class_name 'Bogus' is not a pipeline arvis provides"),
+    ("guidance", ConfigError, "sampling_defaults.json: guidance_scale = -1 is not a finite number in"),
+    ("top_p", ConfigError, "sampling_defaults.json: top_p = 2 is not a finite number in (0, 1]"),
+    ("top_k", ConfigError, "sampling_defaults.json: top_k = '5' is not an integer"),
+    ("not-json", ConfigError, "sampling_defaults.json' is not valid JSON"),
+    ("mar-num_iter", ConfigError, "sampling_defaults.json: num_iter = 0 is not an integer in [1, 4096]"),
+])
+def test_damaged_index_and_defaults_are_named_at_load(pipeline_dir, tmp_path, damage, error, words):
+    from arvis.hub import load_pipeline
+
+    folder = variant(pipeline_dir, tmp_path)
+    if damage.startswith("mar"):
+        from tests.test_mar import tiny_pipeline
+
+        shutil.rmtree(folder)
+        tiny_pipeline().save_pretrained(folder)
+    index, defaults = folder / "model_index.json", folder / "sampling_defaults.json"
+    if damage == "index-not-json":
+        index.write_text("{not json")
+    elif damage == "index-deep":
+        index.write_text("[" * 10**5 + "]" * 10**5)
+    elif damage == "index-class":
+        edit_json(index, _class_name="Bogus")
+    elif damage == "not-json":
+        defaults.write_text("{")
+    else:
+        name = damage.split("-")[-1] if damage.startswith("mar") else damage
+        value = {"guidance": -1, "top_p": 2, "top_k": "5", "num_iter": 0}[name]
+        defaults.write_text(json.dumps({"guidance_scale" if name == "guidance" else name: value}))
+    with pytest.raises(error, match=re.escape(words)):
+        load_pipeline(str(folder))

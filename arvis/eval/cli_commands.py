@@ -23,6 +23,9 @@ from typing import TYPE_CHECKING, Any
 from arvis import cli_args as a
 from arvis.cli_args import command
 from arvis.data.sources import DATA_CHOICES
+from arvis.errors import storage_errors
+
+RERUN_ADVICE = "Fix the cause and run the command again"
 
 if TYPE_CHECKING:
     import argparse
@@ -79,6 +82,7 @@ def run_bench_command(args: argparse.Namespace) -> int:
     specs = a.parse_methods(args.method)
     a.check_images(args)
     check_settings(samples=args.num_images, repeats=args.repeats, warmup=args.warmup, batch_size=args.batch_size)
+    a.check_sampling_flags(args)
     _check_outputs(args, "json", "markdown", "plots")
     dtype = a.setup_runtime(args)
     pipe, _, model = load_pipeline(args.model, dtype, args.device)
@@ -103,17 +107,18 @@ def run_bench_command(args: argparse.Namespace) -> int:
                        lowres_model=getattr(pipe, "lowres_transformer", None),
                        upsampler=getattr(pipe, "upsampler", None))
     print(format_text(result))
-    if args.json:
-        write_json_atomic(args.json, result.records)
-        print(f"wrote {args.json}")
-    if args.markdown:
-        write_bytes_atomic(args.markdown, format_markdown(result).encode())
-        print(f"wrote {args.markdown}")
-    if args.plots:
-        from arvis.eval.plots import write_bench_plots
+    with storage_errors("writing the bench outputs", RERUN_ADVICE):
+        if args.json:
+            write_json_atomic(args.json, result.records)
+            print(f"wrote {args.json}")
+        if args.markdown:
+            write_bytes_atomic(args.markdown, format_markdown(result).encode())
+            print(f"wrote {args.markdown}")
+        if args.plots:
+            from arvis.eval.plots import write_bench_plots
 
-        for f in write_bench_plots(result.records, result.forward_cost, args.plots):
-            print(f"wrote {f}")
+            for f in write_bench_plots(result.records, result.forward_cost, args.plots):
+                print(f"wrote {f}")
     return 0
 
 
@@ -163,6 +168,7 @@ def run_fid_command(args: argparse.Namespace) -> int:
     a.check_count("--ref-num", args.ref_num, 1, a.MAX_IMAGES)
     a.check_count("--feature-batch-size", args.feature_batch_size, 1, a.MAX_BATCH_SIZE)
     spec = a.parse_methods(args.method, single=True)[0] if args.model is not None else None
+    a.check_sampling_flags(args)
     _check_outputs(args, "json", "save_stats")
     dtype = a.setup_runtime(args)
     from arvis.data.sources import model_data
@@ -198,12 +204,13 @@ def run_fid_command(args: argparse.Namespace) -> int:
     floor = f"   real-vs-real floor (N={result.generated.count}): {result.floor:.4f}" if result.floor is not None else ""
     print(f"FID ({result.generated.extractor}, N={result.generated.count} vs {result.reference.source}, "
           f"M={result.reference.count}): {result.fid:.4f}{floor}")
-    if args.save_stats:
-        result.generated.save(args.save_stats)
-        print(f"wrote {args.save_stats}")
-    if args.json:
-        write_json_atomic(args.json, record)
-        print(f"wrote {args.json}")
+    with storage_errors("writing the FID outputs", RERUN_ADVICE):
+        if args.save_stats:
+            result.generated.save(args.save_stats)
+            print(f"wrote {args.save_stats}")
+        if args.json:
+            write_json_atomic(args.json, record)
+            print(f"wrote {args.json}")
     return 0
 
 

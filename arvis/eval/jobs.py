@@ -37,7 +37,7 @@ import fcntl
 import hashlib
 import json
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,7 +47,8 @@ import torch
 from PIL import Image
 from tqdm.auto import tqdm
 
-from arvis.errors import ArvisError, JobError, StorageError
+from arvis.errors import ArvisError, JobError
+from arvis.errors import storage_errors as write_errors
 from arvis.eval.files import (
     png_bytes,
     remove_stale_temporaries,
@@ -171,13 +172,9 @@ def _share_from_rank0(value: Any) -> Any:
     return broadcast_object_list([value], from_process=0)[0]
 
 
-@contextlib.contextmanager
-def storage_errors(action: str) -> Iterator[None]:
-    """Turn an ``OSError`` met while ``action`` into a :class:`StorageError` saying how to continue."""
-    try:
-        yield
-    except OSError as err:
-        raise StorageError.from_os_error(err, action, RESUME_ADVICE) from err
+def storage_errors(action: str) -> contextlib.AbstractContextManager[None]:
+    """Turn an ``OSError`` met while ``action`` into a :class:`StorageError` saying how to continue (``--resume``)."""
+    return write_errors(action, RESUME_ADVICE)
 
 
 def open_own_file(path: Path, flags: int) -> int:

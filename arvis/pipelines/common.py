@@ -18,8 +18,11 @@ from diffusers.callbacks import MultiPipelineCallbacks, PipelineCallback
 from arvis.engine.engine import DecodeEngine, NonFiniteError
 from arvis.engine.sampling import SamplingConfig
 from arvis.engine.stats import BatchStats
+from arvis.errors import ConfigError
 from arvis.methods import decode
+from arvis.methods.mar import CFG_SCHEDULES
 from arvis.models.protocol import Backbone, Condition
+from arvis.utils.config_check import Bound, check_config
 from arvis.utils.random import GeneratorArg
 
 OUTPUT_TYPES = ("pil", "np", "pt", "latent")
@@ -28,16 +31,34 @@ PREVIEW_GREY = 0.5  # colour of not-yet-committed token cells in partial images 
 SAMPLING_FIELDS = ("guidance_scale", "top_k", "top_p", "temperature", "cfg_interval")
 
 
+_FP32_MAX = float(torch.finfo(torch.float32).max)  # SamplingConfig computes the target distribution in fp32
+# What each setting of a sampling_defaults.json may hold (the ranges of SamplingConfig and of MAR's decoder).
+SAMPLING_BOUNDS: dict[str, Bound] = {
+    "guidance_scale": Bound.number(0.0, _FP32_MAX),
+    "temperature": Bound.number(0.0, _FP32_MAX),
+    "top_k": Bound.integer(0, 1 << 30),
+    "top_p": Bound.number(0.0, 1.0, open_low=True),
+    "cfg_interval": Bound.integer(-1, 1 << 30),
+    "num_iter": Bound.integer(1, 4096),
+    "cfg_schedule": Bound.choice(*CFG_SCHEDULES),
+}
+
+
 def read_sampling_defaults(folder: Path, fields: Sequence[str] = SAMPLING_FIELDS) -> dict[str, Any]:
-    """The folder's ``sampling_defaults.json`` checked against ``fields`` (``{}`` when absent)."""
+    """The folder's ``sampling_defaults.json`` checked against ``fields`` and :data:`SAMPLING_BOUNDS` when the
+    pipeline loads (``{}`` when absent).
+
+    Raises:
+        ConfigError: an unknown setting or a value out of its range, naming the file and the setting.
+    """
     from arvis.hub import SAMPLING_DEFAULTS_FILE
     from arvis.hub import read_sampling_defaults as read_file
 
     defaults = read_file(folder)
     unknown = sorted(set(defaults) - set(fields))
     if unknown:
-        raise ValueError(f"{SAMPLING_DEFAULTS_FILE}: unknown setting(s) {unknown}; known: {list(fields)}")
-    return defaults
+        raise ConfigError(f"{SAMPLING_DEFAULTS_FILE}: unknown setting(s) {unknown}; known: {list(fields)}")
+    return check_config(defaults, {k: SAMPLING_BOUNDS[k] for k in fields}, source=str(folder / SAMPLING_DEFAULTS_FILE))
 
 
 class SamplingDefaultsMixin:

@@ -219,10 +219,16 @@ def _name(value: Any) -> str:
     return value if isinstance(value, str) and len(value) <= 60 else _show(value)
 
 
+# The bookkeeping keys diffusers and transformers write into configurations (dropped by check_config; any other
+# key starting with "_" is refused).
+PRIVATE_KEYS = frozenset({"_class_name", "_diffusers_version", "_name_or_path", "_use_default_values", "_commit_hash",
+                          "_from_model_config"})
+
+
 def check_config(config: Mapping[str, Any], bounds: Mapping[str, Bound], source: str,
                  prefix: str = "", allow_unknown: bool = False) -> dict[str, Any]:
-    """Check every key of ``config`` against ``bounds``; return the public keys (``_``-prefixed ones,
-    diffusers' bookkeeping such as ``_class_name``, are dropped).
+    """Check every key of ``config`` against ``bounds``; return the public keys (the libraries' bookkeeping,
+    :data:`PRIVATE_KEYS` such as ``_class_name``, is dropped; another ``_``-prefixed key is refused).
 
     Args:
         config: the configuration (a ``config.json`` object, pickled args as a dict, constructor args).
@@ -244,6 +250,9 @@ def check_config(config: Mapping[str, Any], bounds: Mapping[str, Bound], source:
         if not isinstance(key, str):
             raise ConfigError(f"{source}: config keys must be strings, got {key!r}")
         if key.startswith("_"):
+            if key not in PRIVATE_KEYS and not allow_unknown:  # diffusers would pass it on (``__class__``: a TypeError deep inside)
+                raise ConfigError(f"{source}: unknown private config key {prefix + key!r}; the ones a library writes "
+                                  f"are {', '.join(sorted(PRIVATE_KEYS))}")
             continue
         bound = bounds.get(key)
         if bound is None and allow_unknown:
