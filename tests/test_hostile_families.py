@@ -268,7 +268,8 @@ def test_emu3_configs_are_bounded_before_allocation(emu3_dir, tmp_path, componen
                          probe="an Emu3 folder whose weights do not fit its config (hidden_size 48 for width-32 "
                                "tensors), whose model.safetensors is truncated, whose tokenizer.json is not JSON, "
                                "not a tokenizer, or nested 10⁵ deep, whose tokenizer_config.json says bos_token = 5, "
-                               "or whose model_index.json says default_height = 10⁹",
+                               "whose text config has 3 key/value heads for 4 heads, or whose model_index.json says "
+                               "default_height = 10⁹",
                          outcome="CheckpointError or ConfigError naming the file (they raised raw RuntimeError, "
                                  "SafetensorError, JSONDecodeError, TypeError, RecursionError or Exception)")
 @pytest.mark.parametrize("damage, error, words", [
@@ -278,6 +279,7 @@ def test_emu3_configs_are_bounded_before_allocation(emu3_dir, tmp_path, componen
     ("tokenizer-not-a-tokenizer", CheckpointError, "tokenizer.json' is not a tokenizer"),
     ("tokenizer-deep", ConfigError, "tokenizer.json' is nested deeper than"),
     ("bos", ConfigError, "tokenizer_config.json: bos_token = 5 is not a string"),
+    ("kv-heads", ConfigError, "num_key_value_heads 3: the heads must divide the width and the key/value heads"),
     ("height", ConfigError, "model_index.json: default_height = 1000000000 is not an integer in"),
 ])
 def test_damaged_emu3_folders_are_refused(emu3_dir, tmp_path, damage, error, words):
@@ -295,6 +297,8 @@ def test_damaged_emu3_folders_are_refused(emu3_dir, tmp_path, damage, error, wor
         (folder / "tokenizer" / "tokenizer.json").write_text('{"model": {"type": "BPE", "vocab": 5}}')
     elif damage == "tokenizer-deep":
         (folder / "tokenizer" / "tokenizer.json").write_text("[" * 10**5 + "]" * 10**5)
+    elif damage == "kv-heads":
+        _edit_nested(folder / "transformer" / "config.json", "text_config.num_key_value_heads", 3)
     elif damage == "bos":
         edit_json(folder / "tokenizer" / "tokenizer_config.json", bos_token=5)
     else:

@@ -225,15 +225,27 @@ EMU3_CONFIG_BOUNDS: dict[str, Bound] = {
 }
 
 
+def _check_heads(text: Mapping[str, object]) -> None:
+    """Head counts the attention can use: transformers would build the model and fail in the first forward."""
+    hidden, heads = int(text.get("hidden_size", 4096)), int(text.get("num_attention_heads", 32))
+    kv = text.get("num_key_value_heads")
+    kv = heads if kv is None else int(kv)
+    if hidden % heads or heads % kv:
+        raise ValueError(f"hidden_size {hidden}, num_attention_heads {heads}, num_key_value_heads {kv}: the heads "
+                         f"must divide the width and the key/value heads the heads")
+
+
 def _build_emu3(**config: object) -> nn.Module:
     from transformers import Emu3Config, Emu3ForConditionalGeneration
 
+    _check_heads(config.get("text_config") or {})  # type: ignore[arg-type]
     return Emu3ForConditionalGeneration(Emu3Config(**config))
 
 
 def _build_emu3_text(**config: object) -> nn.Module:
     from transformers import Emu3ForCausalLM, Emu3TextConfig
 
+    _check_heads(config)
     return Emu3ForCausalLM(Emu3TextConfig(**config))
 
 
