@@ -547,10 +547,10 @@ def _expanded(shapes: dict[str, tuple[int, ...]], dtype: torch.dtype = torch.flo
 
 
 @pytest.mark.reliability(area="loading: weights",
-                         probe="a 6 KB .pt whose every tensor is an expanded (stride-0) view of one fp16 value, shaped "
-                               "as a 4096-wide, 8-layer GPT (1.6 G parameters), loaded with dtype=float32; the same with "
+                         probe="a 14 KB .pt whose every tensor is an expanded (stride-0) view of one fp16 value, shaped "
+                               "as a 4096-wide, 8-layer GPT (1.75 G parameters), loaded with dtype=float32; the same with "
                                "one real fp32 tensor among them and no dtype; a VAR .pth and a KL-VAE .ckpt built the "
-                               "same way; a 2 G-parameter GPT whose every tensor is a view of the start of one "
+                               "same way; a 1.65 G-parameter GPT whose every tensor is a view of the start of one "
                                "stored 23 MB tensor",
                          outcome="CheckpointError naming the file and the tensor (or the total), before anything is "
                                  "allocated (+1 GiB cap): a file may ask for at most the bytes it holds, times the dtype "
