@@ -155,4 +155,5 @@ def prompt_batch(tokenizer, prompts: list[str], height: int, width: int, length:
     return ids, mask
 
 
-__all__ = ["SPECIAL_TOKENS", "TOKENIZER_CONFIG_BOUNDS", "build_emu3_tokenizer", "check_tokenizer_folder", "generation_prompt", "prompt_batch"]
+__all__ = ["SPECIAL_TOKENS", "TOKENIZER_CONFIG_BOUNDS", "build_emu3_tokenizer", "check_tokenizer_folder",
+           "generation_prompt", "prompt_batch"]

@@ -21,9 +21,13 @@ and the configuration is checked against it, in this order, before a tensor is a
 ``diffusion_pytorch_model.safetensors``) is loaded, so every component of a pipeline folder is
 checked before diffusers reads it; :class:`CheckedPipelineMixin` first checks the pipeline folder's
 ``model_index.json`` against the pipeline's ``__init__`` (a diffusers ``UNet2DModel`` named as the
-transformer is refused before diffusers imports or loads anything). Single-file loaders (``arvis.models.checkpoint``) call
-:func:`check_config` on pickled args and safetensors metadata. A new model family joins by declaring
-``config_bounds``, calling ``check_config`` in its constructor and mixing in ``CheckedFolderMixin``.
+transformer is refused before diffusers imports or loads anything), the links of linked components
+(:func:`component_folder`) and the pipeline's own settings. A component whose class another library defines
+(diffusers' ``AutoencoderKL``, transformers' Emu3 models) is checked the same way through the
+:class:`FolderSpec` its pipeline names in ``component_checks``. Single-file loaders (``arvis.models.checkpoint``,
+the VAR and MAR loaders) call :func:`check_config` on pickled args, safetensors metadata and the configuration
+the tensor shapes imply. A new model family joins by declaring ``config_bounds``, calling ``check_config`` in
+its constructor and mixing in ``CheckedFolderMixin``.
 
 Every refusal is a :class:`~arvis.errors.ConfigError` (the configuration) or
 :class:`~arvis.errors.CheckpointError` (the weights) naming the file and the field.
@@ -65,10 +69,10 @@ class Bound:
     """What one configuration field may hold. Build with the class methods (``Bound.integer(1, 256)``…).
 
     Attributes:
-        kind: ``int``, ``float``, ``bool``, ``str``, ``choice``, ``ints`` (list of ints), ``floats`` (list of
-            finite numbers), ``strs`` (list of strings), ``table`` (an object of string keys and integer values, e.g. a vocabulary),
-            ``mapping`` (a nested object checked against ``fields``) or ``any`` (a known field that sizes
-            nothing, accepted as it comes).
+        kind: ``int``, ``float``, ``bool``, ``str``, ``choice``, ``ints`` (list of ints), ``floats`` (list
+            of finite numbers), ``strs`` (list of strings), ``table`` (an object of string keys and integer
+            values, e.g. a vocabulary), ``mapping`` (a nested object checked against ``fields``) or ``any``
+            (a known field that sizes nothing, accepted as it comes).
         low, high: inclusive range of a number or of every list item.
         open_low, open_high: exclude ``low`` / ``high``.
         optional: ``None`` is allowed.
@@ -250,7 +254,8 @@ def check_config(config: Mapping[str, Any], bounds: Mapping[str, Bound], source:
         if not isinstance(key, str):
             raise ConfigError(f"{source}: config keys must be strings, got {key!r}")
         if key.startswith("_"):
-            if key not in PRIVATE_KEYS and not allow_unknown:  # diffusers would pass it on (``__class__``: a TypeError deep inside)
+            # diffusers would pass an unknown one on to the constructor (``__class__``: a TypeError deep inside)
+            if key not in PRIVATE_KEYS and not allow_unknown:
                 raise ConfigError(f"{source}: unknown private config key {prefix + key!r}; the ones a library writes "
                                   f"are {', '.join(sorted(PRIVATE_KEYS))}")
             continue
