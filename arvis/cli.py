@@ -70,6 +70,7 @@ def run_generate(args: argparse.Namespace) -> int:
     prompts = a.read_prompts(args)
     if labels is not None and prompts is not None:
         raise ValueError("--class-ids / --prompt: give class ids (class-conditional) or prompts (text-conditional)")
+    a.check_sampling_flags(args)
     first_frames = read_first_frames(args.image)
     fps = DEFAULT_FPS if args.fps is None else _check_fps(args.fps)
     if args.video_format == "mp4":
@@ -97,6 +98,7 @@ def run_generate(args: argparse.Namespace) -> int:
                          f"got {len(first_frames)}")
 
     from arvis.demo.compare import ImageSet, compare_methods, remove_previous_outputs, write_comparison
+    from arvis.errors import storage_errors
     from arvis.eval.provenance import provenance
     from arvis.hub import load_pipeline
 
@@ -115,7 +117,9 @@ def run_generate(args: argparse.Namespace) -> int:
         remove_previous_outputs(output)
     context = {**model.record(), **{k: v for k, v in provenance(args.device, dtype).items() if k != "machine"}}
     clip_format = args.video_format or CLIP_FORMATS[0]
-    write_comparison(comparison, output, context, class_names=pipe.class_names, clip_format=clip_format, fps=fps)
+    with storage_errors(f"writing the outputs to {str(output)!r}", "Fix the cause and run the command again "
+                        "(with --overwrite: the folder holds part of this run)"):
+        write_comparison(comparison, output, context, class_names=pipe.class_names, clip_format=clip_format, fps=fps)
     print(f"model: {model}")
     unit = comparison.unit
     if len(comparison.results) == 1:

@@ -203,6 +203,26 @@ def check_images(args: argparse.Namespace, max_images: int = MAX_IMAGES) -> None
         check_count("--seed", args.seed, 0, 2**63 - 1)
 
 
+# The sampling flags (add_sampling) and the SamplingConfig fields they set.
+SAMPLING_FLAGS = {"guidance_scale": "--guidance-scale", "top_k": "--top-k", "top_p": "--top-p",
+                  "temperature": "--temperature"}
+
+
+def check_sampling_flags(args: argparse.Namespace) -> None:
+    """Each sampling flag given (``--guidance-scale``, ``--top-k``, ``--top-p``, ``--temperature``) within the range
+    :class:`~arvis.engine.sampling.SamplingConfig` allows, before a model is loaded (whether the model takes the
+    setting at all, e.g. ``--top-k`` for MAR's continuous tokens, is its pipeline's to say once loaded)."""
+    from arvis.engine.sampling import SamplingConfig
+
+    for name, flag in SAMPLING_FLAGS.items():
+        value = getattr(args, name, None)
+        if value is not None:
+            try:
+                SamplingConfig(**{name: value})
+            except ValueError as err:
+                raise ValueError(f"{flag}: {err}") from None
+
+
 def parse_class_ids(text: str | None) -> list[int | str] | None:
     """``--class-ids``: ``None`` when not given; ids and names, in order. An empty value is an error."""
     if text is None:
@@ -315,8 +335,7 @@ def check_output_folder(flag: str, value: str | os.PathLike, *, overwrite: bool 
     existing = next((p for p in (path, *path.parents) if p.exists()), Path("."))
     if not existing.is_dir():
         raise ValueError(f"{flag}: {os.fspath(existing)!r} is a file; cannot create a folder under it")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise ValueError(f"{flag}: cannot write under {os.fspath(existing)!r} (permission denied)")
+    check_writable(flag, existing)
     free = shutil.disk_usage(existing).free
     if expected_bytes > free:
         raise ValueError(f"{flag}: the images need up to {expected_bytes / 2**30:.1f} GiB but "
@@ -334,6 +353,18 @@ def check_output_file(flag: str, value: str | os.PathLike | None) -> None:
     existing = next((p for p in path.parents if p.exists()), Path("."))
     if not existing.is_dir():
         raise ValueError(f"{flag}: {os.fspath(existing)!r} is a file; cannot create {os.fspath(value)!r} under it")
+    check_writable(flag, existing)
+
+
+def check_writable(flag: str, folder: Path) -> None:
+    """Refuse a ``folder`` in which no file can be created (permissions, a read-only or virtual file system such
+    as ``/proc``): a hidden probe file is created there and removed at once, the way outputs are written."""
+    from arvis.utils.serialization import create_temporary
+
+    try:
+        create_temporary(folder / ".arvis-write-check").unlink()
+    except OSError as err:
+        raise ValueError(f"{flag}: cannot write under {os.fspath(folder)!r} ({err.strerror or err})") from None
 
 
 def available_memory_bytes() -> int | None:

@@ -23,10 +23,12 @@ before this hierarchy existed, with ``except ValueError``.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
+from collections.abc import Iterator
 
-__all__ = ["ArvisError", "CheckpointError", "ConfigError", "JobError", "StorageError"]
+__all__ = ["ArvisError", "CheckpointError", "ConfigError", "JobError", "StorageError", "storage_errors"]
 
 
 class ArvisError(ValueError):
@@ -74,3 +76,13 @@ class StorageError(ArvisError):
         where = err.filename if err.filename is not None else ""
         detail = f"{meaning} ({os.fsdecode(where)})" if where else meaning
         return cls(f"{action} failed: {detail}. {advice}")
+
+
+@contextlib.contextmanager
+def storage_errors(action: str, advice: str) -> Iterator[None]:
+    """Turn an ``OSError`` met while ``action`` (writing outputs) into a :class:`StorageError` saying what happened
+    and ``advice``: how to continue."""
+    try:
+        yield
+    except OSError as err:
+        raise StorageError.from_os_error(err, action, advice) from err

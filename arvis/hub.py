@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
-WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"
+from arvis.utils.paths import WEIGHTS_DIR
 
 # Shipped pipelines (folders under arvis/weights), by alias. One line per model; the first is the demo's first.
 SHIPPED_PIPELINES: dict[str, str] = {
@@ -135,14 +135,38 @@ def folder_sha256(folder: str | os.PathLike) -> str:
     weights (``*.json``, ``*.safetensors``, ``*.bin``, ``*.pt``; model cards and other files excluded).
 
     Linked components (``vqvae -> ../vq-emoji``) are followed: their weights decode every image, so a retrained
-    tokenizer is other weights for every pipeline that links it."""
+    tokenizer is other weights for every pipeline that links it. Only the components ``model_index.json`` lists
+    (every link, in a folder without one) are followed, and only to a folder inside this one, next to it or
+    shipped (:func:`arvis.utils.config_check.component_folder`); no other link is followed or hashed, and a
+    component is the files directly in its folder.
+
+    Raises:
+        CheckpointError: a listed component links elsewhere (``/``, ``/usr``…).
+    """
+    from arvis.utils.config_check import component_folder
+
     folder = Path(folder)
+    try:
+        index = json.loads((folder / "model_index.json").read_text())
+    except (OSError, ValueError, RecursionError):
+        index = None  # loading the pipeline reports the damage
+    listed = set(index) if isinstance(index, dict) else None  # None: no index, every (contained) link is followed
+    files: list[tuple[str, Path]] = []
+    for entry in sorted(folder.iterdir()):
+        if entry.is_symlink() and listed is not None and entry.name not in listed:
+            continue
+        base = component_folder(folder, entry.name) if entry.is_symlink() else entry
+        if not base.is_dir():
+            files.append((entry.name, base))
+            continue
+        # A component is the files directly in its folder (configs, weights); nothing deeper, no link inside.
+        files.extend((f"{entry.name}/{path.name}", path) for path in base.iterdir())
     digest = hashlib.sha256()
     suffixes = {".json", ".safetensors", ".bin", ".pt", ".model", ".txt"}
-    files = [Path(root, name) for root, _, names in os.walk(folder, followlinks=True) for name in names]
-    for file in sorted((p for p in files if p.is_file() and p.suffix in suffixes and p.name != "metrics.json"),
-                       key=lambda p: p.relative_to(folder)):
-        digest.update(file.relative_to(folder).as_posix().encode() + b"\0")
+    for relative, file in sorted(files, key=lambda item: Path(item[0]).parts):
+        if file.is_symlink() or not file.is_file() or file.suffix not in suffixes or file.name == "metrics.json":
+            continue
+        digest.update(relative.encode() + b"\0")
         with open(file, "rb") as f:
             for block in iter(lambda: f.read(1 << 20), b""):
                 digest.update(block)
@@ -165,17 +189,16 @@ def model_ref(name_or_path: str | os.PathLike | None) -> ModelRef:
 
 # ----------------------------------------------------------------------------- loading
 def read_sampling_defaults(folder: str | os.PathLike) -> dict[str, Any]:
-    """The folder's ``sampling_defaults.json`` (``{}`` when absent); ``ValueError`` when it is not a JSON object."""
+    """The folder's ``sampling_defaults.json`` (``{}`` when absent).
+
+    Raises:
+        ConfigError: not a JSON object (its settings are checked by the pipeline that reads them).
+        CheckpointError: it cannot be read.
+    """
+    from arvis.utils.config_check import read_json_object
+
     file = Path(folder) / SAMPLING_DEFAULTS_FILE
-    if not file.is_file():
-        return {}
-    try:
-        data = json.loads(file.read_text())
-    except (OSError, ValueError) as err:
-        raise ValueError(f"{file.name}: cannot read it ({err})") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"{file.name}: expected a JSON object, got {type(data).__name__}")
-    return data
+    return read_json_object(file) if file.is_file() else {}
 
 
 def pipeline_class(folder: str | os.PathLike) -> type:

@@ -78,6 +78,7 @@ def run(args: argparse.Namespace) -> int:
         if not str(args.save_npz).endswith(".npz"):
             raise ValueError(f"--save-npz: {args.save_npz!r} must end in .npz")
         a.check_output_file("--save-npz", args.save_npz)
+    a.check_sampling_flags(args)
     spec = a.parse_methods(args.method, single=True)[0]
     a.check_specs([spec], a.model_capabilities(args.model))  # from the folder's metadata, before anything loads
     a.check_device(args.device)

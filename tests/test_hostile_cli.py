@@ -109,3 +109,66 @@ def test_an_unresolvable_demo_host_is_a_clear_error(no_loading, capsys):
     refused(capsys, ["demo", "--model", "tiny-random", "--host", "no-such-host.invalid", "--no-warmup"],
             "--host: cannot resolve 'no-such-host.invalid'")
     refused(capsys, ["demo", "--port", "70000"], "--port must be in [0, 65535]")
+
+
+@pytest.mark.reliability(area="command lines",
+                         probe="out-of-range sampling flags (--guidance-scale -1 or nan, --temperature -1 or inf, "
+                               "--top-k -5, --top-p 0 or 1.5) for generate, bench, fid and eval/sample.py",
+                         outcome="exit code 2 and one line naming the flag and its range, before any model is loaded "
+                                 "(they were refused only after the model had loaded)")
+@pytest.mark.parametrize("flag, value, words", [
+    ("--guidance-scale", "-1", "--guidance-scale: guidance_scale must be >= 0"),
+    ("--guidance-scale", "nan", "--guidance-scale: guidance_scale must be a finite number"),
+    ("--temperature", "-1", "--temperature: temperature must be >= 0"),
+    ("--temperature", "inf", "--temperature: temperature must be a finite number"),
+    ("--top-k", "-5", "--top-k: top_k must be an integer >= 0"),
+    ("--top-p", "0", "--top-p: top_p must be in (0, 1]"),
+    ("--top-p", "1.5", "--top-p: top_p must be in (0, 1]"),
+])
+def test_sampling_flags_are_checked_before_loading(no_loading, capsys, tmp_path, flag, value, words):
+    import eval.sample
+
+    refused(capsys, GENERATE + [flag, value, "--output", str(tmp_path / "o")], words)
+    refused(capsys, ["bench", "--model", "tiny-random", flag, value], words)
+    refused(capsys, ["fid", "--model", "tiny-random", "--num-images", "4", flag, value], words)
+    assert eval.sample.main(["--model", "tiny-random", "--num-images", "2", "--output", str(tmp_path / "s"),
+                             flag, value]) == 2
+    assert words in capsys.readouterr().err
+    assert not (tmp_path / "o").exists() and not (tmp_path / "s").exists()
+
+
+@pytest.mark.reliability(area="command lines",
+                         probe="output paths that cannot be written although their folder exists: "
+                               "`arvis bench --json /proc/x.json`, --markdown under /proc, `arvis generate --output "
+                               "/proc/out`, `arvis fid --json /proc/x.json`",
+                         outcome="exit code 2 and one line naming the flag and the folder, before any model is loaded "
+                                 "(bench computed for minutes before the write failed); the check creates and removes "
+                                 "a hidden probe file")
+@pytest.mark.parametrize("argv, flag", [
+    (["bench", "--model", "tiny-random", "--json", "/proc/x.json"], "--json"),
+    (["bench", "--model", "tiny-random", "--markdown", "/proc/x.md"], "--markdown"),
+    (GENERATE + ["--output", "/proc/out"], "--output"),
+    (["fid", "--model", "tiny-random", "--num-images", "4", "--json", "/proc/x.json"], "--json"),
+])
+def test_unwritable_outputs_are_refused_before_loading(no_loading, capsys, argv, flag):
+    refused(capsys, argv, f"{flag}: cannot write under '/proc'")
+
+
+@pytest.mark.reliability(area="command lines",
+                         probe="`arvis generate` under a real file-size limit (ulimit -f, 4 KB) smaller than its images",
+                         outcome="exit code 2 and one line (StorageError: writing the outputs … failed: the file-size "
+                                 "limit was reached (ulimit -f)), no traceback (it was PIL's OSError traceback)")
+def test_generate_under_a_file_size_limit_is_one_line(tmp_path):
+    import resource
+
+    from tests.test_hostile_jobs import in_child
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (4096, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+
+    code, _, stderr = in_child(lambda: main(GENERATE + ["--threads", "1", "--num-images", "2", "--output",
+                                                        str(tmp_path / "o")]), setup=limit)
+    errors = [line for line in stderr.splitlines() if "error" in line.lower()]
+    assert code == 2, stderr
+    assert len(errors) == 1 and errors[0].startswith("arvis generate: error: writing"), stderr
+    assert "the file-size limit was reached (ulimit -f)" in errors[0] and "Traceback" not in stderr

@@ -375,3 +375,37 @@ def test_atomic_directory_keeps_named_entries_and_is_untouched_on_error(tmp_path
         raise RuntimeError("crash")
     assert (out / "weights").read_text() == "v2"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # no staging folder left behind
+
+
+@pytest.mark.reliability(area="sampling jobs",
+                         probe="a symbolic link (or a hard link) planted at a job's journal (.journal-0.jsonl) or lock "
+                               "file pointing at another file, for a fresh job and for a --resume; a link planted at "
+                               "an image a resumed job has still to draw",
+                         outcome="JobError naming the journal or lock file (it is opened with O_NOFOLLOW and must have "
+                                 "one name); the other file is untouched (it was appended to, or truncated by the lock); "
+                                 "a link at an image is replaced by the atomic rename, never written through")
+@pytest.mark.parametrize("name, resume", [(".journal-0.jsonl", False), (".journal-0.jsonl", True),
+                                          (".arvis-job.lock", False), ("hardlink", True), ("000004.png", True)])
+def test_links_in_the_output_folder_are_never_written_through(tmp_path, reference, name, resume):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    out = tmp_path / "out"
+    if resume:
+        with pytest.raises(KeyboardInterrupt):
+            run_sampling_job(crashing_after(2), job(), out, batch_size=1, progress=False)
+    out.mkdir(exist_ok=True)
+    if name == "hardlink":
+        (out / ".journal-0.jsonl").unlink()
+        os.link(victim, out / ".journal-0.jsonl")
+        words = ".journal-0.jsonl.* has 2 names"
+    else:
+        (out / name).unlink(missing_ok=True)
+        (out / name).symlink_to(victim)
+        words = f"{name}.* is a symbolic link"
+    if name.endswith(".png"):
+        run_sampling_job(draw, job(), out, resume=True, progress=False)
+        assert digests(out) == reference and not (out / name).is_symlink()
+    else:
+        with pytest.raises(JobError, match=words):
+            run_sampling_job(draw, job(), out, resume=resume, progress=False)
+    assert victim.read_text() == "precious\n"

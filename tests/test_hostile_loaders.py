@@ -13,7 +13,9 @@ import builtins
 import errno
 import io
 import json
+import math
 import os
+import re
 import resource
 import shutil
 import subprocess
@@ -536,3 +538,182 @@ def test_all_arvis_errors_are_value_errors():
 
     for cls in (CheckpointError, ConfigError, JobError, StorageError):
         assert issubclass(cls, ArvisError) and issubclass(cls, ValueError)
+
+
+# ----------------------------------------------------------------------------- weights that ask for more than they hold
+def _expanded(shapes: dict[str, tuple[int, ...]], dtype: torch.dtype = torch.float16) -> dict[str, torch.Tensor]:
+    """Every tensor a stride-0 view of one stored value: ``torch.save`` writes 2 bytes per tensor."""
+    return {k: torch.zeros(1, dtype=dtype).expand(*shape) for k, shape in shapes.items()}
+
+
+@pytest.mark.reliability(area="loading: weights",
+                         probe="a 14 KB .pt whose every tensor is an expanded (stride-0) view of one fp16 value, shaped "
+                               "as a 4096-wide, 8-layer GPT (1.75 G parameters), loaded with dtype=float32; the same with "
+                               "one real fp32 tensor among them and no dtype; a VAR .pth and a KL-VAE .ckpt built the "
+                               "same way; a 1.65 G-parameter GPT whose every tensor is a view of the start of one "
+                               "stored 23 MB tensor",
+                         outcome="CheckpointError naming the file and the tensor (or the total), before anything is "
+                                 "allocated (+1 GiB cap): a file may ask for at most the bytes it holds, times the dtype "
+                                 "cast (it materialised gigabytes from kilobytes)")
+@pytest.mark.parametrize("case", ["llamagen-dtype", "llamagen-mixed", "var", "kl-vae", "shared-storage"])
+def test_expanded_tensors_cannot_inflate_a_file(tmp_path, case):
+    from arvis.models.var import VARTransformer, load_var_checkpoint
+    from arvis.tokenizers.mar_vae import build_kl_vae, load_mar_vae_checkpoint
+
+    path = tmp_path / "bomb.pt"
+    if case.startswith("llamagen"):
+        with torch.device("meta"):
+            big = LlamaGenTransformer(dim=4096, n_layer=8, n_head=32, vocab_size=16384, block_size=256, num_classes=10)
+        sd = _expanded({k: tuple(v.shape) for k, v in big.state_dict().items()})
+        if case == "llamagen-mixed":
+            sd["norm.weight"] = torch.ones(4096)  # one real fp32 tensor: the common dtype becomes float32
+        config = {k: v for k, v in big.config.items() if not k.startswith("_")}
+        torch.save({"model": sd, "args": argparse.Namespace(arvis_config=config)}, path)
+        load = (lambda: load_llamagen_checkpoint(path, dtype=torch.float32)) if case == "llamagen-dtype" else (
+            lambda: load_llamagen_checkpoint(path))
+    elif case == "var":
+        from arvis.models.var import official_state_dict
+
+        with torch.device("meta"):
+            big = VARTransformer(depth=16, embed_dim=2048, num_heads=16, vocab_size=16384)
+        shapes = {k: tuple(v.shape) for k, v in official_state_dict(big).items()}
+        levels = big.scale_layout.scale_of_positions()
+        bias = torch.where(levels[:, None] >= levels[None, :], 0.0, float("-inf")).half()
+        sd = {**_expanded({k: s for k, s in shapes.items() if k not in ("lvl_1L", "attn_bias_for_masking")}),
+              "lvl_1L": levels[None], "attn_bias_for_masking": bias[None, None]}
+        torch.save(sd, path)
+        load = lambda: load_var_checkpoint(path, dtype=torch.float32)  # noqa: E731
+    elif case == "kl-vae":
+        from arvis.tokenizers.mar_vae import diffusers_to_official
+
+        with torch.device("meta"):
+            vae = build_kl_vae(block_out_channels=(1024, 1024, 2048, 2048, 4096))
+        torch.save({"model": _expanded({k: tuple(v.shape) for k, v in diffusers_to_official(vae).items()})}, path)
+        load = lambda: load_mar_vae_checkpoint(path, vae=vae, dtype=torch.float32)  # noqa: E731
+    else:  # every tensor a view of the start of one stored tensor (each view fits in it; together they do not)
+        with torch.device("meta"):
+            big = LlamaGenTransformer(dim=2048, n_layer=32, n_head=16, vocab_size=1024, block_size=256, num_classes=10)
+        shapes = {k: tuple(v.shape) for k, v in big.state_dict().items()}
+        storage = torch.zeros(max(math.prod(s) for s in shapes.values()), dtype=torch.float16)
+        sd = {k: storage[: math.prod(s)].view(s) for k, s in shapes.items()}
+        config = {k: v for k, v in big.config.items() if not k.startswith("_")}
+        torch.save({"model": sd, "args": argparse.Namespace(arvis_config=config)}, path)
+        load = lambda: load_llamagen_checkpoint(path, dtype=torch.float32)  # noqa: E731
+    assert path.stat().st_size < 40 << 20
+    outcome, message = run_capped(load)
+    assert outcome == "CheckpointError", message
+    assert str(path) in message and ("stride-0" in message or "more than the file holds" in message), message
+
+
+# ----------------------------------------------------------------------------- linked components
+def _old_folder_sha256(folder: Path) -> str:
+    """The content hash as arvis computed it before links were checked (every link followed)."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    suffixes = {".json", ".safetensors", ".bin", ".pt", ".model", ".txt"}
+    files = [Path(root, name) for root, _, names in os.walk(folder, followlinks=True) for name in names]
+    for file in sorted((p for p in files if p.is_file() and p.suffix in suffixes and p.name != "metrics.json"),
+                       key=lambda p: p.relative_to(folder)):
+        digest.update(file.relative_to(folder).as_posix().encode() + b"\0")
+        digest.update(file.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+@pytest.mark.reliability(area="loading: pipeline folders",
+                         probe="a pipeline folder whose vqvae component is a link to /, /usr or ../../../../tmp (loaded "
+                               "by name through arvis.hub, as the command lines do, and with from_pretrained); a link "
+                               "the model index does not list",
+                         outcome="CheckpointError naming the component and where it points, in well under a second "
+                                 "(it hashed the whole tree behind the link first: minutes); a component may link "
+                                 "only inside the folder, to a folder next to it (vqvae -> ../vq-photos) or to a "
+                                 "shipped model folder; only listed components are followed and only the files directly "
+                                 "in them hashed; the shipped folders' hashes are unchanged")
+@pytest.mark.parametrize("target", ["/", "/usr", "../../../../tmp"])
+def test_linked_components_stay_next_to_the_folder(pipeline_dir, tmp_path, target):
+    import time
+
+    from arvis.hub import SHIPPED_PIPELINES, WEIGHTS_DIR, folder_sha256, load_pipeline
+
+    folder = variant(pipeline_dir, tmp_path)
+    shutil.rmtree(folder / "vqvae")
+    (folder / "vqvae").symlink_to(target)
+    for load in (lambda: load_pipeline(str(folder)), lambda: LlamaGenPipeline.from_pretrained(str(folder))):
+        start = time.monotonic()
+        with pytest.raises(CheckpointError, match=f"vqvae is a link to .* outside {folder.name!r} and the folders "
+                                                  f"next to it"):
+            load()
+        assert time.monotonic() - start < 5
+    # A sibling folder is fine, and a link the index does not list is neither followed nor hashed.
+    shutil.copytree(pipeline_dir / "vqvae", tmp_path / "vq-sibling")
+    (folder / "vqvae").unlink()
+    (folder / "vqvae").symlink_to("../vq-sibling")
+    (folder / "notes").symlink_to("/usr")
+    before = folder_sha256(folder)
+    assert load_pipeline(str(folder)).model.sha256 == before
+    for name in SHIPPED_PIPELINES.values():
+        if (WEIGHTS_DIR / name / "model_index.json").is_file():
+            assert folder_sha256(WEIGHTS_DIR / name) == _old_folder_sha256(WEIGHTS_DIR / name), name
+
+
+# ----------------------------------------------------------------------------- late or wrong errors
+@pytest.mark.reliability(area="loading: configurations",
+                         probe="a config.json with a private key diffusers would pass on (__class__, _bogus), or nested "
+                               "10⁵ levels deep",
+                         outcome="ConfigError naming config.json and the key, or saying it is nested too deep (they "
+                                 "raised diffusers' TypeError and a RecursionError)")
+@pytest.mark.parametrize("damage, words", [("__class__", "unknown private config key '__class__'"),
+                                           ("_bogus", "unknown private config key '_bogus'"),
+                                           ("deep", "config.json' is nested deeper than")])
+def test_private_keys_and_deep_configs_are_refused(pipeline_dir, tmp_path, damage, words):
+    folder = variant(pipeline_dir, tmp_path)
+    config = folder / "transformer" / "config.json"
+    if damage == "deep":
+        config.write_text("[" * 10**5 + "]" * 10**5)
+    else:
+        edit_json(config, **{damage: "x"})
+    with pytest.raises(ConfigError, match=re.escape(words)):
+        LlamaGenPipeline.from_pretrained(str(folder))
+
+
+@pytest.mark.reliability(area="loading: pipeline folders",
+                         probe="a damaged model_index.json (not JSON, nested 10⁵ deep, an unknown _class_name) loaded "
+                               "through arvis.hub.load_pipeline, as every command does; a sampling_defaults.json with "
+                               "guidance_scale = -1, top_p = 2, top_k = \"5\", num_iter = 0 (MAR) or not JSON",
+                         outcome="CheckpointError naming model_index.json (it was a plain ValueError); ConfigError naming "
+                                 "sampling_defaults.json and the setting when the pipeline loads (it failed only at "
+                                 "generate time, without naming the file)")
+@pytest.mark.parametrize("damage, error, words", [
+    ("index-not-json", CheckpointError, "model_index.json' is not valid JSON"),
+    ("index-deep", CheckpointError, "model_index.json' is nested deeper than"),
+    ("index-class", CheckpointError, "_class_name 'Bogus' is not a pipeline arvis provides"),
+    ("guidance", ConfigError, "sampling_defaults.json: guidance_scale = -1 is not a finite number in"),
+    ("top_p", ConfigError, "sampling_defaults.json: top_p = 2 is not a finite number in (0, 1]"),
+    ("top_k", ConfigError, "sampling_defaults.json: top_k = '5' is not an integer"),
+    ("not-json", ConfigError, "sampling_defaults.json' is not valid JSON"),
+    ("mar-num_iter", ConfigError, "sampling_defaults.json: num_iter = 0 is not an integer in [1, 4096]"),
+])
+def test_damaged_index_and_defaults_are_named_at_load(pipeline_dir, tmp_path, damage, error, words):
+    from arvis.hub import load_pipeline
+
+    folder = variant(pipeline_dir, tmp_path)
+    if damage.startswith("mar"):
+        from tests.test_mar import tiny_pipeline
+
+        shutil.rmtree(folder)
+        tiny_pipeline().save_pretrained(folder)
+    index, defaults = folder / "model_index.json", folder / "sampling_defaults.json"
+    if damage == "index-not-json":
+        index.write_text("{not json")
+    elif damage == "index-deep":
+        index.write_text("[" * 10**5 + "]" * 10**5)
+    elif damage == "index-class":
+        edit_json(index, _class_name="Bogus")
+    elif damage == "not-json":
+        defaults.write_text("{")
+    else:
+        name = damage.split("-")[-1] if damage.startswith("mar") else damage
+        value = {"guidance": -1, "top_p": 2, "top_k": "5", "num_iter": 0}[name]
+        defaults.write_text(json.dumps({"guidance_scale" if name == "guidance" else name: value}))
+    with pytest.raises(error, match=re.escape(words)):
+        load_pipeline(str(folder))

@@ -44,14 +44,16 @@ import torch
 
 from arvis.engine.sampling import SamplingConfig, logits_to_probs
 from arvis.engine.stats import BatchStats, ForwardClock, StatsRecorder, peak_memory_mb
+from arvis.errors import ArvisError
 from arvis.models.protocol import MASK_WIDTH_STEP, Backbone, Condition
 from arvis.utils.random import GeneratorArg, RandomStreams, sample_categorical
 
 NO_TOKEN = -1  # token id stored where a sequence index has no token (not committed, no draft)
 
 
-class NonFiniteError(ValueError):
-    """A sample's logits or target distribution held NaN or infinity (see the engine's module docstring)."""
+class NonFiniteError(ArvisError):
+    """A sample's logits or target distribution, or a decoder's pixels, held NaN or infinity (see the engine's
+    module docstring); an :class:`~arvis.errors.ArvisError`, so a ``ValueError`` too."""
 
 
 class DecodeEngine:

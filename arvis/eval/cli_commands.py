@@ -31,7 +31,10 @@ from typing import TYPE_CHECKING, Any
 from arvis import cli_args as a
 from arvis.cli_args import command
 from arvis.data.sources import DATA_CHOICES
+from arvis.errors import storage_errors
 from arvis.eval import defaults as d
+
+RERUN_ADVICE = "Fix the cause and run the command again"
 
 if TYPE_CHECKING:
     import argparse
@@ -103,6 +106,7 @@ def run_bench_command(args: argparse.Namespace) -> int:
         args.warmup = d.QUICK_WARMUP if args.quick else d.BENCH_WARMUP
     check_settings(samples=args.num_images, repeats=args.repeats, warmup=args.warmup, batch_size=args.batch_size,
                    quick=args.quick)
+    a.check_sampling_flags(args)
     _check_outputs(args, "json", "markdown", "plots")
     caps = a.model_capabilities(args.model)
     a.check_specs(specs, caps)
@@ -124,17 +128,18 @@ def run_bench_command(args: argparse.Namespace) -> int:
                        else (1, 2, 4, 8, 16, 32, 64),
                        context=context, progress=not args.no_progress, quick=args.quick)
     print(format_text(result))
-    if args.json:
-        write_json_atomic(args.json, result.records)
-        print(f"wrote {args.json}")
-    if args.markdown:
-        write_bytes_atomic(args.markdown, format_markdown(result).encode())
-        print(f"wrote {args.markdown}")
-    if args.plots:
-        from arvis.eval.plots import write_bench_plots
+    with storage_errors("writing the bench outputs", RERUN_ADVICE):
+        if args.json:
+            write_json_atomic(args.json, result.records)
+            print(f"wrote {args.json}")
+        if args.markdown:
+            write_bytes_atomic(args.markdown, format_markdown(result).encode())
+            print(f"wrote {args.markdown}")
+        if args.plots:
+            from arvis.eval.plots import write_bench_plots
 
-        for f in write_bench_plots(result.records, result.forward_cost, args.plots):
-            print(f"wrote {f}")
+            for f in write_bench_plots(result.records, result.forward_cost, args.plots):
+                print(f"wrote {f}")
     return 0
 
 
@@ -242,6 +247,7 @@ def run_fid_command(args: argparse.Namespace) -> int:
     a.check_count("--feature-batch-size", args.feature_batch_size, 1, a.MAX_BATCH_SIZE)
     sampling_model = args.folder is None and args.sample_batch is None  # --model, or the default model
     spec = a.parse_methods(args.method, single=True)[0] if sampling_model else None
+    a.check_sampling_flags(args)
     _check_outputs(args, "json", "save_stats", "save_npz")
     if spec is not None:
         a.check_specs([spec], a.model_capabilities(args.model))
@@ -293,19 +299,20 @@ def run_fid_command(args: argparse.Namespace) -> int:
     warning = result.warning()
     if warning:
         print(f"warning: {warning}", file=sys.stderr)
-    if writer is not None:
-        print(f"wrote {writer.close()} (ADM sample batch: arr_0 {num} images"
-              f"{', arr_1 labels' if writer.labels else ''})")
-    elif args.save_npz:
-        from arvis.eval.adm import write_folder_batch
+    with storage_errors("writing the FID outputs", RERUN_ADVICE):
+        if writer is not None:
+            print(f"wrote {writer.close()} (ADM sample batch: arr_0 {num} images"
+                  f"{', arr_1 labels' if writer.labels else ''})")
+        elif args.save_npz:
+            from arvis.eval.adm import write_folder_batch
 
-        print(f"wrote {write_folder_batch(args.folder, args.save_npz)} (ADM sample batch)")
-    if args.save_stats:
-        result.generated.save(args.save_stats)
-        print(f"wrote {args.save_stats}")
-    if args.json:
-        write_json_atomic(args.json, record)
-        print(f"wrote {args.json}")
+            print(f"wrote {write_folder_batch(args.folder, args.save_npz)} (ADM sample batch)")
+        if args.save_stats:
+            result.generated.save(args.save_stats)
+            print(f"wrote {args.save_stats}")
+        if args.json:
+            write_json_atomic(args.json, record)
+            print(f"wrote {args.json}")
     return 0
 
 

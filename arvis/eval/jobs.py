@@ -32,11 +32,12 @@ The rules that make a job reproducible and resumable (docs/measurement.md, docs/
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import hashlib
 import json
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,7 +47,8 @@ import torch
 from PIL import Image
 from tqdm.auto import tqdm
 
-from arvis.errors import ArvisError, JobError, StorageError
+from arvis.errors import ArvisError, JobError
+from arvis.errors import storage_errors as write_errors
 from arvis.eval.files import (
     png_bytes,
     remove_stale_temporaries,
@@ -165,13 +167,32 @@ def _share_from_rank0(value: Any) -> Any:
     return broadcast_object_list([value], from_process=0)[0]
 
 
-@contextlib.contextmanager
-def storage_errors(action: str) -> Iterator[None]:
-    """Turn an ``OSError`` met while ``action`` into a :class:`StorageError` saying how to continue."""
+def storage_errors(action: str) -> contextlib.AbstractContextManager[None]:
+    """Turn an ``OSError`` met while ``action`` into a :class:`StorageError` saying how to continue (``--resume``)."""
+    return write_errors(action, RESUME_ADVICE)
+
+
+def open_own_file(path: Path, flags: int) -> int:
+    """``os.open`` a job's own file (journal, lock) for writing, never through a link: ``O_NOFOLLOW`` refuses a
+    symbolic link planted at ``path``, and a file with other names (a hard link) is refused too, so no write of
+    the job can reach a file outside it.
+
+    Raises:
+        JobError: ``path`` is a symbolic link or has other names.
+    """
     try:
-        yield
+        fd = os.open(path, flags | os.O_CREAT | os.O_NOFOLLOW, 0o666)
     except OSError as err:
-        raise StorageError.from_os_error(err, action, RESUME_ADVICE) from err
+        if err.errno == errno.ELOOP:
+            raise JobError(f"output: {str(path)!r} is a symbolic link; a sampling job never writes through links. "
+                           f"Remove it (or choose another folder)") from None
+        raise
+    links = os.fstat(fd).st_nlink
+    if links > 1:
+        os.close(fd)
+        raise JobError(f"output: {str(path)!r} has {links} names (hard links); a sampling job writes only its own "
+                       f"files. Remove it (or choose another folder)")
+    return fd
 
 
 class JobLock:
@@ -191,7 +212,7 @@ class JobLock:
         """Lock ``folder`` (created if needed) or raise :class:`JobError` naming the holder's pid."""
         path = folder / LOCK_FILE
         while True:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+            fd = open_own_file(path, os.O_RDWR)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -225,8 +246,10 @@ class Journal:
 
     def __init__(self, folder: Path, rank: int):
         self.path = folder / f".journal-{rank}.jsonl"
-        self._file = open(self.path, "ab")
-        if self._file.tell() and not self.path.read_bytes().endswith(b"\n"):
+        fd = open_own_file(self.path, os.O_RDWR | os.O_APPEND)
+        size = os.fstat(fd).st_size
+        self._file = os.fdopen(fd, "ab")
+        if size and os.pread(fd, 1, size - 1) != b"\n":
             self._file.write(b"\n")
 
     def record(self, index: int, digest: str, height: int, width: int) -> None:

@@ -38,28 +38,14 @@ def named_renders(resolution: int) -> tuple[list[str], np.ndarray]:
 def tokenizer_roundtrip(pipe: Any, batch_size: int = 32) -> Roundtrip:
     """``uint8 [N, R, R, 3] -> uint8 [N, R, R, 3]``: images encoded and decoded by ``pipe``'s tokenizer.
 
-    ``pipe.vqvae`` with ``encode`` / ``decode_codes`` (LlamaGen, VAR, Emu3, video frames) round-trips through
-    its codes; ``pipe.vae`` (MAR's ``AutoencoderKL``) through the posterior mean.
+    The pipeline round-trips (:meth:`arvis.pipelines.interface.ArvisPipeline.tokenizer_roundtrip`): token families
+    through their codes, MAR through its VAE's posterior mean.
     """
     from arvis.utils.images import to_tensor, to_uint8
 
-    vq, vae = getattr(pipe, "vqvae", None), getattr(pipe, "vae", None)
-    if vq is not None and hasattr(vq, "decode_codes"):
-        dtype = next(vq.parameters()).dtype
-
-        def code(x: torch.Tensor) -> torch.Tensor:
-            return vq.decode_codes(vq.encode(x.to(dtype))).float()
-    elif vae is not None:
-        dtype = vae.dtype
-
-        def code(x: torch.Tensor) -> torch.Tensor:
-            return vae.decode(vae.encode(x.to(dtype)).latent_dist.mean).sample.float()
-    else:
-        raise TypeError(f"pipe: {type(pipe).__name__} has no tokenizer to round-trip (no vqvae.decode_codes, no vae)")
-
     @torch.no_grad()
     def roundtrip(images: np.ndarray) -> np.ndarray:
-        return np.concatenate([to_uint8(code(to_tensor(images[i:i + batch_size])))
+        return np.concatenate([to_uint8(pipe.tokenizer_roundtrip(to_tensor(images[i:i + batch_size])))
                                for i in range(0, len(images), batch_size)])
 
     return roundtrip

@@ -31,12 +31,11 @@ import numpy as np
 import torch
 from PIL import Image
 
-from arvis.errors import CheckpointError
-from arvis.utils.config_check import Bound, check_config, expected_shapes
-from arvis.utils.paths import display_path
+from arvis.errors import CheckpointError, ConfigError
+from arvis.utils.config_check import Bound, check_config, expected_shapes, read_json_object
+from arvis.utils.paths import WEIGHTS_DIR, display_path
 from arvis.utils.serialization import compare_shapes, read_safetensors_header
 
-WEIGHTS_DIR = Path(__file__).resolve().parents[1] / "weights"
 #: Shipped CLIPs: alias -> folder under arvis/weights.
 CLIP_MODELS = {"clip": "clip-scenes", "clip-emoji": "clip-emoji"}
 CLIP_ALIAS = "clip"
@@ -83,6 +82,21 @@ CLIP_CONFIG_BOUNDS: dict[str, Bound] = {
     "init_logit_bias": Bound.number(-1e3, 1e3, optional=True),
     "nonscalar_logit_scale": Bound.boolean(),
     "custom_text": Bound.boolean(),
+}
+# open_clip's PreprocessCfg: what an image becomes before the vision tower (its size must be the tower's).
+_CLIP_PREPROCESS_BOUNDS = {
+    "size": _CLIP_VISION_BOUNDS["image_size"],
+    "mode": Bound.choice("RGB"),
+    "mean": Bound.numbers(-10.0, 10.0, max_items=3, min_items=3),
+    "std": Bound.numbers(0.0, 10.0, max_items=3, min_items=3, open_low=True),
+    "interpolation": Bound.choice("bicubic", "bilinear", "random"),
+    "resize_mode": Bound.choice("shortest", "longest", "squash"),
+    "fill_color": Bound.integer(0, 255),
+}
+#: The whole of a CLIP folder's open_clip_config.json (``model_cfg``: :data:`CLIP_CONFIG_BOUNDS`, checked with the weights).
+CLIP_FILE_BOUNDS: dict[str, Bound] = {
+    "model_cfg": Bound("any"),
+    "preprocess_cfg": Bound.mapping(_CLIP_PREPROCESS_BOUNDS, optional=True),
 }
 
 
@@ -182,6 +196,27 @@ def check_clip_files(model_cfg: Any, weights: str | os.PathLike, source: str) ->
     return config
 
 
+def read_clip_config(path: Path) -> dict[str, Any]:
+    """A CLIP folder's ``open_clip_config.json`` checked against :data:`CLIP_FILE_BOUNDS`; returns its ``model_cfg``
+    (for :func:`check_clip_files`).
+
+    Raises:
+        ConfigError: not a JSON object, an unknown key, a value out of bounds, no ``model_cfg``, or a
+            preprocessing size other than the vision tower's (naming the file and the field).
+        CheckpointError: the file cannot be read.
+    """
+    config = check_config(read_json_object(path), CLIP_FILE_BOUNDS, source=str(path))
+    if "model_cfg" not in config:
+        raise ConfigError(f"{str(path)!r} has no model_cfg (the open_clip architecture)")
+    size = (config.get("preprocess_cfg") or {}).get("size")
+    vision = config["model_cfg"].get("vision_cfg", {}) if isinstance(config["model_cfg"], dict) else {}
+    tower = vision.get("image_size", 224) if isinstance(vision, dict) else None
+    if size is not None and size != tower:
+        raise ConfigError(f"{str(path)!r}: preprocess_cfg.size = {size} differs from the vision tower's image_size "
+                          f"{tower}")
+    return config["model_cfg"]
+
+
 def load_clip_model(model: str | os.PathLike | dict[str, Any] | None = None, weights: str | os.PathLike | None = None,
                     device: str | torch.device = "cpu", cls: type[ClipModel] | None = None) -> ClipModel:
     """A :class:`ClipModel` (or ``cls``, a subclass) from a shipped alias (:data:`CLIP_MODELS`), a local folder,
@@ -218,12 +253,7 @@ def load_clip_model(model: str | os.PathLike | dict[str, Any] | None = None, wei
         config_path = folder / CONFIG_FILE
         if not config_path.is_file():
             raise ValueError(f"clip_model: {str(folder)!r} has no {CONFIG_FILE}")
-        try:
-            model_cfg = json.loads(config_path.read_text())["model_cfg"]
-        except (ValueError, KeyError, TypeError) as err:
-            raise ValueError(f"clip_model: {str(config_path)!r} is not an open_clip config ({err})") from None
-        except OSError as err:
-            raise CheckpointError(f"clip_model: {str(config_path)!r} could not be read ({err})") from None
+        model_cfg = read_clip_config(config_path)
         if not (folder / WEIGHTS_FILE).is_file():
             raise CheckpointError(f"clip_model: {str(folder)!r} has no {WEIGHTS_FILE}")
         model_cfg = check_clip_files(model_cfg, folder / WEIGHTS_FILE, source=f"{config_path} model_cfg")

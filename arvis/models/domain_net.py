@@ -31,8 +31,8 @@ from diffusers import ConfigMixin, ModelMixin
 from diffusers.configuration_utils import register_to_config
 
 from arvis.utils.config_check import Bound, CheckedFolderMixin, check_config
+from arvis.utils.paths import WEIGHTS_DIR
 
-WEIGHTS_DIR = Path(__file__).resolve().parents[1] / "weights"
 #: Shipped domain networks: alias -> folder under arvis/weights.
 DOMAIN_NETWORKS = {"domain": "domain-classifier", "domain-emoji": "domain-emoji"}
 DOMAIN_NETWORK_ALIAS = "domain"

@@ -36,6 +36,7 @@ from torch import nn
 
 from arvis.models.hf_backbone import PromptTokenBackbone, SlotCache
 from arvis.models.protocol import Condition, TokenLayout
+from arvis.utils.config_check import Bound, FolderSpec
 
 # The shared slot cache under the name Emu3 code has always used.
 Emu3SlotCache = SlotCache
@@ -152,6 +153,121 @@ def emu3_config(vocabulary_map: Mapping[str, int], hidden_size: int, num_layers:
     return Emu3Config(text_config=text, vq_config=vq, vocabulary_map=dict(vocabulary_map))
 
 
+# ----------------------------------------------------------------------------- configuration bounds
+# What an Emu3 folder's config.json may hold (arvis.utils.config_check), checked before transformers builds
+# anything. Generous: Emu3-Gen has 32 layers of width 4096 (32 heads, 8 KV heads, MLP 14336), 184,622 BPE ids
+# of which 32,768 visual tokens, 9,216 positions; its VQ 256 base channels, multipliers (1, 2, 2, 4).
+_ID = Bound.integer(0, 1 << 22)
+_DTYPE = Bound.choice("float32", "float16", "bfloat16", optional=True)
+_ROPE = {"rope_type": Bound.choice("default"), "rope_theta": Bound.number(1.0, 1e12, open_low=True)}
+# The fields every transformers configuration writes (none of them sizes anything).
+_PRETRAINED_CONFIG_BOUNDS: dict[str, Bound] = {
+    "architectures": Bound.strings(8, optional=True),
+    "transformers_version": Bound.text(64, optional=True),
+    "dtype": _DTYPE,
+    "torch_dtype": _DTYPE,
+    "output_attentions": Bound.boolean(),
+    "output_hidden_states": Bound.boolean(),
+    "return_dict": Bound.boolean(),
+    "chunk_size_feed_forward": Bound.choice(0),
+    "is_encoder_decoder": Bound.choice(False),
+    "problem_type": Bound.null(),
+    "id2label": Bound("any"),
+    "label2id": Bound("any"),
+    "tie_word_embeddings": Bound.boolean(),
+}
+EMU3_TEXT_CONFIG_BOUNDS: dict[str, Bound] = {
+    **_PRETRAINED_CONFIG_BOUNDS,
+    "model_type": Bound.choice("emu3_text_model"),
+    "vocab_size": Bound.integer(1, 1 << 22),
+    "hidden_size": Bound.integer(1, 16384),
+    "intermediate_size": Bound.integer(1, 1 << 16),
+    "num_hidden_layers": Bound.integer(1, 256),
+    "num_attention_heads": Bound.integer(1, 1024),
+    "num_key_value_heads": Bound.integer(1, 1024, optional=True),
+    "hidden_act": Bound.choice("silu"),
+    "max_position_embeddings": Bound.integer(1, 1 << 20),
+    "rms_norm_eps": Bound.number(0.0, 1.0, open_low=True, open_high=True),
+    "use_cache": Bound.boolean(),
+    "pad_token_id": Bound.integer(0, 1 << 22, optional=True),
+    "bos_token_id": Bound.integer(0, 1 << 22, optional=True),
+    "eos_token_id": Bound.integer(0, 1 << 22, optional=True),
+    "rope_parameters": Bound.mapping(_ROPE, optional=True),
+    "rope_theta": _ROPE["rope_theta"],  # older files: the rotary base at the top level
+    "rope_scaling": Bound.null(note="arvis's shipped and tested Emu3 models use plain rotary positions"),
+    "attention_bias": Bound.choice(False),
+    "mlp_bias": Bound.choice(False),
+    "attention_dropout": Bound.number(0.0, 1.0),
+    "initializer_range": Bound.number(0.0, 10.0),
+}
+EMU3_VQ_CONFIG_BOUNDS: dict[str, Bound] = {
+    **_PRETRAINED_CONFIG_BOUNDS,
+    "model_type": Bound.choice("emu3_vqgan"),
+    "codebook_size": Bound.integer(1, 1 << 20),
+    "embed_dim": Bound.integer(1, 4096),
+    "latent_channels": Bound.integer(1, 4096),
+    "double_latent": Bound.boolean(),
+    "in_channels": Bound.choice(3),
+    "out_channels": Bound.choice(3),
+    "temporal_downsample_factor": Bound.integer(1, 64),
+    "base_channels": Bound.integer(1, 4096),
+    "channel_multiplier": Bound.integers(1, 64, max_items=16),
+    "num_res_blocks": Bound.integer(1, 64),
+    "attn_resolutions": Bound.integers(0, 64, max_items=16, min_items=0),
+    "hidden_size": Bound.integer(1, 1 << 16),
+    "num_attention_heads": Bound.integer(1, 1024),
+    "attention_dropout": Bound.number(0.0, 1.0),
+}
+EMU3_CONFIG_BOUNDS: dict[str, Bound] = {
+    **_PRETRAINED_CONFIG_BOUNDS,
+    "model_type": Bound.choice("emu3"),
+    "text_config": Bound.mapping(EMU3_TEXT_CONFIG_BOUNDS),
+    "vq_config": Bound.mapping(EMU3_VQ_CONFIG_BOUNDS),
+    "vocabulary_map": Bound.table(0, 1 << 22, max_items=1 << 22),
+    "image_token_id": _ID,
+}
+
+
+def _check_heads(text: Mapping[str, object]) -> None:
+    """Head counts the attention can use: transformers would build the model and fail in the first forward."""
+    hidden, heads = int(text.get("hidden_size", 4096)), int(text.get("num_attention_heads", 32))
+    kv = text.get("num_key_value_heads")
+    kv = heads if kv is None else int(kv)
+    if hidden % heads or heads % kv:
+        raise ValueError(f"hidden_size {hidden}, num_attention_heads {heads}, num_key_value_heads {kv}: the heads "
+                         f"must divide the width and the key/value heads the heads")
+
+
+def _build_emu3(**config: object) -> nn.Module:
+    from transformers import Emu3Config, Emu3ForConditionalGeneration
+
+    _check_heads(config.get("text_config") or {})  # type: ignore[arg-type]
+    return Emu3ForConditionalGeneration(Emu3Config(**config))
+
+
+def _build_emu3_text(**config: object) -> nn.Module:
+    from transformers import Emu3ForCausalLM, Emu3TextConfig
+
+    _check_heads(config)
+    return Emu3ForCausalLM(Emu3TextConfig(**config))
+
+
+def _emu3_parameter_name(key: str) -> str:
+    """A tensor name of an Emu3 weights file → the parameter of ``Emu3ForConditionalGeneration`` (transformers
+    saves the model under its original layout, ``text_model.model.*``, ``text_model.lm_head.*``, ``vqmodel.*``)."""
+    for saved, module in (("text_model.lm_head.", "lm_head."), ("text_model.model.", "model.text_model."),
+                          ("vqmodel.", "model.vqmodel.")):
+        if key.startswith(saved):
+            return module + key[len(saved):]
+    return key
+
+
+# How a pipeline checks the folder of an Emu3 model (the target, and a draft language model) before loading it.
+EMU3_FOLDER = FolderSpec("Emu3ForConditionalGeneration", EMU3_CONFIG_BOUNDS, _build_emu3, weights="model",
+                         rename=_emu3_parameter_name, integer_tensors=("num_batches_tracked",))
+EMU3_TEXT_FOLDER = FolderSpec("Emu3ForCausalLM", EMU3_TEXT_CONFIG_BOUNDS, _build_emu3_text, weights="model")
+
+
 def language_model_parts(model: nn.Module) -> tuple[nn.Module, nn.Linear]:
     """``(Emu3TextModel, lm_head)`` of an ``Emu3ForConditionalGeneration`` or ``Emu3ForCausalLM``."""
     inner = getattr(model, "model", None)
@@ -226,5 +342,6 @@ class Emu3Backbone(PromptTokenBackbone):
         return F.linear(hidden, weight.index_select(0, self._model_ids)).float()
 
 
-__all__ = ["Emu3Backbone", "Emu3SlotCache", "Emu3Vocabulary", "emu3_config", "emu3_layout", "image_codes",
+__all__ = ["EMU3_CONFIG_BOUNDS", "EMU3_FOLDER", "EMU3_TEXT_CONFIG_BOUNDS", "EMU3_TEXT_FOLDER", "EMU3_VQ_CONFIG_BOUNDS",
+           "Emu3Backbone", "Emu3SlotCache", "Emu3Vocabulary", "emu3_config", "emu3_layout", "image_codes",
            "language_model_parts"]

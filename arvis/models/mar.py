@@ -99,6 +99,20 @@ MAR_CONFIG_BOUNDS: dict[str, Bound] = {
 }
 
 
+# The official loader's arguments, and the fields of the official pickled training args it reads (the others —
+# learning rate, paths… — are not looked at).
+MAR_ARGUMENT_BOUNDS: dict[str, Bound] = {
+    "num_heads": MAR_CONFIG_BOUNDS["encoder_num_heads"],
+    "img_size": MAR_CONFIG_BOUNDS["img_size"],
+    "vae_stride": MAR_CONFIG_BOUNDS["vae_stride"],
+}
+MAR_ARGS_BOUNDS: dict[str, Bound] = {
+    **{k: MAR_CONFIG_BOUNDS[k] for k in ("img_size", "vae_stride", "patch_size")},
+    "model": Bound.text(64, optional=True),
+    "num_sampling_steps": Bound("any"),  # "100" in the official args; read by split_sampling_steps
+}
+
+
 # ----------------------------------------------------------------------------- blocks (timm ViT Block names)
 class Attention(nn.Module):
     def __init__(self, dim: int, heads: int, attn_drop: float, proj_drop: float):
@@ -559,14 +573,27 @@ def infer_mar_config(state_dict: Mapping[str, torch.Tensor], args: Any = None, n
             raise CheckpointError(f"{source}: not an official MAR state dict: no {key!r}")
     a = _args_dict(args, source)
     saved = a.get("arvis_config")
+    if saved is not None and not isinstance(saved, Mapping):
+        raise ConfigError(f"{source}: args.arvis_config must be an object (the configuration), got "
+                          f"{type(saved).__name__}")
+    arguments = {k: v for k, v in (("num_heads", num_heads), ("img_size", img_size), ("vae_stride", vae_stride))
+                 if v is not None}
+    check_config(arguments, MAR_ARGUMENT_BOUNDS, source=f"{source} (arguments)")
+    a = check_config(a, MAR_ARGS_BOUNDS, source=f"{source} (training args)", prefix="args.", allow_unknown=True)
     E = int(sd["class_emb.weight"].shape[1])
     D = int(sd["decoder_embed.weight"].shape[0])
     enc_depth, dec_depth = _count(sd, "encoder_blocks."), _count(sd, "decoder_blocks.")
     seq_len = int(sd["diffusion_pos_embed_learned"].shape[1])
     buffer = int(sd["encoder_pos_embed_learned"].shape[1]) - seq_len
     token_dim = int(sd["z_proj.weight"].shape[1])
-    if isinstance(saved, Mapping):
-        config = dict(saved)
+    if saved is not None:
+        config = check_config(saved, MAR_CONFIG_BOUNDS, source=f"{source} (args.arvis_config)")
+        recorded = {"num_heads": (config.get("encoder_num_heads"), config.get("decoder_num_heads")),
+                    "img_size": (config.get("img_size"),), "vae_stride": (config.get("vae_stride"),)}
+        for name, value in arguments.items():
+            if any(v != value for v in recorded[name]):
+                raise ConfigError(f"{source}: {name} = {value}, but the file records "
+                                  f"{'/'.join(str(v) for v in recorded[name])} (args.arvis_config); leave it out")
     else:
         preset = a.get("model")
         if preset is not None and preset not in MAR_PRESETS:
@@ -586,9 +613,9 @@ def infer_mar_config(state_dict: Mapping[str, torch.Tensor], args: Any = None, n
         else:
             raise ConfigError(f"{source}: cannot infer the head count of a width-{E}, depth-{enc_depth} MAR (no "
                               f"official preset has this shape and the args do not name one); pass num_heads=…")
-        size = int(img_size or a.get("img_size", 256))
-        stride = int(vae_stride or a.get("vae_stride", 16))
-        patch = int(a.get("patch_size", 1))
+        size = img_size or a.get("img_size", 256)
+        stride = vae_stride or a.get("vae_stride", 16)
+        patch = a.get("patch_size", 1)
         if token_dim % (patch * patch):
             raise ConfigError(f"{source}: z_proj reads {token_dim} channels, not a multiple of patch_size² = {patch ** 2}")
         hidden = int(sd["encoder_blocks.0.mlp.fc1.weight"].shape[0]) if enc_depth else 4 * E
@@ -603,7 +630,10 @@ def infer_mar_config(state_dict: Mapping[str, torch.Tensor], args: Any = None, n
     if config.get("buffer_size") != buffer:
         raise ConfigError(f"{source}: buffer_size {config.get('buffer_size')} does not match the weights' {buffer}")
     head_sd = {k[len(HEAD_PREFIX):]: v for k, v in sd.items() if k.startswith(HEAD_PREFIX)}
-    steps = split_sampling_steps(a.get("num_sampling_steps", "100"))
+    try:
+        steps = split_sampling_steps(a.get("num_sampling_steps", "100"))
+    except ValueError as err:
+        raise ConfigError(f"{source}: args.{err}") from None
     head_config = dict(token_dim=int(head_sd["net.input_proj.weight"].shape[1]),
                        cond_dim=int(head_sd["net.cond_embed.weight"].shape[1]),
                        width=int(head_sd["net.input_proj.weight"].shape[0]),
@@ -617,9 +647,9 @@ def load_mar_state_dict(state_dict: Mapping[str, torch.Tensor], args: Any = None
     """``(transformer, head)`` holding an official MAR state dict (keys and shapes checked strictly)."""
     from arvis.utils.serialization import check_state_dict, check_tensor_values, to_common_dtype
 
+    common = check_tensor_values(dict(state_dict), source)
     config, head_config = infer_mar_config(state_dict, args, num_heads, img_size, vae_stride, source)
     config["causal"] = bool(causal or config.get("causal", False))
-    common = check_tensor_values(dict(state_dict), source)
     body, head_sd = split_official_state_dict(state_dict)
     try:
         with torch.device("meta"):

@@ -23,6 +23,23 @@ from diffusers import ConfigMixin, ModelMixin
 from diffusers.configuration_utils import register_to_config
 from torch import nn
 
+from arvis.models.llamagen import MAX_GRID
+from arvis.utils.config_check import Bound, CheckedFolderMixin, check_config
+
+# What each configuration field may hold (arvis.utils.config_check), checked before anything is allocated.
+# Generous: the shipped up-sampler has width 96 and 3 blocks on an 8x8 grid; the fine grid is at most LlamaGen's.
+UPSAMPLER_CONFIG_BOUNDS: dict[str, Bound] = {
+    "vocab_size": Bound.integer(2, 1 << 20),
+    "low_grid": Bound.integer(1, MAX_GRID),
+    "scale": Bound.integer(1, MAX_GRID),
+    "dim": Bound.integer(1, 16384),
+    "low_blocks": Bound.integer(0, 256),
+    "high_blocks": Bound.integer(0, 256),
+    "num_classes": Bound.integer(0, 1_000_000),
+    "groups": Bound.integer(1, 16384),
+    "dropout": Bound.number(0.0, 1.0, open_high=True),
+}
+
 
 class _ResBlock(nn.Module):
     """GroupNorm → SiLU → 3x3 conv, twice, plus the input."""
@@ -40,7 +57,7 @@ class _ResBlock(nn.Module):
         return x + self.conv2(self.dropout(F.silu(self.norm2(h))))
 
 
-class TokenUpsampler(ModelMixin, ConfigMixin):
+class TokenUpsampler(CheckedFolderMixin, ModelMixin, ConfigMixin):
     """Coarse token map (+ class) → logits over the codebook on a grid ``scale`` times finer.
 
     Args:
@@ -60,21 +77,18 @@ class TokenUpsampler(ModelMixin, ConfigMixin):
     """
 
     config_name = "config.json"
+    config_bounds = UPSAMPLER_CONFIG_BOUNDS
 
     @register_to_config
     def __init__(self, vocab_size: int = 1024, low_grid: int = 8, scale: int = 2, dim: int = 128,
                  low_blocks: int = 2, high_blocks: int = 2, num_classes: int = 0, groups: int = 8,
                  dropout: float = 0.0):
         super().__init__()
-        for name, value, lo in (("vocab_size", vocab_size, 2), ("low_grid", low_grid, 1), ("scale", scale, 1),
-                                ("dim", dim, 1), ("low_blocks", low_blocks, 0), ("high_blocks", high_blocks, 0),
-                                ("num_classes", num_classes, 0), ("groups", groups, 1)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < lo:
-                raise ValueError(f"{name} must be an integer >= {lo}, got {value!r}")
+        check_config(self.config, UPSAMPLER_CONFIG_BOUNDS, source=type(self).__name__)
+        if low_grid * scale > MAX_GRID:
+            raise ValueError(f"low_grid * scale must be <= {MAX_GRID} (the fine grid's side), got {low_grid} x {scale}")
         if dim % groups:
             raise ValueError(f"groups must divide dim, got dim={dim}, groups={groups}")
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {dropout!r}")
         self.token_embedding = nn.Embedding(vocab_size, dim)
         self.class_embedding = nn.Embedding(num_classes, dim) if num_classes else None
         self.position_embedding = nn.Parameter(torch.zeros(1, dim, low_grid, low_grid))

@@ -42,9 +42,11 @@ from diffusers import ConfigMixin, ModelMixin
 from diffusers.configuration_utils import register_to_config
 from torch import nn
 
-from arvis.models.llamagen import DropPath  # the same stochastic depth
+from arvis.errors import CheckpointError, ConfigError
+from arvis.models.llamagen import MAX_GRID, DropPath  # the same stochastic depth and token-grid bound
 from arvis.models.next_scale import ScaleKVCache, ScaleLayout, block_causal_mask
 from arvis.models.protocol import TokenLayout
+from arvis.utils.config_check import Bound, CheckedFolderMixin, check_config
 
 DEFAULT_PATCH_NUMS = (1, 2, 3, 4, 5, 6, 8, 10, 13, 16)
 
@@ -69,6 +71,39 @@ VAR_PRESETS: dict[str, VARPreset] = {
     "d24": VARPreset(24, False, DEFAULT_PATCH_NUMS, 1_033_399_360, "1.0B"),
     "d30": VARPreset(30, False, DEFAULT_PATCH_NUMS, 2_010_020_356, "2.0B"),
 }
+
+
+# What each configuration field may hold (arvis.utils.config_check), checked before anything is allocated.
+# Generous: the largest release (d30) has depth 30, width 1920, 30 heads, 4096 codes, 680 tokens (1,000 classes);
+# the pyramid may hold as many tokens as LlamaGen's largest grid (MAX_GRID², checked in the constructor).
+_RATE = Bound.number(0.0, 1.0, open_high=True)
+VAR_CONFIG_BOUNDS: dict[str, Bound] = {
+    "vocab_size": Bound.integer(2, 1 << 20),
+    "Cvae": Bound.integer(1, 4096),
+    "num_classes": Bound.integer(1, 1_000_000),
+    "depth": Bound.integer(1, 256),
+    "embed_dim": Bound.integer(1, 16384),
+    "num_heads": Bound.integer(1, 1024),
+    "mlp_ratio": Bound.number(0.0, 64.0, open_low=True),
+    "drop_rate": _RATE,
+    "attn_drop_rate": _RATE,
+    "drop_path_rate": _RATE,
+    "norm_eps": Bound.number(0.0, 1.0, open_low=True, open_high=True),
+    "shared_aln": Bound.boolean(),
+    "cond_drop_rate": _RATE,
+    "attn_l2_norm": Bound.boolean(),
+    "patch_nums": Bound.integers(1, MAX_GRID, max_items=64, note=f"token-map sides, at most {MAX_GRID}"),
+    "class_names": Bound.strings(1_000_000, optional=True),
+}
+
+
+def check_pyramid(patch_nums: Sequence[int], name: str = "patch_nums") -> None:
+    """Refuse a pyramid of more than ``MAX_GRID²`` tokens in all (its position table and attention bias grow
+    with the count and its square)."""
+    total = sum(int(p) ** 2 for p in patch_nums)
+    if total > MAX_GRID * MAX_GRID:
+        raise ValueError(f"{name} = {list(patch_nums)} makes {total} tokens in all; at most {MAX_GRID * MAX_GRID} "
+                         f"(a {MAX_GRID}x{MAX_GRID} grid)")
 
 
 class TokenPruning(Protocol):
@@ -203,7 +238,7 @@ class SharedAdaLin(nn.Linear):
 
 
 # ----------------------------------------------------------------------------- the model
-class VARTransformer(ModelMixin, ConfigMixin):
+class VARTransformer(CheckedFolderMixin, ModelMixin, ConfigMixin):
     """VAR (class-conditional next-scale prediction), implementing :class:`~arvis.models.next_scale.NextScaleBackbone`.
 
     Configuration: the official ``VAR`` constructor arguments (``vocab_size`` and ``Cvae`` come from the
@@ -217,6 +252,7 @@ class VARTransformer(ModelMixin, ConfigMixin):
     """
 
     config_name = "config.json"
+    config_bounds = VAR_CONFIG_BOUNDS
 
     @register_to_config
     def __init__(
@@ -239,10 +275,8 @@ class VARTransformer(ModelMixin, ConfigMixin):
         class_names: list[str] | None = None,
     ):
         super().__init__()
-        for name, value in (("vocab_size", vocab_size), ("Cvae", Cvae), ("num_classes", num_classes),
-                            ("depth", depth), ("embed_dim", embed_dim), ("num_heads", num_heads)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        check_config(self.config, VAR_CONFIG_BOUNDS, source=type(self).__name__)
+        check_pyramid(patch_nums)
         if class_names is not None and len(class_names) != num_classes:
             raise ValueError(f"class_names has {len(class_names)} names for num_classes={num_classes}")
         self._layout = ScaleLayout(tuple(int(p) for p in patch_nums), vocab_size)
@@ -444,18 +478,27 @@ def official_state_dict(model: VARTransformer) -> dict[str, torch.Tensor]:
 
 
 def infer_var_config(state_dict: Mapping[str, torch.Tensor], preset: str | None = None,
-                     patch_nums: Sequence[int] | None = None, num_heads: int | None = None) -> dict[str, Any]:
+                     patch_nums: Sequence[int] | None = None, num_heads: int | None = None,
+                     source: str = "state dict") -> dict[str, Any]:
     """The :class:`VARTransformer` configuration of an official state dict, from tensor shapes.
 
     Depth, width, classes, vocabulary, ``Cvae``, MLP ratio, shared AdaLN and ``attn_l2_norm`` come from
-    shapes; the head count from ``scale_mul_1H11`` (every release has it), else ``num_heads``, else the
-    official rule heads = depth when the width is 64·depth; ``patch_nums`` from the saved ``lvl_1L``
-    buffer (or the argument). ``preset`` is checked against the shapes.
+    shapes; the head count from ``scale_mul_1H11`` (every release has it; a ``num_heads`` argument must
+    agree), else ``num_heads``, else the official rule heads = depth when the width is 64·depth;
+    ``patch_nums`` from the saved ``lvl_1L`` buffer (or the argument). ``preset`` is checked against the
+    shapes, and the result against :data:`VAR_CONFIG_BOUNDS` before the caller builds anything.
+
+    Raises:
+        CheckpointError: not a VAR transformer state dict (naming ``source``).
+        ConfigError: an argument or a value the shapes imply out of bounds, or contradicting the shapes.
     """
     sd = state_dict
     for key in ("class_emb.weight", "head.weight", "word_embed.weight", "pos_1LC", "lvl_embed.weight"):
-        if key not in sd:
-            raise ValueError(f"not a VAR transformer state dict: no {key!r}")
+        if not isinstance(sd.get(key), torch.Tensor):
+            raise CheckpointError(f"{source}: not a VAR transformer state dict: no {key!r}")
+    given = {k: v for k, v in (("num_heads", num_heads), ("patch_nums", patch_nums)) if v is not None}
+    check_config({k: list(v) if isinstance(v, tuple) else v for k, v in given.items()}, VAR_CONFIG_BOUNDS,
+                 source=f"{source} (arguments)")
     depth = len({k.split(".")[1] for k in sd if k.startswith("blocks.")})
     C = int(sd["class_emb.weight"].shape[1])
     if preset is not None:
@@ -463,56 +506,85 @@ def infer_var_config(state_dict: Mapping[str, torch.Tensor], preset: str | None 
             raise ValueError(f"unknown VAR preset {preset!r}; known presets: {', '.join(VAR_PRESETS)}")
         p = VAR_PRESETS[preset]
         if (p.depth, p.width) != (depth, C):
-            raise ValueError(f"preset {preset} has {p.depth} blocks of width {p.width}, the checkpoint has "
-                             f"{depth} blocks of width {C}: it is not a VAR-{preset} checkpoint")
+            raise ConfigError(f"{source}: preset {preset} has {p.depth} blocks of width {p.width}, the checkpoint has "
+                              f"{depth} blocks of width {C}: it is not a VAR-{preset} checkpoint")
     shared = "shared_ada_lin.1.weight" in sd
     l2 = "blocks.0.attn.scale_mul_1H11" in sd
     if l2:
         heads = int(sd["blocks.0.attn.scale_mul_1H11"].shape[1])
+        if num_heads is not None and num_heads != heads:
+            raise ConfigError(f"{source}: num_heads = {num_heads}, but the weights have {heads} heads "
+                              f"(blocks.0.attn.scale_mul_1H11)")
     elif num_heads is not None:
         heads = int(num_heads)
     elif C == 64 * depth:
         heads = depth
     else:
-        raise ValueError(f"cannot infer the head count of a width-{C}, depth-{depth} VAR without l2-normalised "
-                         f"attention (no scale_mul_1H11); pass num_heads=…")
-    if C % heads:
-        raise ValueError(f"num_heads={heads} does not divide the width {C}")
+        raise ConfigError(f"{source}: cannot infer the head count of a width-{C}, depth-{depth} VAR without "
+                          f"l2-normalised attention (no scale_mul_1H11); pass num_heads=…")
+    if heads < 1 or C % heads:
+        raise ConfigError(f"{source}: num_heads = {heads} does not divide the width {C}")
     levels = sd.get("lvl_1L")
     if patch_nums is None:
-        if levels is None:
-            raise ValueError("patch_nums is not stored in this state dict (no 'lvl_1L'); pass patch_nums=…")
+        max_scales = VAR_CONFIG_BOUNDS["patch_nums"].max_items
+        if not isinstance(levels, torch.Tensor) or levels.is_floating_point() or levels.is_complex() \
+                or not 0 < levels.numel() <= MAX_GRID ** 2 or int(levels.min()) < 0 or int(levels.max()) >= max_scales:
+            raise ConfigError(f"{source}: patch_nums is not stored in this state dict (no 'lvl_1L' of at most "
+                              f"{MAX_GRID ** 2} scale indices in [0, {max_scales})); pass patch_nums=…")
         counts = torch.bincount(levels.flatten().long()).tolist()
         patch_nums = tuple(math.isqrt(c) for c in counts)
         if any(p * p != c for p, c in zip(patch_nums, counts, strict=True)):
-            raise ValueError(f"lvl_1L describes non-square scales {counts}")
+            raise ConfigError(f"{source}: lvl_1L describes non-square scales {counts}")
     patch_nums = tuple(int(p) for p in patch_nums)
     L = int(sd["pos_1LC"].shape[1])
     if sum(p * p for p in patch_nums) != L or len(patch_nums) != sd["lvl_embed.weight"].shape[0]:
-        raise ValueError(f"patch_nums {patch_nums} do not fit the checkpoint ({L} positions, "
-                         f"{sd['lvl_embed.weight'].shape[0]} scales)")
-    hidden = int(sd["blocks.0.ffn.fc1.weight"].shape[0]) if depth else 4 * C
-    return dict(vocab_size=int(sd["head.weight"].shape[0]), Cvae=int(sd["word_embed.weight"].shape[1]),
-                num_classes=int(sd["class_emb.weight"].shape[0]) - 1, depth=depth, embed_dim=C, num_heads=heads,
-                mlp_ratio=hidden / C, shared_aln=shared, attn_l2_norm=l2, patch_nums=patch_nums)
+        raise ConfigError(f"{source}: patch_nums {patch_nums} do not fit the checkpoint ({L} positions, "
+                          f"{sd['lvl_embed.weight'].shape[0]} scales)")
+    fc1 = sd.get("blocks.0.ffn.fc1.weight")
+    if depth and not isinstance(fc1, torch.Tensor):
+        raise CheckpointError(f"{source}: not a VAR transformer state dict: no 'blocks.0.ffn.fc1.weight'")
+    hidden = int(fc1.shape[0]) if depth else 4 * C
+    config = dict(vocab_size=int(sd["head.weight"].shape[0]), Cvae=int(sd["word_embed.weight"].shape[1]),
+                  num_classes=int(sd["class_emb.weight"].shape[0]) - 1, depth=depth, embed_dim=C, num_heads=heads,
+                  mlp_ratio=hidden / C, shared_aln=shared, attn_l2_norm=l2, patch_nums=list(patch_nums))
+    config = check_config(config, VAR_CONFIG_BOUNDS, source=f"{source} (from its tensor shapes)")
+    try:
+        check_pyramid(patch_nums)
+    except ValueError as err:
+        raise ConfigError(f"{source}: {err}") from None
+    return {**config, "patch_nums": patch_nums}
 
 
 def load_var_state_dict(state_dict: Mapping[str, torch.Tensor], preset: str | None = None,
                         patch_nums: Sequence[int] | None = None, num_heads: int | None = None,
                         source: str = "state dict") -> VARTransformer:
-    """A :class:`VARTransformer` holding an official state dict (keys and shapes checked, buffers verified)."""
-    from arvis.utils.serialization import check_state_dict
+    """A :class:`VARTransformer` holding an official state dict (keys, shapes and dtypes checked, buffers verified).
 
-    config = infer_var_config(state_dict, preset, patch_nums, num_heads)
-    with torch.device("meta"):
-        model = VARTransformer(**config)
+    Raises:
+        CheckpointError: values that are not floating-point tensors (the integer ``lvl_1L`` buffer aside),
+            missing / unexpected / mis-shaped keys, constant buffers that do not describe the pyramid.
+        ConfigError: see :func:`infer_var_config`.
+    """
+    from arvis.utils.serialization import check_state_dict, check_tensor_values, to_common_dtype
+
+    weights = {k: v for k, v in state_dict.items() if k not in _BUFFER_KEYS and not k.endswith(".attn.zero_k_bias")}
+    common = check_tensor_values(weights, source)
+    for key in set(state_dict) - set(weights):  # the official constants (lvl_1L is an integer tensor)
+        if not isinstance(state_dict[key], torch.Tensor):
+            raise CheckpointError(f"{source}: {key!r} is a {type(state_dict[key]).__name__}, not a tensor")
+    config = infer_var_config(state_dict, preset, patch_nums, num_heads, source=source)
+    try:
+        with torch.device("meta"):
+            model = VARTransformer(**config)
+    except (ValueError, TypeError) as err:
+        raise ConfigError(f"{source}: {err}") from None
     reference = official_state_dict(model)  # shapes of the weights (meta) and the constant buffers
     check_state_dict(_KeysOnly(reference), state_dict, source=source)
     for key in _BUFFER_KEYS:  # the constants must describe this layout (a pyramid mismatch fails here)
         if key in state_dict and not torch.equal(state_dict[key].to(reference[key].dtype), reference[key]):
-            raise ValueError(f"{source}: {key} does not describe patch_nums={config['patch_nums']}")
-    weights = {k: v for k, v in state_dict.items() if k in model.state_dict()}
-    model.load_state_dict(weights, strict=True, assign=True)
+            raise CheckpointError(f"{source}: {key} does not describe patch_nums={config['patch_nums']}")
+    model.load_state_dict(to_common_dtype({k: v for k, v in weights.items() if k in reference}, common),
+                          strict=True, assign=True)
     return model.eval()
 
 
@@ -533,7 +605,8 @@ def load_var_checkpoint(path: str | os.PathLike, preset: str | None = None, patc
     ``torch.load(weights_only=True)``; or the same keys in safetensors).
 
     Raises:
-        ValueError: unreadable/unsafe file, another model's weights, or a preset that does not match.
+        CheckpointError: unreadable/unsafe file, another model's weights, weights that are not floating point.
+        ConfigError: a preset or ``num_heads`` that does not match, a shape out of :data:`VAR_CONFIG_BOUNDS`.
     """
     from arvis.utils.serialization import extract_state_dict, load_state_dict_file
 

@@ -15,11 +15,14 @@ import PIL.Image
 import torch
 from diffusers.callbacks import MultiPipelineCallbacks, PipelineCallback
 
-from arvis.engine.engine import DecodeEngine
+from arvis.engine.engine import DecodeEngine, NonFiniteError
 from arvis.engine.sampling import SamplingConfig
 from arvis.engine.stats import BatchStats
+from arvis.errors import ConfigError
 from arvis.methods.registry import decode
 from arvis.models.protocol import Backbone, Condition
+from arvis.utils.config_check import Bound, check_config
+from arvis.utils.modes import CFG_SCHEDULES
 from arvis.utils.random import GeneratorArg
 
 OUTPUT_TYPES = ("pil", "np", "pt", "latent")
@@ -29,16 +32,34 @@ SAMPLING_FIELDS = ("guidance_scale", "top_k", "top_p", "temperature", "cfg_inter
 _CONFIG_FIELDS = ("guidance_scale", "top_k", "top_p", "temperature", "cfg_interval", "cfg_schedule")
 
 
+_FP32_MAX = float(torch.finfo(torch.float32).max)  # SamplingConfig computes the target distribution in fp32
+# What each setting of a sampling_defaults.json may hold (the ranges of SamplingConfig and of MAR's decoder).
+SAMPLING_BOUNDS: dict[str, Bound] = {
+    "guidance_scale": Bound.number(0.0, _FP32_MAX),
+    "temperature": Bound.number(0.0, _FP32_MAX),
+    "top_k": Bound.integer(0, 1 << 30),
+    "top_p": Bound.number(0.0, 1.0, open_low=True),
+    "cfg_interval": Bound.integer(-1, 1 << 30),
+    "num_iter": Bound.integer(1, 4096),
+    "cfg_schedule": Bound.choice(*CFG_SCHEDULES),
+}
+
+
 def read_sampling_defaults(folder: Path, fields: Sequence[str] = SAMPLING_FIELDS) -> dict[str, Any]:
-    """The folder's ``sampling_defaults.json`` checked against ``fields`` (``{}`` when absent)."""
+    """The folder's ``sampling_defaults.json`` checked against ``fields`` and :data:`SAMPLING_BOUNDS` when the
+    pipeline loads (``{}`` when absent).
+
+    Raises:
+        ConfigError: an unknown setting or a value out of its range, naming the file and the setting.
+    """
     from arvis.hub import SAMPLING_DEFAULTS_FILE
     from arvis.hub import read_sampling_defaults as read_file
 
     defaults = read_file(folder)
     unknown = sorted(set(defaults) - set(fields))
     if unknown:
-        raise ValueError(f"{SAMPLING_DEFAULTS_FILE}: unknown setting(s) {unknown}; known: {list(fields)}")
-    return defaults
+        raise ConfigError(f"{SAMPLING_DEFAULTS_FILE}: unknown setting(s) {unknown}; known: {list(fields)}")
+    return check_config(defaults, {k: SAMPLING_BOUNDS[k] for k in fields}, source=str(folder / SAMPLING_DEFAULTS_FILE))
 
 
 class SamplingDefaultsMixin:
@@ -230,10 +251,29 @@ def grey_uncommitted(images: torch.Tensor, known: torch.Tensor) -> torch.Tensor:
     cells = torch.nn.functional.interpolate(known[:, None].float().to(images.device), size=images.shape[-2:],
                                             mode="nearest").to(images.dtype)
     return images * cells + (2 * PREVIEW_GREY - 1) * (1 - cells)
+def check_finite_pixels(images: torch.Tensor, unit: str = "image") -> None:
+    """Refuse decoded pixels ``[B, …]`` that are NaN or infinite (a decoder whose weights or activations are not
+    finite): they would become NaN arrays or black images without a word. One host read per decoded batch.
+
+    Raises:
+        NonFiniteError: naming the ``unit`` indices (images, or clips) affected.
+    """
+    bad = ~torch.isfinite(images.reshape(images.shape[0], -1)).all(1)
+    if bool(bad.any()):
+        which = bad.nonzero().flatten().tolist()
+        shown = ", ".join(str(i) for i in which[:8]) + (", …" if len(which) > 8 else "")
+        raise NonFiniteError(f"the image decoder produced NaN or infinite pixels ({unit} {shown} of {len(bad)}): its "
+                             f"weights or activations are not finite (a damaged decoder, or an overflow in a low "
+                             f"precision dtype; try float32)")
 
 
 def images_to_output(images: torch.Tensor, output_type: str) -> list[PIL.Image.Image] | np.ndarray | torch.Tensor:
-    """Decoded images ``[B, 3, H, W]`` in ``[-1, 1]`` → ``"pt"`` (``[0, 1]``), ``"np"`` (``[B, H, W, 3]``) or PIL."""
+    """Decoded images ``[B, 3, H, W]`` in ``[-1, 1]`` → ``"pt"`` (``[0, 1]``), ``"np"`` (``[B, H, W, 3]``) or PIL.
+
+    Raises:
+        NonFiniteError: a pixel is NaN or infinite (:func:`check_finite_pixels`).
+    """
+    check_finite_pixels(images)
     images = ((images.float() + 1) / 2).clamp(0, 1).cpu()
     if output_type == "pt":
         return images

@@ -179,6 +179,13 @@ class ArvisPipeline(SamplingDefaultsMixin):
         comparison runs as its baseline): none, except where a family's method changes the sampler."""
         return {}
 
+    @torch.no_grad()
+    def tokenizer_roundtrip(self, images: torch.Tensor) -> torch.Tensor:
+        """Images ``[B, 3, H, W]`` in ``[-1, 1]`` encoded and decoded by this model's tokenizer (what its samples
+        can at best look like). Token families: through the codes of their ``vqvae``."""
+        vq = self.vqvae
+        return vq.decode_codes(vq.encode(images.to(next(vq.parameters()).dtype))).float()
+
     def decode_memory_bytes(self, batch_size: int, uses_cfg: bool) -> int | None:
         """About how many bytes the decode state of a ``batch_size`` call takes (``None``: not estimated)."""
         return None

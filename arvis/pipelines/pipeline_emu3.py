@@ -22,7 +22,6 @@ Example:
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -30,7 +29,16 @@ from typing import Any
 import torch
 from diffusers import DiffusionPipeline
 
-from arvis.models.emu3 import VISUAL_TOKEN, Emu3Backbone, Emu3Vocabulary, emu3_layout, image_codes
+from arvis.models.emu3 import (
+    EMU3_FOLDER,
+    EMU3_TEXT_FOLDER,
+    VISUAL_TOKEN,
+    Emu3Backbone,
+    Emu3Vocabulary,
+    emu3_layout,
+    image_codes,
+)
+from arvis.models.llamagen import MAX_GRID
 from arvis.models.protocol import Condition, TokenLayout
 from arvis.pipelines.common import (
     CALLBACK_TENSOR_INPUTS,
@@ -40,8 +48,9 @@ from arvis.pipelines.common import (
 from arvis.pipelines.interface import BenchInputs
 from arvis.pipelines.pipeline_llamagen import LlamaGenPipelineOutput
 from arvis.pipelines.prompt_tokens import PromptTokenPipeline
-from arvis.tokenizers.emu3_text import prompt_batch
+from arvis.tokenizers.emu3_text import check_tokenizer_folder, prompt_batch
 from arvis.tokenizers.emu3_vq import Emu3ImageTokenizer
+from arvis.utils.config_check import Bound, CheckedPipelineMixin, check_model_folder, read_json_object
 from arvis.utils.random import GeneratorArg
 
 # Emu3-Gen's published sampling recipe uses this negative prompt (BAAI's example code).
@@ -54,7 +63,7 @@ class Emu3PipelineOutput(LlamaGenPipelineOutput):
     """Output of :class:`Emu3Pipeline`: ``images``, ``tokens`` (VQ code grids ``[B, h, w]``) and ``stats``."""
 
 
-class Emu3Pipeline(PromptTokenPipeline, DiffusionPipeline):
+class Emu3Pipeline(PromptTokenPipeline, CheckedPipelineMixin, DiffusionPipeline):
     """Text-to-image generation with an Emu3 model, through arvis's decoding methods.
 
     Args:
@@ -68,6 +77,11 @@ class Emu3Pipeline(PromptTokenPipeline, DiffusionPipeline):
     model_cpu_offload_seq = "transformer"
     _optional_components = ["draft_transformer"]
     _callback_tensor_inputs = list(CALLBACK_TENSOR_INPUTS)
+    # transformers classes: checked by their declared bounds before loading (arvis.utils.config_check).
+    component_checks = {"transformer": EMU3_FOLDER, "draft_transformer": EMU3_TEXT_FOLDER,
+                        "tokenizer": check_tokenizer_folder}
+    config_bounds = {"default_height": Bound.integer(1, MAX_GRID), "default_width": Bound.integer(1, MAX_GRID),
+                     "default_negative_prompt": Bound.text(10_000)}
 
     def __init__(self, transformer: Any, tokenizer: Any, draft_transformer: Any = None, default_height: int = 90,
                  default_width: int = 90, default_negative_prompt: str = EMU3_NEGATIVE_PROMPT):
@@ -110,9 +124,11 @@ class Emu3Pipeline(PromptTokenPipeline, DiffusionPipeline):
         from transformers import AutoTokenizer, Emu3ForConditionalGeneration
 
         path = Path(path)
-        model_type = json.loads((path / "config.json").read_text()).get("model_type")
+        model_type = read_json_object(path / "config.json").get("model_type")
         if model_type != "emu3":
             raise ValueError(f"pretrained_model_name_or_path: {path} holds a {model_type!r} model, not an Emu3 one")
+        check_model_folder(EMU3_FOLDER, path)
+        check_tokenizer_folder(path)
         model = Emu3ForConditionalGeneration.from_pretrained(path, dtype=dtype or "auto").eval()
         return cls(model, AutoTokenizer.from_pretrained(path), **config)
 

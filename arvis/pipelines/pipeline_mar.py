@@ -51,6 +51,7 @@ from arvis.pipelines.common import (
     run_step_callback,
 )
 from arvis.pipelines.interface import ArvisPipeline, BenchInputs
+from arvis.tokenizers.mar_vae import KL_VAE_FOLDER
 from arvis.utils.config_check import CheckedPipelineMixin
 from arvis.utils.random import GeneratorArg
 
@@ -74,6 +75,7 @@ class MARPipeline(ArvisPipeline, CheckedPipelineMixin, DiffusionPipeline):
     _optional_components = ["draft_transformer", "draft_head"]
     sampling_fields = MAR_SAMPLING_FIELDS
     guidance = "mar"
+    component_checks = {"vae": KL_VAE_FOLDER}  # a diffusers class: checked by its declared bounds before loading
 
     def __init__(self, transformer: MARTransformer, head: MARDiffusionHead, vae: AutoencoderKL,
                  draft_transformer: MARTransformer | None = None, draft_head: MARDiffusionHead | None = None):
@@ -129,6 +131,11 @@ class MARPipeline(ArvisPipeline, CheckedPipelineMixin, DiffusionPipeline):
         if known is not None:
             images = grey_uncommitted(images, known.view(B, self.transformer.seq_h, self.transformer.seq_w))
         return images_to_output(images, output_type)
+
+    @torch.no_grad()
+    def tokenizer_roundtrip(self, images: torch.Tensor) -> torch.Tensor:
+        """Images ``[B, 3, H, W]`` in ``[-1, 1]`` through the KL VAE's posterior mean and back."""
+        return self.vae.decode(self.vae.encode(images.to(self.vae.dtype)).latent_dist.mean).sample.float()
 
     # ------------------------------------------------------------------ the family seam
     def resources(self) -> dict[str, Any]:

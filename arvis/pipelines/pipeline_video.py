@@ -40,7 +40,7 @@ from arvis.engine.stats import BatchStats
 from arvis.methods.registry import decode
 from arvis.models.protocol import Condition
 from arvis.models.video import FramePrefix, VideoTransformer
-from arvis.pipelines.common import decode_with_progress, grey_uncommitted
+from arvis.pipelines.common import check_finite_pixels, decode_with_progress, grey_uncommitted
 from arvis.pipelines.interface import ArvisPipeline, BenchInputs
 from arvis.tokenizers.llamagen_vq import LlamaGenVQModel
 from arvis.utils.config_check import CheckedPipelineMixin
@@ -130,6 +130,7 @@ class VideoPipeline(ArvisPipeline, CheckedPipelineMixin, DiffusionPipeline):
         filled = tokens if known is None else torch.where(known, tokens, torch.zeros_like(tokens))
         with torch.no_grad():
             frames = self.vqvae.decode_codes(filled.flatten(0, 1).to(self.vqvae.device)).float().cpu()
+        check_finite_pixels(frames.unflatten(0, (B, T)), unit="clip")
         if known is not None:
             frames = grey_uncommitted(frames, known.flatten(0, 1))
         frames = ((frames + 1) / 2).clamp(0, 1).unflatten(0, (B, T))  # [B, T, 3, H, W]

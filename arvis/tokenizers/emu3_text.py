@@ -9,8 +9,11 @@ read it unchanged), and the visual tokens as one contiguous block of ids after t
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
+from pathlib import Path
 
+from arvis.errors import CheckpointError
 from arvis.models.emu3 import (
     END_OF_FRAME,
     END_OF_LINE,
@@ -20,6 +23,7 @@ from arvis.models.emu3 import (
     IMAGE_WRAPPER,
     VISUAL_TOKEN,
 )
+from arvis.utils.config_check import Bound, check_config, read_json_object
 
 PAD_TOKEN = "<|endoftext|>"
 BOS_TOKEN = "<|extra_203|>"
@@ -67,6 +71,58 @@ def build_emu3_tokenizer(corpus: Iterable[str], num_codes: int, text_vocab_size:
     )
 
 
+# What an Emu3 tokenizer_config.json may hold: the special tokens as strings (transformers reads them as such),
+# and the bookkeeping fields transformers writes (they size nothing).
+_TOKEN = Bound.text(1000, optional=True)
+TOKENIZER_CONFIG_BOUNDS: dict[str, Bound] = {
+    **{name: _TOKEN for name in ("bos_token", "eos_token", "pad_token", "unk_token", "image_token", "boi_token",
+                                 "eoi_token", "image_wrapper_token", "eof_token")},
+    "model_specific_special_tokens": Bound.mapping({name: _TOKEN for name in (
+        "image_token", "boi_token", "eoi_token", "image_wrapper_token", "eof_token")}, optional=True),
+    "extra_special_tokens": Bound("any"),  # a list or an object of names, by transformers version
+    "additional_special_tokens": Bound.strings(1 << 20, optional=True),
+    "added_tokens_decoder": Bound("any"),  # rebuilt from tokenizer.json, whose own check covers it
+    "model_max_length": Bound.number(1.0, 1e40),
+    "tokenizer_class": Bound.text(100),
+    "processor_class": Bound.text(100, optional=True),
+    "backend": Bound.choice("tokenizers"),
+    "chat_template": Bound.text(1 << 20, optional=True),
+    "clean_up_tokenization_spaces": Bound.boolean(),
+    "split_special_tokens": Bound.boolean(),
+    "add_prefix_space": Bound.boolean(),
+    "errors": Bound.choice("replace", "strict", "ignore"),
+    "is_local": Bound.boolean(),
+    "local_files_only": Bound.boolean(),
+}
+
+
+def check_tokenizer_folder(folder: str | os.PathLike) -> None:
+    """Check an Emu3 tokenizer's files before transformers reads them: ``tokenizer_config.json`` against
+    :data:`TOKENIZER_CONFIG_BOUNDS`, and ``tokenizer.json`` built once by the ``tokenizers`` library (its
+    errors, whatever their type, become one :class:`~arvis.errors.CheckpointError` naming the file).
+
+    Raises:
+        ConfigError: a file that is not a JSON object, or a field out of its bounds.
+        CheckpointError: ``tokenizer.json`` is not a tokenizer, or a file cannot be read.
+    """
+    folder = Path(folder)
+    config = folder / "tokenizer_config.json"
+    if config.is_file():
+        check_config(read_json_object(config), TOKENIZER_CONFIG_BOUNDS, source=str(config))
+    spec = folder / "tokenizer.json"
+    if not spec.is_file():
+        raise CheckpointError(f"tokenizer folder {str(folder)!r} has no tokenizer.json (arvis reads fast tokenizers)")
+    read_json_object(spec)  # not JSON, too deep, not an object: named as such
+    from tokenizers import Tokenizer
+
+    try:
+        Tokenizer.from_file(str(spec))
+    except Exception as err:  # noqa: BLE001 - the library raises bare Exception for a malformed tokenizer
+        message = str(err).splitlines()[0][:200] if str(err) else type(err).__name__
+        raise CheckpointError(f"{str(spec)!r} is not a tokenizer the tokenizers library can build ({message})"
+                              ) from None
+
+
 def generation_prompt(tokenizer, prompt: str, height: int, width: int) -> list[int]:
     """Token ids of an image-generation prompt, as ``Emu3Processor(return_for_image_generation=True)`` builds it:
     ``<bos>{prompt}<|image start|>{height}*{width}<|image token|>``."""
@@ -91,4 +147,5 @@ def prompt_batch(tokenizer, prompts: list[str], height: int, width: int, length:
     return left_padded(seqs, tokenizer.pad_token_id, length)
 
 
-__all__ = ["SPECIAL_TOKENS", "build_emu3_tokenizer", "generation_prompt", "prompt_batch"]
+__all__ = ["SPECIAL_TOKENS", "TOKENIZER_CONFIG_BOUNDS", "build_emu3_tokenizer", "check_tokenizer_folder",
+           "generation_prompt", "prompt_batch"]

@@ -24,10 +24,39 @@ import torch
 from diffusers import AutoencoderKL
 
 from arvis.errors import CheckpointError
+from arvis.utils.config_check import Bound, FolderSpec
 
 MAR_LATENT_SCALE = 0.2325  # engine_mar.py: latents = posterior.sample() * 0.2325
 KL16_CHANNELS = (128, 128, 256, 256, 512)  # ch=128 × ch_mult (1, 1, 2, 2, 4)
 IGNORED_PREFIXES = ("loss.",)  # the training loss (LPIPS, discriminator) saved next to the model
+
+
+# What a KL-VAE folder's config.json may hold (diffusers' AutoencoderKL arguments), checked before anything is
+# allocated. Generous: the official KL-16 has 5 levels up to 512 channels, 2 blocks per level, 16 latent channels.
+# MAR decodes latents / scaling_factor only: a shift or a latent mean / std would be silently ignored, so they
+# must be null.
+KL_VAE_CONFIG_BOUNDS: dict[str, Bound] = {
+    "in_channels": Bound.choice(3),
+    "out_channels": Bound.choice(3),
+    "down_block_types": Bound.strings(16),
+    "up_block_types": Bound.strings(16),
+    "block_out_channels": Bound.integers(1, 4096, max_items=16),
+    "layers_per_block": Bound.integer(1, 64),
+    "act_fn": Bound.choice("silu"),
+    "latent_channels": Bound.integer(1, 4096),
+    "norm_num_groups": Bound.integer(1, 4096),
+    "sample_size": Bound.integer(1, 1 << 14),
+    "scaling_factor": Bound.number(0.0, 1e6, open_low=True),
+    "shift_factor": Bound.null(note="MAR's decoder does not shift latents"),
+    "latents_mean": Bound.null(note="MAR's decoder does not normalise latents"),
+    "latents_std": Bound.null(note="MAR's decoder does not normalise latents"),
+    "force_upcast": Bound.boolean(),
+    "use_quant_conv": Bound.boolean(),
+    "use_post_quant_conv": Bound.boolean(),
+    "mid_block_add_attention": Bound.boolean(),
+}
+# How a pipeline checks a KL-VAE component folder (arvis.utils.config_check.check_pipeline_folder).
+KL_VAE_FOLDER = FolderSpec("AutoencoderKL", KL_VAE_CONFIG_BOUNDS, AutoencoderKL)
 
 
 def build_kl_vae(block_out_channels: Sequence[int] = KL16_CHANNELS, latent_channels: int = 16, resolution: int = 256,
@@ -182,8 +211,8 @@ def load_mar_vae_checkpoint(path: str | os.PathLike, vae: AutoencoderKL | None =
 
     source = str(path)
     sd, _ = extract_state_dict(load_state_dict_file(path), key, source=source)
+    common = check_tensor_values({k: v for k, v in sd.items() if not k.startswith(IGNORED_PREFIXES)}, source)
     converted = official_to_diffusers(sd, source)
-    common = check_tensor_values(converted, source)
     if vae is None:
         with torch.device("meta"):
             vae = build_kl_vae()
@@ -207,5 +236,5 @@ def export_mar_vae_checkpoint(vae: AutoencoderKL, path: str | os.PathLike) -> No
         raise ValueError(f"path must end in .ckpt, .pth, .pt or .safetensors, got {path.name!r}")
 
 
-__all__ = ["MAR_LATENT_SCALE", "build_kl_vae", "official_to_diffusers", "diffusers_to_official",
+__all__ = ["KL_VAE_CONFIG_BOUNDS", "KL_VAE_FOLDER", "MAR_LATENT_SCALE", "build_kl_vae", "official_to_diffusers", "diffusers_to_official",
            "load_mar_vae_checkpoint", "export_mar_vae_checkpoint"]

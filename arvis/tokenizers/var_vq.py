@@ -42,14 +42,39 @@ import torch.nn.functional as F
 from diffusers.configuration_utils import ConfigMixin, register_to_config
 from diffusers.models.modeling_utils import ModelMixin
 
+from arvis.errors import ConfigError
+from arvis.models.llamagen import MAX_GRID
+
 # The convolutional building blocks are the same networks (and parameter names) as LlamaGen's VQ.
 from arvis.tokenizers.llamagen_vq import _Downsample, _group_norm, _ResBlock, _swish, _Upsample
+from arvis.utils.config_check import Bound, CheckedFolderMixin, check_config
 
 __all__ = ["VAR_VQ_DEFAULTS", "MultiScaleQuantizer", "VARVQLosses", "VARVQModel", "load_var_vq_checkpoint", "scale_bounds"]
 
 # The official tokenizer (vae_ch160v4096z32.pth): models/__init__.py build_vae_var + VQVAE defaults.
 VAR_VQ_DEFAULTS: dict[str, Any] = dict(vocab_size=4096, z_channels=32, ch=160, ch_mult=(1, 1, 2, 2, 4),
                                        share_quant_resi=4, v_patch_nums=(1, 2, 3, 4, 5, 6, 8, 10, 13, 16))
+
+# What each configuration field may hold (arvis.utils.config_check), checked before anything is allocated.
+# Generous: the official tokenizer has ch 160, 5 levels, 4096 codes of dimension 32, 10 scales up to 16.
+VAR_VQ_CONFIG_BOUNDS: dict[str, Bound] = {
+    "vocab_size": Bound.integer(2, 1 << 20),
+    "z_channels": Bound.integer(1, 4096),
+    "ch": Bound.integer(1, 4096),
+    "dropout": Bound.number(0.0, 1.0, open_high=True),
+    "beta": Bound.number(0.0, 100.0),
+    "using_znorm": Bound.boolean(),
+    "quant_conv_ks": Bound.integer(1, 31),
+    "quant_resi": Bound.number(-10.0, 10.0),
+    "share_quant_resi": Bound.integer(0, 64),
+    "default_qresi_counts": Bound.integer(0, 64),
+    "v_patch_nums": Bound.integers(1, MAX_GRID, max_items=64, note=f"token-map sides, at most {MAX_GRID}"),
+    "ch_mult": Bound.integers(1, 64, max_items=16),
+    "num_res_blocks": Bound.integer(1, 64),
+    "norm_num_groups": Bound.integer(1, 4096),
+    "using_sa": Bound.boolean(),
+    "using_mid_sa": Bound.boolean(),
+}
 
 
 def scale_bounds(patch_nums: Sequence[int]) -> list[tuple[int, int]]:
@@ -380,7 +405,7 @@ class MultiScaleQuantizer(nn.Module):
 
 
 # ----------------------------------------------------------------------------- the model
-class VARVQModel(ModelMixin, ConfigMixin):
+class VARVQModel(CheckedFolderMixin, ModelMixin, ConfigMixin):
     """VAR's multi-scale VQ-VAE (``VQVAE``), loadable from official state dicts.
 
     Images are ``[B, 3, H, W]`` in ``[-1, 1]``, ``H = W = patch_nums[-1] * downsample_factor``. Codes are
@@ -397,6 +422,8 @@ class VARVQModel(ModelMixin, ConfigMixin):
         >>> codes = vq.encode(torch.zeros(1, 3, 256, 256))        # [1, 680]
         >>> images = vq.decode_codes(codes)                        # [1, 3, 256, 256]
     """
+
+    config_bounds = VAR_VQ_CONFIG_BOUNDS
 
     @register_to_config
     def __init__(
@@ -419,13 +446,9 @@ class VARVQModel(ModelMixin, ConfigMixin):
         using_mid_sa: bool = True,
     ) -> None:
         super().__init__()
+        check_config(self.config, VAR_VQ_CONFIG_BOUNDS, source=type(self).__name__)
         patch_nums = tuple(int(p) for p in v_patch_nums)
         mult = tuple(int(m) for m in ch_mult)
-        for name, value, lo in (("vocab_size", vocab_size, 2), ("z_channels", z_channels, 1), ("ch", ch, 1),
-                                ("num_res_blocks", num_res_blocks, 1), ("norm_num_groups", norm_num_groups, 1),
-                                ("quant_conv_ks", quant_conv_ks, 1), ("share_quant_resi", share_quant_resi, 0)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < lo:
-                raise ValueError(f"{name} must be an integer >= {lo}, got {value!r}")
         if quant_conv_ks % 2 == 0:
             raise ValueError(f"quant_conv_ks must be odd (same padding), got {quant_conv_ks}")
         if len(patch_nums) < 2 or any(p < 1 for p in patch_nums) or list(patch_nums) != sorted(set(patch_nums)):
@@ -551,16 +574,28 @@ def load_var_vq_checkpoint(path: str, **config: Any) -> VARVQModel:
     another number of scales is replaced by this model's (it is bookkeeping, not a weight).
 
     Raises:
-        ValueError: unreadable/unsafe file, or keys / shapes that do not fit the configuration.
+        CheckpointError: unreadable/unsafe file, values that are not floating-point tensors, or keys / shapes
+            that do not fit the configuration.
+        ConfigError: a configuration out of :data:`VAR_VQ_CONFIG_BOUNDS`.
     """
-    from arvis.utils.serialization import check_state_dict, extract_state_dict, load_state_dict_file
+    from arvis.utils.serialization import (
+        check_state_dict,
+        check_tensor_values,
+        extract_state_dict,
+        load_state_dict_file,
+        to_common_dtype,
+    )
 
     sd, _ = extract_state_dict(load_state_dict_file(path), "auto", source=str(path))
-    with torch.device("meta"):
-        model = VARVQModel(**config)
+    common = check_tensor_values(sd, str(path))
+    try:
+        with torch.device("meta"):
+            model = VARVQModel(**config)
+    except (ValueError, TypeError) as err:
+        raise ConfigError(f"{path}: {err}") from None
     hits = "quantize.ema_vocab_hit_SV"
     if hits in sd and tuple(sd[hits].shape) != tuple(model.state_dict()[hits].shape):
-        sd = {**sd, hits: torch.zeros(model.state_dict()[hits].shape)}
+        sd = {**sd, hits: torch.zeros(model.state_dict()[hits].shape, dtype=common)}
     check_state_dict(model, sd, source=str(path))
-    model.load_state_dict(sd, strict=True, assign=True)
+    model.load_state_dict(to_common_dtype(sd, common), strict=True, assign=True)
     return model.eval()

@@ -21,9 +21,13 @@ and the configuration is checked against it, in this order, before a tensor is a
 ``diffusion_pytorch_model.safetensors``) is loaded, so every component of a pipeline folder is
 checked before diffusers reads it; :class:`CheckedPipelineMixin` first checks the pipeline folder's
 ``model_index.json`` against the pipeline's ``__init__`` (a diffusers ``UNet2DModel`` named as the
-transformer is refused before diffusers imports or loads anything). Single-file loaders (``arvis.models.checkpoint``) call
-:func:`check_config` on pickled args and safetensors metadata. A new model family joins by declaring
-``config_bounds``, calling ``check_config`` in its constructor and mixing in ``CheckedFolderMixin``.
+transformer is refused before diffusers imports or loads anything), the links of linked components
+(:func:`component_folder`) and the pipeline's own settings. A component whose class another library defines
+(diffusers' ``AutoencoderKL``, transformers' Emu3 models) is checked the same way through the
+:class:`FolderSpec` its pipeline names in ``component_checks``. Single-file loaders (``arvis.models.checkpoint``,
+the VAR and MAR loaders) call :func:`check_config` on pickled args, safetensors metadata and the configuration
+the tensor shapes imply. A new model family joins by declaring ``config_bounds``, calling ``check_config`` in
+its constructor and mixing in ``CheckedFolderMixin``.
 
 Every refusal is a :class:`~arvis.errors.ConfigError` (the configuration) or
 :class:`~arvis.errors.CheckpointError` (the weights) naming the file and the field.
@@ -36,6 +40,7 @@ import difflib
 import json
 import math
 import os
+import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -45,6 +50,7 @@ from typing import Any, ClassVar
 import torch
 
 from arvis.errors import CheckpointError, ConfigError
+from arvis.utils.paths import WEIGHTS_DIR
 from arvis.utils.serialization import (
     CONFIG_METADATA_KEY,
     SafetensorsHeader,
@@ -54,8 +60,8 @@ from arvis.utils.serialization import (
     read_safetensors_header,
 )
 
-__all__ = ["Bound", "CheckedFolderMixin", "CheckedPipelineMixin", "check_config", "check_model_folder",
-           "check_pipeline_folder", "expected_shapes"]
+__all__ = ["Bound", "CheckedFolderMixin", "CheckedPipelineMixin", "FolderSpec", "check_config", "check_model_folder",
+           "check_pipeline_folder", "component_folder", "expected_shapes", "folder_spec", "read_json_object"]
 
 
 @dataclass(frozen=True)
@@ -63,14 +69,16 @@ class Bound:
     """What one configuration field may hold. Build with the class methods (``Bound.integer(1, 256)``…).
 
     Attributes:
-        kind: ``int``, ``float``, ``bool``, ``str``, ``choice``, ``ints`` (list of ints), ``strs`` (list
-            of strings), ``mapping`` (a nested object checked against ``fields``) or ``any`` (a known
-            field that sizes nothing, accepted as it comes).
+        kind: ``int``, ``float``, ``bool``, ``str``, ``choice``, ``ints`` (list of ints), ``floats`` (list
+            of finite numbers), ``strs`` (list of strings), ``table`` (an object of string keys and integer
+            values, e.g. a vocabulary), ``mapping`` (a nested object checked against ``fields``) or ``any``
+            (a known field that sizes nothing, accepted as it comes).
         low, high: inclusive range of a number or of every list item.
         open_low, open_high: exclude ``low`` / ``high``.
         optional: ``None`` is allowed.
         choices: the allowed values of a ``choice``.
         max_items: longest list.
+        min_items: shortest list of numbers (1; 0 allows an empty one).
         fields: the bounds of a nested object's keys.
         note: why the bound, appended to the error message.
     """
@@ -83,6 +91,7 @@ class Bound:
     optional: bool = False
     choices: tuple[Any, ...] = ()
     max_items: int = 0
+    min_items: int = 1
     fields: Mapping[str, Bound] = field(default_factory=dict)
     note: str = ""
 
@@ -109,12 +118,29 @@ class Bound:
         return cls("choice", choices=choices, optional=optional)
 
     @classmethod
-    def integers(cls, low: int, high: int, max_items: int, optional: bool = False, note: str = "") -> Bound:
-        return cls("ints", low, high, max_items=max_items, optional=optional, note=note)
+    def null(cls, note: str = "") -> Bound:
+        """Only ``null``: a field a library defines that arvis does not use (any other value would be ignored)."""
+        return cls("choice", optional=True, note=note)
+
+    @classmethod
+    def integers(cls, low: int, high: int, max_items: int, optional: bool = False, note: str = "",
+                 min_items: int = 1) -> Bound:
+        return cls("ints", low, high, max_items=max_items, optional=optional, note=note, min_items=min_items)
+
+    @classmethod
+    def numbers(cls, low: float, high: float, max_items: int, min_items: int = 1, open_low: bool = False,
+                optional: bool = False) -> Bound:
+        """A list of ``min_items`` to ``max_items`` finite numbers, each in the range."""
+        return cls("floats", low, high, open_low=open_low, max_items=max_items, min_items=min_items, optional=optional)
 
     @classmethod
     def strings(cls, max_items: int, optional: bool = False) -> Bound:
         return cls("strs", max_items=max_items, optional=optional)
+
+    @classmethod
+    def table(cls, low: int, high: int, max_items: int, optional: bool = False) -> Bound:
+        """An object of at most ``max_items`` string keys whose values are integers in ``[low, high]``."""
+        return cls("table", low, high, max_items=max_items, optional=optional)
 
     @classmethod
     def mapping(cls, fields: Mapping[str, Bound], optional: bool = False) -> Bound:
@@ -132,13 +158,15 @@ class Bound:
             "float": lambda: f"a finite number in {self._range()}",
             "bool": lambda: "true or false",
             "str": lambda: f"a string of at most {self.max_items} characters",
-            "choice": lambda: "one of " + ", ".join(repr(c) for c in self.choices),
-            "ints": lambda: f"a list of 1 to {self.max_items} integers in {self._range()}",
+            "choice": lambda: "one of " + ", ".join(repr(c) for c in self.choices) if self.choices else "null",
+            "ints": lambda: f"a list of {self.min_items} to {self.max_items} integers in {self._range()}",
+            "floats": lambda: f"a list of {self.min_items} to {self.max_items} finite numbers in {self._range()}",
             "strs": lambda: f"a list of at most {self.max_items} strings",
+            "table": lambda: f"an object of at most {self.max_items} string keys with integer values in {self._range()}",
             "mapping": lambda: "an object with keys " + ", ".join(sorted(self.fields)),
             "any": lambda: "any value",
         }[self.kind]()
-        return text + (" or null" if self.optional else "")
+        return text + (" or null" if self.optional and text != "null" else "")
 
     def _in_range(self, x: float) -> bool:
         assert self.low is not None and self.high is not None
@@ -149,6 +177,9 @@ class Bound:
     def _int_ok(self, x: Any) -> bool:
         return isinstance(x, int) and not isinstance(x, bool) and self._in_range(x)
 
+    def _number_ok(self, x: Any) -> bool:
+        return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x) and self._in_range(x)
+
     def accepts(self, value: Any) -> bool:
         """Whether ``value`` is allowed (``mapping`` values: only that they are objects)."""
         if self.kind == "any":
@@ -158,8 +189,7 @@ class Bound:
         if self.kind == "int":
             return self._int_ok(value)
         if self.kind == "float":
-            return (isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-                    and self._in_range(value))
+            return self._number_ok(value)
         if self.kind == "bool":
             return isinstance(value, bool)
         if self.kind == "str":
@@ -167,11 +197,17 @@ class Bound:
         if self.kind == "choice":
             return any(value == c and type(value) is type(c) for c in self.choices)
         if self.kind == "ints":
-            return (isinstance(value, list | tuple) and 1 <= len(value) <= self.max_items
+            return (isinstance(value, list | tuple) and self.min_items <= len(value) <= self.max_items
                     and all(self._int_ok(v) for v in value))
+        if self.kind == "floats":
+            return (isinstance(value, list | tuple) and self.min_items <= len(value) <= self.max_items
+                    and all(self._number_ok(v) for v in value))
         if self.kind == "strs":
             return (isinstance(value, list | tuple) and len(value) <= self.max_items
                     and all(isinstance(v, str) and len(v) <= 10_000 for v in value))
+        if self.kind == "table":
+            return (isinstance(value, Mapping) and len(value) <= self.max_items
+                    and all(isinstance(k, str) and len(k) <= 10_000 and self._int_ok(v) for k, v in value.items()))
         if self.kind == "mapping":
             return isinstance(value, Mapping)
         raise AssertionError(f"unknown bound kind {self.kind!r}")
@@ -182,10 +218,21 @@ def _show(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+def _name(value: Any) -> str:
+    """A class name read from a file, as it is when it is a short string (else :func:`_show`)."""
+    return value if isinstance(value, str) and len(value) <= 60 else _show(value)
+
+
+# The bookkeeping keys diffusers and transformers write into configurations (dropped by check_config; any other
+# key starting with "_" is refused).
+PRIVATE_KEYS = frozenset({"_class_name", "_diffusers_version", "_name_or_path", "_use_default_values", "_commit_hash",
+                          "_from_model_config"})
+
+
 def check_config(config: Mapping[str, Any], bounds: Mapping[str, Bound], source: str,
                  prefix: str = "", allow_unknown: bool = False) -> dict[str, Any]:
-    """Check every key of ``config`` against ``bounds``; return the public keys (``_``-prefixed ones,
-    diffusers' bookkeeping such as ``_class_name``, are dropped).
+    """Check every key of ``config`` against ``bounds``; return the public keys (the libraries' bookkeeping,
+    :data:`PRIVATE_KEYS` such as ``_class_name``, is dropped; another ``_``-prefixed key is refused).
 
     Args:
         config: the configuration (a ``config.json`` object, pickled args as a dict, constructor args).
@@ -207,6 +254,10 @@ def check_config(config: Mapping[str, Any], bounds: Mapping[str, Bound], source:
         if not isinstance(key, str):
             raise ConfigError(f"{source}: config keys must be strings, got {key!r}")
         if key.startswith("_"):
+            # diffusers would pass an unknown one on to the constructor (``__class__``: a TypeError deep inside)
+            if key not in PRIVATE_KEYS and not allow_unknown:
+                raise ConfigError(f"{source}: unknown private config key {prefix + key!r}; the ones a library writes "
+                                  f"are {', '.join(sorted(PRIVATE_KEYS))}")
             continue
         bound = bounds.get(key)
         if bound is None and allow_unknown:
@@ -229,14 +280,15 @@ def expected_shapes(cls: Callable[..., torch.nn.Module], config: Mapping[str, An
     """Parameter and buffer shapes of ``cls(**config)``, from a construction on the meta device.
 
     Call only with a configuration :func:`check_config` accepted (the construction's Python work
-    grows with the depth). Constructor refusals (``dim`` not divisible by ``n_head``…) become
-    :class:`ConfigError` naming ``source``.
+    grows with the depth). Constructor refusals (``dim`` not divisible by ``n_head``, a block type a
+    library does not know…) become :class:`ConfigError` naming ``source``.
     """
     try:
         with torch.device("meta"):
             model = cls(**config)
-    except (ValueError, TypeError) as err:
-        raise ConfigError(f"{source}: {err}") from None
+    except (ValueError, TypeError, ArithmeticError, KeyError, IndexError, AttributeError, RuntimeError) as err:
+        raise ConfigError(f"{source}: {type(err).__name__ + ': ' if not isinstance(err, ValueError) else ''}"
+                          f"{err}") from None
     return {k: tuple(v.shape) for k, v in model.state_dict().items()}
 
 
@@ -250,7 +302,49 @@ WEIGHTS_NAME = "diffusion_pytorch_model"
 PICKLED_WEIGHTS = ("diffusion_pytorch_model.bin", "pytorch_model.bin", "model.pt", "model.pth", "model.ckpt")
 
 
-def _read_json_object(path: Path) -> dict[str, Any]:
+@dataclass(frozen=True)
+class FolderSpec:
+    """What :func:`check_model_folder` checks a model folder against.
+
+    A class that mixes in :class:`CheckedFolderMixin` has one (:func:`folder_spec`); a class arvis does not
+    define (diffusers' ``AutoencoderKL``, transformers' Emu3 models) gets one from the module that uses it, and
+    a pipeline names it for that component in ``component_checks`` (:func:`check_pipeline_folder`).
+
+    Attributes:
+        class_name: the class the folder must hold (checked against ``config.json``'s ``_class_name``).
+        bounds: what each configuration field may hold.
+        build: the module a checked configuration describes, ``build(**config)`` (run on the meta device).
+        config_name: the configuration file.
+        weights: stem of the safetensors weights (diffusers: ``diffusion_pytorch_model``; transformers: ``model``).
+        rename: tensor name in the file → parameter name in ``build``'s module (transformers' saved layouts),
+            or ``None`` when they are the same.
+        integer_tensors: name suffixes of the integer tensors the module keeps (BatchNorm's counters).
+    """
+
+    class_name: str
+    bounds: Mapping[str, Bound]
+    build: Callable[..., torch.nn.Module]
+    config_name: str = "config.json"
+    weights: str = WEIGHTS_NAME
+    rename: Callable[[str], str] | None = None
+    integer_tensors: tuple[str, ...] = ()
+
+
+def folder_spec(cls: Any) -> FolderSpec:
+    """The :class:`FolderSpec` of a :class:`CheckedFolderMixin` class (a spec is returned as it is)."""
+    if isinstance(cls, FolderSpec):
+        return cls
+    return FolderSpec(cls.__name__, cls.config_bounds, cls, getattr(cls, "config_name", "config.json"))
+
+
+def read_json_object(path: str | os.PathLike) -> dict[str, Any]:
+    """The object a JSON file holds (a configuration).
+
+    Raises:
+        CheckpointError: the file cannot be read.
+        ConfigError: it is not text, not JSON, nested too deep, or not an object (naming the file).
+    """
+    path = Path(path)
     try:
         text = path.read_text()
     except OSError as err:
@@ -261,20 +355,23 @@ def _read_json_object(path: Path) -> dict[str, Any]:
         obj = json.loads(text)
     except ValueError as err:
         raise ConfigError(f"{str(path)!r} is not valid JSON ({err})") from None
+    except RecursionError:
+        raise ConfigError(f"{str(path)!r} is nested deeper than the JSON reader allows "
+                          f"({sys.getrecursionlimit()} levels); it is not a configuration") from None
     if not isinstance(obj, dict):
         raise ConfigError(f"{str(path)!r}: expected a JSON object, got {type(obj).__name__}")
     return obj
 
 
-def _folder_header(folder: Path, variant: str | None) -> tuple[Path, SafetensorsHeader]:
+def _folder_header(folder: Path, variant: str | None, weights: str = WEIGHTS_NAME) -> tuple[Path, SafetensorsHeader]:
     """The safetensors header of a model folder (the single file, or every shard of an index)."""
-    stem = WEIGHTS_NAME if variant is None else f"{WEIGHTS_NAME}.{variant}"
+    stem = weights if variant is None else f"{weights}.{variant}"
     single = folder / f"{stem}.safetensors"
     index = folder / f"{stem}.safetensors.index.json"
     if single.is_file():
         return single, read_safetensors_header(single)
     if index.is_file():
-        weight_map = _read_json_object(index).get("weight_map")
+        weight_map = read_json_object(index).get("weight_map")
         if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
             raise CheckpointError(f"{str(index)!r}: expected a 'weight_map' of tensor name → shard file")
         shapes: dict[str, tuple[int, ...]] = {}
@@ -298,36 +395,39 @@ def _folder_header(folder: Path, variant: str | None) -> tuple[Path, Safetensors
 
 
 def check_model_folder(cls: Any, folder: str | os.PathLike, variant: str | None = None) -> dict[str, Any]:
-    """Check a diffusers-style model folder for ``cls`` before anything is loaded; return its config.
+    """Check a model folder for ``cls`` (a :class:`CheckedFolderMixin` class or a :class:`FolderSpec`) before
+    anything is loaded; return its config.
 
-    ``config.json`` against ``cls.config_bounds`` (and its ``_class_name`` against ``cls``), then the
-    parameter shapes it implies against the safetensors header, and every tensor's dtype.
+    ``config.json`` against the bounds (and its ``_class_name`` against the class), then the parameter shapes
+    it implies against the safetensors header, and every tensor's dtype.
 
     Raises:
         CheckpointError: no such folder, unreadable files, pickled or missing weights, tensors that do
             not fit, non-floating dtypes.
         ConfigError: the configuration (naming ``config.json`` and the field).
     """
+    spec = folder_spec(cls)
     folder = Path(folder).expanduser()
     if not folder.exists():
         raise CheckpointError(f"model folder {str(folder)!r} does not exist (arvis loads local folders; nothing "
                               f"is downloaded)")
     if not folder.is_dir():
         raise CheckpointError(f"model folder {str(folder)!r} is not a folder")
-    config_path = folder / getattr(cls, "config_name", "config.json")
+    config_path = folder / spec.config_name
     if not config_path.is_file():
         raise CheckpointError(f"model folder {str(folder)!r} has no {config_path.name}")
-    raw = _read_json_object(config_path)
+    raw = read_json_object(config_path)
     declared = raw.get("_class_name")
-    if declared is not None and declared != cls.__name__:
-        raise CheckpointError(f"{str(config_path)!r} describes a {declared}, not a {cls.__name__}; is this the "
-                              f"folder of another component?")
-    config = check_config(raw, cls.config_bounds, source=str(config_path))
-    weights, header = _folder_header(folder, variant)
-    header.check_floating(source=str(weights))
-    shapes = expected_shapes(cls, config, source=str(config_path))
-    compare_shapes(shapes, header.shapes, f"{str(weights)!r} does not fit the {cls.__name__} its "
-                                          f"{config_path.name} describes")
+    if declared is not None and declared != spec.class_name:
+        raise CheckpointError(f"{str(config_path)!r} describes a {_name(declared)}, not a {spec.class_name}; is this "
+                              f"the folder of another component?")
+    config = check_config(raw, spec.bounds, source=str(config_path))
+    weights, header = _folder_header(folder, variant, spec.weights)
+    header.check_floating(source=str(weights), allow=spec.integer_tensors)
+    shapes = expected_shapes(spec.build, config, source=str(config_path))
+    given = header.shapes if spec.rename is None else {spec.rename(k): v for k, v in header.shapes.items()}
+    compare_shapes(shapes, given, f"{str(weights)!r} does not fit the {spec.class_name} its {config_path.name} "
+                                  f"describes")
     _compare_saved_config(raw, header, config_path, weights)
     return config
 
@@ -385,6 +485,34 @@ class CheckedFolderMixin:
         apply_umask_to_written_files(save_directory, start)
 
 
+def component_folder(root: str | os.PathLike, name: str) -> Path:
+    """Where the component ``name`` of the pipeline folder ``root`` lives: ``root/name``, or the folder its link
+    points to, which must lie inside ``root``, be a folder next to it (``vqvae -> ../vq-photos``, the way the
+    shipped pipelines share a tokenizer) or a shipped model folder (``arvis/weights/vq-photos``, which pipelines
+    assembled elsewhere link). A link anywhere else (``/``, ``/usr``, ``../../../../tmp``) is refused before
+    anything reads or hashes what it points to.
+
+    Raises:
+        CheckpointError: the link points elsewhere, or cannot be resolved (a loop).
+    """
+    root = Path(root)
+    path = root / name
+    if not path.is_symlink():
+        return path
+    try:
+        base, target = root.resolve(), path.resolve()
+    except (OSError, RuntimeError) as err:  # a link loop
+        raise CheckpointError(f"pipeline folder {str(root)!r}: {name} is a link that cannot be resolved ({err})") from None
+    inside = target.is_relative_to(base)
+    beside = target.parent in (base.parent, WEIGHTS_DIR) and target != target.parent
+    if not (inside or beside):
+        raise CheckpointError(f"pipeline folder {str(root)!r}: {name} is a link to {str(target)!r}, outside "
+                              f"{root.name!r} and the folders next to it; a component may link only to a folder "
+                              f"inside the pipeline folder, beside it (e.g. vqvae -> ../vq-photos) or shipped in "
+                              f"arvis/weights")
+    return target
+
+
 # Libraries a pipeline component typed ``Any`` may come from (e.g. a transformers T5 text encoder).
 COMPONENT_LIBRARIES = ("arvis", "diffusers", "transformers")
 
@@ -396,8 +524,11 @@ def check_pipeline_folder(pipeline_cls: Any, folder: str | os.PathLike, passed: 
     Every listed component must be an ``__init__`` argument, be of a class its type hint allows
     (by name and library; a hint of ``Any`` allows classes of :data:`COMPONENT_LIBRARIES`), and have
     its sub-folder; every required component must be listed (or passed to ``from_pretrained``).
-    Components whose class checks its folders (:class:`CheckedFolderMixin`) are checked too, all of
-    them before diffusers loads the first one.
+    Components whose class checks its folders (:class:`CheckedFolderMixin`) are checked, and so are
+    those the pipeline names in ``component_checks`` (component → :class:`FolderSpec`, or a function
+    that checks the folder), all of them before diffusers loads the first one. The pipeline's own
+    settings in ``model_index.json`` (``__init__`` arguments that are not components) are checked
+    against its ``config_bounds``.
 
     Args:
         pipeline_cls: a ``DiffusionPipeline`` subclass.
@@ -409,6 +540,7 @@ def check_pipeline_folder(pipeline_cls: Any, folder: str | os.PathLike, passed: 
 
     Raises:
         CheckpointError: naming ``model_index.json`` and the component.
+        ConfigError: a component's configuration or a pipeline setting.
     """
     folder = Path(folder).expanduser()
     checked: set[Path] = set()
@@ -419,17 +551,20 @@ def check_pipeline_folder(pipeline_cls: Any, folder: str | os.PathLike, passed: 
     if not index_path.is_file():
         raise CheckpointError(f"pipeline folder {str(folder)!r} has no model_index.json (written by save_pretrained)")
     try:
-        index = _read_json_object(index_path)
+        index = read_json_object(index_path)
     except ConfigError as err:
         raise CheckpointError(str(err)) from None
     declared = index.get("_class_name")
     if declared is not None and declared != pipeline_cls.__name__:
-        raise CheckpointError(f"{str(index_path)!r} describes a {declared}, not a {pipeline_cls.__name__}")
+        raise CheckpointError(f"{str(index_path)!r} describes a {_name(declared)}, not a {pipeline_cls.__name__}")
     hints = pipeline_cls._get_signature_types()
-    required, _ = pipeline_cls._get_signature_keys(pipeline_cls)
+    required, settings = pipeline_cls._get_signature_keys(pipeline_cls)
     optional = set(getattr(pipeline_cls, "_optional_components", []))
+    component_checks: Mapping[str, Any] = getattr(pipeline_cls, "component_checks", {})
+    check_config({k: v for k, v in index.items() if k in settings}, getattr(pipeline_cls, "config_bounds", {}),
+                 source=str(index_path))
     for name, entry in index.items():
-        if name.startswith("_") or name in passed:
+        if name.startswith("_") or name in passed or name in settings:
             continue
         if name not in hints:
             raise CheckpointError(f"{str(index_path)!r}: unknown component {name!r}; {pipeline_cls.__name__} takes "
@@ -448,14 +583,21 @@ def check_pipeline_folder(pipeline_cls: Any, folder: str | os.PathLike, passed: 
             raise CheckpointError(f"{str(index_path)!r}: {name} must be [library, class], got {_show(entry)}")
         root = library.split(".")[0]
         fits = (class_name in ok_names and root == ok_names[class_name]) or (open_hint and root in COMPONENT_LIBRARIES)
+        spec = component_checks.get(name)
+        if isinstance(spec, FolderSpec) and fits and class_name != spec.class_name:
+            ok_names, fits = {spec.class_name: root}, False
         if not fits:
             raise CheckpointError(
                 f"{str(index_path)!r}: {name} is a {library}.{class_name}, but {pipeline_cls.__name__} takes a "
                 f"{' or '.join(sorted(ok_names)) or 'model'} there")
-        if not (folder / name).is_dir():
+        if not component_folder(folder, name).is_dir():
             raise CheckpointError(f"{str(index_path)!r} lists {name!r} but {str(folder)!r} has no {name}/ folder")
         component_cls = next((t for t in allowed if isinstance(t, type) and t.__name__ == class_name), None)
-        if component_cls is not None and issubclass(component_cls, CheckedFolderMixin):
+        if isinstance(spec, FolderSpec):
+            check_model_folder(spec, folder / name)
+        elif spec is not None:
+            spec(folder / name)
+        elif component_cls is not None and issubclass(component_cls, CheckedFolderMixin):
             check_model_folder(component_cls, folder / name)
             checked.add((folder / name).resolve())
     listed = {k for k in index if not k.startswith("_")} | set(passed)

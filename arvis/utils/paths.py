@@ -5,6 +5,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+# The shipped model folders (arvis/weights): pipelines link shared components (tokenizers) there.
+WEIGHTS_DIR = Path(__file__).resolve().parents[1] / "weights"
+
 
 def display_path(path: str | os.PathLike) -> str:
     """``path`` relative to the working directory when it lies inside it, else only its last component.

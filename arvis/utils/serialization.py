@@ -328,20 +328,29 @@ SAFETENSORS_FLOAT_DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": 
 
 
 def check_tensor_values(state_dict: Mapping[str, Any], source: str) -> torch.dtype:
-    """Check that every value is a floating-point tensor; return the dtype to load them in.
+    """Check that every value is a floating-point tensor holding its own values; return the dtype to load them in.
 
     Weights of integer, bool or complex dtype would load into a model "successfully" (``assign=True``
     keeps them) and give a wrong model or a confusing error at the first forward; non-tensor values
     would fail deep inside ``load_state_dict``. Both are refused here, naming the key.
+
+    A pickle can also hold *views*: an expanded (stride-0) tensor of one stored value, or many tensors
+    viewing one storage, asks for gigabytes from a file of kilobytes once it is cast or copied. So the
+    values a state dict asks for may not exceed the bytes of the storages it holds (identical views,
+    e.g. tied weights, counted once): memory follows the file's size, times the dtype cast.
 
     Returns:
         The common dtype; ``torch.float32`` when the file mixes floating dtypes (e.g. fp16 weights with
         fp32 norms), so that every parameter of the model has one dtype.
 
     Raises:
-        CheckpointError: a value is not a tensor, or a tensor is not floating point.
+        CheckpointError: a value is not a tensor, a tensor is not floating point, a tensor has more
+            elements than its storage holds, or all of them more than their storages hold together.
     """
     dtypes: set[torch.dtype] = set()
+    storages: dict[int, int] = {}  # storage address -> bytes
+    views: set[tuple] = set()
+    asked = 0
     for key, value in state_dict.items():
         if not isinstance(value, torch.Tensor):
             raise CheckpointError(f"{source}: {key!r} is a {type(value).__name__}, not a tensor")
@@ -349,6 +358,21 @@ def check_tensor_values(state_dict: Mapping[str, Any], source: str) -> torch.dty
             raise CheckpointError(f"{source}: {key!r} has dtype {value.dtype}; weights must be floating point "
                                   f"({', '.join(str(d) for d in FLOAT_DTYPES)})")
         dtypes.add(value.dtype)
+        storage = value.untyped_storage()
+        size = value.numel() * value.element_size()
+        if size > storage.nbytes():
+            raise CheckpointError(f"{source}: {key!r} is a {tuple(value.shape)} view of {storage.nbytes()} stored bytes "
+                                  f"(an expanded, stride-0 tensor): it asks for {size} bytes, more than the file holds "
+                                  f"for it; a weights file must store every value")
+        storages[storage.data_ptr()] = storage.nbytes()
+        view = (storage.data_ptr(), value.storage_offset(), tuple(value.shape), value.stride(), value.dtype)
+        if view not in views:
+            views.add(view)
+            asked += size
+    held = sum(storages.values())
+    if asked > held:
+        raise CheckpointError(f"{source}: its tensors ask for {asked} bytes but view only {held} stored bytes (tensors "
+                              f"sharing one storage): more than the file holds; a weights file must store every value")
     return dtypes.pop() if len(dtypes) == 1 else torch.float32
 
 
@@ -371,10 +395,11 @@ class SafetensorsHeader:
     dtypes: dict[str, str]
     metadata: dict[str, str]
 
-    def check_floating(self, source: str) -> None:
-        """Raise :class:`CheckpointError` naming the first tensor whose dtype is not floating point."""
+    def check_floating(self, source: str, allow: tuple[str, ...] = ()) -> None:
+        """Raise :class:`CheckpointError` naming the first tensor whose dtype is not floating point (tensors whose
+        name ends with one of ``allow`` excepted: integer buffers a module keeps, e.g. BatchNorm's counters)."""
         for key, dtype in self.dtypes.items():
-            if dtype not in SAFETENSORS_FLOAT_DTYPES:
+            if dtype not in SAFETENSORS_FLOAT_DTYPES and not (allow and key.endswith(allow)):
                 raise CheckpointError(f"{source}: {key!r} has dtype {dtype}; weights must be floating point "
                                       f"({', '.join(SAFETENSORS_FLOAT_DTYPES)})")
 
