@@ -145,8 +145,7 @@ def example_conditions(model: str | None, caps: Any) -> tuple[list[int | str] | 
     if caps.conditioning == "text":
         return None, list(examples.get("prompts", ())[:1]) or None
     classes = list(examples.get("classes", ())[:2]) or list(range(min(2, caps.num_classes)))
-    print(f"arvis generate: drawing {', '.join(map(repr, classes))} (--class-ids / --num-images: others, more)",
-          file=sys.stderr)
+    print(f"drawing {', '.join(map(repr, classes))} (--class-ids / --num-images: others, more)")
     return classes, None
 
 
