@@ -279,12 +279,13 @@ class Emu3Backbone(nn.Module):
         return Condition(token_ids=ids.to(condition.token_ids.device), mask=mask.to(condition.token_ids.device))
 
     def allocate_cache(self, rows: int, dtype: torch.dtype | None = None,
-                       device: torch.device | str | None = None) -> Emu3SlotCache:
+                       device: torch.device | str | None = None, extra_slots: int = 0) -> Emu3SlotCache:
+        """The layout's slots plus ``extra_slots`` scratch slots (inputs at a position other than their slot)."""
         cfg = self.text_model.config
         head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
         p = self.lm_head.weight
-        return Emu3SlotCache(cfg.num_hidden_layers, rows, cfg.num_key_value_heads, self.layout.max_slots, head_dim,
-                             dtype or p.dtype, device or p.device)
+        return Emu3SlotCache(cfg.num_hidden_layers, rows, cfg.num_key_value_heads,
+                             self.layout.max_slots + extra_slots, head_dim, dtype or p.dtype, device or p.device)
 
     def prefill(self, condition: Condition, cache: Emu3SlotCache) -> tuple[torch.Tensor, torch.Tensor]:
         """Write the (left-padded) prompts into slots ``[0, C)``.
@@ -315,17 +316,20 @@ class Emu3Backbone(nn.Module):
         return logits[:, -1], valid
 
     def forward_tokens(self, tokens: torch.Tensor, slots: torch.Tensor, cache: Emu3SlotCache,
-                       attend_mask: torch.Tensor) -> torch.Tensor:
-        """Evaluate layout ids ``tokens [R, T]`` at ``slots [R, T]``, attending where ``attend_mask [R, T, S']``.
+                       attend_mask: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+        """Evaluate layout ids ``tokens [R, T]`` at ``slots [R, T]``, attending where ``attend_mask [R, T, S']``;
+        ``positions [R, T]``: the slots whose rotary positions the inputs take (default ``slots``).
 
         ``S'`` may be smaller than ``cache.slots`` (narrow masks): slots at or beyond it are not read, and every
         slot written must lie below it. Returns fp32 logits ``[R, T, K + 3]``.
         """
         h = self.text_model.embed_tokens(self._model_ids[tokens])
-        return self._run(h, slots, cache, attend_mask)
+        return self._run(h, slots, cache, attend_mask, positions)
 
-    def _run(self, h: torch.Tensor, slots: torch.Tensor, cache: Emu3SlotCache, mask: torch.Tensor) -> torch.Tensor:
-        positions = (slots - cache.position_offset[:, None]).clamp_min(0)  # padding slots: masked anyway
+    def _run(self, h: torch.Tensor, slots: torch.Tensor, cache: Emu3SlotCache, mask: torch.Tensor,
+             positions: torch.Tensor | None = None) -> torch.Tensor:
+        at = slots if positions is None else positions
+        positions = (at - cache.position_offset[:, None]).clamp_min(0)  # padding slots: masked anyway
         additive = torch.zeros(mask.shape, dtype=h.dtype, device=h.device)
         additive.masked_fill_(~mask, torch.finfo(h.dtype).min)
         cache.write_slots, cache.read_width = slots, mask.shape[-1]

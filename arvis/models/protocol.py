@@ -34,6 +34,12 @@ Optional, additive (a backbone without them works unchanged):
   masks only as wide as the slots that can hold valid keys (rounded up to a multiple of
   :data:`MASK_WIDTH_STEP`, so that a decode sees a handful of shapes), which keeps attention cost
   proportional to the prefix instead of the whole cache.
+- *scratch slots*: ``allocate_cache(rows, dtype, device, extra_slots=E)`` adds ``E`` slots after the
+  layout's, and ``forward_tokens(tokens, slots, cache, attend_mask, positions=...)`` takes the positions apart
+  from the slots written (``positions [rows, T]``: the slot whose position each input takes; default
+  ``slots``). Only methods that feed several tokens at one sequence index in one forward need it (SJD-PAC's
+  tree of candidates: :class:`arvis.engine.DecodeEngine`'s ``scratch_slots``); arvis's LlamaGen, video and
+  Emu3 backbones offer it.
 """
 
 from __future__ import annotations
