@@ -310,6 +310,23 @@ class DecodeEngine:
         if self.on_commit is not None:
             self.on_commit(self)
 
+    def settle(self, scratch: torch.Tensor, input_index: torch.Tensor, mask: torch.Tensor) -> None:
+        """Move the inputs of the last forward that were evaluated in scratch slots and are now final to their
+        own slots, where later queries read them (their keys and values were computed at their own position
+        with their final context, so they are the ones a plain forward would have written).
+
+        Args:
+            scratch: ``[T]`` or ``[A, T]`` the scratch slot of each query's input (``-1``: its own slot).
+            input_index: ``[A, T]`` the inputs' sequence indices. mask: ``[A, T]`` the inputs now final.
+        """
+        A, T = input_index.shape
+        scratch = scratch.expand(A, T)
+        move = mask & (scratch >= 0)
+        idle = self.pad_index + self.condition_length  # masked-out columns copy the padding slot onto itself
+        source = torch.where(move, scratch + self._scratch_base, idle)
+        target = torch.where(move, input_index + self.condition_length, idle)
+        self.cache.copy_slots(self._rows(source), self._rows(target))
+
     def truncate(self, lengths: torch.Tensor) -> None:
         """Keep valid only the input slots of sequence indices ``< lengths[a]`` (raster rollback)."""
         rows = self._rows(lengths)

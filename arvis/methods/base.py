@@ -42,6 +42,9 @@ class DecodingMethod(ABC):
     options: ClassVar[tuple[Option, ...]] = ()
     #: positions one target forward evaluates, when fixed (the bench's forward-cost curve reads it); else None
     positions_per_forward: ClassVar[int | None] = None
+    #: cache slots the method's forwards need after the sequence's own (a tree of candidates at one sequence
+    #: index: :class:`arvis.engine.DecodeEngine`'s ``scratch_slots``)
+    scratch_slots: ClassVar[int] = 0
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

@@ -255,6 +255,36 @@ def _gumbel_needs_exact(options: dict[str, Any]) -> None:
                          "coupling 'none' or 'maximal'")
 
 
+def tree_extra_nodes(width: int, depth: int) -> int:
+    """Extra queries of a ``width``-ary tree of candidates with ``depth`` levels including its root (SJD-PAC's
+    ``K`` and ``D``): every node at depths ``1 … D − 1`` but the chain's own."""
+    return sum(width ** d - 1 for d in range(1, depth))
+
+
+def _tree_fits(options: dict[str, Any]) -> None:
+    width, depth = options["tree_width"], options["tree_depth"]
+    if depth - 1 > options["window"]:
+        raise ValueError(f"sjd-pac: tree_depth={depth} branches over {depth - 1} positions, more than "
+                         f"window={options['window']}")
+    if tree_extra_nodes(width, depth) > MAX_TREE_NODES:
+        raise ValueError(f"sjd-pac: tree_width={width}, tree_depth={depth} adds {tree_extra_nodes(width, depth)} "
+                         f"queries per forward (at most {MAX_TREE_NODES})")
+
+
+MAX_TREE_NODES = 512
+SJD_PAC_OPTIONS: tuple[Option, ...] = (
+    WINDOW,
+    Option("init", "choice", "random", "initial drafts of newly drafted positions", choices=JACOBI_INITS),
+    Option("coupling", "choice", "maximal", "draft refresh: maximal (the paper's adaptive continuation: MC-SJD's "
+           "coupling), gumbel (reproduces AR's tokens with per-sample generators), none (proactive drafting alone)",
+           choices=COUPLINGS),
+    Option("tree_width", "int", 3, "candidates per position of the tree (the paper's K; 1: MC-SJD)", low=1, high=16),
+    Option("tree_depth", "int", 3, "tree levels including its root, the last committed token (the paper's D): "
+           "candidates at the first tree_depth - 1 positions", low=1, high=6),
+    Option("jacobi_interval", "interval", None, "draft only sequence indices in [l, r) (plain AR elsewhere)"),
+)
+
+
 def _some_pruning(options: dict[str, Any]) -> None:
     if not any(r > 0 for r in options["prune_ratios"]):
         raise ValueError("fastvar: prune_ratios: give at least one ratio > 0 (otherwise use method 'ar')")
@@ -268,6 +298,10 @@ CATALOG: tuple[MethodInfo, ...] = (
                SJD_OPTIONS, "acceptance", paper="https://arxiv.org/abs/2410.01699", constraint=_gumbel_needs_exact),
     MethodInfo("mc-sjd", T, "SJD with coupled draft refresh (maximal or Gumbel coupling)", MC_SJD_OPTIONS,
                "acceptance", paper="https://arxiv.org/abs/2510.24211", constraint=_gumbel_needs_exact),
+    MethodInfo("sjd-pac", T, "SJD-PAC (CVPR 2026): MC-SJD plus proactive drafting, a tree of candidates at the "
+               "first positions after each commit, verified exactly (recursive rejection sampling without "
+               "replacement)", SJD_PAC_OPTIONS, True, paper="https://arxiv.org/abs/2603.18599",
+               constraint=_tree_fits),
     MethodInfo("speculative", T, "draft-model speculative decoding", (replace(WINDOW, default=4, high=64,
                help="drafts proposed by the draft model and verified per target forward"), *ACCEPTANCE_OPTIONS),
                "acceptance", needs=("draft_model",), renamed={"gamma": "window"},
@@ -380,4 +414,4 @@ def describe(kind: DecoderKind | str | None = None, capabilities: Iterable[str] 
 
 
 __all__ = ["ACCEPTANCE_OPTIONS", "CAPABILITIES", "CATALOG", "RESOURCES", "DecoderKind", "MethodInfo", "Option",
-           "describe", "method_info", "method_names", "register"]
+           "describe", "method_info", "method_names", "register", "tree_extra_nodes"]
