@@ -47,8 +47,11 @@ class TableBackbone(torch.nn.Module):
 
     supports_cfg = True
 
-    def __init__(self, seed: int = 0, grid=GRID, vocab: int = VOCAB, scale: float = 2.5, class_scale: float = 0.7):
+    def __init__(self, seed: int = 0, grid=GRID, vocab: int = VOCAB, scale: float = 2.5, class_scale: float = 0.7,
+                 allow_holes: bool = False):
         super().__init__()
+        # Lossy schedules (ZipAR, PJD) read prefixes with holes; the table then reads a hole as token 0.
+        self.allow_holes = allow_holes
         self.grid, self.V = grid, vocab
         self.N = grid[0] * grid[1]
         self.offsets = [sum(vocab ** i for i in range(j)) for j in range(self.N + 1)]  # prefix-id offset per length
@@ -106,7 +109,7 @@ class TableBackbone(torch.nn.Module):
             2, at, visible * stored[:, None, 1:W].clamp_min(0))[..., : self.N]
         must_see = (torch.arange(self.N)[None, None] <= own[..., None]).long()
         real = own < self.N - 1  # padding queries (scratch slot) are ignored
-        bad = (seen != must_see) & real[..., None]
+        bad = ((seen > must_see) | ((seen != must_see) & (not self.allow_holes))) & real[..., None]
         if bool(bad.any()):
             raise AssertionError("a query's mask is not exactly its raster prefix (hole, stale or doubled slot)")
         # Prefix code of each query: sum_{i <= own} token_i * V^i.

@@ -45,7 +45,7 @@ from typing import Any
 import PIL.Image
 import torch
 
-from arvis.methods.catalog import DecoderKind, method_info, method_names
+from arvis.methods.catalog import RULE_PARAMETERS, DecoderKind, method_info, method_names
 from arvis.pipelines.interface import ArvisPipeline
 
 SIDES = ("ar", "method")
@@ -254,9 +254,8 @@ class OptionSpec:
         return (defaults.get(option) if chosen is None else chosen) in allowed
 
 
-# Which relaxed rules read which parameter (the others ignore it): the page shows a parameter only
-# while a rule that reads it is chosen.
-RULE_PARAMETERS = {"k": ("lantern", "lantern++", "bounded"), "delta": ("lantern", "bounded"), "lam": ("lantern++",)}
+# Which relaxed rules read which parameter (the others ignore it; arvis.methods.catalog.RULE_PARAMETERS): the page
+# shows a parameter only while a rule that reads it is chosen.
 
 
 def method_option_specs(method: str, kind: DecoderKind | str | None = None) -> list[OptionSpec]:

@@ -327,6 +327,12 @@ class DecodeEngine:
         target = torch.where(move, input_index + self.condition_length, idle)
         self.cache.copy_slots(self._rows(source), self._rows(target))
 
+    def invalidate(self, index: torch.Tensor, mask: torch.Tensor) -> None:
+        """Make the slots of sequence indices ``index [A, T]`` invalid where ``mask`` (inputs of the last forward
+        that were not committed, when the commits are not a prefix: parallel rows). No host synchronisation."""
+        slots = torch.where(mask, index + self.condition_length, self.pad_index + self.condition_length)
+        self.slot_valid.scatter_(1, self._rows(slots), False)
+
     def truncate(self, lengths: torch.Tensor) -> None:
         """Keep valid only the input slots of sequence indices ``< lengths[a]`` (raster rollback)."""
         rows = self._rows(lengths)

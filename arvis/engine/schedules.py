@@ -368,3 +368,87 @@ class TreeWindow(RasterWindow):
         targets = committed[:, None] + shape.node_depth
         extent = min(max_committed + self.verified, N)
         return WindowPlan(targets.clamp_max(N - 1), targets < N, self.verified, extent, shape)
+
+
+# ----------------------------------------------------------------------------- parallel Jacobi rows (PJD)
+@dataclass(frozen=True)
+class RowSegment:
+    """One row's part of a parallel-Jacobi forward (:func:`row_windows`): ``queries`` consecutive queries.
+
+    Query ``j`` takes the token at sequence index ``first_input + j`` as input (query 0 takes the token at
+    ``source`` instead: a row start fed a proxy) and predicts ``first_input + j + 1``.
+
+    Attributes:
+        row: the row. first_input: the first input's sequence index. queries: how many.
+        source: the sequence index whose token query 0 takes (``first_input`` unless a proxy).
+        scratch: query 0 is written to a scratch slot (a row start while the row above is unfinished: its
+            input position belongs to the row above, which may be decoding it in the same forward).
+        decodes: the queries predict cells of the row (``False``: a re-feed, whose prediction is unused).
+    """
+
+    row: int
+    first_input: int
+    queries: int
+    source: int
+    scratch: bool
+    decodes: bool
+
+
+def row_lengths(num_tokens: int, row_stride: int) -> list[int]:
+    """Sequence indices per row: ``row_stride`` each, the last row taking whatever follows (a tail)."""
+    rows = max(1, num_tokens // row_stride)
+    return [row_stride] * (rows - 1) + [num_tokens - (rows - 1) * row_stride]
+
+
+def row_windows(done: list[int], lengths: list[int], window: int, row_lag: int, known_row_ends: bool,
+                settled: list[bool]) -> list[RowSegment]:
+    """The rows one parallel-Jacobi forward decodes (PJD; Liao et al., CVPR 2026, arXiv:2606.05703), for one
+    sample whose row ``r`` has its first ``done[r]`` indices committed.
+
+    - A row starts once the row above has ``row_lag`` committed indices (ZipAR's rule); without known row
+      ends (no end-of-line token), row 1 waits for row 0 to finish and a row start is fed a *proxy* — the
+      latest committed token two rows up — at the position of the unfinished row above's last index.
+    - Each active row gets ``window`` drafts plus its bonus query (``window + 1`` queries), clipped so that
+      a row never overtakes the row above: its index ``c`` is decoded only while ``c <= done[r − 1] −
+      row_lag`` (any ``c`` once the row above is finished).
+    - A finished row's last index (committed as a recovered or bonus token, so never an input) is re-fed once
+      (``settled[r]`` false) so later queries read it.
+
+    Args:
+        done: committed indices per row (index 0 of row 0 comes from the prefill).
+        lengths: indices per row (:func:`row_lengths`). window: drafts per row. row_lag: as ZipAR's.
+        known_row_ends: every row but the last ends with a known (structural) token.
+        settled: per row, its last index has been fed (its keys are in the cache).
+
+    Returns:
+        The segments in row order.
+    """
+    starts = [sum(lengths[:r]) for r in range(len(lengths))]
+    out: list[RowSegment] = []
+    for r, (start, length) in enumerate(zip(starts, lengths, strict=True)):
+        if done[r] == length:
+            if r + 1 < len(lengths) and not settled[r] and done[r + 1] > 0:
+                last = start + length - 1  # the row below started on a proxy: re-feed this row's real end
+                out.append(RowSegment(r, last, 1, last, False, False))
+            continue
+        above_done = r == 0 or done[r - 1] == lengths[r - 1]
+        if done[r] == 0:  # not started
+            if not above_done and (done[r - 1] < row_lag or (r == 1 and not known_row_ends)):
+                break  # rows below cannot start either
+        allowed = length - done[r] if above_done else min(length, done[r - 1] - row_lag + 1) - done[r]
+        if allowed <= 0:
+            continue
+        queries = min(window + 1, allowed)
+        first = start + done[r] - 1
+        if done[r] > 0 or above_done:
+            out.append(RowSegment(r, first, queries, first, False, True))
+        else:
+            source = first if known_row_ends else starts[r - 2] + done[r - 2] - 1
+            out.append(RowSegment(r, first, queries, source, True, True))
+    return out
+
+
+def max_active_rows(width: int, rows: int, row_lag: int) -> int:
+    """An upper bound on the segments of one :func:`row_windows` forward: active rows trail each other by at
+    least ``row_lag`` indices, plus re-feeds."""
+    return min(rows, -(-width // max(row_lag, 1)) + 2) + 2

@@ -66,8 +66,7 @@ class SJDPAC(DecodingMethod):
         """Queries per forward: the raster window and its bonus position, plus the tree's extra nodes."""
         return self.window + 1 + self.extra_nodes
 
-    @property
-    def scratch_slots(self) -> int:
+    def scratch_slots(self, layout: Any) -> int:
         return self.extra_nodes
 
     def run(self, engine: DecodeEngine) -> dict[str, Any]:
