@@ -118,13 +118,15 @@ def list_jobs(jobs: list[Job]) -> None:
         print(f"[{job.status()}] {job.name}: {job.display()}")
 
 
-def run_missing_jobs(jobs: list[Job], shard: tuple[int, int] = (0, 1)) -> int:
+def run_missing_jobs(jobs: list[Job], shard: tuple[int, int] = (0, 1), force: str | None = None) -> int:
     """Run, in order, every job whose record is missing or stale (a run resumes) among shard ``k`` of ``n`` (jobs
-    ``i`` with ``i % n == k``); stop at the first failure, returning its exit code (0 when all ran)."""
+    ``i`` with ``i % n == k``), and the jobs whose name contains ``force`` even when done (a latency rerun on an
+    idle machine); stop at the first failure, returning its exit code (0 when all ran)."""
     k, n = shard
-    missing = [j for i, j in enumerate(jobs) if i % n == k and j.status() != "done"]
+    forced = {j.name for j in jobs if force and force in j.name}
+    missing = [j for i, j in enumerate(jobs) if i % n == k and (j.status() != "done" or j.name in forced)]
     for i, job in enumerate(missing, 1):
-        if job.status() == "done":  # written meanwhile by another run of the same list (a shard, a second stream)
+        if job.status() == "done" and job.name not in forced:  # written meanwhile by another run of the list
             print(f"[{i}/{len(missing)}] {job.name}: done meanwhile, skipped", flush=True)
             continue
         job.output.parent.mkdir(parents=True, exist_ok=True)
@@ -139,12 +141,14 @@ def run_missing_jobs(jobs: list[Job], shard: tuple[int, int] = (0, 1)) -> int:
 
 def bench_job(out: Path, suite: str, name: str, methods: list[str], *, model: str, samples: int,
               batch_size: int = 1, dtype: str = "fp32", repeats: int = 5, plots: bool = False,
-              threads: int | None = None) -> Job:
+              threads: int | None = None, prompts: tuple[str, ...] = ()) -> Job:
     base = out / suite / name
     args = ["--model", model, "--method", ";".join(methods), "--num-images", str(samples),
             "--batch-size", str(batch_size), "--dtype", dtype, "--repeats", str(repeats), "--seed", "0",
             "--json", str(base.with_suffix(".json")), "--markdown", str(base.with_suffix(".md")),
             "--no-progress"]
+    for prompt in prompts:  # text-conditional models (Emu3)
+        args += ["--prompt", prompt]
     if threads is not None:
         args += ["--threads", str(threads)]
     if plots:
@@ -295,7 +299,56 @@ def latency_jobs(out: Path, model: str, fid_num: int, samples: int, llamagen_rep
     ]
 
 
-SUITES = {"sjd": sjd_jobs, "zipar": zipar_jobs, "relaxed": relaxed_jobs, "latency": latency_jobs}
+# The 2025-26 methods (issue 38): SJD-PAC (lossless), GSD and PJD (lossy), beside SJD, MC-SJD, ZipAR and LANTERN++.
+# sjd-pac:window=16 evaluates 17 + 10 positions per forward (its default tree: K = 3, D = 3); mc-sjd:window=26
+# evaluates as many.
+NEW_B1 = ["ar", "sjd:window=16", "mc-sjd:window=16", "mc-sjd:window=26", "sjd-pac:window=16",
+          "sjd-pac:window=16,tree_width=4", "sjd-pac:window=16,coupling=gumbel",
+          "sjd-pac:window=16,tree_width=4,init=repeat_vertical", "zipar:row_lag=2", "pjd:row_lag=2", "pjd:row_lag=1",
+          "gsd:window=16", "mc-sjd:window=16,acceptance=gsd", "mc-sjd:window=16,acceptance=lantern++,k=10,lam=5"]
+NEW_B8 = ["ar", "mc-sjd:window=16", "sjd-pac:window=16", "sjd-pac:window=16,tree_width=4,init=repeat_vertical",
+          "zipar:row_lag=2", "pjd:row_lag=2", "pjd:row_lag=1", "gsd:window=16"]
+# Ablations (adaptive continuation alone: tree_width=1; proactive drafting alone: coupling=none), windows <= 16,
+# and the relaxed rules swept over their parameters with one drafter (MC-SJD's, window 16), to compare tokens per
+# forward at equal realised TV per token.
+NEW_SWEEP = ["ar", "mc-sjd:window=8", "mc-sjd:window=12", "mc-sjd:window=16,init=repeat_vertical",
+             "sjd-pac:window=8", "sjd-pac:window=12", "sjd-pac:window=16,tree_width=1",
+             "sjd-pac:window=16,coupling=none", "sjd-pac:window=16,tree_width=2,tree_depth=4",
+             "sjd-pac:window=16,tree_width=8,tree_depth=2", "sjd-pac:window=12,tree_width=4,init=repeat_vertical",
+             "pjd:row_lag=2,coupling=maximal", "pjd:row_lag=4",
+             *(f"mc-sjd:window=16,acceptance=gsd,ranks={r}" for r in (3, 7, 20)),
+             "mc-sjd:window=16,acceptance=gsd,k=30,ranks=30",
+             *(f"mc-sjd:window=16,acceptance=lantern++,k=10,lam={lam}" for lam in (1.5, 2, 3, 5)),
+             *(f"mc-sjd:window=16,acceptance=bounded,k=10,delta={d}" for d in (0.05, 0.1, 0.2))]
+NEW_LOSSY_FID = ["pjd:row_lag=2", "pjd:row_lag=1", "gsd:window=16", "mc-sjd:window=16,acceptance=gsd",
+                 "mc-sjd:window=16,acceptance=lantern++,k=10,lam=5"]
+EMU3_PROMPTS = ("red apple", "smiling face with sunglasses")
+EMU3_METHODS = ["ar", "mc-sjd:window=16", "sjd-pac:window=16", "sjd-pac:window=16,tree_width=4",
+                "zipar:row_lag=2", "pjd:row_lag=2", "gsd:window=16"]
+
+
+def new_jobs(out: Path, model: str, fid_num: int, samples: int) -> list[Job]:
+    """Issue 38's figures. The sweep runs on one thread (its figures are forward counts and realised TV); the
+    batch-1 and batch-8 benches use every core (their latency column needs an otherwise idle machine: rerun them
+    there with ``python eval/figures.py --suite methods2026 --force methods2026/batch``)."""
+    jobs = [
+        bench_job(out, "methods2026", "sweep-fp32", NEW_SWEEP, model=model, samples=8, batch_size=8, threads=1),
+        bench_job(out, "methods2026", "batch1-fp32", NEW_B1, model=model, samples=samples, plots=True),
+        *(fid_job(out, spec, model=model, num=fid_num, threads=1) for spec in NEW_LOSSY_FID),
+        fid_job(out, "ar", model=model, num=fid_num, threads=1),
+        fid_job(out, "ar", model=model, num=fid_num, seed=1, threads=1),
+        fid_job(out, "sjd-pac:window=16", model=model, num=fid_num, threads=1),
+        bench_job(out, "methods2026", "batch8-fp32", NEW_B8, model=model, samples=8, batch_size=8),
+        token_stats_job(out, model),
+    ]
+    if model in ("c2i", "llamagen-c2i-photos"):  # Emu3 beside the photo model (its own prompts, batch 1)
+        jobs.append(bench_job(out, "methods2026", "emu3-batch1-fp32", EMU3_METHODS, model="emu3-emoji", samples=2,
+                              prompts=EMU3_PROMPTS, threads=1))
+    return jobs
+
+
+SUITES = {"sjd": sjd_jobs, "zipar": zipar_jobs, "relaxed": relaxed_jobs, "latency": latency_jobs,
+          "methods2026": new_jobs}
 
 
 # ----------------------------------------------------------------------------- report
@@ -582,6 +635,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--only", choices=["bench", "fid"], default=None)
     p.add_argument("--list", action="store_true", help="print the jobs and their commands, run nothing")
     p.add_argument("--report-only", action="store_true")
+    p.add_argument("--force", default=None, help="also rerun the jobs whose name contains this (e.g. "
+                   "methods2026/batch: the timed benches, on an idle machine)")
     p.add_argument("--llamagen-repo", default=None, help="latency suite: a FoundationVision/LlamaGen checkout")
     p.add_argument("--sjd-repo", default=None, help="latency suite: a tyshiwo1/Accelerating-T2I-AR-with-SJD checkout")
     args = p.parse_args(argv)
@@ -598,7 +653,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.list:
         list_jobs(todo)
         return 0
-    if not args.report_only and (rc := run_missing_jobs(todo, (k, n))) != 0:
+    if not args.report_only and (rc := run_missing_jobs(todo, (k, n), args.force)) != 0:
         return rc
     for suite in suites:
         print(f"wrote {write_report(suite, per_suite[suite], args.out)}")

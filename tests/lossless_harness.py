@@ -47,8 +47,11 @@ class TableBackbone(torch.nn.Module):
 
     supports_cfg = True
 
-    def __init__(self, seed: int = 0, grid=GRID, vocab: int = VOCAB, scale: float = 2.5, class_scale: float = 0.7):
+    def __init__(self, seed: int = 0, grid=GRID, vocab: int = VOCAB, scale: float = 2.5, class_scale: float = 0.7,
+                 allow_holes: bool = False):
         super().__init__()
+        # Lossy schedules (ZipAR, PJD) read prefixes with holes; the table then reads a hole as token 0.
+        self.allow_holes = allow_holes
         self.grid, self.V = grid, vocab
         self.N = grid[0] * grid[1]
         self.offsets = [sum(vocab ** i for i in range(j)) for j in range(self.N + 1)]  # prefix-id offset per length
@@ -69,8 +72,10 @@ class TableBackbone(torch.nn.Module):
     def null_condition(self, condition: Condition) -> Condition:
         return Condition(class_labels=torch.full_like(condition.class_labels, NUM_CLASSES))
 
-    def allocate_cache(self, rows, dtype=None, device=None) -> StaticKVCache:
-        return StaticKVCache(1, rows, 1, self.N + 2, 1, torch.float64, device or "cpu")
+    def allocate_cache(self, rows, dtype=None, device=None, extra_slots: int = 0) -> StaticKVCache:
+        # Keys hold each slot's token, values its sequence index (-1: the condition), so that inputs in
+        # scratch slots (trees of candidates) are read at their own position.
+        return StaticKVCache(1, rows, 1, self.N + 2 + extra_slots, 1, torch.float64, device or "cpu")
 
     def prefix_id(self, prefix: torch.Tensor, length: torch.Tensor) -> torch.Tensor:
         """``prefix [..., N]`` (first ``length`` entries used) → table row."""
@@ -83,29 +88,35 @@ class TableBackbone(torch.nn.Module):
         labels = condition.class_labels
         R = labels.shape[0]
         cache.keys[0][:, 0, 0, 0] = labels.double()
+        cache.values[0][:, 0, 0, 0] = -1.0
         empty = torch.zeros(R, self.N, dtype=torch.long)
         logits = self.table[labels, self.prefix_id(empty, torch.zeros(R, dtype=torch.long))]
         return logits.float(), torch.ones(R, 1, dtype=torch.bool)
 
-    def forward_tokens(self, tokens, slots, cache, attend_mask):
+    def forward_tokens(self, tokens, slots, cache, attend_mask, positions=None):
         R, T = tokens.shape
-        k = tokens.double()[:, None, :, None]
-        cache.write(0, slots, k, k)
-        stored = cache.keys[0][:, 0, :, 0].round().long()  # [R, S]: slot 0 = class, slot 1 + j = token j
-        token_slots = torch.arange(1, self.N + 1)
-        own = slots - 1  # sequence index of each input
-        visible = attend_mask[:, :, 1:self.N + 1]  # [R, T, N]
-        must_see = token_slots[None, None] <= slots[..., None]
+        positions = slots if positions is None else positions
+        own = positions - 1  # sequence index of each input
+        cache.write(0, slots, tokens.double()[:, None, :, None], own.double()[:, None, :, None])
+        stored = cache.keys[0][:, 0, :, 0].round().long()  # [R, S]: slot 0 = class, then tokens
+        index = cache.values[0][:, 0, :, 0].round().long()  # [R, S]: sequence index of each slot's token
+        W = attend_mask.shape[-1]
+        visible = attend_mask[:, :, 1:W].long()  # [R, T, W - 1]: the token slots each query reads
+        at = index[:, None, 1:W].clamp(0, self.N).expand(-1, T, -1)  # [R, T, W - 1]
+        # Per query, how many visible slots hold each sequence index, and their tokens (by sequence index).
+        seen = torch.zeros(R, T, self.N + 1, dtype=torch.long).scatter_add_(2, at, visible)[..., : self.N]
+        prefix = torch.zeros(R, T, self.N + 1, dtype=torch.long).scatter_add_(
+            2, at, visible * stored[:, None, 1:W].clamp_min(0))[..., : self.N]
+        must_see = (torch.arange(self.N)[None, None] <= own[..., None]).long()
         real = own < self.N - 1  # padding queries (scratch slot) are ignored
-        bad = (visible != must_see) & real[..., None]
+        bad = ((seen > must_see) | ((seen != must_see) & (not self.allow_holes))) & real[..., None]
         if bool(bad.any()):
-            raise AssertionError("a query's mask is not exactly its raster prefix (hole or stale slot)")
-        # Prefix codes of every length at once: code[r, l] = sum_{i<l} token_i * V^i.
+            raise AssertionError("a query's mask is not exactly its raster prefix (hole, stale or doubled slot)")
+        # Prefix code of each query: sum_{i <= own} token_i * V^i.
         weights = self.V ** torch.arange(self.N)
-        partial = torch.cat([torch.zeros(R, 1, dtype=torch.long),
-                             (stored[:, 1:self.N + 1].clamp_min(0) * weights).cumsum(1)], dim=1)  # [R, N + 1]
         length = (own + 1).clamp(0, self.N - 1)
-        rows = torch.tensor(self.offsets)[length] + partial.gather(1, length)
+        code = (prefix * weights * (torch.arange(self.N) < length[..., None])).sum(-1)  # [R, T]
+        rows = torch.tensor(self.offsets)[length] + code
         labels = stored[:, 0][:, None]
         flat = (labels * self.offsets[self.N] + rows).flatten()  # one row of the [classes x prefixes, V] table
         return self.table.view(-1, self.V).index_select(0, flat).view(R, T, self.V).float()

@@ -207,8 +207,8 @@ def test_valid_request_passes(model_set):
     ({"class_label": [1]}, "class_label must be a class id in [0, 3]"),
     ({"model": "../../../etc/passwd"}, "model: '../../../etc/passwd' is not one of this demo's models: small, "),
     ({"model": "/work/main/arvis/weights/llamagen-c2i-photos"}, "is not one of this demo's models"),
-    ({"method": "lookahead"}, "method: 'lookahead' does not run on model 'small'; choose one of ar, mc-sjd, sjd, "
-                              "speculative, zipar"),
+    ({"method": "lookahead"}, "method: 'lookahead' does not run on model 'small'; choose one of ar, gsd, mc-sjd, "
+                              "pjd, sjd, sjd-pac, speculative, zipar"),
     ({"method": "code"}, "method: 'code' does not run on model 'small'"),
     ({"live_preview": "yes"}, "live_preview must be true or false"),
 ])
@@ -262,9 +262,10 @@ def test_acceptance_is_a_choice_and_only_the_chosen_rules_parameters_apply():
         specs = {s.name: s for s in method_option_specs(method)}
         assert specs["acceptance"].kind == "choice" and specs["acceptance"].choices == RULES
         defaults = {s.name: s.default for s in specs.values()}
-        shown = {rule: sorted(n for n in ("k", "delta", "lam") if specs[n].applies({"acceptance": rule}, defaults))
-                 for rule in RULES}
-        assert shown == {"exact": [], "lantern": ["delta", "k"], "lantern++": ["k", "lam"], "bounded": ["delta", "k"]}
+        shown = {rule: sorted(n for n in ("k", "delta", "lam", "ranks", "gap")
+                              if specs[n].applies({"acceptance": rule}, defaults)) for rule in RULES}
+        assert shown == {"exact": [], "lantern": ["delta", "k"], "lantern++": ["k", "lam"], "bounded": ["delta", "k"],
+                         "gsd": ["gap", "k", "ranks"]}
         assert specs["window"].applies({}, defaults)
 
 

@@ -98,6 +98,10 @@ METHODS = [
     pytest.param("mc-sjd", dict(window=3), id="mc-sjd"),
     pytest.param("mc-sjd", dict(window=3, coupling="gumbel"), marks=slow, id="mc-sjd-gumbel"),
     pytest.param("zipar", dict(row_lag=2), marks=slow, id="zipar-full-width"),  # exactly AR's conditionals
+    pytest.param("sjd-pac", dict(window=3, tree_width=3, tree_depth=3), id="sjd-pac"),
+    pytest.param("sjd-pac", dict(window=2, tree_width=2, tree_depth=3, coupling="gumbel"), marks=slow,
+                 id="sjd-pac-gumbel"),
+    pytest.param("pjd", dict(window=2, row_lag=3), marks=slow, id="pjd-rows-wait"),  # rows of 2 codes + EOL
 ]
 
 

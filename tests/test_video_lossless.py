@@ -64,6 +64,12 @@ CASES = [
     ("mc-sjd", {"window": 8, "init": "previous_frame_distribution"}, NO_CFG),  # the whole clip in one window
     ("mc-sjd", {"window": 2, "init": "repeat_temporal", "window_shape": "staircase", "staircase_rows": 1,
                 "staircase_step": 1}, CFG_TOPK),
+    # SJD-PAC's tree of candidates over temporal drafts (the tree spans the frame boundary at some windows).
+    ("sjd-pac", {"window": 3, "init": "previous_frame_distribution", "tree_width": 3, "tree_depth": 3}, CFG),
+    ("sjd-pac", {"window": 4, "init": "repeat_temporal", "tree_width": 2, "tree_depth": 3, "coupling": "gumbel"},
+     NO_CFG),
+    # PJD whose rows wait for the row above (rows run across frames): SJD with windows ending at rows.
+    ("pjd", {"window": 2, "row_lag": 2}, CFG_TOPK),
 ]
 
 

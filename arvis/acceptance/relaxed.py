@@ -28,6 +28,15 @@ image of ``n`` relaxed tokens the distance between sequence distributions can gr
   then runs exact acceptance toward ``π``. The output is exactly ``π``: ``TV(output, p) <= δ`` for any
   ``q``, and the acceptance probability ``1 − TV(π, q)`` rises by exactly the mass moved.
 
+GSD, Grouped Speculative Decoding (So et al., ICCV 2025, arXiv:2508.07747; its code builds on SJD), accepts a
+draft ``x`` when the *group* of tokens visually equivalent to it is likely enough: ``G(x) = {x}`` plus the
+latent neighbours ``g`` of ``x`` that the target ranks close to it (``|rank_p(g) − rank_p(x)| <= ranks``) with
+a close probability (``|p(g) − p(x)| < gap``), and ``x`` is accepted iff ``U < min(1, p(G)/q(G))``; on
+rejection the token is drawn from ``normalize(max(0, p − q))`` (the published rule; the group is dynamic:
+it depends on this ``p``). No bound is claimed: :func:`gsd_output_distribution` computes the output exactly,
+and its realised TV is reported like the other rules'. arvis's static filter is the codebook's ``k`` nearest
+entries (the reference thresholds the squared distance of the model's input embeddings, 0.5 on Lumina-mGPT).
+
 Only image tokens are ever relaxed: structural tokens (and any token outside the image range) have
 no neighbours here and keep their exact mass.
 """
@@ -38,7 +47,7 @@ from dataclasses import dataclass
 
 import torch
 
-from arvis.acceptance.speculative import speculative_step, token_probability
+from arvis.acceptance.speculative import sample_residual, speculative_step, token_probability
 from arvis.utils.modes import ACCEPTANCE_KINDS as RULES
 from arvis.utils.modes import AcceptanceKind
 
@@ -48,17 +57,21 @@ class AcceptanceRule:
     """How drafts are verified.
 
     Attributes:
-        kind: ``exact`` (lossless), ``lantern``, ``lantern++`` (published, lossy) or ``bounded``
+        kind: ``exact`` (lossless), ``lantern``, ``lantern++``, ``gsd`` (published, lossy) or ``bounded``
             (lossy, ``TV <= delta`` per token given the prefix, for any drafter).
         k: neighbours per token used by the relaxation (<= the stored neighbourhood size).
         delta: LANTERN's / the bounded rule's total-variation budget per token, in [0, 1].
         lam: LANTERN++'s λ >= 1.
+        ranks: GSD: a neighbour joins the group when the target ranks it within this many places of the draft.
+        gap: GSD: ... and its target probability is within ``gap`` of the draft's.
     """
 
     kind: AcceptanceKind = "exact"
     k: int = 10
     delta: float = 0.1
     lam: float = 5.0
+    ranks: int = 7
+    gap: float = 0.15
 
     def __post_init__(self) -> None:
         if self.kind not in RULES:
@@ -69,6 +82,10 @@ class AcceptanceRule:
             raise ValueError(f"delta must be in [0, 1], got {self.delta!r}")
         if not self.lam >= 1.0:
             raise ValueError(f"lam (LANTERN++ λ) must be >= 1, got {self.lam!r}")
+        if not isinstance(self.ranks, int) or isinstance(self.ranks, bool) or self.ranks < 0:
+            raise ValueError(f"ranks (GSD) must be an integer >= 0, got {self.ranks!r}")
+        if not 0.0 <= self.gap <= 1.0:
+            raise ValueError(f"gap (GSD) must be in [0, 1], got {self.gap!r}")
 
     @property
     def lossless(self) -> bool:
@@ -258,6 +275,70 @@ def bounded_step(p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor, uniform
     return tokens, accepted, moved
 
 
+def _target_ranks(p: torch.Tensor) -> torch.Tensor:
+    """``[..., V]`` each token's rank under ``p`` (0: the likeliest; ties by id)."""
+    order = torch.sort(p, dim=-1, descending=True, stable=True).indices
+    return torch.empty_like(order).scatter_(-1, order, torch.arange(p.shape[-1], device=p.device).expand_as(order))
+
+
+def _gsd_group_mass(p: torch.Tensor, q: torch.Tensor, x: torch.Tensor, nb: torch.Tensor, rank: torch.Tensor,
+                    rule: AcceptanceRule) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(p(G(x)), q(G(x)))`` for drafts ``x [...]`` with neighbour ids ``nb [..., k]`` (``-1``: none) and the
+    target's ranks ``rank [..., V]``: the draft plus the neighbours the target ranks and weighs like it."""
+    valid = nb >= 0
+    ids = nb.clamp_min(0)
+    p_x, p_nb = token_probability(p, x), p.gather(-1, ids)
+    rank_x, rank_nb = rank.gather(-1, x[..., None]), rank.gather(-1, ids)
+    member = valid & ((rank_nb - rank_x).abs() <= rule.ranks) & ((p_nb - p_x[..., None]).abs() < rule.gap)
+    return (p_x + (p_nb * member).sum(-1), token_probability(q, x) + (q.gather(-1, ids) * member).sum(-1))
+
+
+def gsd_step(p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor, uniform: torch.Tensor, noise: torch.Tensor,
+             neighbours: torch.Tensor, rule: AcceptanceRule) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """GSD's grouped acceptance at every position (module docstring): accept ``x`` iff ``U · q(G) < p(G)``
+    (and ``q(x) > 0``: positions without a draft draw from ``p``), else draw from ``normalize(max(0, p − q))``.
+
+    Returns ``(tokens, accepted, tv)``: ``tv`` is the realised TV of each position's output to ``p``.
+    """
+    p, q = p.float(), q.float()
+    nb = neighbours.to(p.device)[drafts][..., : rule.k]
+    p_group, q_group = _gsd_group_mass(p, q, drafts, nb, _target_ranks(p), rule)
+    accepted = (token_probability(q, drafts) > 0) & (uniform * q_group < p_group)
+    recovered = sample_residual(p, q, noise)
+    return torch.where(accepted, drafts, recovered), accepted, realised_tv(p, q, neighbours, rule)
+
+
+def gsd_output_distribution(p: torch.Tensor, q: torch.Tensor, neighbours: torch.Tensor, rule: AcceptanceRule,
+                            max_elements: int = 1 << 22) -> torch.Tensor:
+    """Exact output distribution of one GSD step with the draft ``x ~ q``, in closed form:
+    ``out = q·α + (Σ_x q(x)(1 − α_x))·normalize(max(0, p − q))`` with ``α_x = min(1, p(G(x))/q(G(x)))``.
+
+    Cost ``O(V·k)`` per position, chunked over ``x`` (intermediates below ``max_elements``). Rows with
+    ``q = 0`` (no draft) output ``p``.
+
+    Args:
+        p, q: ``[..., V]`` (the math runs in their precision). neighbours: ``[V, K]``.
+    """
+    V = p.shape[-1]
+    nb = neighbours[:, : rule.k].to(p.device)
+    rank = _target_ranks(p)
+    alpha = torch.empty_like(p)
+    rows = max(1, p[..., 0].numel())
+    chunk = max(1, min(V, max_elements // max(1, rows * nb.shape[-1])))
+    for start in range(0, V, chunk):  # chunks of drafts x: bounded memory, no per-token loop
+        x = torch.arange(start, min(V, start + chunk), device=p.device).expand(*p.shape[:-1], -1)
+        p_group, q_group = _gsd_group_mass(p.unsqueeze(-2).expand(*x.shape, V), q.unsqueeze(-2).expand(*x.shape, V),
+                                           x, nb[x], rank.unsqueeze(-2).expand(*x.shape, V), rule)
+        alpha[..., start: start + x.shape[-1]] = torch.where(
+            q_group > 0, (p_group / q_group.clamp_min(torch.finfo(p.dtype).tiny)).clamp_max(1.0), 0.0)
+    kept = q * alpha
+    r = (p - q).clamp_min(0.0)
+    mass = r.sum(-1, keepdim=True)
+    rejected = 1.0 - kept.sum(-1, keepdim=True)
+    out = kept + rejected * torch.where(mass > 0, r / mass.clamp_min(torch.finfo(p.dtype).tiny), p)
+    return torch.where(q.sum(-1, keepdim=True) > 0, out, p)
+
+
 def realised_output_distribution(p: torch.Tensor, q: torch.Tensor, neighbours: torch.Tensor | None,
                                  rule: AcceptanceRule) -> torch.Tensor:
     """Exact distribution of the token one acceptance step commits, with the draft ``x ~ q``.
@@ -278,6 +359,8 @@ def realised_output_distribution(p: torch.Tensor, q: torch.Tensor, neighbours: t
         raise ValueError(f"acceptance {rule.kind!r} needs the tokenizer's codebook neighbourhoods")
     if rule.kind == "bounded":
         return bounded_relaxed_target(p, q, neighbours, rule)[0]
+    if rule.kind == "gsd":
+        return gsd_output_distribution(p, q, neighbours, rule)
     return lantern_output_distribution(p, q, neighbours, rule)
 
 
@@ -315,4 +398,6 @@ def relaxed_step(rule: AcceptanceRule, p: torch.Tensor, q: torch.Tensor, drafts:
         raise ValueError(f"acceptance {rule.kind!r} needs the tokenizer's codebook neighbourhoods")
     if rule.kind == "bounded":
         return bounded_step(p, q, drafts, uniform, exponential_noise, neighbours, rule)
+    if rule.kind == "gsd":
+        return gsd_step(p, q, drafts, uniform, exponential_noise, neighbours, rule)
     return lantern_step(p, q, drafts, uniform, exponential_noise, neighbours, rule)

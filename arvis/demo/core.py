@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any
 import PIL.Image
 
 from arvis.families import Capabilities
-from arvis.methods.catalog import CAPABILITIES, DecoderKind, method_info, method_names
+from arvis.methods.catalog import CAPABILITIES, RULE_PARAMETERS, DecoderKind, method_info, method_names
 
 if TYPE_CHECKING:  # torch and the pipelines load with the first model, after the page is served
     import torch
@@ -497,9 +497,8 @@ class OptionSpec:
         return (defaults.get(option) if chosen is None else chosen) in allowed
 
 
-# Which relaxed rules read which parameter (the others ignore it): the page shows a parameter only
-# while a rule that reads it is chosen.
-RULE_PARAMETERS = {"k": ("lantern", "lantern++", "bounded"), "delta": ("lantern", "bounded"), "lam": ("lantern++",)}
+# Which relaxed rules read which parameter (the others ignore it; arvis.methods.catalog.RULE_PARAMETERS): the page
+# shows a parameter only while a rule that reads it is chosen.
 
 
 def method_option_specs(method: str, kind: DecoderKind | str | None = None) -> list[OptionSpec]:

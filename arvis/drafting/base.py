@@ -36,6 +36,9 @@ class Proposal:
             without a draft in the raster window, where nothing could be committed).
         final: the target is already final (committed ahead of the first uncommitted index by a commit policy
             with holes); ``None`` when the policy leaves none.
+        candidates: ``[A, T, K]`` a tree of candidates (:class:`arvis.engine.schedules.TreeWindow`): the
+            candidate tokens of each query's target, rank 0 first (rank 0 is ``drafts``); ``None``: one draft.
+        candidate_has: ``[A, T, K]`` which candidates exist (with ``candidates``).
     """
 
     inputs: torch.Tensor
@@ -44,6 +47,8 @@ class Proposal:
     has_draft: torch.Tensor
     use: torch.Tensor
     final: torch.Tensor | None = None
+    candidates: torch.Tensor | None = None
+    candidate_has: torch.Tensor | None = None
 
 
 @runtime_checkable

@@ -72,13 +72,18 @@ class DecodeEngine:
         drafter_of: make this engine a *drafter engine* of another request's engine (a draft model's
             own cache and masks): it shares that engine's random streams, and its forwards are counted
             and timed as that engine's draft forwards.
+        scratch_slots: cache slots after the sequence's own, for inputs that share a sequence index with
+            another input of the same forward (a tree of candidates: :meth:`evaluate`'s ``scratch``). The
+            backbone must accept ``allocate_cache(..., extra_slots=)`` and ``forward_tokens(...,
+            positions=)`` (arvis's backbones do; :mod:`arvis.models.protocol`).
     """
 
     host_syncs_total = 0
 
     def __init__(self, backbone: Backbone, condition: Condition, sampling: SamplingConfig,
                  generator: GeneratorArg = None, method: str = "ar",
-                 on_commit: Callable[[DecodeEngine], None] | None = None, drafter_of: DecodeEngine | None = None):
+                 on_commit: Callable[[DecodeEngine], None] | None = None, drafter_of: DecodeEngine | None = None,
+                 scratch_slots: int = 0):
         self.backbone = backbone
         self.layout = backbone.layout
         self.sampling = sampling
@@ -99,7 +104,15 @@ class DecodeEngine:
         self.random = drafter_of.random if drafter_of else RandomStreams(generator, B, self.device)
         self.clock = drafter_of.clock if drafter_of else ForwardClock(self.device)
         self._role = "draft" if drafter_of else "target"
-        self.cache = backbone.allocate_cache(2 * B if self.cfg else B, param.dtype, self.device)
+        if scratch_slots < 0:
+            raise ValueError(f"scratch_slots must be >= 0, got {scratch_slots}")
+        rows = 2 * B if self.cfg else B
+        if scratch_slots:
+            self.cache = backbone.allocate_cache(rows, param.dtype, self.device, extra_slots=scratch_slots)
+        else:
+            self.cache = backbone.allocate_cache(rows, param.dtype, self.device)
+        self.scratch_slots = scratch_slots
+        self._scratch_base = self.cache.slots - scratch_slots  # scratch slot k lives at _scratch_base + k
         self.narrow_masks = bool(getattr(backbone, "narrow_masks", False))
         self.slot_valid = torch.zeros(self.cache.rows, self.cache.slots, dtype=torch.bool, device=self.device)
         self._slot_ids = torch.arange(self.cache.slots, device=self.device)
@@ -147,10 +160,11 @@ class DecodeEngine:
         """Per-active-sample tensor → per-row tensor (duplicated for the CFG pair)."""
         return torch.cat([x, x]) if self.cfg else x
 
-    def _forward(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """Run a backbone call, timed and counted under this engine's role (target or draft)."""
+    def _forward(self, fn: Callable[..., Any], *args: Any, positions: torch.Tensor | None = None) -> Any:
+        """Run a backbone call, timed and counted under this engine's role (target or draft); ``positions``
+        (inputs in scratch slots) is passed only when given, so backbones without scratch support still work."""
         with self.clock.measure(self._role):
-            out = fn(*args)
+            out = fn(*args) if positions is None else fn(*args, positions=positions)
         if self.drafter_of is None:
             self.stats.target_forward(self.active_list)
         else:
@@ -192,7 +206,8 @@ class DecodeEngine:
 
     @torch.no_grad()
     def evaluate(self, inputs: torch.Tensor, input_index: torch.Tensor, pad: torch.Tensor | None = None,
-                 extent: int | None = None) -> torch.Tensor:
+                 extent: int | None = None, scratch: torch.Tensor | None = None,
+                 ancestors: torch.Tensor | None = None) -> torch.Tensor:
         """One target forward.
 
         Args:
@@ -204,14 +219,28 @@ class DecodeEngine:
             extent: a host-side bound, greater than every non-padded input index (lets a backbone with
                 narrow masks attend over the prefix only; padded queries may then see only part of it,
                 which does not matter); ``None``: no bound known.
+            scratch: ``[T]`` or ``[A, T]`` int64: the query's input goes to scratch slot ``scratch`` (``0 <=
+                scratch < scratch_slots``) instead of its sequence index's slot, at the same position (the
+                positional encoding still sees ``input_index``); ``-1``: its own slot. For several inputs
+                at one sequence index in one forward (a tree of candidates). Scratch slots never become
+                valid: they are seen only through ``ancestors``.
+            ancestors: ``[T, T]`` or ``[A, T, T]`` bool: query ``t`` sees the input of query ``s`` of this
+                call iff ``ancestors[t, s]`` (itself included), plus the slots valid before this call at
+                positions before its own — instead of every valid slot up to its own. Padded queries see
+                no input of this call.
 
         Returns:
             ``[A, T, V]`` fp32: ``p`` of the sequence index ``input_index + 1`` given every valid slot
-            before it (in slot order) and the inputs of this call before it.
+            before it (in slot order) and the inputs of this call before it (with ``ancestors``: its
+            ancestors among them).
         """
         if pad is not None:
             input_index = input_index.masked_fill(pad, self.pad_index)
             inputs = inputs.masked_fill(pad, 0)
+        if ancestors is not None:
+            return self._evaluate_tree(inputs, input_index, pad, extent, scratch, ancestors)
+        if scratch is not None:
+            raise ValueError("evaluate: scratch slots need ancestors (which inputs each query sees)")
         slots = self._rows(input_index + self.condition_length)  # [R, T]
         # Written slots become valid. Padding writes the scratch slot, which no real query can see (it
         # lies after every real input), so marking it valid is harmless; a padded query always sees the
@@ -220,6 +249,38 @@ class DecodeEngine:
         width = self._mask_width(extent)
         mask = (self._slot_ids[:width] <= slots[..., None]) & self.slot_valid[:, None, :width]  # [R, T, W]
         logits = self._forward(self.backbone.forward_tokens, self._rows(inputs), slots, self.cache, mask)
+        return self._probs(logits, input_index + 1)
+
+    def _evaluate_tree(self, inputs: torch.Tensor, input_index: torch.Tensor, pad: torch.Tensor | None,
+                       extent: int | None, scratch: torch.Tensor | None, ancestors: torch.Tensor) -> torch.Tensor:
+        """:meth:`evaluate` with explicit ancestors (and scratch slots): see its docstring."""
+        A, T = inputs.shape
+        C = self.condition_length
+        positions = self._rows(input_index + C)  # [R, T]: the slot each input would own (its position)
+        slots = positions
+        if scratch is not None:
+            scratch = scratch.expand(A, T)
+            if self.scratch_slots == 0:
+                raise ValueError("evaluate: scratch slots requested but the engine has none "
+                                 "(DecodeEngine(scratch_slots=...))")
+            if pad is not None:
+                scratch = scratch.masked_fill(pad, -1)
+            slots = torch.where(self._rows(scratch) >= 0, self._rows(scratch) + self._scratch_base, positions)
+        # Slots valid before this call, strictly before each query's position, plus its ancestors' inputs.
+        width = self.cache.slots if scratch is not None else self._mask_width(extent)
+        mask = (self._slot_ids[:width] < positions[..., None]) & self.slot_valid[:, None, :width]  # [R, T, W]
+        # A padded query's input is seen by nobody: it goes to an extra column, dropped after the scatter.
+        column = slots if pad is None else torch.where(self._rows(pad), width, slots)
+        seen = torch.zeros(mask.shape[0], T, width + 1, dtype=torch.bool, device=self.device)
+        seen.scatter_(2, column[:, None, :].expand(-1, T, -1), self._rows(ancestors.expand(A, T, T)))
+        mask |= seen[..., :width]
+        # Own-slot inputs become valid (until a rollback); scratch inputs mark the padding slot instead, which
+        # lies after every real position and so is harmless (see evaluate).
+        pad_slot = self.pad_index + C
+        self.slot_valid.scatter_(1, slots.masked_fill(slots >= self._scratch_base, pad_slot)
+                                 if scratch is not None else slots, True)
+        logits = self._forward(self.backbone.forward_tokens, self._rows(inputs), slots, self.cache, mask,
+                               positions=positions if scratch is not None else None)
         return self._probs(logits, input_index + 1)
 
     # ------------------------------------------------------------------ sampling and commits
@@ -250,6 +311,29 @@ class DecodeEngine:
                                                                dtype=torch.long, device=self.device))
         if self.on_commit is not None:
             self.on_commit(self)
+
+    def settle(self, scratch: torch.Tensor, input_index: torch.Tensor, mask: torch.Tensor) -> None:
+        """Move the inputs of the last forward that were evaluated in scratch slots and are now final to their
+        own slots, where later queries read them (their keys and values were computed at their own position
+        with their final context, so they are the ones a plain forward would have written).
+
+        Args:
+            scratch: ``[T]`` or ``[A, T]`` the scratch slot of each query's input (``-1``: its own slot).
+            input_index: ``[A, T]`` the inputs' sequence indices. mask: ``[A, T]`` the inputs now final.
+        """
+        A, T = input_index.shape
+        scratch = scratch.expand(A, T)
+        move = mask & (scratch >= 0)
+        idle = self.pad_index + self.condition_length  # masked-out columns copy the padding slot onto itself
+        source = torch.where(move, scratch + self._scratch_base, idle)
+        target = torch.where(move, input_index + self.condition_length, idle)
+        self.cache.copy_slots(self._rows(source), self._rows(target))
+
+    def invalidate(self, index: torch.Tensor, mask: torch.Tensor) -> None:
+        """Make the slots of sequence indices ``index [A, T]`` invalid where ``mask`` (inputs of the last forward
+        that were not committed, when the commits are not a prefix: parallel rows). No host synchronisation."""
+        slots = torch.where(mask, index + self.condition_length, self.pad_index + self.condition_length)
+        self.slot_valid.scatter_(1, self._rows(slots), False)
 
     def truncate(self, lengths: torch.Tensor) -> None:
         """Keep valid only the input slots of sequence indices ``< lengths[a]`` (raster rollback)."""

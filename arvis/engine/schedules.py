@@ -1,13 +1,14 @@
 """Schedules: which sequence positions each forward evaluates (index math, no model).
 
-Three schedules, all used through the engine's one primitive ("evaluate these positions"):
+Four schedules, all used through the engine's one primitive ("evaluate these positions"):
 
 - :class:`RasterWindow` — the verification window of SJD / MC-SJD and draft-model speculative decoding:
   a forward over ``[x_{n−1}, d_n … d_{n+L−1}]`` predicts ``n … n+L`` (``L`` drafts, then the *bonus*
   position, which has no draft);
 - :class:`StaircaseWindow` — the raster window plus ZipAR's staircase as refresh-only *bands* in the
   next rows (an arvis composition: spatial parallelism with every token still verified in raster order);
-- :func:`zipar_schedule` — ZipAR's own lossy schedule (below).
+- :func:`zipar_schedule` — ZipAR's own lossy schedule (below);
+- :class:`TreeWindow` — the raster window plus a tree of candidates over its first positions (SJD-PAC).
 
 ZipAR (He et al., ICML 2025, arXiv:2412.04062): spatially parallel decoding on an ``H × W`` grid
 with row lag ``w`` (the paper calls it a window; in arvis ``window`` only means a verified window). Every
@@ -174,12 +175,14 @@ class WindowPlan:
         verified: the first ``verified`` columns are the raster window, verified left to right (the
             last of them is the bonus position); later columns are refresh-only bands.
         extent: host-side bound on the input indices (``> (targets − 1).max()`` over real queries).
+        tree: the tree of candidates after the first ``verified`` columns (:class:`TreeWindow`), or ``None``.
     """
 
     targets: torch.Tensor
     real: torch.Tensor
     verified: int
     extent: int
+    tree: TreeShape | None = None
 
     @property
     def inputs_index(self) -> torch.Tensor:
@@ -262,3 +265,190 @@ class StaircaseWindow(RasterWindow):
         targets = torch.cat([window.targets, band.masked_fill(~real, N - 1)], dim=1)
         extent = min(max_committed + self.reach, N)
         return WindowPlan(targets, torch.cat([window.real, real], dim=1), window.verified, extent)
+
+
+@dataclass(frozen=True)
+class TreeShape:
+    """The fixed shape of a :class:`TreeWindow` forward: ``T = window + 1 + extra`` queries (nodes).
+
+    Columns ``0 … window`` are the raster window (the *chain*: column ``c`` is the node at depth ``c``, its
+    input the token at ``n − 1 + c``); columns after it are the *extra* nodes of the tree, depth by depth. A
+    node at depth ``d`` holds a candidate for sequence index ``n − 1 + d``; every node at depth ``d < depth``
+    has ``width`` children (the candidates of index ``n − 1 + d + 1``, rank 0 first); the chain node at depth
+    ``depth`` continues the chain; extra nodes at depth ``depth`` are leaves. Candidate rank 0 at every depth
+    is the chain's draft, so the all-rank-0 path is the chain.
+
+    Attributes:
+        width: candidates per branching position (``K``). depth: branching positions after the root.
+        window: chain drafts (``L``). extra: extra nodes.
+        children: ``[T, width]`` column of each node's child of each rank, ``-1`` none.
+        node_depth: ``[T]`` depth of each node (the root is 0). rank: ``[T]`` its candidate rank.
+        ancestors: ``[T, T]`` bool, ``[t, s]``: node ``s`` is ``t`` or an ancestor of it.
+        scratch: ``[T]`` the scratch slot of each extra node, ``-1`` for chain nodes.
+    """
+
+    width: int
+    depth: int
+    window: int
+    extra: int
+    children: torch.Tensor
+    node_depth: torch.Tensor
+    rank: torch.Tensor
+    ancestors: torch.Tensor
+    scratch: torch.Tensor
+
+    @staticmethod
+    def build(window: int, width: int, depth: int, device: torch.device | str = "cpu") -> TreeShape:
+        """The shape of a chain of ``window`` drafts with a ``width``-ary tree over its first ``depth`` positions."""
+        if not 0 <= depth <= window:
+            raise ValueError(f"tree depth must be in [0, window={window}], got {depth}")
+        if width < 1:
+            raise ValueError(f"tree width must be >= 1, got {width}")
+        chain = window + 1
+        # Nodes by path of ranks (r_1 … r_d); chain node c is the all-zero path of length c.
+        column: dict[tuple[int, ...], int] = {(0,) * c: c for c in range(chain)}
+        order: list[tuple[int, ...]] = []
+        level = [()]
+        for _ in range(depth):
+            level = [path + (r,) for path in level for r in range(width)]
+            order += [path for path in level if any(path)]
+        for path in order:
+            column[path] = len(column)
+        T = len(column)
+        paths = {c: path for path, c in column.items()}
+        children = torch.full((T, width), -1, dtype=torch.long)
+        node_depth = torch.zeros(T, dtype=torch.long)
+        rank = torch.zeros(T, dtype=torch.long)
+        ancestors = torch.zeros(T, T, dtype=torch.bool)
+        for c, path in paths.items():
+            node_depth[c] = len(path)
+            rank[c] = path[-1] if path else 0
+            for i in range(len(path) + 1):
+                ancestors[c, column[path[:i]]] = True
+            if len(path) < depth:
+                for r in range(width):
+                    children[c, r] = column[path + (r,)]
+            elif not any(path) and c + 1 < chain:  # the chain goes on past the tree
+                children[c, 0] = c + 1
+        scratch = torch.where(torch.arange(T) >= chain, torch.arange(T) - chain, -1)
+        return TreeShape(width, depth, window, T - chain, children.to(device), node_depth.to(device),
+                         rank.to(device), ancestors.to(device), scratch.to(device))
+
+
+class TreeWindow(RasterWindow):
+    """The raster window plus a tree of candidates over its first ``depth`` positions (SJD-PAC's proactive
+    drafting, :class:`TreeShape`): every node's query sees the committed prefix and its own ancestors; the
+    extra nodes' inputs go to the engine's scratch slots (:meth:`arvis.engine.DecodeEngine.evaluate`).
+
+    Args:
+        window: chain drafts per forward (``L``). num_tokens: ``N``.
+        width: candidates per branching position (``1``: the plain raster window). depth: branching positions.
+    """
+
+    def __init__(self, window: int, num_tokens: int, width: int, depth: int):
+        super().__init__(window, num_tokens)
+        self.width, self.depth = width, depth
+        self.extra = TreeShape.build(window, width, depth).extra
+        self._shapes: dict[torch.device, TreeShape] = {}
+
+    @property
+    def positions_per_forward(self) -> int:
+        return self.verified + self.extra
+
+    def shape_on(self, device: torch.device) -> TreeShape:
+        if device not in self._shapes:
+            self._shapes[device] = TreeShape.build(self.window, self.width, self.depth, device)
+        return self._shapes[device]
+
+    def plan(self, committed: torch.Tensor, max_committed: int, single: bool = False) -> WindowPlan:
+        if single or self.extra == 0:
+            return super().plan(committed, max_committed, single)
+        shape = self.shape_on(committed.device)
+        N = self.num_tokens
+        targets = committed[:, None] + shape.node_depth
+        extent = min(max_committed + self.verified, N)
+        return WindowPlan(targets.clamp_max(N - 1), targets < N, self.verified, extent, shape)
+
+
+# ----------------------------------------------------------------------------- parallel Jacobi rows (PJD)
+@dataclass(frozen=True)
+class RowSegment:
+    """One row's part of a parallel-Jacobi forward (:func:`row_windows`): ``queries`` consecutive queries.
+
+    Query ``j`` takes the token at sequence index ``first_input + j`` as input (query 0 takes the token at
+    ``source`` instead: a row start fed a proxy) and predicts ``first_input + j + 1``.
+
+    Attributes:
+        row: the row. first_input: the first input's sequence index. queries: how many.
+        source: the sequence index whose token query 0 takes (``first_input`` unless a proxy).
+        scratch: query 0 is written to a scratch slot (a row start while the row above is unfinished: its
+            input position belongs to the row above, which may be decoding it in the same forward).
+        decodes: the queries predict cells of the row (``False``: a re-feed, whose prediction is unused).
+    """
+
+    row: int
+    first_input: int
+    queries: int
+    source: int
+    scratch: bool
+    decodes: bool
+
+
+def row_lengths(num_tokens: int, row_stride: int) -> list[int]:
+    """Sequence indices per row: ``row_stride`` each, the last row taking whatever follows (a tail)."""
+    rows = max(1, num_tokens // row_stride)
+    return [row_stride] * (rows - 1) + [num_tokens - (rows - 1) * row_stride]
+
+
+def row_windows(done: list[int], lengths: list[int], window: int, row_lag: int, known_row_ends: bool,
+                settled: list[bool]) -> list[RowSegment]:
+    """The rows one parallel-Jacobi forward decodes (PJD; Liao et al., CVPR 2026, arXiv:2606.05703), for one
+    sample whose row ``r`` has its first ``done[r]`` indices committed.
+
+    - A row starts once the row above has ``row_lag`` committed indices (ZipAR's rule); without known row
+      ends (no end-of-line token), row 1 waits for row 0 to finish and a row start is fed a *proxy* — the
+      latest committed token two rows up — at the position of the unfinished row above's last index.
+    - Each active row gets ``window`` drafts plus its bonus query (``window + 1`` queries), clipped so that
+      a row never overtakes the row above: its index ``c`` is decoded only while ``c <= done[r − 1] −
+      row_lag`` (any ``c`` once the row above is finished).
+    - A finished row's last index (committed as a recovered or bonus token, so never an input) is re-fed once
+      (``settled[r]`` false) so later queries read it.
+
+    Args:
+        done: committed indices per row (index 0 of row 0 comes from the prefill).
+        lengths: indices per row (:func:`row_lengths`). window: drafts per row. row_lag: as ZipAR's.
+        known_row_ends: every row but the last ends with a known (structural) token.
+        settled: per row, its last index has been fed (its keys are in the cache).
+
+    Returns:
+        The segments in row order.
+    """
+    starts = [sum(lengths[:r]) for r in range(len(lengths))]
+    out: list[RowSegment] = []
+    for r, (start, length) in enumerate(zip(starts, lengths, strict=True)):
+        if done[r] == length:
+            if r + 1 < len(lengths) and not settled[r] and done[r + 1] > 0:
+                last = start + length - 1  # the row below started on a proxy: re-feed this row's real end
+                out.append(RowSegment(r, last, 1, last, False, False))
+            continue
+        above_done = r == 0 or done[r - 1] == lengths[r - 1]
+        if done[r] == 0:  # not started
+            if not above_done and (done[r - 1] < row_lag or (r == 1 and not known_row_ends)):
+                break  # rows below cannot start either
+        allowed = length - done[r] if above_done else min(length, done[r - 1] - row_lag + 1) - done[r]
+        if allowed <= 0:
+            continue
+        queries = min(window + 1, allowed)
+        first = start + done[r] - 1
+        if done[r] > 0 or above_done:
+            out.append(RowSegment(r, first, queries, first, False, True))
+        else:
+            source = first if known_row_ends else starts[r - 2] + done[r - 2] - 1
+            out.append(RowSegment(r, first, queries, source, True, True))
+    return out
+
+
+def max_active_rows(width: int, rows: int, row_lag: int) -> int:
+    """An upper bound on the segments of one :func:`row_windows` forward: active rows trail each other by at
+    least ``row_lag`` indices, plus re-feeds."""
+    return min(rows, -(-width // max(row_lag, 1)) + 2) + 2

@@ -174,10 +174,10 @@ def count_host_syncs(run: Callable[[], BatchStats]) -> dict[str, float]:
 
     original = engine_module.DecodeEngine._forward
 
-    def counted(self, fn, *args):
+    def counted(self, fn, *args, **kwargs):
         inside[0] += 1
         try:
-            return original(self, fn, *args)
+            return original(self, fn, *args, **kwargs)
         finally:
             inside[0] -= 1
 

@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 
 from arvis.acceptance.relaxed import AcceptanceRule
 from arvis.methods.catalog import RESOURCES, DecoderKind, MethodInfo, Option
-from arvis.methods.options import rule_options
+from arvis.methods.options import RULE_OPTION_NAMES, rule_options
 
 
 class MissingResourceError(ValueError):
@@ -49,6 +49,11 @@ class DecodingMethod(ABC):
         if info is not None:
             cls.name, cls.kind, cls.options = info.name, info.kind, info.options
 
+    def scratch_slots(self, layout: Any) -> int:
+        """Cache slots the method's forwards need after the sequence's own on ``layout`` (inputs at a position
+        another input of the same forward holds: :class:`arvis.engine.DecodeEngine`'s ``scratch_slots``)."""
+        return 0
+
     @property
     def lossless(self) -> bool:
         """True when the output distribution is exactly the model's (proved by the statistical tests of
@@ -65,7 +70,8 @@ class DecodingMethod(ABC):
 
     def option_values(self) -> dict[str, Any]:
         """The method's options as given to :func:`arvis.methods.build_method` (for records)."""
-        values = {o.name: getattr(self, o.name) for o in self.options if o.name not in ("acceptance", "k", "delta", "lam")}
+        values = {o.name: getattr(self, o.name) for o in self.options
+                  if o.name != "acceptance" and o.name not in RULE_OPTION_NAMES}
         rule = getattr(self, "acceptance", None)
         return {**values, **(rule_options(rule) if isinstance(rule, AcceptanceRule) else {})}
 

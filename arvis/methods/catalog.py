@@ -187,9 +187,15 @@ class MethodInfo:
             self.constraint(values)
         return values
 
+    def acceptance(self, options: Mapping[str, Any] | None = None) -> str:
+        """The acceptance rule ``options`` choose (the declared default when they name none; ``exact`` when the
+        method has no acceptance option)."""
+        declared = next((o.default for o in self.options if o.name == "acceptance"), "exact")
+        return (options or {}).get("acceptance", declared)
+
     def is_lossless(self, options: Mapping[str, Any] | None = None) -> bool:
         if self.lossless == "acceptance":
-            return (options or {}).get("acceptance", "exact") == "exact"
+            return self.acceptance(options) == "exact"
         return bool(self.lossless)
 
     def requirements(self, options: Mapping[str, Any] | None = None) -> tuple[str, ...]:
@@ -197,7 +203,7 @@ class MethodInfo:
         frames for temporal initial drafts."""
         options = options or {}
         out = list(self.needs)
-        if options.get("acceptance", "exact") != "exact":
+        if self.acceptance(options) != "exact":
             out.append("neighbours")
         if options.get("init") in TEMPORAL_INITS:
             out.append("frames")
@@ -216,11 +222,20 @@ class MethodInfo:
 # ----------------------------------------------------------------------------- shared option declarations
 ACCEPTANCE_OPTIONS: tuple[Option, ...] = (
     Option("acceptance", "choice", "exact", "how drafts are verified: exact (lossless) or a relaxed rule "
-           "(lantern, lantern++, bounded: lossy, TV bound per token)", choices=ACCEPTANCE_KINDS),
+           "(lantern, lantern++, bounded, gsd: lossy; the realised TV per token is reported)",
+           choices=ACCEPTANCE_KINDS),
     Option("k", "int", 10, "relaxed rules: latent neighbours per token", low=1, high=4096),
     Option("delta", "float", 0.1, "lantern / bounded: total-variation budget per token", low=0.0, high=1.0),
     Option("lam", "float", 5.0, "lantern++: λ", low=1.0, high=1e6),
+    Option("ranks", "int", 7, "gsd: a neighbour joins the draft's group when the target ranks it within this many "
+           "places of the draft", low=0, high=4096),
+    Option("gap", "float", 0.15, "gsd: ... and gives it a probability within this gap of the draft's",
+           low=0.0, high=1.0),
 )
+#: Which relaxed rules read which acceptance parameter (the others ignore it).
+RULE_PARAMETERS: dict[str, tuple[str, ...]] = {
+    "k": ("lantern", "lantern++", "bounded", "gsd"), "delta": ("lantern", "bounded"), "lam": ("lantern++",),
+    "ranks": ("gsd",), "gap": ("gsd",)}
 WINDOW = Option("window", "int", 16, "drafts verified per target forward (L)", low=1, high=1024)
 SJD_OPTIONS: tuple[Option, ...] = (
     WINDOW,
@@ -238,6 +253,8 @@ SJD_OPTIONS: tuple[Option, ...] = (
 MC_SJD_OPTIONS: tuple[Option, ...] = tuple(
     replace(o, default="maximal", help="draft refresh: maximal (MC-SJD) or gumbel", choices=("maximal", "gumbel"))
     if o.name == "coupling" else o for o in SJD_OPTIONS)
+GSD_OPTIONS: tuple[Option, ...] = tuple(
+    replace(o, default="gsd") if o.name == "acceptance" else o for o in SJD_OPTIONS)
 MULTISCALE_OPTIONS: tuple[Option, ...] = (
     Option("temperature", "float", 1.0, "up-sampler drafts: q = softmax(logits / temperature)", low=1e-3, high=1e3),
     Option("lowres_window", "int", 0, "the low-resolution model decodes by plain AR (0) or MC-SJD with this window",
@@ -255,6 +272,36 @@ def _gumbel_needs_exact(options: dict[str, Any]) -> None:
                          "coupling 'none' or 'maximal'")
 
 
+def tree_extra_nodes(width: int, depth: int) -> int:
+    """Extra queries of a ``width``-ary tree of candidates with ``depth`` levels including its root (SJD-PAC's
+    ``K`` and ``D``): every node at depths ``1 … D − 1`` but the chain's own."""
+    return sum(width ** d - 1 for d in range(1, depth))
+
+
+def _tree_fits(options: dict[str, Any]) -> None:
+    width, depth = options["tree_width"], options["tree_depth"]
+    if depth - 1 > options["window"]:
+        raise ValueError(f"sjd-pac: tree_depth={depth} branches over {depth - 1} positions, more than "
+                         f"window={options['window']}")
+    if tree_extra_nodes(width, depth) > MAX_TREE_NODES:
+        raise ValueError(f"sjd-pac: tree_width={width}, tree_depth={depth} adds {tree_extra_nodes(width, depth)} "
+                         f"queries per forward (at most {MAX_TREE_NODES})")
+
+
+MAX_TREE_NODES = 512
+SJD_PAC_OPTIONS: tuple[Option, ...] = (
+    WINDOW,
+    Option("init", "choice", "random", "initial drafts of newly drafted positions", choices=JACOBI_INITS),
+    Option("coupling", "choice", "maximal", "draft refresh: maximal (the paper's adaptive continuation: MC-SJD's "
+           "coupling), gumbel (reproduces AR's tokens with per-sample generators), none (proactive drafting alone)",
+           choices=COUPLINGS),
+    Option("tree_width", "int", 3, "candidates per position of the tree (the paper's K; 1: MC-SJD)", low=1, high=16),
+    Option("tree_depth", "int", 3, "tree levels including its root, the last committed token (the paper's D): "
+           "candidates at the first tree_depth - 1 positions", low=1, high=6),
+    Option("jacobi_interval", "interval", None, "draft only sequence indices in [l, r) (plain AR elsewhere)"),
+)
+
+
 def _some_pruning(options: dict[str, Any]) -> None:
     if not any(r > 0 for r in options["prune_ratios"]):
         raise ValueError("fastvar: prune_ratios: give at least one ratio > 0 (otherwise use method 'ar')")
@@ -268,6 +315,13 @@ CATALOG: tuple[MethodInfo, ...] = (
                SJD_OPTIONS, "acceptance", paper="https://arxiv.org/abs/2410.01699", constraint=_gumbel_needs_exact),
     MethodInfo("mc-sjd", T, "SJD with coupled draft refresh (maximal or Gumbel coupling)", MC_SJD_OPTIONS,
                "acceptance", paper="https://arxiv.org/abs/2510.24211", constraint=_gumbel_needs_exact),
+    MethodInfo("sjd-pac", T, "SJD-PAC (CVPR 2026): MC-SJD plus proactive drafting, a tree of candidates at the "
+               "first positions after each commit, verified exactly (recursive rejection sampling without "
+               "replacement)", SJD_PAC_OPTIONS, True, paper="https://arxiv.org/abs/2603.18599",
+               constraint=_tree_fits),
+    MethodInfo("gsd", T, "Grouped Speculative Decoding (ICCV 2025): SJD whose drafts are accepted when their group of "
+               "visually equivalent tokens is likely enough", GSD_OPTIONS, "acceptance",
+               paper="https://arxiv.org/abs/2508.07747", constraint=_gumbel_needs_exact),
     MethodInfo("speculative", T, "draft-model speculative decoding", (replace(WINDOW, default=4, high=64,
                help="drafts proposed by the draft model and verified per target forward"), *ACCEPTANCE_OPTIONS),
                "acceptance", needs=("draft_model",), renamed={"gamma": "window"},
@@ -276,6 +330,16 @@ CATALOG: tuple[MethodInfo, ...] = (
                (Option("row_lag", "int", 4, "a row starts once the row above has this many tokens (the paper's "
                        "window)", low=1, high=4096),), False, renamed={"window": "row_lag"},
                paper="https://arxiv.org/abs/2412.04062"),
+    MethodInfo("pjd", T, "Parallel Jacobi Decoding (CVPR 2026): rows decode in parallel (ZipAR's schedule), each "
+               "with a window of Jacobi drafts verified under a row-causal mask",
+               (replace(WINDOW, default=3, high=256, help="drafts per active row per forward (plus its bonus position)"),
+                Option("row_lag", "int", 2, "a row starts once the row above has this many tokens, and stays that "
+                       "far behind it (ZipAR's window)", low=1, high=4096),
+                Option("init", "choice", "random", "initial drafts of newly drafted positions",
+                       choices=("random", "repeat_horizontal", "repeat_vertical")),
+                Option("coupling", "choice", "none", "draft refresh: none (SJD's, the paper's) or maximal (MC-SJD)",
+                       choices=("none", "maximal"))),
+               False, paper="https://arxiv.org/abs/2606.05703"),
     MethodInfo("mulo", T, "multi-scale drafting (MuLo-SD, CVPR 2026) verified exactly: MC-SJD started from an up-sampled "
                "low-resolution sample", (replace(WINDOW, default=32),
                                           *(o for o in MC_SJD_OPTIONS if o.name in ("coupling", "jacobi_interval",
@@ -379,5 +443,5 @@ def describe(kind: DecoderKind | str | None = None, capabilities: Iterable[str] 
     return "\n".join(out)
 
 
-__all__ = ["ACCEPTANCE_OPTIONS", "CAPABILITIES", "CATALOG", "RESOURCES", "DecoderKind", "MethodInfo", "Option",
-           "describe", "method_info", "method_names", "register"]
+__all__ = ["ACCEPTANCE_OPTIONS", "CAPABILITIES", "CATALOG", "RESOURCES", "RULE_PARAMETERS", "DecoderKind", "MethodInfo",
+           "Option", "describe", "method_info", "method_names", "register", "tree_extra_nodes"]

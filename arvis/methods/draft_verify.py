@@ -30,7 +30,7 @@ import torch
 
 from arvis.acceptance.coupling import gumbel_argmax
 from arvis.acceptance.relaxed import AcceptanceRule
-from arvis.acceptance.verify import Verification, verify
+from arvis.acceptance.verify import Verification, verify, verify_tree
 from arvis.drafting.base import DraftSession, Proposal
 from arvis.engine.engine import DecodeEngine
 from arvis.engine.schedules import RasterWindow, WindowPlan
@@ -80,6 +80,8 @@ class PrefixCommit:
             column = torch.arange(T, device=plan.targets.device)
             self._columns[T, K] = column.masked_fill(column >= K, T)  # band columns never commit
         count = verification.commit_count
+        if verification.path is not None:  # a tree of candidates: the accepted path (never lockstep)
+            return verification.path & proposal.use, committed + count
         if self.lockstep:
             count = count.min().expand_as(count)
         return (self._columns[T, K] < count[:, None]) & proposal.use, committed + count
@@ -135,7 +137,10 @@ class DraftVerifyLoop:
             if self.noise is not None:
                 self.noise.advance([min(n + self.schedule.reach, self.engine.num_tokens) for n in committed])
             proposal = self.session.propose(self.committed, plan)
-            p = self.engine.evaluate(proposal.inputs, plan.inputs_index, pad=~proposal.use, extent=plan.extent)
+            tree = plan.tree
+            p = self.engine.evaluate(proposal.inputs, plan.inputs_index, pad=~proposal.use, extent=plan.extent,
+                                     scratch=None if tree is None else tree.scratch,
+                                     ancestors=None if tree is None else tree.ancestors)
             verification = self.verify(plan, proposal, p)
             commit_mask = self.commit(plan, proposal, verification, p)
             self.session.update(self.committed, plan, p, verification, proposal, commit_mask)
@@ -178,6 +183,8 @@ class DraftVerifyLoop:
         e = self.engine
         T = plan.targets.shape[1]
         limit = e.num_tokens - self.committed
+        if plan.tree is not None:
+            return self.verify_tree(plan, proposal, p, limit)
         if self.noise is not None:
             return verify(p, proposal.drafts, proposal.q, proposal.has_draft, verified=plan.verified, limit=limit,
                           rule=self.rule, gumbel_noise=self.noise.at(plan.targets))
@@ -187,12 +194,29 @@ class DraftVerifyLoop:
         return verify(p, proposal.drafts, proposal.q, proposal.has_draft, verified=plan.verified, limit=limit,
                       rule=self.rule, uniform=uniform[:, 0], noise=uniform[:, 1], neighbours=self.neighbours)
 
+    def verify_tree(self, plan: WindowPlan, proposal: Proposal, p: torch.Tensor, limit: torch.Tensor
+                    ) -> Verification:
+        """A tree of candidates (SJD-PAC): every node verifies its children's candidates exactly."""
+        if not self.rule.lossless:
+            raise ValueError("acceptance: a tree of candidates is verified exactly (relaxed rules take one draft)")
+        tree = plan.tree
+        common = dict(chain=plan.verified, branch_depth=tree.depth, limit=limit)
+        if self.noise is not None:
+            return verify_tree(p, proposal.candidates, proposal.candidate_has, proposal.q, tree.children,
+                               tree.node_depth, gumbel_noise=self.noise.at(plan.targets), **common)
+        # K accept tests and one recovered token per node (inverse CDF): noise drawn where it is used.
+        uniform = self.engine.uniform((plan.targets.shape[1], tree.width + 1))
+        return verify_tree(p, proposal.candidates, proposal.candidate_has, proposal.q, tree.children,
+                           tree.node_depth, uniform=uniform[..., :-1], noise=uniform[..., -1], **common)
+
     def commit(self, plan: WindowPlan, proposal: Proposal, verification: Verification, p: torch.Tensor
                ) -> torch.Tensor:
         """Commit what the policy decides; roll the cache back to the first uncommitted index.
         Returns the committed positions ``[A, T]``."""
         commit_mask, self.committed = self.policy.decide(plan, proposal, verification, p, self.committed, self.engine)
         self.engine.commit(plan.targets, verification.tokens, commit_mask)
+        if plan.tree is not None:  # committed path nodes evaluated in scratch slots move to their own slots
+            self.engine.settle(plan.tree.scratch, plan.inputs_index, commit_mask)
         self.engine.truncate(self.committed - 1)  # slots after the last committed input hold rejected drafts
         self.accepted_hist.index_add_(0, verification.accepted_count, self._ones[: self.committed.shape[0]])
         if verification.tv is not None:  # the realised TV of relaxed rules

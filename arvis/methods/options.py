@@ -12,9 +12,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from arvis.acceptance.relaxed import AcceptanceRule
-from arvis.methods.catalog import ACCEPTANCE_OPTIONS, MethodInfo, Option
+from arvis.methods.catalog import ACCEPTANCE_OPTIONS, RULE_PARAMETERS, MethodInfo, Option
 
-_RULE_FIELDS = {"acceptance": "kind", "k": "k", "delta": "delta", "lam": "lam"}
+_RULE_FIELDS = {"acceptance": "kind", **{name: name for name in RULE_PARAMETERS}}
+#: The acceptance options that parameterise a rule (folded into one AcceptanceRule).
+RULE_OPTION_NAMES: tuple[str, ...] = tuple(RULE_PARAMETERS)
 
 
 def method_arguments(info: MethodInfo, given: Mapping[str, Any]) -> dict[str, Any]:
@@ -24,14 +26,15 @@ def method_arguments(info: MethodInfo, given: Mapping[str, Any]) -> dict[str, An
     given = dict(given)
     rule = given.get("acceptance")
     if isinstance(rule, AcceptanceRule):
-        if any(k in given for k in ("k", "delta", "lam")):
-            raise ValueError(f"{info.name}: give k / delta / lam inside the AcceptanceRule, not beside it")
+        if any(k in given for k in RULE_OPTION_NAMES):
+            raise ValueError(f"{info.name}: give {' / '.join(RULE_OPTION_NAMES)} inside the AcceptanceRule, not "
+                             f"beside it")
         given["acceptance"] = rule.kind
         if "acceptance" not in {o.name for o in info.options}:
             info.check_options(given)  # names the unknown option
         values = info.check_options({k: v for k, v in given.items()})
         values["acceptance"] = rule
-        return {k: v for k, v in values.items() if k not in ("k", "delta", "lam")}
+        return {k: v for k, v in values.items() if k not in RULE_OPTION_NAMES}
     values = info.check_options(given)
     if "acceptance" in values:
         values["acceptance"] = AcceptanceRule(**{_RULE_FIELDS[k]: values.pop(k) for k in list(_RULE_FIELDS)})
@@ -42,7 +45,9 @@ def rule_options(rule: AcceptanceRule) -> dict[str, Any]:
     """The flat options of a rule (for records): ``acceptance`` and, for relaxed rules, ``k``/``delta``/``lam``."""
     if rule.lossless:
         return {"acceptance": "exact"}
+    if rule.kind == "gsd":
+        return {"acceptance": rule.kind, "k": rule.k, "ranks": rule.ranks, "gap": rule.gap}
     return {"acceptance": rule.kind, "k": rule.k, "delta": rule.delta, "lam": rule.lam}
 
 
-__all__ = ["ACCEPTANCE_OPTIONS", "Option", "method_arguments", "rule_options"]
+__all__ = ["ACCEPTANCE_OPTIONS", "RULE_OPTION_NAMES", "Option", "method_arguments", "rule_options"]

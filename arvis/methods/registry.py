@@ -130,7 +130,8 @@ def decode(backbone: Backbone, condition: Condition, sampling: SamplingConfig,
     """
     user_options, resources = split_resources(options)
     method_obj = build_method(method, DecoderKind.TOKEN, resources, **user_options)
-    engine = DecodeEngine(backbone, condition, sampling, generator, method=method_obj.name, on_commit=on_commit)
+    engine = DecodeEngine(backbone, condition, sampling, generator, method=method_obj.name, on_commit=on_commit,
+                          scratch_slots=method_obj.scratch_slots(backbone.layout))
     extra = method_obj.run(engine)
     stats = engine.finish(extra)
     return engine.tokens, stats
@@ -144,4 +145,4 @@ def missing_capabilities(name: str, options: Mapping[str, Any], have: set[str] |
 
 
 # The built-in methods register themselves (``@register_method``) when their modules load.
-from arvis.methods import ar, continuous, mulo, next_scale, sjd, speculative, zipar  # noqa: E402, F401
+from arvis.methods import ar, continuous, mulo, next_scale, pjd, sjd, sjd_pac, speculative, zipar  # noqa: E402, F401

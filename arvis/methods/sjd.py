@@ -118,4 +118,14 @@ class CoupledJacobi(SpeculativeJacobi):
     coupling: Coupling = "maximal"
 
 
-__all__ = ["CoupledJacobi", "SpeculativeJacobi"]
+@register_method
+@dataclass(frozen=True)
+class GroupedJacobi(SpeculativeJacobi):
+    """GSD (So et al., ICCV 2025, arXiv:2508.07747): SJD verified by grouped acceptance
+    (:func:`arvis.acceptance.relaxed.gsd_step`; lossy, its realised TV per token reported)."""
+
+    info: ClassVar[MethodInfo] = method_info("gsd", DecoderKind.TOKEN)
+    acceptance: AcceptanceRule = field(default_factory=lambda: AcceptanceRule(kind="gsd"))
+
+
+__all__ = ["CoupledJacobi", "GroupedJacobi", "SpeculativeJacobi"]

@@ -152,11 +152,12 @@ class PromptTokenBackbone(nn.Module):
 
     # ------------------------------------------------------------------ the backbone protocol
     def allocate_cache(self, rows: int, dtype: torch.dtype | None = None,
-                       device: torch.device | str | None = None) -> SlotCache:
+                       device: torch.device | str | None = None, extra_slots: int = 0) -> SlotCache:
+        """The layout's slots plus ``extra_slots`` scratch slots (inputs at a position other than their slot)."""
         cfg = self.language_model.config
         head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-        return SlotCache(cfg.num_hidden_layers, rows, cfg.num_key_value_heads, self.layout.max_slots, head_dim,
-                         dtype or self.anchor.dtype, device or self.anchor.device)
+        return SlotCache(cfg.num_hidden_layers, rows, cfg.num_key_value_heads, self.layout.max_slots + extra_slots,
+                         head_dim, dtype or self.anchor.dtype, device or self.anchor.device)
 
     def cache_bytes_per_row(self, dtype: torch.dtype | None = None) -> int:
         """Bytes of one cache row (keys and values of every layer over ``layout.max_slots`` slots)."""
@@ -184,16 +185,19 @@ class PromptTokenBackbone(nn.Module):
         return logits[:, -1], valid
 
     def forward_tokens(self, tokens: torch.Tensor, slots: torch.Tensor, cache: SlotCache,
-                       attend_mask: torch.Tensor) -> torch.Tensor:
-        """Evaluate layout ids ``tokens [R, T]`` at ``slots [R, T]``, attending where ``attend_mask [R, T, S']``.
+                       attend_mask: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+        """Evaluate layout ids ``tokens [R, T]`` at ``slots [R, T]``, attending where ``attend_mask [R, T, S']``;
+        ``positions [R, T]``: the slots whose rotary positions the inputs take (default ``slots``).
 
         ``S'`` may be smaller than ``cache.slots`` (narrow masks): slots at or beyond it are not read, and every
         slot written must lie below it. Returns fp32 logits ``[R, T, V]``.
         """
-        return self._run(self.embed(tokens), slots, cache, attend_mask)
+        return self._run(self.embed(tokens), slots, cache, attend_mask, positions)
 
-    def _run(self, h: torch.Tensor, slots: torch.Tensor, cache: SlotCache, mask: torch.Tensor) -> torch.Tensor:
-        positions = (slots - cache.position_offset[:, None]).clamp_min(0)  # padding slots: masked anyway
+    def _run(self, h: torch.Tensor, slots: torch.Tensor, cache: SlotCache, mask: torch.Tensor,
+             positions: torch.Tensor | None = None) -> torch.Tensor:
+        at = slots if positions is None else positions
+        positions = (at - cache.position_offset[:, None]).clamp_min(0)  # padding slots: masked anyway
         additive = torch.zeros(mask.shape, dtype=h.dtype, device=h.device)
         additive.masked_fill_(~mask, torch.finfo(h.dtype).min)
         cache.write_slots, cache.read_width = slots, mask.shape[-1]

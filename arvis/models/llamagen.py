@@ -310,34 +310,37 @@ class RotaryDecoderStack:
     """
 
     def allocate_cache(self, rows: int, dtype: torch.dtype | None = None,
-                       device: torch.device | str | None = None) -> StaticKVCache:
-        """A static cache for ``rows`` rows and every slot of the layout (rounded up to 8 like LlamaGen)."""
+                       device: torch.device | str | None = None, extra_slots: int = 0) -> StaticKVCache:
+        """A static cache for ``rows`` rows and every slot of the layout (rounded up to 8 like LlamaGen), plus
+        ``extra_slots`` scratch slots after them (inputs at a position other than their slot: trees)."""
         p = next(self.parameters())
         a = self.layers[0].attention if len(self.layers) else None
         heads = a.n_kv_head if a else 1
         head_dim = a.head_dim if a else 1
-        slots = find_multiple(self.layout.max_slots, 8)
+        slots = find_multiple(self.layout.max_slots, 8) + extra_slots
         return StaticKVCache(len(self.layers), rows, heads, slots, head_dim,
                              dtype or p.dtype, device or p.device)
 
     def forward_tokens(self, tokens: torch.Tensor, slots: torch.Tensor, cache: StaticKVCache,
-                       attend_mask: torch.Tensor) -> torch.Tensor:
-        """Evaluate ``tokens: [R, T]`` at absolute ``slots: [R, T]``, attending where ``attend_mask: [R, T, S]``.
+                       attend_mask: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+        """Evaluate ``tokens: [R, T]`` at absolute ``slots: [R, T]``, attending where ``attend_mask: [R, T, S]``;
+        ``positions [R, T]``: the slots whose rotary positions the inputs take (default ``slots``).
 
         Returns fp32 logits ``[R, T, V]``; query ``t`` predicts the token after ``tokens[:, t]``.
         """
-        return self._run(self.tok_embeddings(tokens), slots, cache, attend_mask)
+        return self._run(self.tok_embeddings(tokens), slots, cache, attend_mask, positions)
 
     def _run(self, h: torch.Tensor, slots: torch.Tensor, cache: StaticKVCache | None,
-             mask: torch.Tensor | None) -> torch.Tensor:
-        """Blocks, norm and head over ``h: [R, T, dim]`` at ``slots: [R, T]``; ``mask: [R, T, W]`` bool
-        (``W <= cache.slots``) or ``None`` (causal). Returns fp32 logits ``[R, T, V]``."""
+             mask: torch.Tensor | None, positions: torch.Tensor | None = None) -> torch.Tensor:
+        """Blocks, norm and head over ``h: [R, T, dim]`` at ``slots: [R, T]`` (rotary positions ``positions``,
+        default ``slots``); ``mask: [R, T, W]`` bool (``W <= cache.slots``) or ``None`` (causal). Returns fp32
+        logits ``[R, T, V]``."""
         if self.training:
             h = self.tok_dropout(h)
         rotation = self._rotation_on.get(h.device)
         if rotation is None:  # [slots, head_dim / 2] complex64, built on first use
             rotation = self._rotation_on[h.device] = rope_rotation(self._rope).to(h.device)
-        rotation = rotation[slots].unsqueeze(2)  # [R, T, 1, hd/2]
+        rotation = rotation[slots if positions is None else positions].unsqueeze(2)  # [R, T, 1, hd/2]
         if mask is not None:  # additive form once for all layers (SDPA converts a bool mask in every call)
             mask = torch.where(mask, 0.0, float("-inf")).to(h.dtype).unsqueeze(1)  # [R, 1, T, W]
         for i, layer in enumerate(self.layers):

@@ -34,6 +34,13 @@ Optional, additive (a backbone without them works unchanged):
   masks only as wide as the slots that can hold valid keys (rounded up to a multiple of
   :data:`MASK_WIDTH_STEP`, so that a decode sees a handful of shapes), which keeps attention cost
   proportional to the prefix instead of the whole cache.
+- *scratch slots*: ``allocate_cache(rows, dtype, device, extra_slots=E)`` adds ``E`` slots after the
+  layout's, and ``forward_tokens(tokens, slots, cache, attend_mask, positions=...)`` takes the positions apart
+  from the slots written (``positions [rows, T]``: the slot whose position each input takes; default
+  ``slots``); the cache's ``copy_slots(source, target)`` moves an input that became final from its scratch
+  slot to its own (:meth:`StaticKVCache.copy_slots`). Only methods that feed several tokens at one sequence
+  index in one forward need it (SJD-PAC's tree of candidates: :class:`arvis.engine.DecodeEngine`'s
+  ``scratch_slots``); arvis's LlamaGen, video and Emu3 backbones offer it.
 """
 
 from __future__ import annotations
@@ -187,6 +194,14 @@ class StaticKVCache:
         self.keys = [k.index_select(0, rows) for k in self.keys]
         self.values = [v.index_select(0, rows) for v in self.values]
         self.rows = int(rows.shape[0])
+
+    def copy_slots(self, source: torch.Tensor, target: torch.Tensor) -> None:
+        """Copy every layer's keys and values from slots ``source [rows, M]`` to ``target [rows, M]`` (an input
+        evaluated in a scratch slot that became final moves to its own slot; targets must be distinct)."""
+        src = source[:, None, :, None].expand(-1, self.heads, -1, self.head_dim)
+        dst = target[:, None, :, None].expand(-1, self.heads, -1, self.head_dim)
+        for buffer in self.keys + self.values:
+            buffer.scatter_(2, dst, buffer.gather(2, src))  # the gather copies first: in place is safe
 
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in self.keys + self.values)

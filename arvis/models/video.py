@@ -277,8 +277,8 @@ class FramePrefix(nn.Module):
         return self.backbone.null_condition(condition)
 
     def allocate_cache(self, rows: int, dtype: torch.dtype | None = None,
-                       device: torch.device | str | None = None) -> StaticKVCache:
-        return self.backbone.allocate_cache(rows, dtype, device)
+                       device: torch.device | str | None = None, extra_slots: int = 0) -> StaticKVCache:
+        return self.backbone.allocate_cache(rows, dtype, device, extra_slots=extra_slots)
 
     def prefill(self, condition: Condition, cache: StaticKVCache) -> tuple[torch.Tensor, torch.Tensor]:
         """The backbone's prefill, then one forward over the given frames (causal among themselves)."""
@@ -296,5 +296,5 @@ class FramePrefix(nn.Module):
         return logits[:, -1], torch.cat([valid, torch.ones(R, P, dtype=torch.bool, device=valid.device)], dim=1)
 
     def forward_tokens(self, tokens: torch.Tensor, slots: torch.Tensor, cache: StaticKVCache,
-                       attend_mask: torch.Tensor) -> torch.Tensor:
-        return self.backbone.forward_tokens(tokens, slots, cache, attend_mask)
+                       attend_mask: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+        return self.backbone.forward_tokens(tokens, slots, cache, attend_mask, positions)

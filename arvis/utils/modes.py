@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from typing import Literal, get_args
 
-#: How drafts are verified: ``exact`` speculative acceptance (lossless) or a relaxed rule (lossy, TV bound).
-AcceptanceKind = Literal["exact", "lantern", "lantern++", "bounded"]
+#: How drafts are verified: ``exact`` speculative acceptance (lossless) or a relaxed rule (lossy; LANTERN,
+#: LANTERN++, arvis's bounded rule with a TV bound, GSD's grouped acceptance).
+AcceptanceKind = Literal["exact", "lantern", "lantern++", "bounded", "gsd"]
 #: How a Jacobi draft is refreshed from the forward that evaluated it (SJD: ``none``; MC-SJD: ``maximal``).
 Coupling = Literal["none", "maximal", "gumbel"]
 #: Initial drafts of a newly drafted position (the temporal ones on video layouts only).
