@@ -212,15 +212,16 @@ def check_sampling_flags(args: argparse.Namespace) -> None:
     """Each sampling flag given (``--guidance-scale``, ``--top-k``, ``--top-p``, ``--temperature``) within the range
     :class:`~arvis.engine.sampling.SamplingConfig` allows, before a model is loaded (whether the model takes the
     setting at all, e.g. ``--top-k`` for MAR's continuous tokens, is its pipeline's to say once loaded)."""
+    given = {name: getattr(args, name) for name in SAMPLING_FLAGS if getattr(args, name, None) is not None}
+    if not given:  # nothing to check: torch stays unloaded for the fast refusals
+        return
     from arvis.engine.sampling import SamplingConfig
 
-    for name, flag in SAMPLING_FLAGS.items():
-        value = getattr(args, name, None)
-        if value is not None:
-            try:
-                SamplingConfig(**{name: value})
-            except ValueError as err:
-                raise ValueError(f"{flag}: {err}") from None
+    for name, value in given.items():
+        try:
+            SamplingConfig(**{name: value})
+        except ValueError as err:
+            raise ValueError(f"{SAMPLING_FLAGS[name]}: {err}") from None
 
 
 def parse_class_ids(text: str | None) -> list[int | str] | None:
@@ -359,7 +360,7 @@ def check_output_file(flag: str, value: str | os.PathLike | None) -> None:
 def check_writable(flag: str, folder: Path) -> None:
     """Refuse a ``folder`` in which no file can be created (permissions, a read-only or virtual file system such
     as ``/proc``): a hidden probe file is created there and removed at once, the way outputs are written."""
-    from arvis.utils.serialization import create_temporary
+    from arvis.utils.files import create_temporary
 
     try:
         create_temporary(folder / ".arvis-write-check").unlink()

@@ -17,15 +17,15 @@ layout when its pipeline loads one) and one pipeline class implementing
 from __future__ import annotations
 
 import difflib
-import json
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from arvis.errors import CheckpointError
+from arvis.errors import CheckpointError, ConfigError
 from arvis.methods.catalog import CAPABILITIES, DecoderKind, method_info, method_names
+from arvis.utils.files import read_json_object
 
 Conditioning = Literal["class", "text"]
 _MAX_CONFIG_BYTES = 4 << 20  # a config.json larger than this is not a config (refused before parsing)
@@ -154,14 +154,9 @@ class Family:
 def read_json(path: Path) -> dict[str, Any]:
     """A small JSON object file; :class:`CheckpointError` naming the file when it is missing or damaged."""
     try:
-        if path.stat().st_size > _MAX_CONFIG_BYTES:
-            raise CheckpointError(f"{path.name}: {path.stat().st_size} bytes is not a configuration file")
-        data = json.loads(path.read_text())
-    except (OSError, ValueError, RecursionError) as err:
-        raise CheckpointError(f"{path}: cannot read it ({type(err).__name__})") from None
-    if not isinstance(data, dict):
-        raise CheckpointError(f"{path}: expected a JSON object, got {type(data).__name__}")
-    return data
+        return read_json_object(path, max_bytes=_MAX_CONFIG_BYTES)
+    except ConfigError as err:  # a damaged file of a model folder: the checkpoint is what is wrong
+        raise CheckpointError(str(err)) from None
 
 
 def _present(index: Mapping[str, Any], component: str) -> bool:

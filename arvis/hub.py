@@ -195,7 +195,7 @@ def read_sampling_defaults(folder: str | os.PathLike) -> dict[str, Any]:
         ConfigError: not a JSON object (its settings are checked by the pipeline that reads them).
         CheckpointError: it cannot be read.
     """
-    from arvis.utils.config_check import read_json_object
+    from arvis.utils.files import read_json_object
 
     file = Path(folder) / SAMPLING_DEFAULTS_FILE
     return read_json_object(file) if file.is_file() else {}

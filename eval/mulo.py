@@ -51,7 +51,7 @@ from arvis.models.llamagen import LlamaGenTransformer
 from arvis.models.protocol import Condition
 from arvis.models.upsampler import TokenUpsampler
 from arvis.tokenizers.llamagen_vq import LlamaGenVQModel
-from arvis.utils.serialization import atomic_path
+from arvis.utils.files import atomic_path
 
 
 def target_samples(model: LlamaGenTransformer, labels: list[int], sampling: SamplingConfig, seed: int,

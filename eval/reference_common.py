@@ -120,7 +120,7 @@ def interleaved_times(runs: dict[str, Callable[[int], Any]], repeats: int, warmu
 
 def write_record(result: dict[str, Any], path: str | None) -> None:
     """Print ``result`` as JSON and, with ``path``, write it there atomically."""
-    from arvis.utils.serialization import atomic_path
+    from arvis.utils.files import atomic_path
 
     text = json.dumps(result, indent=2)
     print(text)

@@ -360,7 +360,7 @@ def test_save_pretrained_respects_the_umask(tmp_path, umask):
 
 
 def test_atomic_directory_keeps_named_entries_and_is_untouched_on_error(tmp_path):
-    from arvis.utils.serialization import atomic_directory
+    from arvis.utils.files import atomic_directory
 
     out = tmp_path / "out"
     with atomic_directory(out) as staged:

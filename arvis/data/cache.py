@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from arvis.utils.serialization import atomic_path
+from arvis.utils.files import atomic_path
 
 __all__ = ["cache_dir", "cache_path", "load_npz", "save_npz_atomic"]
 

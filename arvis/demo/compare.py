@@ -348,7 +348,7 @@ def write_comparison(comparison: Comparison, folder: str | Path, context: dict[s
         The files written.
     """
     from arvis import __version__
-    from arvis.utils.serialization import atomic_path
+    from arvis.utils.files import atomic_path
 
     clips = comparison.clips
     if clips:

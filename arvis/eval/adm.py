@@ -42,7 +42,7 @@ class SampleBatchWriter:
     """
 
     def __init__(self, path: str | os.PathLike, num: int):
-        from arvis.utils.serialization import create_temporary
+        from arvis.utils.files import create_temporary
 
         if isinstance(num, bool) or not isinstance(num, int) or num < 1:
             raise ValueError(f"num must be an integer >= 1, got {num!r}")

@@ -37,8 +37,8 @@ from arvis.models.clip import (  # noqa: F401  (re-exported: the public evaluati
     load_clip_model,
     write_clip_folder,
 )
+from arvis.utils.files import atomic_directory
 from arvis.utils.paths import display_path
-from arvis.utils.serialization import atomic_directory
 
 
 @dataclass

@@ -25,7 +25,7 @@ from arvis.models.domain_net import (  # noqa: F401  (re-exported: the public ev
     load_domain_network,
     resolve_domain_path,
 )
-from arvis.utils.serialization import atomic_directory
+from arvis.utils.files import atomic_directory
 
 
 def save_domain_network(network: DomainClassifier, path: str | os.PathLike) -> Path:

@@ -232,7 +232,7 @@ class FIDStatistics:
 
     def save(self, path: str | os.PathLike) -> Path:
         """Write an ``.npz`` (no pickles) atomically."""
-        from arvis.utils.serialization import atomic_path
+        from arvis.utils.files import atomic_path
 
         path = Path(path)
         with atomic_path(path) as tmp:

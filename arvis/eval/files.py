@@ -1,7 +1,7 @@
 """File helpers for evaluation outputs: atomic PNG / JSON / folder writes, image-folder scanning.
 
 Every file an evaluation writes appears whole or not at all: it is written to a hidden temporary name
-ending in ``.tmp`` next to its destination (:func:`arvis.utils.serialization.atomic_path`) and renamed
+ending in ``.tmp`` next to its destination (:func:`arvis.utils.files.atomic_path`) and renamed
 onto it. Folder scanners (arvis's and clean-fid's, which globs ``**/*.png`` and skips hidden names)
 therefore never count a half-written image; a crash can leave a stale ``.*.tmp`` behind, which
 :func:`remove_stale_temporaries` clears before a resumed job starts writing.
@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from arvis.utils.serialization import atomic_path
+from arvis.utils.files import atomic_path
 
 # The extensions clean-fid's folder reader globs (cleanfid.utils.EXTENSIONS), so that arvis and
 # clean-fid always count the same files.

@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from arvis.utils.serialization import atomic_path
+from arvis.utils.files import atomic_path
 
 # One colour per method family, so that specs of one method read as one family across plots.
 FAMILY_COLOURS = {"ar": "#555555", "sjd": "#1f77b4", "mc-sjd": "#ff7f0e", "zipar": "#2ca02c",

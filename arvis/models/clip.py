@@ -32,7 +32,8 @@ import torch
 from PIL import Image
 
 from arvis.errors import CheckpointError, ConfigError
-from arvis.utils.config_check import Bound, check_config, expected_shapes, read_json_object
+from arvis.utils.config_check import Bound, check_config, expected_shapes
+from arvis.utils.files import read_json_object
 from arvis.utils.paths import WEIGHTS_DIR, display_path
 from arvis.utils.serialization import compare_shapes, read_safetensors_header
 

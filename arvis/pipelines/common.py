@@ -96,7 +96,7 @@ class SamplingDefaultsMixin:
     def save_pretrained(self, save_directory: str | os.PathLike, **kwargs: Any) -> None:
         """``DiffusionPipeline.save_pretrained`` without machine paths, plus the folder's ``sampling_defaults.json``."""
         from arvis.hub import SAMPLING_DEFAULTS_FILE
-        from arvis.utils.serialization import atomic_path
+        from arvis.utils.files import atomic_path
 
         super().save_pretrained(save_directory, **kwargs)  # type: ignore[misc]
         folder = Path(save_directory)

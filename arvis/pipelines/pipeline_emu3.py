@@ -50,7 +50,8 @@ from arvis.pipelines.pipeline_llamagen import LlamaGenPipelineOutput
 from arvis.pipelines.prompt_tokens import PromptTokenPipeline
 from arvis.tokenizers.emu3_text import check_tokenizer_folder, prompt_batch
 from arvis.tokenizers.emu3_vq import Emu3ImageTokenizer
-from arvis.utils.config_check import Bound, CheckedPipelineMixin, check_model_folder, read_json_object
+from arvis.utils.config_check import Bound, CheckedPipelineMixin, check_model_folder
+from arvis.utils.files import read_json_object
 from arvis.utils.random import GeneratorArg
 
 # Emu3-Gen's published sampling recipe uses this negative prompt (BAAI's example code).
@@ -78,7 +79,7 @@ class Emu3Pipeline(PromptTokenPipeline, CheckedPipelineMixin, DiffusionPipeline)
     _optional_components = ["draft_transformer"]
     _callback_tensor_inputs = list(CALLBACK_TENSOR_INPUTS)
     # transformers classes: checked by their declared bounds before loading (arvis.utils.config_check).
-    component_checks = {"transformer": EMU3_FOLDER, "draft_transformer": EMU3_TEXT_FOLDER,
+    component_checks = {"transformer": EMU3_FOLDER, "draft_transformer": (EMU3_TEXT_FOLDER, EMU3_FOLDER),
                         "tokenizer": check_tokenizer_folder}
     config_bounds = {"default_height": Bound.integer(1, MAX_GRID), "default_width": Bound.integer(1, MAX_GRID),
                      "default_negative_prompt": Bound.text(10_000)}

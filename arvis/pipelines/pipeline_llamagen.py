@@ -119,7 +119,7 @@ class LlamaGenPipeline(ArvisPipeline, CheckedPipelineMixin, DiffusionPipeline):
         """The shared saving (:class:`~arvis.pipelines.common.SamplingDefaultsMixin`) plus the ``pipeline.py`` that
         lets diffusers' generic ``DiffusionPipeline.from_pretrained`` load the folder (class docstring)."""
         super().save_pretrained(save_directory, **kwargs)
-        from arvis.utils.serialization import atomic_path
+        from arvis.utils.files import atomic_path
 
         with atomic_path(Path(save_directory) / "pipeline.py") as tmp:
             tmp.write_text(CUSTOM_PIPELINE_FILE)

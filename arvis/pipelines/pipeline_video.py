@@ -273,7 +273,7 @@ def export_frames(frames: Sequence[PIL.Image.Image] | np.ndarray, path: str | os
     Returns:
         ``path``.
     """
-    from arvis.utils.serialization import atomic_path
+    from arvis.utils.files import atomic_path
 
     path = Path(path)
     suffix = path.suffix.lower()

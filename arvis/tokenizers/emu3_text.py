@@ -23,7 +23,8 @@ from arvis.models.emu3 import (
     IMAGE_WRAPPER,
     VISUAL_TOKEN,
 )
-from arvis.utils.config_check import Bound, check_config, read_json_object
+from arvis.utils.config_check import Bound, check_config
+from arvis.utils.files import read_json_object
 
 PAD_TOKEN = "<|endoftext|>"
 BOS_TOKEN = "<|extra_203|>"

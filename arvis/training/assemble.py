@@ -34,7 +34,7 @@ from arvis.models.upsampler import TokenUpsampler
 from arvis.pipelines import LlamaGenPipeline
 from arvis.tokenizers.llamagen_vq import LlamaGenVQModel
 from arvis.training.common import ship_training_metrics
-from arvis.utils.serialization import atomic_directory, atomic_path
+from arvis.utils.files import atomic_directory, atomic_path
 
 # Optional components a pipeline may link from their own folders, and their classes.
 LINKABLE = {"lowres_transformer": LlamaGenTransformer, "upsampler": TokenUpsampler}

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from arvis.utils.serialization import atomic_directory, atomic_path
+from arvis.utils.files import atomic_directory, atomic_path
 
 __all__ = [
     "EMA",

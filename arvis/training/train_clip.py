@@ -63,7 +63,7 @@ from arvis.training.common import (
     setup_logging,
     training_command,
 )
-from arvis.utils.serialization import atomic_directory, atomic_path
+from arvis.utils.files import atomic_directory, atomic_path
 
 __all__ = ["ATTRIBUTES", "ClipTrainConfig", "PRESETS", "evaluate", "export", "main", "swap_attribute", "train"]
 

@@ -65,7 +65,7 @@ from arvis.training.common import (
     setup_logging,
     training_command,
 )
-from arvis.utils.serialization import atomic_directory
+from arvis.utils.files import atomic_directory
 
 __all__ = ["DomainTrainConfig", "PRESETS", "evaluate_accuracy", "export", "main", "train"]
 

@@ -65,7 +65,7 @@ from arvis.training.common import (
     training_command,
 )
 from arvis.training.train_vq import evaluate
-from arvis.utils.serialization import atomic_directory
+from arvis.utils.files import atomic_directory
 
 __all__ = ["EMU3_VQ", "LMTrainConfig", "VQArchitecture", "VQTrainConfig", "main"]
 

@@ -63,7 +63,7 @@ from arvis.training.train_emu3 import (
     export_vq,
     train_vq,
 )
-from arvis.utils.serialization import atomic_directory
+from arvis.utils.files import atomic_directory
 
 __all__ = ["JANUS_VQ", "JanusLMConfig", "JanusVQTrainConfig", "janus_lm_loss", "main"]
 

@@ -75,7 +75,7 @@ from arvis.training.common import (
     setup_logging,
     training_command,
 )
-from arvis.utils.serialization import atomic_directory
+from arvis.utils.files import atomic_directory
 
 __all__ = ["PRESETS", "MARTrainConfig", "assemble", "diffusion_loss", "mar_loss", "main", "sample_mask_ratio", "train"]
 

@@ -56,7 +56,7 @@ from arvis.training.common import (
     training_command,
 )
 from arvis.training.train_vq import to_tensor, to_uint8, train_batch
-from arvis.utils.serialization import atomic_directory
+from arvis.utils.files import atomic_directory
 
 __all__ = ["PRESETS", "MARVAETrainConfig", "evaluate", "export", "main", "train"]
 

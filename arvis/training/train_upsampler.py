@@ -49,7 +49,7 @@ from arvis.training.common import (
     training_command,
 )
 from arvis.training.train_gpt import GPTTrainConfig, build_dataset, encode_codes
-from arvis.utils.serialization import atomic_directory, atomic_path
+from arvis.utils.files import atomic_directory, atomic_path
 
 
 @dataclass(frozen=True)

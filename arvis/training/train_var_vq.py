@@ -59,7 +59,7 @@ from arvis.training.common import (
     training_command,
 )
 from arvis.training.train_vq import _save_grid, evaluate, train_batch
-from arvis.utils.serialization import atomic_directory
+from arvis.utils.files import atomic_directory
 
 __all__ = ["SMOKE_CONFIG", "VARVQTrainConfig", "main", "train", "warm_start_from_llamagen_vq"]
 

@@ -33,7 +33,7 @@ import torch
 from arvis.training import train_gpt
 from arvis.training.common import atomic_write_text, ship_training_metrics, training_command
 from arvis.training.train_gpt import GPTTrainConfig
-from arvis.utils.serialization import atomic_directory
+from arvis.utils.files import atomic_directory
 
 #: Frames per clip (``T``) of the shipped model; the frame side in pixels is the preset's ``resolution``.
 NUM_FRAMES = 8

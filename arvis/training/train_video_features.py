@@ -41,7 +41,7 @@ from arvis.training.common import (
     setup_logging,
     training_command,
 )
-from arvis.utils.serialization import atomic_directory
+from arvis.utils.files import atomic_directory
 
 
 @dataclass(frozen=True)

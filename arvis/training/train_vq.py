@@ -54,8 +54,8 @@ from arvis.training.common import (
     setup_logging,
     training_command,
 )
+from arvis.utils.files import atomic_directory, atomic_path
 from arvis.utils.images import to_tensor, to_uint8  # noqa: F401  (re-exported: the trainers import them from here)
-from arvis.utils.serialization import atomic_directory, atomic_path
 
 __all__ = ["SMOKE_CONFIG", "VQTrainConfig", "evaluate", "export", "main", "train"]
 

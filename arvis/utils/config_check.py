@@ -40,7 +40,6 @@ import difflib
 import json
 import math
 import os
-import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -50,18 +49,18 @@ from typing import Any, ClassVar
 import torch
 
 from arvis.errors import CheckpointError, ConfigError
+from arvis.utils.files import apply_umask_to_written_files, read_json_object
 from arvis.utils.paths import WEIGHTS_DIR
 from arvis.utils.serialization import (
     CONFIG_METADATA_KEY,
     SafetensorsHeader,
     add_safetensors_metadata,
-    apply_umask_to_written_files,
     compare_shapes,
     read_safetensors_header,
 )
 
 __all__ = ["Bound", "CheckedFolderMixin", "CheckedPipelineMixin", "FolderSpec", "check_config", "check_model_folder",
-           "check_pipeline_folder", "component_folder", "expected_shapes", "folder_spec", "read_json_object"]
+           "check_pipeline_folder", "component_folder", "expected_shapes", "folder_spec"]
 
 
 @dataclass(frozen=True)
@@ -337,30 +336,6 @@ def folder_spec(cls: Any) -> FolderSpec:
     return FolderSpec(cls.__name__, cls.config_bounds, cls, getattr(cls, "config_name", "config.json"))
 
 
-def read_json_object(path: str | os.PathLike) -> dict[str, Any]:
-    """The object a JSON file holds (a configuration).
-
-    Raises:
-        CheckpointError: the file cannot be read.
-        ConfigError: it is not text, not JSON, nested too deep, or not an object (naming the file).
-    """
-    path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as err:
-        raise CheckpointError(f"{str(path)!r} could not be read ({type(err).__name__}: {err.strerror or err})") from None
-    except UnicodeDecodeError:
-        raise ConfigError(f"{str(path)!r} is not a text (JSON) file") from None
-    try:
-        obj = json.loads(text)
-    except ValueError as err:
-        raise ConfigError(f"{str(path)!r} is not valid JSON ({err})") from None
-    except RecursionError:
-        raise ConfigError(f"{str(path)!r} is nested deeper than the JSON reader allows "
-                          f"({sys.getrecursionlimit()} levels); it is not a configuration") from None
-    if not isinstance(obj, dict):
-        raise ConfigError(f"{str(path)!r}: expected a JSON object, got {type(obj).__name__}")
-    return obj
 
 
 def _folder_header(folder: Path, variant: str | None, weights: str = WEIGHTS_NAME) -> tuple[Path, SafetensorsHeader]:
@@ -525,7 +500,8 @@ def check_pipeline_folder(pipeline_cls: Any, folder: str | os.PathLike, passed: 
     (by name and library; a hint of ``Any`` allows classes of :data:`COMPONENT_LIBRARIES`), and have
     its sub-folder; every required component must be listed (or passed to ``from_pretrained``).
     Components whose class checks its folders (:class:`CheckedFolderMixin`) are checked, and so are
-    those the pipeline names in ``component_checks`` (component → :class:`FolderSpec`, or a function
+    those the pipeline names in ``component_checks`` (component → :class:`FolderSpec`, a tuple of them when several
+    model classes may sit there, or a function
     that checks the folder), all of them before diffusers loads the first one. The pipeline's own
     settings in ``model_index.json`` (``__init__`` arguments that are not components) are checked
     against its ``config_bounds``.
@@ -584,8 +560,13 @@ def check_pipeline_folder(pipeline_cls: Any, folder: str | os.PathLike, passed: 
         root = library.split(".")[0]
         fits = (class_name in ok_names and root == ok_names[class_name]) or (open_hint and root in COMPONENT_LIBRARIES)
         spec = component_checks.get(name)
-        if isinstance(spec, FolderSpec) and fits and class_name != spec.class_name:
-            ok_names, fits = {spec.class_name: root}, False
+        if isinstance(spec, tuple):  # several model classes may sit there: the folder's own class picks its spec
+            spec = next((s for s in spec if s.class_name == class_name), spec[0])
+            specs = component_checks[name]
+        else:
+            specs = (spec,) if isinstance(spec, FolderSpec) else ()
+        if specs and fits and class_name not in {s.class_name for s in specs}:
+            ok_names, fits = {s.class_name: root for s in specs}, False
         if not fits:
             raise CheckpointError(
                 f"{str(index_path)!r}: {name} is a {library}.{class_name}, but {pipeline_cls.__name__} takes a "
