@@ -405,7 +405,7 @@ def test_every_token_method_is_offered_where_it_runs_and_runs(server, client, mo
     config = httpx.get(url + "config", timeout=30).json()
     dropdowns = [c["props"] for c in config["components"] if c["props"].get("label") == "method"]
     runs_here = models["small"].get().methods()
-    assert [v for _, v in dropdowns[0]["choices"]] == runs_here == ["ar", "mc-sjd", "sjd", "speculative", "zipar"]
+    assert [v for _, v in dropdowns[0]["choices"]] == runs_here == ["ar", "gsd", "mc-sjd", "pjd", "sjd", "sjd-pac", "speculative", "zipar"]
     if method not in runs_here:  # mulo needs a low-resolution drafter the test pipeline has not: a clear refusal
         from gradio_client.exceptions import AppError
 

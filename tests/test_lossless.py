@@ -22,8 +22,10 @@ import arvis.acceptance.speculative as spec
 from arvis.acceptance.speculative import acceptance_probability, residual
 from arvis.drafting.draft_model import DraftModelSession
 from arvis.drafting.jacobi import JacobiSession
+from arvis.engine.engine import DecodeEngine
 from arvis.engine.sampling import SamplingConfig
 from arvis.methods import decode
+from arvis.methods.window_policy import AutoWindow
 from arvis.models.protocol import Condition
 from tests.conftest import tiny_llamagen
 from tests.lossless_harness import (
@@ -548,3 +550,80 @@ def test_bad_options_raise():
             decode(tiny_llamagen("c2i"), Condition(class_labels=torch.tensor([0])), NO_CFG, "sjd", None, **options)
     with pytest.raises(ValueError, match="mc-sjd: coupling"):
         decode(tiny_llamagen("c2i"), Condition(class_labels=torch.tensor([0])), NO_CFG, "mc-sjd", None, coupling="none")
+
+
+# --------------------------------------------------------------------------- cost-aware windows (window="auto")
+def _synthetic_curve(slope: float, sizes=range(1, 40)) -> list[dict[str, float]]:
+    """A forward-cost curve ``cost(T) = 1 + slope · (T − 1)`` ms (the lossless tests fix it: no timing)."""
+    return [{"positions": t, "ms": 1.0 + slope * (t - 1)} for t in sizes]
+
+
+class HistoryWindow(AutoWindow):
+    """An adversarial policy: each forward's window is 1 + (drafts sample 0 accepted last time) mod 3, so the
+    window sequence is a function of the random acceptance history itself (and 0 — a plain AR step — every
+    fourth forward)."""
+
+    def __init__(self, engine, max_window, **_):
+        super().__init__(engine, max_window, curve=_synthetic_curve(0.0), overhead_ms=0.0)
+        self.last = torch.zeros((), dtype=torch.long)
+        self.step = 0
+
+    def expected_tokens(self):
+        return self.last.double()[None]
+
+    def observe(self, plan, proposal, verification):
+        super().observe(plan, proposal, verification)
+        self.last = verification.accepted_count[0]
+
+    def choose(self, expected, committed):
+        self.step += 1
+        window = 0 if self.step % 4 == 0 else 1 + int(expected[0]) % 3
+        self.trace.append((committed[0], window))
+        return window
+
+
+AUTO_CASES = [
+    ("sjd", {"window": "auto", "max_window": 4}, NO_CFG, 0.05),
+    ("mc-sjd", {"window": "auto", "max_window": 3}, CFG_TOPK, 0.1),
+    ("mc-sjd", {"window": "auto", "max_window": 8, "coupling": "gumbel"}, CFG, 0.05),
+    ("mc-sjd", {"window": "auto", "max_window": 3, "init": "neighbour_distribution"}, CFG, None),  # history policy
+    ("sjd", {"window": "auto", "max_window": 3}, CFG_TOPK, None),
+]
+
+
+@pytest.mark.parametrize("method, options, sampling, slope", AUTO_CASES,
+                         ids=[_case_id(m, o, s) + ("-history" if c is None else f"-slope{c}")
+                              for m, o, s, c in AUTO_CASES])
+def test_adaptive_windows_match_exact_distribution(table, exact, monkeypatch, method, options, sampling, slope):
+    """Windows chosen every forward — by the cost-aware policy (a fixed curve, so the choice follows the
+    acceptance measured so far) or adversarially from the random acceptance history — leave the output
+    distribution exactly AR's."""
+    import functools
+
+    import arvis.methods.sjd
+
+    policy = (HistoryWindow if slope is None else
+              functools.partial(AutoWindow, curve=_synthetic_curve(slope), overhead_ms=0.0))
+    monkeypatch.setattr(arvis.methods.sjd, "AutoWindow", policy)
+    tokens, stats = decode_table(table, sampling, method, N_SAMPLES, seed=17, **options)
+    chosen = stats.samples[0].extra["windows_chosen"]
+    assert len(chosen) > 1, chosen  # the window really changed between forwards
+    verdict = check(exact(sampling), empirical(tokens, table.V), N_SAMPLES)
+    assert verdict.passed, str(verdict)
+
+
+def test_auto_window_follows_the_cost_curve_and_the_acceptance(table):
+    """Flat cost: the largest window; cost proportional to positions: plain AR steps (with a probe now and
+    then); in between, the window grows with the acceptance measured."""
+    def chosen(slope, accept_rate=None):
+        engine = DecodeEngine(table, Condition(class_labels=torch.ones(2, dtype=torch.long)), NO_CFG)
+        policy = AutoWindow(engine, 8, curve=_synthetic_curve(slope), overhead_ms=0.0, probe_every=4)
+        if accept_rate is not None:
+            policy.tested.fill_(1000.0)
+            policy.accepted.fill_(1000.0 * accept_rate)
+        return [policy.choose(policy.expected_tokens().tolist(), [1]) for _ in range(10)]
+
+    assert chosen(0.0) == [8] * 10
+    assert chosen(1.0, 0.5) == [0, 0, 0, 0, 1, 0, 0, 0, 0, 1]  # AR, probing a window of 1 after 4 AR steps
+    low, high = chosen(0.2, 0.3)[0], chosen(0.2, 0.9)[0]
+    assert 0 < low < high <= 8

@@ -342,16 +342,26 @@ class DecodeEngine:
         self.cache.rollback(rows + self.condition_length)
 
     # ------------------------------------------------------------------ the once-per-iteration sync
-    def status(self, *values: torch.Tensor) -> list[list[int]]:
+    def status(self, *values: torch.Tensor, extra: torch.Tensor | None = None) -> list[list[int]]:
         """Read small per-active-sample integer tensors (``[A]`` each) on the host in ONE synchronisation,
         and raise :class:`NonFiniteError` if a sample's distribution was non-finite so far.
 
-        Returns one list of ``A`` ints per tensor given.
+        Returns one list of ``A`` ints per tensor given; with ``extra`` (a small float tensor read in the same
+        synchronisation, e.g. a window policy's estimates), its values follow as one more list of floats.
         """
         B = self.batch_size
         health = self._health.view(2, B).index_select(1, self.active)  # [2, A]
         flags = torch.stack([torch.isnan(health[0]), ~torch.isfinite(health[1])]).long()
-        stacked = self.to_host(torch.cat([torch.stack([v.long() for v in values]), flags]) if values else flags)
+        ints = torch.cat([torch.stack([v.long() for v in values]), flags]) if values else flags
+        if extra is None:
+            stacked = self.to_host(ints)
+        else:
+            host = self.to_host(torch.cat([ints.double().flatten(), extra.double().flatten()]))
+            A = ints.shape[1]
+            stacked = [[int(x) for x in host[i * A:(i + 1) * A]] for i in range(ints.shape[0])]
+            stacked.append(host[ints.numel():])
+            self._raise_nonfinite(stacked[-3], stacked[-2], self.active_list)
+            return stacked[:-3] + stacked[-1:]
         self._raise_nonfinite(stacked[-2], stacked[-1], self.active_list)
         return stacked[:-2]
 

@@ -217,11 +217,14 @@ class RasterWindow:
             self._offsets[device] = torch.arange(self.verified, device=device)
         return self._offsets[device]
 
-    def plan(self, committed: torch.Tensor, max_committed: int, single: bool = False) -> WindowPlan:
+    def plan(self, committed: torch.Tensor, max_committed: int, single: bool = False, window: int | None = None
+             ) -> WindowPlan:
         """The plan for samples with ``committed [A]`` tokens (``max_committed`` its host-side max);
-        ``single``: only the first query (a plain AR step, when no sample has drafts to verify)."""
+        ``single``: only the first query (a plain AR step, when no sample has drafts to verify); ``window``: this
+        forward's drafts, at most the schedule's (cost-aware windows choose it per forward)."""
         N = self.num_tokens
-        offsets = self._offsets_on(committed.device)[: 1 if single else None]
+        width = 1 if single else self.verified if window is None else min(window, self.window) + 1
+        offsets = self._offsets_on(committed.device)[:width]
         targets = committed[:, None] + offsets  # [A, K]
         real = targets < N
         extent = min(max_committed + offsets.shape[0], N)

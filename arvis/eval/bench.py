@@ -43,7 +43,8 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from arvis.engine import DecodeEngine, SamplingConfig
+from arvis.engine import SamplingConfig
+from arvis.engine.cost import FORWARD_COST_SIZES, curve_cost, forward_cost_curve
 from arvis.engine.stats import BatchStats, summarize
 from arvis.eval.defaults import (
     FORWARD_COST_REPEATS,
@@ -54,62 +55,13 @@ from arvis.eval.defaults import (
 )
 from arvis.eval.jobs import image_generator
 from arvis.methods.spec import MethodSpec, parse_method_specs  # noqa: F401  (re-exported)
-from arvis.models.protocol import Condition
 from arvis.pipelines.interface import BenchInputs
 
-FORWARD_COST_SIZES: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
 QUICK_LABEL = "QUICK RUN: one warm-up and one timed round; not a measurement (docs/measurement.md)"
 
 # aten ops that make the host wait for the device (on a GPU); a boolean index hides a nonzero().
 _SYNC_OPS = frozenset({"_local_scalar_dense", "nonzero", "masked_select", "unique", "_unique2", "unique_dim"})
 _INDEX_OPS = frozenset({"index", "index_put", "index_put_", "_index_put_impl_"})
-
-
-def forward_cost_curve(backbone: Any, condition: Condition, sampling: SamplingConfig,
-                       sizes: Sequence[int] = FORWARD_COST_SIZES, repeats: int = FORWARD_COST_REPEATS,
-                       warmup: int = FORWARD_COST_WARMUP) -> list[dict[str, float]]:
-    """Milliseconds inside one target forward against positions evaluated, on ``backbone`` as it decodes.
-
-    One engine is prefilled with ``condition``; then, ``repeats`` times round-robin over ``sizes``, one
-    :meth:`DecodeEngine.evaluate` over ``T`` consecutive sequence indices in the middle of the image is
-    run, and the time inside the backbone call (the engine's forward clock: the same measure as a
-    record's ``target_ms_per_forward``) is kept; the median is reported, with the minimum (the least
-    disturbed call: noise on a shared machine only adds time) and the interquartile spread. Sizes larger
-    than the sequence allows are dropped.
-
-    Returns:
-        ``[{"positions": T, "ms": median_ms, "ms_min": ..., "ms_iqr": ..., "ratio": ms / ms(T=1)}, ...]``
-        (ratio ``None`` without T=1).
-    """
-    N = backbone.layout.num_tokens
-    sizes = sorted({int(t) for t in sizes if 1 <= int(t) <= N - 1})
-    if not sizes:
-        raise ValueError("sizes: no size fits the model's sequence")
-    B = condition.batch_size
-    engine = DecodeEngine(backbone, condition, sampling, generator=torch.Generator().manual_seed(0))
-    engine.prefill()
-    device = engine.device
-    calls = {}
-    for t in sizes:
-        start = (N - 1 - t) // 2
-        calls[t] = (torch.zeros(B, t, dtype=torch.long, device=device),
-                    (start + torch.arange(t, device=device)).expand(B, t).contiguous(), start + t)
-    times: dict[int, list[float]] = {t: [] for t in sizes}
-    for r in range(warmup + repeats):
-        for t in sizes:
-            inputs, index, extent = calls[t]
-            before = engine.clock.totals().get("target", 0.0)
-            engine.evaluate(inputs, index, extent=extent)
-            if r >= warmup:
-                times[t].append(engine.clock.totals()["target"] - before)
-    base = statistics.median(times[sizes[0]]) if sizes[0] == 1 else None
-    curve = []
-    for t in sizes:
-        ms = statistics.median(times[t]) * 1e3
-        q = statistics.quantiles(times[t], n=4) if len(times[t]) > 1 else [times[t][0]] * 3
-        curve.append({"positions": t, "ms": ms, "ms_min": min(times[t]) * 1e3, "ms_iqr": (q[2] - q[0]) * 1e3,
-                      "ratio": ms / (base * 1e3) if base else None})
-    return curve
 
 
 def curve_dips(curve: Sequence[Mapping[str, float]]) -> list[str]:
@@ -129,18 +81,6 @@ def curve_dips(curve: Sequence[Mapping[str, float]]) -> list[str]:
         notes.append(f"T={cur['positions']} costs {cur['ms']:.3f} ms, less than T={prev['positions']} "
                      f"({prev['ms']:.3f} ms): {gap:.3f} ms, {why} (spread {spread:.3f} ms)")
     return notes
-
-
-def curve_cost(curve: Sequence[Mapping[str, float]], positions: int) -> float | None:
-    """ms of a ``positions``-wide forward from the curve (linear between measured sizes), or ``None``."""
-    points = sorted((c["positions"], c["ms"]) for c in curve)
-    for t, m in points:
-        if t == positions:
-            return m
-    for (t0, m0), (t1, m1) in zip(points, points[1:], strict=False):
-        if t0 < positions < t1:
-            return m0 + (m1 - m0) * (positions - t0) / (t1 - t0)
-    return None
 
 
 def count_host_syncs(run: Callable[[], BatchStats]) -> dict[str, float]:
@@ -303,7 +243,7 @@ def run_bench(inputs: BenchInputs, specs: Sequence[MethodSpec], sampling: Sampli
         extra_sizes = [t for t in positions.values() if isinstance(t, int)]
         curve = forward_cost_curve(backbone, conditions[0][1], sampling, [*forward_cost_sizes, *extra_sizes],
                                    **({"repeats": QUICK_FORWARD_COST_REPEATS, "warmup": QUICK_FORWARD_COST_WARMUP}
-                                      if quick else {}))
+                                      if quick else {"repeats": FORWARD_COST_REPEATS, "warmup": FORWARD_COST_WARMUP}))
     syncs: dict[str, dict[str, float]] = {}
     if count_syncs:
         idx, cond = conditions[0]

@@ -8,9 +8,8 @@ from typing import ClassVar
 import torch
 
 from arvis.engine.engine import DecodeEngine
-from arvis.methods.base import DecodingMethod
+from arvis.methods.base import DecodingMethod, register_method
 from arvis.methods.catalog import DecoderKind, MethodInfo, method_info
-from arvis.methods.registry import register_method
 
 
 @register_method

@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 
 from arvis.acceptance.relaxed import AcceptanceRule
 from arvis.methods.catalog import RESOURCES, DecoderKind, MethodInfo, Option
+from arvis.methods.catalog import register as register_info
 from arvis.methods.options import RULE_OPTION_NAMES, rule_options
 
 
@@ -105,4 +106,18 @@ def require(value: Any, what: str) -> Any:
     return value
 
 
-__all__ = ["RESOURCES", "DecodingMethod", "MissingResourceError", "require"]
+# Implementations by decoder kind and name (filled by ``@register_method`` as the method modules load; the
+# built-ins load with :mod:`arvis.methods.registry`). Here, in the leaf module, so that importing one method's
+# module first never cycles through the registry.
+METHODS: dict[DecoderKind, dict[str, type[DecodingMethod]]] = {kind: {} for kind in DecoderKind}
+
+
+def register_method(cls: type[DecodingMethod]) -> type[DecodingMethod]:
+    """Class decorator: register an implementation under its declaration ``cls.info`` (declared in the catalog
+    too, so that ``arvis methods`` and the pipelines' checks see it)."""
+    register_info(cls.info)
+    METHODS[cls.kind][cls.name] = cls
+    return cls
+
+
+__all__ = ["METHODS", "RESOURCES", "DecodingMethod", "MissingResourceError", "register_method", "require"]

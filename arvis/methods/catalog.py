@@ -68,6 +68,7 @@ class Option:
         choices: allowed values of a ``choice``.
         low, high: inclusive bounds of an ``int`` / ``float`` (``None``: unbounded); ``fractions``: ``[low, high)``.
         nullable: ``None`` is allowed (it means "the method's choice", said in ``help``).
+        words: strings allowed besides the kind's values (``window="auto"``).
     """
 
     name: str
@@ -78,6 +79,7 @@ class Option:
     low: float | None = None
     high: float | None = None
     nullable: bool = False
+    words: tuple[str, ...] = ()
 
     def allowed(self) -> str:
         """The allowed values, in words (for errors and listings)."""
@@ -93,12 +95,14 @@ class Option:
             text = f"a list of numbers in [{self.low:g}, {self.high:g})"
         else:
             text = "a string"
-        return text + (" or None" if self.nullable else "")
+        return text + "".join(f" or {w!r}" for w in self.words) + (" or None" if self.nullable else "")
 
     def check(self, value: Any) -> Any:
         """``value`` validated and normalised; ``ValueError`` naming the option, the value and the allowed range."""
         if value is None and (self.nullable or self.kind == "interval"):
             return None
+        if isinstance(value, str) and value in self.words:
+            return value
         bad = ValueError(f"{self.name} must be {self.allowed()}, got {value!r}")
         if self.kind == "interval":
             pair = tuple(value) if isinstance(value, list | tuple) else None
@@ -237,8 +241,12 @@ RULE_PARAMETERS: dict[str, tuple[str, ...]] = {
     "k": ("lantern", "lantern++", "bounded", "gsd"), "delta": ("lantern", "bounded"), "lam": ("lantern++",),
     "ranks": ("gsd",), "gap": ("gsd",)}
 WINDOW = Option("window", "int", 16, "drafts verified per target forward (L)", low=1, high=1024)
+AUTO_WINDOW = replace(WINDOW, words=("auto",), help="drafts verified per target forward (L); 'auto': chosen every "
+                      "forward from this machine's forward-cost curve and the acceptance so far (at most max_window)")
+MAX_WINDOW = Option("max_window", "int", 32, "window='auto': the largest window it may choose", low=1, high=256)
 SJD_OPTIONS: tuple[Option, ...] = (
-    WINDOW,
+    AUTO_WINDOW,
+    MAX_WINDOW,
     Option("init", "choice", "random", "initial drafts of newly drafted positions", choices=JACOBI_INITS),
     Option("coupling", "choice", "none", "draft refresh: none (SJD), maximal (MC-SJD), gumbel", choices=COUPLINGS),
     Option("window_shape", "choice", "contiguous", "raster window, or plus ZipAR's staircase bands",
@@ -270,6 +278,8 @@ def _gumbel_needs_exact(options: dict[str, Any]) -> None:
     if options.get("coupling") == "gumbel" and options.get("acceptance", "exact") != "exact":
         raise ValueError("acceptance: Gumbel coupling verifies by matching argmaxes; relaxed acceptance needs "
                          "coupling 'none' or 'maximal'")
+    if options.get("window") == "auto" and options.get("window_shape", "contiguous") != "contiguous":
+        raise ValueError("window='auto' chooses a raster window per forward; window_shape must be 'contiguous'")
 
 
 def tree_extra_nodes(width: int, depth: int) -> int:

@@ -33,9 +33,9 @@ from arvis.acceptance.continuous import Trajectory, verify_window_cspd, verify_w
 from arvis.engine.continuous import DRAFT, TARGET, Conditioning, ContinuousDecoder
 from arvis.engine.sampling import SamplingConfig
 from arvis.engine.stats import BatchStats
-from arvis.methods.base import DecodingMethod, require
+from arvis.methods.base import DecodingMethod, register_method, require
 from arvis.methods.catalog import DecoderKind, MethodInfo, method_info
-from arvis.methods.registry import build_method, register_method
+from arvis.methods.registry import build_method
 from arvis.models.mar import MARModel
 from arvis.utils.random import GeneratorArg
 

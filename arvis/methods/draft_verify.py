@@ -61,6 +61,26 @@ class CommitPolicy(Protocol):
         ...
 
 
+class WindowPolicy(Protocol):
+    """Chooses each forward's window (:class:`arvis.methods.window_policy.AutoWindow`)."""
+
+    def expected_tokens(self) -> torch.Tensor:
+        """Small device tensor read at the iteration's sync and handed to :meth:`choose`."""
+        ...
+
+    def choose(self, expected: list[float], committed: list[int]) -> int:
+        """The next forward's window (0: a plain AR step)."""
+        ...
+
+    def observe(self, plan: WindowPlan, proposal: Proposal, verification: Verification) -> None:
+        """What the forward's verification showed (device only)."""
+        ...
+
+    def report(self) -> dict[str, Any]:
+        """The policy's statistics for the method's ``extra``."""
+        ...
+
+
 class PrefixCommit:
     """The lossless rule: the leading accepted drafts plus one (the recovered or bonus token).
 
@@ -106,13 +126,16 @@ class DraftVerifyLoop:
         gumbel: Gumbel coupling — every token is the Gumbel-max of its ``p`` with noise fixed per position.
         lockstep: every sample advances by the batch's minimum commit (with the default policy).
         policy: the commit policy (default :class:`PrefixCommit`).
+        window_policy: chooses each forward's window up to the schedule's (cost-aware windows,
+            :class:`arvis.methods.window_policy.AutoWindow`); ``None``: the schedule's window every forward.
     """
 
     def __init__(self, engine: DecodeEngine, schedule: RasterWindow,
                  start_drafter: Callable[[torch.Tensor, PositionNoise | None], DraftSession], *,
                  rule: AcceptanceRule, neighbours: torch.Tensor | None = None, gumbel: bool = False,
-                 lockstep: bool = False, policy: CommitPolicy | None = None):
+                 lockstep: bool = False, policy: CommitPolicy | None = None, window_policy: WindowPolicy | None = None):
         self.engine, self.schedule, self.start_drafter = engine, schedule, start_drafter
+        self.window_policy = window_policy
         self.rule, self.gumbel, self.lockstep = rule, gumbel, lockstep
         self.policy = policy if policy is not None else PrefixCommit(lockstep)
         self.neighbours = None if neighbours is None else neighbours.to(engine.device)
@@ -133,7 +156,12 @@ class DraftVerifyLoop:
     def run(self) -> dict[str, Any]:
         self.start()
         while (committed := self.sync()) is not None:
-            plan = self.schedule.plan(self.committed, max(committed), single=not self.session.window_needed(committed))
+            single = not self.session.window_needed(committed)
+            if self.window_policy is None:
+                plan = self.schedule.plan(self.committed, max(committed), single=single)
+            else:
+                window = self.window_policy.choose(self._expected, committed)
+                plan = self.schedule.plan(self.committed, max(committed), single=single or window == 0, window=window)
             if self.noise is not None:
                 self.noise.advance([min(n + self.schedule.reach, self.engine.num_tokens) for n in committed])
             proposal = self.session.propose(self.committed, plan)
@@ -142,6 +170,8 @@ class DraftVerifyLoop:
                                      scratch=None if tree is None else tree.scratch,
                                      ancestors=None if tree is None else tree.ancestors)
             verification = self.verify(plan, proposal, p)
+            if self.window_policy is not None:
+                self.window_policy.observe(plan, proposal, verification)
             commit_mask = self.commit(plan, proposal, verification, p)
             self.session.update(self.committed, plan, p, verification, proposal, commit_mask)
             self.iterations += 1
@@ -165,7 +195,11 @@ class DraftVerifyLoop:
     def sync(self) -> list[int] | None:
         """The iteration's one host synchronisation: committed lengths on the host; finished samples
         retire. Returns the active samples' committed lengths, or ``None`` when every sample is done."""
-        (committed,) = self.engine.status(self.committed)
+        if self.window_policy is None:
+            (committed,) = self.engine.status(self.committed)
+        else:  # the policy's estimates come to the host in the same synchronisation
+            committed, self._expected = self.engine.status(self.committed,
+                                                           extra=self.window_policy.expected_tokens())
         N = self.engine.num_tokens
         kept = [a for a, n in enumerate(committed) if n < N]
         if not kept:
@@ -239,6 +273,7 @@ class DraftVerifyLoop:
             "iterations": self.iterations,
             "draft_state_mb": self.state_bytes / 2**20,
             **self.policy.report(),
+            **(self.window_policy.report() if self.window_policy is not None else {}),
         }
         if not self.rule.lossless:
             out.update(tv_kind="realised per token given the prefix",

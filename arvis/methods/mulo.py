@@ -44,11 +44,10 @@ from arvis.drafting.multiscale import MultiScaleDraft, MultiScaleDrafter
 from arvis.engine.engine import DecodeEngine
 from arvis.engine.schedules import RasterWindow, WindowPlan
 from arvis.methods.ar import Autoregressive
-from arvis.methods.base import DecodingMethod, require
+from arvis.methods.base import DecodingMethod, register_method, require
 from arvis.methods.catalog import DecoderKind, MethodInfo, method_info
 from arvis.methods.draft_verify import DraftVerifyLoop
 from arvis.methods.options import rule_options
-from arvis.methods.registry import register_method
 from arvis.methods.relaxation import checked_neighbours
 from arvis.methods.sjd import CoupledJacobi
 

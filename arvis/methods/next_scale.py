@@ -29,9 +29,9 @@ import torch.nn.functional as F
 from arvis.engine.next_scale import DRAFT, TARGET, NextScaleDecoder
 from arvis.engine.sampling import SamplingConfig
 from arvis.engine.stats import BatchStats
-from arvis.methods.base import DecodingMethod, MissingResourceError
+from arvis.methods.base import DecodingMethod, MissingResourceError, register_method
 from arvis.methods.catalog import DecoderKind, MethodInfo, method_info
-from arvis.methods.registry import build_method, register_method
+from arvis.methods.registry import build_method
 from arvis.models.next_scale import NextScaleBackbone, ScaleKVCache, ScaleQuantizer
 from arvis.utils.random import GeneratorArg, sample_categorical
 

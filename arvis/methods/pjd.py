@@ -37,9 +37,8 @@ from arvis.acceptance.speculative import leading_accepted
 from arvis.drafting.jacobi import JacobiDrafter
 from arvis.engine.engine import NO_TOKEN, DecodeEngine
 from arvis.engine.schedules import RasterWindow, RowSegment, max_active_rows, row_lengths, row_windows
-from arvis.methods.base import DecodingMethod
+from arvis.methods.base import DecodingMethod, register_method
 from arvis.methods.catalog import DecoderKind, MethodInfo, method_info
-from arvis.methods.registry import register_method
 from arvis.models.protocol import TokenLayout
 from arvis.utils.random import sample_inverse_cdf
 

@@ -15,21 +15,10 @@ import torch
 from arvis.engine.engine import DecodeEngine
 from arvis.engine.sampling import SamplingConfig
 from arvis.engine.stats import BatchStats
-from arvis.methods.base import DecodingMethod
+from arvis.methods.base import METHODS, DecodingMethod, register_method  # noqa: F401 (register_method: public)
 from arvis.methods.catalog import CAPABILITIES, RESOURCES, DecoderKind, method_info
-from arvis.methods.catalog import register as register_info
 from arvis.models.protocol import Backbone, Condition
 from arvis.utils.random import GeneratorArg
-
-METHODS: dict[DecoderKind, dict[str, type[DecodingMethod]]] = {kind: {} for kind in DecoderKind}
-
-
-def register_method(cls: type[DecodingMethod]) -> type[DecodingMethod]:
-    """Class decorator: register an implementation under its declaration ``cls.info`` (declared in the catalog
-    too, so that ``arvis methods`` and the pipelines' checks see it)."""
-    register_info(cls.info)
-    METHODS[cls.kind][cls.name] = cls
-    return cls
 
 
 def method_class(name: str, kind: DecoderKind | str = DecoderKind.TOKEN) -> type[DecodingMethod]:

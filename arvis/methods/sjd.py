@@ -39,7 +39,7 @@ decoding buys); accepted drafts past the cut are redrawn fresh, which keeps it l
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import torch
 
@@ -47,12 +47,12 @@ from arvis.acceptance.relaxed import AcceptanceRule
 from arvis.drafting.jacobi import JacobiDrafter
 from arvis.engine.engine import DecodeEngine
 from arvis.engine.schedules import RasterWindow, StaircaseWindow
-from arvis.methods.base import DecodingMethod
+from arvis.methods.base import DecodingMethod, register_method
 from arvis.methods.catalog import DecoderKind, MethodInfo, method_info
 from arvis.methods.draft_verify import DraftVerifyLoop
 from arvis.methods.options import rule_options
-from arvis.methods.registry import register_method
 from arvis.methods.relaxation import checked_neighbours
+from arvis.methods.window_policy import AutoWindow
 from arvis.utils.modes import BatchMode, Coupling, JacobiInit, WindowShape
 
 
@@ -61,7 +61,8 @@ from arvis.utils.modes import BatchMode, Coupling, JacobiInit, WindowShape
 class SpeculativeJacobi(DecodingMethod):
     """SJD: a raster (or staircase) window of Jacobi drafts, verified by an acceptance rule.
 
-    Options (declared in :mod:`arvis.methods.catalog`): ``window``, ``init``, ``coupling``, ``window_shape``,
+    Options (declared in :mod:`arvis.methods.catalog`): ``window`` (an int, or ``"auto"``: cost-aware windows up to
+    ``max_window``, :mod:`arvis.methods.window_policy`), ``init``, ``coupling``, ``window_shape``,
     ``staircase_rows``, ``staircase_step``, ``jacobi_interval``, ``batch_mode``, and the acceptance
     rule (``acceptance``, ``k``, ``delta``, ``lam`` by name; one :class:`AcceptanceRule` field here).
     Relaxation only changes which tokens are committed; refreshed drafts always come from the exact
@@ -70,7 +71,8 @@ class SpeculativeJacobi(DecodingMethod):
 
     info: ClassVar[MethodInfo] = method_info("sjd", DecoderKind.TOKEN)
 
-    window: int = 16
+    window: int | Literal["auto"] = 16
+    max_window: int = 32
     init: JacobiInit = "random"
     coupling: Coupling = "none"
     window_shape: WindowShape = "contiguous"
@@ -85,12 +87,17 @@ class SpeculativeJacobi(DecodingMethod):
         self._check_declared()
 
     @property
-    def positions_per_forward(self) -> int:
-        """Positions one forward evaluates (raster window + bonus, plus the staircase bands)."""
+    def positions_per_forward(self) -> int | None:  # type: ignore[override]
+        """Positions one forward evaluates (raster window + bonus, plus the staircase bands); ``None`` when the
+        window is chosen per forward (``window="auto"``: the record's ``forward_positions`` has them)."""
+        if self.window == "auto":
+            return None
         bands = self.staircase_rows * self.window if self.window_shape == "staircase" else 0
         return self.window + 1 + bands
 
     def schedule(self, engine: DecodeEngine) -> RasterWindow:
+        if self.window == "auto":
+            return RasterWindow(self.max_window, engine.num_tokens)
         if self.window_shape == "staircase":
             return StaircaseWindow(self.window, engine.num_tokens, engine.layout.row_stride, self.staircase_rows,
                                    self.staircase_step)
@@ -101,9 +108,10 @@ class SpeculativeJacobi(DecodingMethod):
         schedule = self.schedule(engine)
         drafter = JacobiDrafter(self.init, self.coupling, self.jacobi_interval, lockstep=self.batch_mode == "lockstep")
         drafter.check_layout(engine.layout)  # before the prefill: temporal inits need frames
+        policy = AutoWindow(engine, self.max_window) if self.window == "auto" else None
         loop = DraftVerifyLoop(engine, schedule, lambda p0, noise: drafter.start(engine, schedule, p0, noise),
                                rule=self.acceptance, neighbours=neighbours, gumbel=self.coupling == "gumbel",
-                               lockstep=self.batch_mode == "lockstep")
+                               lockstep=self.batch_mode == "lockstep", window_policy=policy)
         return {**loop.run(), "window": self.window, "init": self.init, "coupling": self.coupling,
                 "window_shape": self.window_shape, "positions_per_forward": self.positions_per_forward,
                 **rule_options(self.acceptance)}

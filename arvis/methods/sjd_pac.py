@@ -32,10 +32,9 @@ from arvis.drafting.jacobi import JacobiDrafter
 from arvis.drafting.tree import TreeDrafter
 from arvis.engine.engine import DecodeEngine
 from arvis.engine.schedules import TreeWindow
-from arvis.methods.base import DecodingMethod
+from arvis.methods.base import DecodingMethod, register_method
 from arvis.methods.catalog import DecoderKind, MethodInfo, method_info, tree_extra_nodes
 from arvis.methods.draft_verify import DraftVerifyLoop
-from arvis.methods.registry import register_method
 from arvis.utils.modes import Coupling, JacobiInit
 
 

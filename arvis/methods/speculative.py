@@ -22,11 +22,10 @@ from arvis.acceptance.relaxed import AcceptanceRule
 from arvis.drafting.draft_model import DraftModelDrafter
 from arvis.engine.engine import DecodeEngine
 from arvis.engine.schedules import RasterWindow
-from arvis.methods.base import DecodingMethod, require
+from arvis.methods.base import DecodingMethod, register_method, require
 from arvis.methods.catalog import DecoderKind, MethodInfo, method_info
 from arvis.methods.draft_verify import DraftVerifyLoop
 from arvis.methods.options import rule_options
-from arvis.methods.registry import register_method
 from arvis.methods.relaxation import checked_neighbours
 
 

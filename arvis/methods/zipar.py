@@ -27,9 +27,8 @@ import torch
 
 from arvis.engine.engine import DecodeEngine
 from arvis.engine.schedules import zipar_schedule, zipar_schedule_eol
-from arvis.methods.base import DecodingMethod
+from arvis.methods.base import DecodingMethod, register_method
 from arvis.methods.catalog import DecoderKind, MethodInfo, method_info
-from arvis.methods.registry import register_method
 
 
 @register_method
