@@ -292,10 +292,13 @@ def run_bench(inputs: BenchInputs, specs: Sequence[MethodSpec], sampling: Sampli
 def ideal_speedup(record: Mapping[str, Any], ar_forwards: float, curve: Sequence[Mapping[str, float]]
                   ) -> float | None:
     """AR's target forwards over the method's, times ``cost(1) / cost(T)`` from the curve (``T``: the
-    method's positions per forward). Drafter forwards are not in it (they are timed separately);
-    ``None`` for methods with a varying ``T`` (ZipAR) or without a curve."""
+    method's positions per forward; for cost-aware windows, their mean window plus one, priced on the curve
+    between the measured sizes). Drafter forwards are not in it (they are timed separately); ``None`` for
+    methods with a varying ``T`` that they do not report (ZipAR) or without a curve."""
     T = record.get("positions_per_forward")
-    if not curve or not isinstance(T, int):
+    if not isinstance(T, int) and isinstance(record.get("mean_window"), int | float):
+        T = record["mean_window"] + 1
+    if not curve or not isinstance(T, int | float):
         return None
     one, wide = curve_cost(curve, 1), curve_cost(curve, T)
     if one is None or wide is None:

@@ -4,7 +4,8 @@ and the acceptance measured so far in the decode.
 A window of ``L`` drafts commits ``E(L) = 1 + Σ_{j=1..L} Π_{k<j} α_k`` tokens per sample on average, where
 ``α_k`` is the probability that the draft at offset ``k`` is accepted when the drafts before it were; an iteration
 costs ``cost(L + 1)`` (the curve: :func:`arvis.engine.cost.measured_curve`, measured once per model, batch,
-dtype, device and thread count) plus the loop's own time per iteration (measured as it runs). Each iteration
+dtype, device and thread count; each size priced by its fastest timed forward, since other work on the machine
+only adds time) plus the loop's own time per iteration (measured as it runs). Each iteration
 takes the candidate ``L`` — ``0`` is a plain AR step — with the most expected tokens per second.
 
 ``α_k`` is estimated per offset from exponentially decayed counts of the drafts tested and accepted (recent
@@ -65,7 +66,9 @@ class AutoWindow:
         self.candidates = window_candidates(max_window)
         sizes = [c + 1 for c in self.candidates]
         self.curve = list(curve) if curve is not None else measured_curve(engine, sizes)
-        costs = [curve_cost(self.curve, t) for t in sizes]
+        # Each size's least disturbed forward (other work on the machine only adds time to a timing).
+        priced = [{"positions": c["positions"], "ms": c.get("ms_min", c["ms"])} for c in self.curve]
+        costs = [curve_cost(priced, t) for t in sizes]
         if any(c is None for c in costs):
             raise ValueError(f"the forward-cost curve must cover positions {sizes[0]} … {sizes[-1]}")
         self.cost_ms: list[float] = [float(c) for c in costs]  # type: ignore[arg-type]
@@ -135,7 +138,7 @@ class AutoWindow:
                 "window_trace": [list(t) for t in self.trace],
                 "mean_window": sum(w for _, w in self.trace) / max(len(self.trace), 1),
                 "forward_positions": {str(w + 1): n for w, n in sorted(chosen.items())},
-                "cost_curve_ms": {str(c["positions"]): c["ms"] for c in self.curve},
+                "cost_curve_ms": {str(c["positions"]): c.get("ms_min", c["ms"]) for c in self.curve},
                 "loop_overhead_ms": self.overhead_ms}
 
 
