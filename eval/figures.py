@@ -349,7 +349,8 @@ def new_jobs(out: Path, model: str, fid_num: int, samples: int) -> list[Job]:
 
 # Cost-aware windows (issue 40): window="auto" beside fixed windows, at batch 1, 4 and 8, fp32 and bf16 (batch 1).
 WINDOW_METHODS = ["ar", "mc-sjd:window=4", "mc-sjd:window=8", "mc-sjd:window=16", "mc-sjd:window=32",
-                  "mc-sjd:window=auto", "sjd:window=32", "sjd:window=auto"]
+                  "mc-sjd:window=auto", "sjd:window=32", "sjd:window=auto", "speculative:window=2",
+                  "speculative:window=4", "speculative:window=auto"]
 
 
 def window_jobs(out: Path, model: str, fid_num: int, samples: int) -> list[Job]:
@@ -591,7 +592,7 @@ def write_windows_report(jobs: list[Job], out: Path) -> Path:
             rounds = ar["latency_repeats_s"]
             lines += [f"AR's {len(rounds)} rounds: {min(rounds):.3f}–{max(rounds):.3f} s per sample.", ""]
         lines += _latency_table(records)
-        for family in ("mc-sjd", "sjd"):
+        for family in ("mc-sjd", "sjd", "speculative"):
             auto = next((r for r in records if r["spec"] == f"{family}:window=auto"), None)
             fixed = [r for r in records if r["method"] == family and r["spec"] != f"{family}:window=auto"]
             if auto and fixed:

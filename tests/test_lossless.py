@@ -563,8 +563,8 @@ class HistoryWindow(AutoWindow):
     window sequence is a function of the random acceptance history itself (and 0 — a plain AR step — every
     fourth forward)."""
 
-    def __init__(self, engine, max_window, **_):
-        super().__init__(engine, max_window, curve=_synthetic_curve(0.0), overhead_ms=0.0)
+    def __init__(self, engine, max_window, drafting_ms=None, **_):
+        super().__init__(engine, max_window, curve=_synthetic_curve(0.0), overhead_ms=0.0, drafting_ms=drafting_ms)
         self.last = torch.zeros((), dtype=torch.long)
         self.step = 0
 
@@ -577,7 +577,7 @@ class HistoryWindow(AutoWindow):
 
     def choose(self, expected, committed):
         self.step += 1
-        window = 0 if self.step % 4 == 0 else 1 + int(expected[0]) % 3
+        window = 0 if self.step % 4 == 0 and 0 in self.candidates else 1 + int(expected[0]) % 3
         self.trace.append((committed[0], window))
         return window
 
@@ -588,6 +588,10 @@ AUTO_CASES = [
     ("mc-sjd", {"window": "auto", "max_window": 8, "coupling": "gumbel"}, CFG, 0.05),
     ("mc-sjd", {"window": "auto", "max_window": 3, "init": "neighbour_distribution"}, CFG, None),  # history policy
     ("sjd", {"window": "auto", "max_window": 3}, CFG_TOPK, None),
+    # Draft-model speculative decoding's draft length (no plain AR step: the draft must catch up).
+    ("speculative", {"window": "auto", "max_window": 3, "draft_model": TableBackbone(seed=5)}, CFG, 0.1),
+    ("speculative", {"window": "auto", "max_window": 3, "draft_model": TableBackbone(seed=6, scale=1.0)}, NO_CFG,
+     None),
 ]
 
 
@@ -601,10 +605,14 @@ def test_adaptive_windows_match_exact_distribution(table, exact, monkeypatch, me
     import functools
 
     import arvis.methods.sjd
+    import arvis.methods.speculative
 
     policy = (HistoryWindow if slope is None else
               functools.partial(AutoWindow, curve=_synthetic_curve(slope), overhead_ms=0.0))
-    monkeypatch.setattr(arvis.methods.sjd, "AutoWindow", policy)
+    for module in (arvis.methods.sjd, arvis.methods.speculative):
+        monkeypatch.setattr(module, "AutoWindow", policy)
+    # The draft model's cost (speculative): fixed too (timing the table model outside a prefix is not allowed).
+    monkeypatch.setattr(arvis.methods.speculative, "measured_curve", lambda *a, **k: _synthetic_curve(0.5, (1, 2)))
     tokens, stats = decode_table(table, sampling, method, N_SAMPLES, seed=17, **options)
     chosen = stats.samples[0].extra["windows_chosen"]
     assert len(chosen) > 1, chosen  # the window really changed between forwards
@@ -617,13 +625,13 @@ def test_auto_window_follows_the_cost_curve_and_the_acceptance(table):
     then); in between, the window grows with the acceptance measured."""
     def chosen(slope, accept_rate=None):
         engine = DecodeEngine(table, Condition(class_labels=torch.ones(2, dtype=torch.long)), NO_CFG)
-        policy = AutoWindow(engine, 8, curve=_synthetic_curve(slope), overhead_ms=0.0, probe_every=4)
+        policy = AutoWindow(engine, 4, curve=_synthetic_curve(slope), overhead_ms=0.0, probe_every=4)
         if accept_rate is not None:
             policy.tested.fill_(1000.0)
             policy.accepted.fill_(1000.0 * accept_rate)
         return [policy.choose(policy.expected_tokens().tolist(), [1]) for _ in range(10)]
 
-    assert chosen(0.0) == [8] * 10
+    assert chosen(0.0) == [4] * 10
     assert chosen(1.0, 0.5) == [0, 0, 0, 0, 1, 0, 0, 0, 0, 1]  # AR, probing a window of 1 after 4 AR steps
     low, high = chosen(0.2, 0.3)[0], chosen(0.2, 0.9)[0]
-    assert 0 < low < high <= 8
+    assert 0 < low < high <= 4

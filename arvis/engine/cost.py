@@ -85,21 +85,21 @@ def curve_cost(curve: Sequence[Mapping[str, float]], positions: int) -> float | 
 _MEASURED: dict[tuple[Any, ...], list[dict[str, float]]] = {}
 
 
-def measured_curve(engine: DecodeEngine, sizes: Sequence[int], repeats: int = 3, warmup: int = 1
-                   ) -> list[dict[str, float]]:
-    """The forward-cost curve of ``engine``'s backbone at its batch, guidance, dtype, device and thread count,
-    measured on a separate engine the first time it is asked for in this process (then kept).
+def measured_curve(backbone: Any, condition: Condition, sampling: SamplingConfig, sizes: Sequence[int],
+                   repeats: int = 3, warmup: int = 1) -> list[dict[str, float]]:
+    """The forward-cost curve of ``backbone`` at ``condition``'s batch, with ``sampling``'s guidance, at its dtype,
+    device and the thread count, measured on a separate engine the first time it is asked for in this process
+    (then kept).
 
     The key holds the backbone object's identity: a curve is never shared between two models, and a model
     garbage-collected and replaced at the same address would only reuse a curve of the same shapes.
     """
-    param = next(engine.backbone.parameters())  # type: ignore[attr-defined]
-    layout = engine.layout
-    key = (id(engine.backbone), type(engine.backbone).__name__, layout.num_tokens, layout.condition_length,
-           engine.batch_size, engine.cfg, param.dtype, str(param.device), torch.get_num_threads(), tuple(sizes))
+    param = next(backbone.parameters())
+    layout = backbone.layout
+    key = (id(backbone), type(backbone).__name__, layout.num_tokens, layout.condition_length, condition.batch_size,
+           sampling.uses_cfg, param.dtype, str(param.device), torch.get_num_threads(), tuple(sizes))
     if key not in _MEASURED:
-        _MEASURED[key] = forward_cost_curve(engine.backbone, engine.condition, engine.sampling, sizes,
-                                            repeats=repeats, warmup=warmup)
+        _MEASURED[key] = forward_cost_curve(backbone, condition, sampling, sizes, repeats=repeats, warmup=warmup)
     return _MEASURED[key]
 
 

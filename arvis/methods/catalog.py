@@ -332,8 +332,10 @@ CATALOG: tuple[MethodInfo, ...] = (
     MethodInfo("gsd", T, "Grouped Speculative Decoding (ICCV 2025): SJD whose drafts are accepted when their group of "
                "visually equivalent tokens is likely enough", GSD_OPTIONS, "acceptance",
                paper="https://arxiv.org/abs/2508.07747", constraint=_gumbel_needs_exact),
-    MethodInfo("speculative", T, "draft-model speculative decoding", (replace(WINDOW, default=4, high=64,
-               help="drafts proposed by the draft model and verified per target forward"), *ACCEPTANCE_OPTIONS),
+    MethodInfo("speculative", T, "draft-model speculative decoding", (replace(AUTO_WINDOW, default=4, high=64,
+               help="drafts proposed by the draft model and verified per target forward; 'auto': chosen every "
+               "forward from the target's and the draft's forward costs and the acceptance so far"),
+               replace(MAX_WINDOW, default=16, high=64), *ACCEPTANCE_OPTIONS),
                "acceptance", needs=("draft_model",), renamed={"gamma": "window"},
                paper="https://arxiv.org/abs/2211.17192"),
     MethodInfo("zipar", T, "ZipAR spatially parallel decoding: rows decode in parallel, unverified",

@@ -22,7 +22,7 @@ it with windows chosen from the random acceptance history (:class:`AutoWindow` w
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -57,21 +57,30 @@ class AutoWindow:
         prior: pseudo-tests pulling a rarely tested offset's rate towards the pooled rate.
         overhead_ms: the loop's time per iteration outside the forward; default ``None``: measured as it runs
             (a fixed value makes the choices a function of the acceptance alone: the lossless tests use it).
+        drafting_ms: the time a draft model takes to propose ``L`` drafts (speculative decoding's draft length);
+            ``None`` for drafts that cost no forward (Jacobi drafts).
     """
 
     def __init__(self, engine: DecodeEngine, max_window: int, curve: Sequence[Mapping[str, float]] | None = None,
-                 decay: float = 0.8, probe_every: int = 8, prior: float = 2.0, overhead_ms: float | None = None):
+                 decay: float = 0.8, probe_every: int = 8, prior: float = 2.0, overhead_ms: float | None = None,
+                 drafting_ms: Callable[[int], float] | None = None):
         if not 0 < decay <= 1:
             raise ValueError(f"decay must be in (0, 1], got {decay}")
-        self.candidates = window_candidates(max_window)
+        # With a draft model (drafting_ms: its time to propose L drafts) there is no plain AR step: its cache
+        # catches up on at most two committed tokens per forward.
+        # The curve is timed inside the sequence: windows up to N - 2 (a longer one never fits anyway).
+        max_window = max(1, min(max_window, engine.num_tokens - 2))
+        self.candidates = [c for c in window_candidates(max_window) if c > 0 or drafting_ms is None]
         sizes = [c + 1 for c in self.candidates]
-        self.curve = list(curve) if curve is not None else measured_curve(engine, sizes)
+        self.curve = (list(curve) if curve is not None
+                      else measured_curve(engine.backbone, engine.condition, engine.sampling, sizes))
         # Each size's least disturbed forward (other work on the machine only adds time to a timing).
         priced = [{"positions": c["positions"], "ms": c.get("ms_min", c["ms"])} for c in self.curve]
         costs = [curve_cost(priced, t) for t in sizes]
         if any(c is None for c in costs):
             raise ValueError(f"the forward-cost curve must cover positions {sizes[0]} … {sizes[-1]}")
-        self.cost_ms: list[float] = [float(c) for c in costs]  # type: ignore[arg-type]
+        self.cost_ms: list[float] = [float(c) + (drafting_ms(L) if drafting_ms else 0.0)  # type: ignore[arg-type]
+                                     for c, L in zip(costs, self.candidates, strict=True)]
         self.max_window, self.decay, self.probe_every, self.prior = max_window, decay, probe_every, prior
         dev = engine.device
         self.tested = torch.zeros(max_window, device=dev)
@@ -120,7 +129,7 @@ class AutoWindow:
         best = max(range(len(scores)), key=scores.__getitem__)
         if self.candidates[best] == 0:
             self._ar_run += 1
-            if self._ar_run > self.probe_every:  # try drafting again
+            if self._ar_run > self.probe_every:  # try drafting again (candidates[1]: the smallest window)
                 best, self._ar_run = 1, 0
         else:
             self._ar_run = 0
