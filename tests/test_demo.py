@@ -715,7 +715,7 @@ def test_the_page_is_built_from_metadata_before_any_weights_load(tmp_path, monke
         assert not loads
         config = httpx.get(url + "config", timeout=30).json()
         props = {c["props"].get("label"): c["props"] for c in config["components"] if "props" in c}
-        assert [v for _, v in props["method"]["choices"]] == caps.methods() == ["ar", "mc-sjd", "sjd", "zipar"]
+        assert [v for _, v in props["method"]["choices"]] == caps.methods() == ["ar", "gsd", "mc-sjd", "pjd", "sjd", "sjd-pac", "zipar"]
         assert props["method"]["value"] == "mc-sjd" and props["class"]["value"] == 2
         assert any(p.get("placeholder") == "model default: 3" for p in props.values())
         client = _client(url)
