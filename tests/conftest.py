@@ -61,12 +61,31 @@ FULL_TIER = {
 }
 
 
+# Single tests of fast-tier modules that take tens of seconds (whole CLI runs, statistical samplers): full tier.
+FULL_TIER_TESTS = {
+    "test_bench_command_writes_json_markdown_and_plots", "test_bench_compares_methods_against_ar",
+    "test_next_scale_sampler_draws_the_exact_distribution_and_a_wrong_ramp_fails",
+    "test_generate_writes_pngs_with_their_parameters_and_per_image_stats",
+    "test_each_run_gets_its_own_folder_and_a_used_folder_needs_overwrite", "test_cli_generate_and_bench_on_a_tiny_folder",
+    "test_exact_speculative_tokens_follow_the_target_and_a_planted_bug_fails",
+    "test_model_defaults_decide_guidance_unless_a_flag_overrides", "test_records_name_models_without_absolute_paths",
+    "test_cli_generate_and_bench_on_an_emu3_folder", "test_cli_generate_and_bench_on_a_janus_folder",
+}
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        if item.path.name in FULL_TIER:
+        if item.path.name in FULL_TIER or getattr(item, "originalname", item.name) in FULL_TIER_TESTS:
             item.add_marker(pytest.mark.full)
 
 
 def pytest_configure(config):
     # Rows of docs/reliability.md: see tests/reliability_rows.py.
     config.addinivalue_line("markers", "reliability(area, probe, outcome): the docs/reliability.md row this test proves")
+
+
+def pytest_ignore_collect(collection_path, config):
+    """The fast tier (``-m "… not full"``) does not even import the full tier's modules (gradio, trainers…)."""
+    if collection_path.name in FULL_TIER and "not full" in (config.getoption("markexpr") or ""):
+        return True
+    return None
