@@ -116,6 +116,7 @@ def test_protocol_interleaves_warms_up_and_times_every_sample(windowed, monkeypa
         # AR syncs only when the decode ends (3 reads, over 15 iterations of its first 2-sample batch).
         assert r["host_syncs_per_iteration"] == pytest.approx(3 / 15) and r["aten_ops_per_forward"] > 0
         assert r["positions_per_forward"] == 1 and r["ideal_speedup"] == pytest.approx(1.0)
+        assert r["forwards_vs_ar"] == ar["target_forwards"] / r["target_forwards"]  # against the same AR run
     assert ar["speedup"] == 1.0
     assert [c["positions"] for c in result.forward_cost] == [1, 4]  # 64 > sequence: dropped
     assert result.forward_cost[0]["ratio"] == 1.0 and result.forward_cost[1]["ms"] > 0
