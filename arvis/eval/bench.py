@@ -289,6 +289,8 @@ def run_bench(inputs: BenchInputs, specs: Sequence[MethodSpec], sampling: Sampli
         # Against the same AR run: for token models the step compression, for next-scale models (whose AR already
         # commits many tokens per forward) the only ratio that reads as a saving.
         record["forwards_vs_ar"] = ar_forwards / max(record["target_forwards"], 1e-12)
+        ideal = record["ideal_speedup"]
+        record["share_of_ideal"] = record["speedup"] / ideal if ideal else None
     return BenchResult(records=records, forward_cost=curve, context=dict(context or {}))
 
 
@@ -350,7 +352,7 @@ def _fmt(x: float, digits: int = 2) -> str:
 
 
 TABLE_COLUMNS = ("spec", "lossless", "target_forwards", "draft_forwards", "step_compression", "fewer_fwd_vs_ar", "T",
-                 "latency_s", "speedup", "ideal", "fwd_ms", "draft_ms", "outside_ms", "outside", "syncs/it")
+                 "latency_s", "speedup", "ideal", "of_ideal", "fwd_ms", "draft_ms", "outside_ms", "outside", "syncs/it")
 
 
 def _opt(x: Any, digits: int = 2, suffix: str = "") -> str:
@@ -367,7 +369,9 @@ def table_rows(records: Sequence[Mapping[str, Any]]) -> list[list[str]]:
         rows.append([r["spec"], "yes" if r["lossless"] else "no", _fmt(r["target_forwards"], 1),
                      _fmt(r["draft_forwards"], 1), _fmt(r["step_compression"]) + "x",
                      _opt(r.get("forwards_vs_ar"), 2, "x"), str(r.get("positions_per_forward") or "-"), _fmt(r["latency_s"], 4), _fmt(r["speedup"]) + "x",
-                     _opt(r.get("ideal_speedup"), 2, "x"), _opt(r.get("target_ms_per_forward")),
+                     _opt(r.get("ideal_speedup"), 2, "x"),
+                     _opt(None if r.get("share_of_ideal") is None else 100 * r["share_of_ideal"], 0, "%"),
+                     _opt(r.get("target_ms_per_forward")),
                      _opt(r.get("draft_ms_per_forward")), _opt(r.get("outside_ms_per_forward")),
                      _opt(None if r.get("outside_share") is None else 100 * r["outside_share"], 0, "%"),
                      _opt(r.get("host_syncs_per_iteration"))])
