@@ -48,7 +48,14 @@ from typing import TYPE_CHECKING, Any
 import PIL.Image
 
 from arvis.families import Capabilities
-from arvis.methods.catalog import CAPABILITIES, RULE_PARAMETERS, DecoderKind, method_info, method_names
+from arvis.methods.catalog import (
+    APPLIES_WHEN,
+    CAPABILITIES,
+    RULE_PARAMETERS,
+    DecoderKind,
+    method_info,
+    method_names,
+)
 
 if TYPE_CHECKING:  # torch and the pipelines load with the first model, after the page is served
     import torch
@@ -513,7 +520,8 @@ def method_option_specs(method: str, kind: DecoderKind | str | None = None) -> l
     for option in declared.values():
         if option.kind not in ("int", "float", "choice", "text"):
             continue
-        when = ("acceptance", RULE_PARAMETERS[option.name]) if option.name in RULE_PARAMETERS else None
+        when = (("acceptance", RULE_PARAMETERS[option.name]) if option.name in RULE_PARAMETERS
+                else APPLIES_WHEN.get(option.name))
         specs.append(OptionSpec(option.name, option.kind, option.default, tuple(option.choices), when))
     return specs
 

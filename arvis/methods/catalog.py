@@ -240,6 +240,8 @@ ACCEPTANCE_OPTIONS: tuple[Option, ...] = (
 RULE_PARAMETERS: dict[str, tuple[str, ...]] = {
     "k": ("lantern", "lantern++", "bounded", "gsd"), "delta": ("lantern", "bounded"), "lam": ("lantern++",),
     "ranks": ("gsd",), "gap": ("gsd",)}
+#: Options that only apply while another option has one of some values (the demo shows them only then).
+APPLIES_WHEN: dict[str, tuple[str, tuple[str, ...]]] = {"max_window": ("window", ("auto",))}
 WINDOW = Option("window", "int", 16, "drafts verified per target forward (L)", low=1, high=1024)
 AUTO_WINDOW = replace(WINDOW, words=("auto",), help="drafts verified per target forward (L); 'auto': chosen every "
                       "forward from this machine's forward-cost curve and the acceptance so far (at most max_window)")
