@@ -70,6 +70,10 @@ FULL_TIER_TESTS = {
     "test_exact_speculative_tokens_follow_the_target_and_a_planted_bug_fails",
     "test_model_defaults_decide_guidance_unless_a_flag_overrides", "test_records_name_models_without_absolute_paths",
     "test_cli_generate_and_bench_on_an_emu3_folder", "test_cli_generate_and_bench_on_a_janus_folder",
+    # statistical proofs (50,000 samples per case) of the 2025-26 methods
+    "test_sjd_pac_matches_exact_distribution", "test_harness_catches_planted_sjd_pac_bugs",
+    "test_rows_that_wait_for_the_row_above_are_lossless", "test_the_mask_check_has_teeth",
+    "test_row_causal_mask_reads_only_committed_tokens_of_other_rows", "test_parallel_rows_are_lossy_and_the_harness_sees_it",
 }
 
 
