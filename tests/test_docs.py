@@ -168,7 +168,7 @@ def prepare(cwd: Path, doc: Path) -> None:
         (cwd / "captions.json").write_text(json.dumps({i["file"]: i["prompt"] for i in images}))
 
 
-@pytest.mark.parametrize("doc", DOCS, ids=[p.name for p in DOCS])
+@pytest.mark.parametrize("doc", DOCS, ids=[str(p.relative_to(ROOT)) for p in DOCS])
 def test_every_documented_command_runs(doc, tmp_path, monkeypatch, capsys):
     import torch
 
@@ -189,7 +189,7 @@ def test_every_documented_command_runs(doc, tmp_path, monkeypatch, capsys):
             torch.set_num_threads(threads)
             ran += 1
     capsys.readouterr()
-    if doc.name == "README.md":
+    if doc == ROOT / "README.md":  # the first screen's commands (docs/README.md is the index: links only)
         assert ran >= 3
 
 

@@ -299,23 +299,26 @@ def test_cli_generate_writes_videos(tmp_path, capsys) -> None:
     code = main(["generate", "--model", str(tmp_path / "pipe"), "--class-ids", "c0,c2", "--output", str(out),
                  "--method", "mc-sjd:window=6", "--guidance-scale", "1.0", "--no-progress", "--fps", "2"])
     assert code == 0
-    assert sorted(p.name for p in out.iterdir()) == ["0000.gif", "0001.gif", "stats.json"]
+    # Plain AR is the baseline of every generate: its clips and the method's, each in their own folder.
+    assert sorted(p.name for p in out.iterdir()) == ["ar", "mc-sjd_window-6", "side_by_side.gif", "stats.json"]
+    for run in ("ar", "mc-sjd_window-6"):
+        assert sorted(p.name for p in (out / run).iterdir()) == ["0000.gif", "0001.gif"]
     record = json.loads((out / "stats.json").read_text())
-    assert [m["method"] for m in record["methods"]] == ["mc-sjd"] and record["video"]["frames"] == 3
-    assert [(c["class_name"], c["frames"], c["tokens"], c["file"]) for c in record["images"]] == [
-        ("c0", 3, 12, "0000.gif"), ("c2", 3, 12, "0001.gif")]  # 12 tokens per clip: 3 frames of 2 x 2
+    assert [m["method"] for m in record["methods"]] == ["ar", "mc-sjd"] and record["video"]["frames"] == 3
+    clips = [(c["method"], c["class_name"], c["frames"], c["tokens"]) for c in record["images"]]
+    assert clips == [(m, c, 3, 12) for m in ("ar", "mc-sjd") for c in ("c0", "c2")]  # 3 frames of 2 x 2 each
     # Each GIF holds the clip the pipeline draws for that class and seed (same method, same generator).
     from arvis.utils.random import image_generators
 
     for i, label in enumerate(["c0", "c2"]):
         want = pipe(class_labels=[label], generator=image_generators(0, [i]), guidance_scale=1.0,
                     method="mc-sjd", window=6, output_type="np").frames[0]
-        got = gif_playback(out / f"000{i}.gif", frame_ms=500)  # --fps 2
+        got = gif_playback(out / "mc-sjd_window-6" / f"000{i}.gif", frame_ms=500)  # --fps 2
         assert got.shape == (3, 4, 4, 3)
         assert np.abs(got.astype(int) - (want * 255).round()).max() <= 8  # GIF palette quantisation
-    with PIL.Image.open(out / "0000.gif") as im:
+    with PIL.Image.open(out / "mc-sjd_window-6" / "0000.gif") as im:
         assert json.loads(im.info["comment"])["method"] == "mc-sjd"
-    assert "wrote 2 GIF clips" in capsys.readouterr().out
+    assert "wrote 4 GIF clips" in capsys.readouterr().out  # AR's two and the method's two
 
 
 def test_cli_generate_video_side_by_side_mp4_and_image_to_video(tmp_path, capsys) -> None:
