@@ -31,7 +31,7 @@ SHIPPED_PIPELINES: dict[str, str] = {
     "emoji-names": "llamagen-c2i-emoji-names",
     "c2i": "llamagen-c2i-photos",
     "t2i": "llamagen-t2i-scenes",
-    "var": "var-photos",
+    "var": "var-emoji",
     "emoji": "llamagen-c2i-emoji",
     "video": "video-clips",
     "emu3": "emu3-emoji",

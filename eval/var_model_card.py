@@ -218,6 +218,16 @@ def _pipeline_data(t: dict, vq_name: str) -> str:
             f"views (seed 0), tokenised once by `{vq_name}`; validation: {c['num_val']} other views (seed 1).")
 
 
+def _alias_sentence(name: str) -> str:
+    """Which short name loads this folder (from the hub), or how to load it by folder name."""
+    from arvis.hub import SHIPPED_PIPELINES
+
+    alias = next((a for a, folder in SHIPPED_PIPELINES.items() if folder == name), None)
+    if alias is None:
+        return f"No short name: load it by its folder, `arvis generate --model arvis/weights/{name}`."
+    return f"Alias `{alias}` in `arvis generate|bench|fid --model {alias}` and the demo."
+
+
 def pipeline_card(m: dict, defaults: dict, name: str, vq_name: str, naming: dict | None = None) -> str:
     t, d = m["transformer"], m["draft_transformer"]
     for part in (t, d):
@@ -244,8 +254,7 @@ def pipeline_card(m: dict, defaults: dict, name: str, vq_name: str, naming: dict
 
 A `VARPipeline` folder: a class-conditional VAR transformer (`transformer`, the target) over {classes}, a much smaller
 VAR on the same tokenizer (`draft_transformer`: CoDe's refiner, and the draft of the acceptance measurement),
-and the multi-scale tokenizer (`vqvae`, a relative link to `../{vq_name}`). Alias `var` in
-`arvis generate|bench|fid --model var` and the demo.
+and the multi-scale tokenizer (`vqvae`, a relative link to `../{vq_name}`). {_alias_sentence(name)}
 
 ```python
 from arvis.pipelines import VARPipeline
@@ -328,15 +337,21 @@ def write_grid(path: Path, pipeline: str, per_class: int = 2) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    global FIGS  # --figures: where this pipeline's records are read from
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--pipeline", default="var-emoji", help="the pipeline folder under arvis/weights")
     p.add_argument("--grid", default=None, help="also write an uncaptioned sample grid PNG here (photo models)")
     p.add_argument("--train-metrics", nargs=2, default=None, metavar=("TARGET", "DRAFT"),
                    help="the two runs' training_metrics.json: (re)write arvis/weights/<pipeline>/metrics.json")
     p.add_argument("--assemble-command", default="", help="recorded in metrics.json with --train-metrics")
+    p.add_argument("--figures", default=str(FIGS), type=Path,
+                   help="where the pipeline's FID and rFID records are (a pipeline that is not the `var` alias: its "
+                        "own folder, so that no other model's records reach its card; missing records show as not "
+                        "measured)")
     p.add_argument("--train-logs", nargs=2, default=None, metavar=("TARGET", "DRAFT"),
                    help="the two runs' scratch train.log (with --train-metrics): their starts and resumes")
     args = p.parse_args(argv)
+    FIGS = args.figures
     folder = WEIGHTS / args.pipeline
     vq_name = Path(os.readlink(folder / "vqvae")).name if (folder / "vqvae").is_symlink() else "var-vq-photos"
     if args.train_metrics:

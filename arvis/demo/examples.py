@@ -25,7 +25,7 @@ MODEL_EXAMPLES: dict[str, dict[str, tuple[str, ...] | str]] = {
     "llamagen-c2i-emoji-names": {"classes": ("red apple", "penguin", "whale", "strawberry", "dog face")},
     "llamagen-c2i-emoji": {"classes": ("happy face", "heart", "bird", "plant")},
     "llamagen-c2i-photos": {"classes": PHOTO_CLASSES},
-    "var-photos": {"classes": PHOTO_CLASSES},
+    "var-emoji": {"classes": ("red apple", "whale", "strawberry", "banana", "panda")},
     "mar-photos": {"classes": PHOTO_CLASSES},
     "mar-causal-photos": {"classes": PHOTO_CLASSES},
     "video-clips": {"classes": ("emoji orbit", "camera pan left", "digit 3"),
