@@ -93,3 +93,36 @@ def pytest_ignore_collect(collection_path, config):
     if collection_path.name in FULL_TIER and "not full" in (config.getoption("markexpr") or ""):
         return True
     return None
+
+
+# ----------------------------------------------------------------------------- fixtures shared by test modules
+@pytest.fixture(scope="module")
+def table():
+    """The lossless harness's table model (tests/lossless_harness.py), seed 0."""
+    from tests.lossless_harness import TableBackbone
+
+    return TableBackbone(seed=0)
+
+
+@pytest.fixture(scope="module")
+def exact(table):
+    """``exact(sampling)``: the table model's exact sequence distribution under ``sampling`` (cached)."""
+    cache = {}
+
+    def get(sampling):
+        if sampling not in cache:
+            cache[sampling] = table.sequence_probabilities(1, sampling)
+        return cache[sampling]
+
+    return get
+
+
+RELAXED_VOCAB = 8  # the codebook size of the relaxed-acceptance tests
+
+
+@pytest.fixture(scope="module")
+def neighbours():
+    """Codebook neighbourhoods (4 per code) of a random 8-entry codebook in 2-D."""
+    from arvis.acceptance.neighbours import nearest_neighbours
+
+    return nearest_neighbours(torch.randn(RELAXED_VOCAB, 2, generator=torch.Generator().manual_seed(0)), 4)

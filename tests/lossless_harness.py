@@ -255,3 +255,15 @@ def run_method(backbone: TableBackbone, sampling: SamplingConfig, method: str, n
                **options) -> np.ndarray:
     """Draw ``n`` sequences in one batched call; returns their empirical distribution."""
     return empirical(decode_table(backbone, sampling, method, n, seed, label, **options)[0], backbone.V)
+
+
+def batch_equals_single_runs(model, sampling: SamplingConfig, method: str, seeds: list[int], **options) -> None:
+    """A batch of classes 0, 1, … with one generator per sample decodes each sample's tokens exactly as the sample
+    alone with its own generator (ragged batches and per-sample random streams)."""
+    labels = list(range(len(seeds)))
+    batch, _ = decode(model, Condition(class_labels=torch.tensor(labels)), sampling, method,
+                      [torch.Generator().manual_seed(s) for s in seeds], **options)
+    for i, (label, seed) in enumerate(zip(labels, seeds, strict=True)):
+        single, _ = decode(model, Condition(class_labels=torch.tensor([label])), sampling, method,
+                           [torch.Generator().manual_seed(seed)], **options)
+        assert torch.equal(batch[i], single[0]), f"{method}: sample {i} differs from its single run"

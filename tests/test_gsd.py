@@ -19,17 +19,7 @@ from arvis.engine.sampling import SamplingConfig
 from arvis.methods import build_method, decode, method_info
 from arvis.models.protocol import Condition
 from tests.conftest import tiny_llamagen
-
-V = 8
-
-
-def tv(a: torch.Tensor, b: torch.Tensor) -> float:
-    return 0.5 * float((a.double() - b.double()).abs().sum())
-
-
-@pytest.fixture(scope="module")
-def neighbours():
-    return nearest_neighbours(torch.randn(V, 2, generator=torch.Generator().manual_seed(0)), 4)
+from tests.test_relaxed import V, tv
 
 
 def group(p: torch.Tensor, x: int, nb: torch.Tensor, rule: AcceptanceRule) -> list[int]:

@@ -31,6 +31,7 @@ from tests.conftest import tiny_llamagen
 from tests.lossless_harness import (
     NUM_CLASSES,
     TableBackbone,
+    batch_equals_single_runs,
     check,
     decode_table,
     empirical,
@@ -46,21 +47,7 @@ CFG = SamplingConfig(guidance_scale=3.0)
 CFG_TOPK = SamplingConfig(guidance_scale=3.0, top_k=2)
 
 
-@pytest.fixture(scope="module")
-def table():
-    return TableBackbone(seed=0)
-
-
-@pytest.fixture(scope="module")
-def exact(table):
-    cache = {}
-
-    def get(sampling: SamplingConfig) -> np.ndarray:
-        if sampling not in cache:
-            cache[sampling] = table.sequence_probabilities(1, sampling)
-        return cache[sampling]
-
-    return get
+# The table model and its exact distributions: the ``table`` and ``exact`` fixtures of tests/conftest.py.
 
 
 # --------------------------------------------------------------------------- exact enumeration
@@ -533,14 +520,7 @@ def test_ragged_batch_with_very_different_acceptance_per_row():
 
 
 def test_batch_of_per_sample_generators_equals_single_runs():
-    model = tiny_llamagen("c2i", grid=4, vocab=32)
-    labels, seeds = [0, 1, 2], [21, 22, 23]
-    batch, _ = decode(model, Condition(class_labels=torch.tensor(labels)), CFG, "mc-sjd",
-                      [torch.Generator().manual_seed(s) for s in seeds], window=4)
-    for i, (label, seed) in enumerate(zip(labels, seeds, strict=True)):
-        single, _ = decode(model, Condition(class_labels=torch.tensor([label])), CFG, "mc-sjd",
-                           [torch.Generator().manual_seed(seed)], window=4)
-        assert torch.equal(batch[i], single[0])
+    batch_equals_single_runs(tiny_llamagen("c2i", grid=4, vocab=32), CFG, "mc-sjd", [21, 22, 23], window=4)
 
 
 def test_bad_options_raise():

@@ -12,7 +12,7 @@ from arvis.engine.schedules import row_lengths, row_windows
 from arvis.methods import build_method, decode, method_info
 from arvis.models.protocol import Condition
 from tests.conftest import tiny_llamagen
-from tests.lossless_harness import TableBackbone, check, run_method
+from tests.lossless_harness import TableBackbone, batch_equals_single_runs, check, run_method
 
 N_SAMPLES = 50_000
 NO_CFG = SamplingConfig()
@@ -134,14 +134,7 @@ def test_greedy_equals_ar_when_rows_wait_and_differs_when_they_overlap():
 
 
 def test_batch_of_per_sample_generators_equals_single_runs():
-    model = tiny_llamagen("c2i", grid=4, vocab=32)
-    labels, seeds = [0, 1, 2], [31, 32, 33]
-    batch, _ = decode(model, Condition(class_labels=torch.tensor(labels)), CFG, "pjd",
-                      [torch.Generator().manual_seed(s) for s in seeds], row_lag=1, window=2)
-    for i, (label, seed) in enumerate(zip(labels, seeds, strict=True)):
-        single, _ = decode(model, Condition(class_labels=torch.tensor([label])), CFG, "pjd",
-                           [torch.Generator().manual_seed(seed)], row_lag=1, window=2)
-        assert torch.equal(batch[i], single[0])
+    batch_equals_single_runs(tiny_llamagen("c2i", grid=4, vocab=32), CFG, "pjd", [31, 32, 33], row_lag=1, window=2)
 
 
 def test_declaration_and_refusals():

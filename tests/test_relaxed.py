@@ -20,19 +20,14 @@ from arvis.acceptance.speculative import acceptance_probability, residual
 from arvis.engine.sampling import SamplingConfig
 from arvis.methods import decode
 from arvis.models.protocol import Condition
-from tests.conftest import tiny_llamagen
+from tests.conftest import RELAXED_VOCAB, tiny_llamagen
 from tests.lossless_harness import TableBackbone, compare, empirical
 
-V = 8
+V = RELAXED_VOCAB  # the ``neighbours`` fixture (tests/conftest.py) is over this codebook
 
 
 def tv(a: torch.Tensor, b: torch.Tensor) -> float:
     return 0.5 * float((a.double() - b.double()).abs().sum())
-
-
-@pytest.fixture(scope="module")
-def neighbours():
-    return nearest_neighbours(torch.randn(V, 2, generator=torch.Generator().manual_seed(0)), 4)
 
 
 def random_instances(n: int, seed: int):

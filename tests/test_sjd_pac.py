@@ -25,30 +25,8 @@ from arvis.methods import build_method, decode, method_info
 from arvis.methods.draft_verify import DraftVerifyLoop
 from arvis.models.protocol import Condition
 from tests.conftest import tiny_llamagen
-from tests.lossless_harness import TableBackbone, check, run_method
-from tests.test_lossless import plant
-
-N_SAMPLES = 50_000
-NO_CFG = SamplingConfig()
-CFG = SamplingConfig(guidance_scale=3.0)
-CFG_TOPK = SamplingConfig(guidance_scale=3.0, top_k=2)
-
-
-@pytest.fixture(scope="module")
-def table():
-    return TableBackbone(seed=0)
-
-
-@pytest.fixture(scope="module")
-def exact(table):
-    cache = {}
-
-    def get(sampling: SamplingConfig) -> np.ndarray:
-        if sampling not in cache:
-            cache[sampling] = table.sequence_probabilities(1, sampling)
-        return cache[sampling]
-
-    return get
+from tests.lossless_harness import batch_equals_single_runs, check, run_method
+from tests.test_lossless import CFG, CFG_TOPK, N_SAMPLES, NO_CFG, plant
 
 
 # --------------------------------------------------------------------------- the rule, exactly
@@ -307,14 +285,7 @@ def test_gumbel_sjd_pac_reproduces_plain_ar_with_the_same_generators(options):
 
 
 def test_batch_of_per_sample_generators_equals_single_runs():
-    model = tiny_llamagen("c2i", grid=4, vocab=32)
-    labels, seeds = [0, 1, 2], [21, 22, 23]
-    batch, _ = decode(model, Condition(class_labels=torch.tensor(labels)), CFG, "sjd-pac",
-                      [torch.Generator().manual_seed(s) for s in seeds], window=4)
-    for i, (label, seed) in enumerate(zip(labels, seeds, strict=True)):
-        single, _ = decode(model, Condition(class_labels=torch.tensor([label])), CFG, "sjd-pac",
-                           [torch.Generator().manual_seed(seed)], window=4)
-        assert torch.equal(batch[i], single[0])
+    batch_equals_single_runs(tiny_llamagen("c2i", grid=4, vocab=32), CFG, "sjd-pac", [21, 22, 23], window=4)
 
 
 def test_ragged_batch_counts_add_up():
