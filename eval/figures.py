@@ -594,7 +594,7 @@ def write_windows_report(jobs: list[Job], out: Path) -> Path:
                 best = max(fixed, key=lambda r: r["speedup"])
                 lines += ["", f"* `{family}:window=auto`: {auto['speedup']:.2f}x AR, {100 * auto['speedup'] / best['speedup']:.0f}% "
                           f"of the best fixed window's speed (`{best['spec']}`, {best['speedup']:.2f}x); mean window "
-                          f"{auto.get('mean_window', float('nan')):.1f}."]
+                          f"{auto.get('extra', {}).get('mean_window', float('nan')):.1f}."]
         lines += ["", "Forward cost on this machine (ms inside one target forward, same model, batch and guidance):", ""]
         lines += _cost_table(records[0].get("forward_cost", [])) + [""]
     trace_job = next((j for j in jobs if j.kind == "script"), None)

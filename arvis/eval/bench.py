@@ -301,8 +301,9 @@ def ideal_speedup(record: Mapping[str, Any], ar_forwards: float, curve: Sequence
     between the measured sizes). Drafter forwards are not in it (they are timed separately); ``None`` for
     methods with a varying ``T`` that they do not report (ZipAR) or without a curve."""
     T = record.get("positions_per_forward")
-    if not isinstance(T, int) and isinstance(record.get("mean_window"), int | float):
-        T = record["mean_window"] + 1
+    mean_window = record.get("extra", {}).get("mean_window")
+    if not isinstance(T, int) and isinstance(mean_window, int | float):
+        T = mean_window + 1
     if not curve or not isinstance(T, int | float):
         return None
     one, wide = curve_cost(curve, 1), curve_cost(curve, T)
