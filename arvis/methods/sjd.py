@@ -89,7 +89,7 @@ class SpeculativeJacobi(DecodingMethod):
     @property
     def positions_per_forward(self) -> int | None:  # type: ignore[override]
         """Positions one forward evaluates (raster window + bonus, plus the staircase bands); ``None`` when the
-        window is chosen per forward (``window="auto"``: the record's ``forward_positions`` has them)."""
+        window is chosen per forward (``window="auto"``: the record's ``windows_chosen`` and ``mean_window`` say which)."""
         if self.window == "auto":
             return None
         bands = self.staircase_rows * self.window if self.window_shape == "staircase" else 0

@@ -146,7 +146,6 @@ class AutoWindow:
                 "windows_chosen": {str(w): n for w, n in sorted(chosen.items())},
                 "window_trace": [list(t) for t in self.trace],
                 "mean_window": sum(w for _, w in self.trace) / max(len(self.trace), 1),
-                "forward_positions": {str(w + 1): n for w, n in sorted(chosen.items())},
                 "cost_curve_ms": {str(c["positions"]): c.get("ms_min", c["ms"]) for c in self.curve},
                 "loop_overhead_ms": self.overhead_ms}
 
