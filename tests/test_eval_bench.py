@@ -458,12 +458,15 @@ def test_no_progress_turns_off_the_model_loaders_bars():
         assert dlog.is_progress_bar_enabled()
 
 
-def test_ideal_of_a_chosen_window_prices_its_mean_window():
-    """A method that chooses its window per forward (window=auto) has no fixed T: its ideal prices the mean window
-    it reported, between the curve's measured sizes; a method with neither has none."""
+def test_ideal_of_a_chosen_window_prices_the_windows_it_chose():
+    """A method that chooses its window per forward (window=auto) has no fixed T: its ideal prices the windows its
+    trace chose (or else its mean window), between the curve's measured sizes; a method with neither has none."""
     from arvis.eval.bench import ideal_speedup
 
     curve = [{"positions": 1, "ms": 1.0}, {"positions": 5, "ms": 2.0}]
     auto = {"positions_per_forward": None, "target_forwards": 64, "extra": {"mean_window": 2.0}}
     assert ideal_speedup(auto, 256, curve) == pytest.approx(256 / 64 * 1.0 / 1.5)  # T = 3: halfway, 1.5 ms
     assert ideal_speedup({"positions_per_forward": None, "target_forwards": 64}, 256, curve) is None
+    # With the trace of windows it chose, every forward is priced at its own window (cost is not linear in T).
+    traced = {**auto, "extra": {"mean_window": 2.0, "window_trace": [[1, 0], [2, 4], [7, 2]]}}
+    assert ideal_speedup(traced, 256, curve) == pytest.approx(256 / 64 * 1.0 / ((1.0 + 2.0 + 1.5) / 3))

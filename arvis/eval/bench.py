@@ -297,19 +297,26 @@ def run_bench(inputs: BenchInputs, specs: Sequence[MethodSpec], sampling: Sampli
 def ideal_speedup(record: Mapping[str, Any], ar_forwards: float, curve: Sequence[Mapping[str, float]]
                   ) -> float | None:
     """AR's target forwards over the method's, times ``cost(1) / cost(T)`` from the curve (``T``: the
-    method's positions per forward; for cost-aware windows, their mean window plus one, priced on the curve
-    between the measured sizes). Drafter forwards are not in it (they are timed separately); ``None`` for
-    methods with a varying ``T`` that they do not report (ZipAR) or without a curve."""
+    method's positions per forward; for cost-aware windows, the mean cost of the windows their trace chose, or
+    else their mean window plus one, priced on the curve between the measured sizes). Drafter forwards are not in
+    it (they are timed separately); ``None`` for methods with a varying ``T`` that they do not report (ZipAR) or
+    without a curve."""
+    if not curve:
+        return None
     T = record.get("positions_per_forward")
-    mean_window = record.get("extra", {}).get("mean_window")
-    if not isinstance(T, int) and isinstance(mean_window, int | float):
-        T = mean_window + 1
-    if not curve or not isinstance(T, int | float):
+    extra = record.get("extra", {})
+    if isinstance(T, int):
+        sizes = [T]
+    elif extra.get("window_trace"):
+        sizes = [window + 1 for _, window in extra["window_trace"]]
+    elif isinstance(extra.get("mean_window"), int | float):
+        sizes = [extra["mean_window"] + 1]
+    else:
         return None
-    one, wide = curve_cost(curve, 1), curve_cost(curve, T)
-    if one is None or wide is None:
+    one, costs = curve_cost(curve, 1), [curve_cost(curve, t) for t in sizes]
+    if one is None or any(c is None for c in costs):
         return None
-    return ar_forwards / record["target_forwards"] * one / wide
+    return ar_forwards / record["target_forwards"] * one / (sum(costs) / len(costs))  # type: ignore[arg-type]
 
 
 def ideal_notes(records: Sequence[Mapping[str, Any]]) -> list[str]:

@@ -244,7 +244,7 @@ RULE_PARAMETERS: dict[str, tuple[str, ...]] = {
 APPLIES_WHEN: dict[str, tuple[str, tuple[str, ...]]] = {"max_window": ("window", ("auto",))}
 WINDOW = Option("window", "int", 16, "drafts verified per target forward (L)", low=1, high=1024)
 AUTO_WINDOW = replace(WINDOW, words=("auto",), help="drafts verified per target forward (L); 'auto': chosen every "
-                      "forward from this machine's forward-cost curve and the acceptance so far (at most max_window)")
+                      "forward from this machine's forward-cost curve and the tokens each window committed so far (at most max_window)")
 MAX_WINDOW = Option("max_window", "int", 32, "window='auto': the largest window it may choose", low=1, high=256)
 SJD_OPTIONS: tuple[Option, ...] = (
     AUTO_WINDOW,

@@ -68,8 +68,8 @@ class WindowPolicy(Protocol):
         """Small device tensor read at the iteration's sync and handed to :meth:`choose`."""
         ...
 
-    def choose(self, expected: list[float], committed: list[int]) -> int:
-        """The next forward's window (0: a plain AR step)."""
+    def choose(self, expected: list[float], committed: list[int], advanced: float) -> int:
+        """The next forward's window (0: a plain AR step), given the tokens per sample the last one committed."""
         ...
 
     def observe(self, plan: WindowPlan, proposal: Proposal, verification: Verification) -> None:
@@ -160,7 +160,7 @@ class DraftVerifyLoop:
             if self.window_policy is None:
                 plan = self.schedule.plan(self.committed, max(committed), single=single)
             else:
-                window = self.window_policy.choose(self._expected, committed)
+                window = self.window_policy.choose(self._expected, committed, self._advanced)
                 plan = self.schedule.plan(self.committed, max(committed), single=single or window == 0, window=window)
             if self.noise is not None:
                 self.noise.advance([min(n + self.schedule.reach, self.engine.num_tokens) for n in committed])
@@ -189,6 +189,7 @@ class DraftVerifyLoop:
             first = e.sample(p0[:, None])
         e.commit(zero, first)
         self.committed = torch.ones(e.batch_size, dtype=torch.long, device=e.device)
+        self._committed_before, self._advanced = e.batch_size, 0.0
         self.session = self.start_drafter(p0, self.noise)
         self.state_bytes = self.session.nbytes()
 
@@ -201,6 +202,8 @@ class DraftVerifyLoop:
             committed, self._expected = self.engine.status(self.committed,
                                                            extra=self.window_policy.expected_tokens())
         N = self.engine.num_tokens
+        # Tokens per sample the last iteration committed (over the samples it decoded, finished ones included).
+        self._advanced = (sum(committed) - self._committed_before) / len(committed)
         kept = [a for a, n in enumerate(committed) if n < N]
         if not kept:
             return None
@@ -210,6 +213,7 @@ class DraftVerifyLoop:
             self.session.retire(kept, kept_index)
             self.policy.retire(kept_index)
             committed = [committed[a] for a in kept]
+        self._committed_before = sum(committed)
         self.state_bytes = max(self.state_bytes, self.session.nbytes())
         return committed
 

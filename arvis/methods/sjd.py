@@ -108,7 +108,9 @@ class SpeculativeJacobi(DecodingMethod):
         schedule = self.schedule(engine)
         drafter = JacobiDrafter(self.init, self.coupling, self.jacobi_interval, lockstep=self.batch_mode == "lockstep")
         drafter.check_layout(engine.layout)  # before the prefill: temporal inits need frames
-        policy = AutoWindow(engine, self.max_window) if self.window == "auto" else None
+        policy = (AutoWindow(engine, self.max_window, memory_key=(self.info.name, self.init, self.coupling,
+                                                                  self.batch_mode, repr(self.acceptance)))
+                  if self.window == "auto" else None)
         loop = DraftVerifyLoop(engine, schedule, lambda p0, noise: drafter.start(engine, schedule, p0, noise),
                                rule=self.acceptance, neighbours=neighbours, gumbel=self.coupling == "gumbel",
                                lockstep=self.batch_mode == "lockstep", window_policy=policy)

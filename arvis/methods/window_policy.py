@@ -1,28 +1,39 @@
 """Cost-aware windows (``window="auto"``): every forward's window chosen from this machine's forward-cost curve
-and the acceptance measured so far in the decode.
+and the tokens each window has been committing in this decode.
 
-A window of ``L`` drafts commits ``E(L) = 1 + Σ_{j=1..L} Π_{k<j} α_k`` tokens per sample on average, where
-``α_k`` is the probability that the draft at offset ``k`` is accepted when the drafts before it were; an iteration
-costs ``cost(L + 1)`` (the curve: :func:`arvis.engine.cost.measured_curve`, measured once per model, batch,
-dtype, device and thread count; each size priced by its fastest timed forward, since other work on the machine
-only adds time) plus the loop's own time per iteration (measured as it runs). Each iteration
-takes the candidate ``L`` — ``0`` is a plain AR step — with the most expected tokens per second.
+An iteration with ``L`` drafts costs ``cost(L + 1)`` (the curve: :func:`arvis.engine.cost.measured_curve`, measured
+once per model, batch, dtype, device and thread count; each size priced by its fastest timed forward, since other
+work on the machine only adds time) plus the loop's own time per iteration (measured as it runs), and commits
+``m(L)`` tokens per sample on average. Each iteration takes the window with the most expected tokens per second.
 
-``α_k`` is estimated per offset from exponentially decayed counts of the drafts tested and accepted (recent
-iterations weigh more: acceptance changes across an image), shrunk towards the pooled rate where an offset has
-few tests. After ``probe_every`` plain AR steps in a row one small window is tried, so a decode that went to AR
-can notice when drafting pays again.
+Two estimates of ``m(L)`` are combined:
 
-Lossless: iteration ``i``'s window is a function of what iterations before it observed (their accepted counts
-and times), never of iteration ``i``'s own drafts or coins, and exact acceptance commits every token as a sample
-of its conditional whatever the window — so the output distribution is AR's. ``tests/test_lossless.py`` proves
-it with windows chosen from the random acceptance history (:class:`AutoWindow` with a given curve).
+- *Measured*: the tokens per sample each window actually committed while it was played (decayed, so an estimate
+  follows the image; an iteration right after a change of window is not counted: its drafts were made for the
+  previous window). This is what matters for Jacobi drafts, whose acceptance depends on the window itself: a
+  draft far ahead is only worth verifying after wide windows have refined it several times, so the acceptance seen
+  at small windows under-predicts a wide window (measured on ``c2i``: 0.55 per offset at window 4, 0.8 at 16).
+- *Modelled* (the prior, and the whole answer for a draft model whose drafts do not depend on the window):
+  ``E(L) = 1 + Σ_{j=1..L} Π_{k<j} α_k`` from the acceptance ``α_k`` per offset, counted on the device.
+
+Windows are played in short blocks on a doubling ladder (0 — a plain AR step —, 1, 2, 4, 8, …, ``max_window``).
+After each block the best-scoring window is played, unless a ladder neighbour of it has hardly been measured
+lately and could, optimistically (its model estimate × ``optimism``), beat it: then that neighbour is tried for
+a block. The first window is the widest whose forward costs at most twice a single-token forward. With a
+``memory_key``, what a decode measured seeds the next decode of the same model, batch, settings and method in
+this process (a bench's warm-up round teaches its timed rounds, as the cost curve is measured once).
+
+Lossless: iteration ``i``'s window is a function of what iterations before it observed (their commits, accepted
+counts and times), never of iteration ``i``'s own drafts or coins, and exact acceptance commits every token as a
+sample of its conditional whatever the window — so the output distribution is AR's. ``tests/test_lossless.py``
+proves it with windows chosen from the random acceptance history.
 """
 
 from __future__ import annotations
 
+import math
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -33,15 +44,17 @@ from arvis.engine.cost import curve_cost, measured_curve
 from arvis.engine.engine import DecodeEngine
 from arvis.engine.schedules import WindowPlan
 
-# Windows an adaptive decode chooses between (0: a plain AR step); the curve is measured at each plus one.
-WINDOW_CANDIDATES: tuple[int, ...] = (0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256)
+# What decodes measured per window, kept for later decodes with the same key (per process, like the cost curves).
+_LEARNED: dict[Hashable, tuple[list[float], list[float]]] = {}
 
 
-def window_candidates(max_window: int) -> list[int]:
-    """The candidate windows up to ``max_window`` (which is always one of them)."""
+def window_ladder(max_window: int) -> list[int]:
+    """The windows an adaptive decode plays: 0 (a plain AR step), 1, 2, 4, 8, … up to ``max_window``
+    (always one of them)."""
     if max_window < 1:
         raise ValueError(f"max_window must be >= 1, got {max_window}")
-    return sorted({*(c for c in WINDOW_CANDIDATES if c <= max_window), max_window})
+    ladder = [0] + [2**i for i in range(max_window.bit_length()) if 2**i < max_window]
+    return [*ladder, max_window]
 
 
 class AutoWindow:
@@ -52,25 +65,35 @@ class AutoWindow:
         max_window: the largest window it may choose.
         curve: a forward-cost curve (``[{"positions": T, "ms": …}, …]``) covering ``T = L + 1`` for every
             candidate ``L``; default: measured for ``engine`` (:func:`arvis.engine.cost.measured_curve`).
-        decay: weight of the previous counts at each iteration (``0 < decay <= 1``).
-        probe_every: plain AR steps in a row after which one small window is tried.
-        prior: pseudo-tests pulling a rarely tested offset's rate towards the pooled rate.
+        decay: weight kept by the offset counts at each iteration (``0 < decay <= 1``).
+        window_decay: weight kept by each window's measurements at each iteration.
+        prior: pseudo-tests pulling a rarely tested offset's rate towards the pooled rate, and pseudo-iterations
+            of the modelled ``E(L)`` in a window's estimate.
+        block: iterations a window is played before the next choice.
+        optimism: how much a little-measured window may beat its model estimate when deciding to try it.
         overhead_ms: the loop's time per iteration outside the forward; default ``None``: measured as it runs
-            (a fixed value makes the choices a function of the acceptance alone: the lossless tests use it).
+            (a fixed value makes the choices a function of the commits alone: the lossless tests use it).
         drafting_ms: the time a draft model takes to propose ``L`` drafts (speculative decoding's draft length);
             ``None`` for drafts that cost no forward (Jacobi drafts).
+        memory_key: what decodes with this key measured seeds this one (see the module docstring); ``None``: a
+            decode learns alone.
     """
 
     def __init__(self, engine: DecodeEngine, max_window: int, curve: Sequence[Mapping[str, float]] | None = None,
-                 decay: float = 0.8, probe_every: int = 8, prior: float = 2.0, overhead_ms: float | None = None,
-                 drafting_ms: Callable[[int], float] | None = None):
-        if not 0 < decay <= 1:
-            raise ValueError(f"decay must be in (0, 1], got {decay}")
+                 decay: float = 0.8, window_decay: float = 0.99, prior: float = 2.0, block: int = 4,
+                 optimism: float = 1.5,
+                 overhead_ms: float | None = None, drafting_ms: Callable[[int], float] | None = None,
+                 memory_key: Hashable | None = None):
+        for name, value in (("decay", decay), ("window_decay", window_decay)):
+            if not 0 < value <= 1:
+                raise ValueError(f"{name} must be in (0, 1], got {value}")
+        if block < 1:
+            raise ValueError(f"block must be >= 1, got {block}")
         # With a draft model (drafting_ms: its time to propose L drafts) there is no plain AR step: its cache
         # catches up on at most two committed tokens per forward.
         # The curve is timed inside the sequence: windows up to N - 2 (a longer one never fits anyway).
         max_window = max(1, min(max_window, engine.num_tokens - 2))
-        self.candidates = [c for c in window_candidates(max_window) if c > 0 or drafting_ms is None]
+        self.candidates = [c for c in window_ladder(max_window) if c > 0 or drafting_ms is None]
         sizes = [c + 1 for c in self.candidates]
         self.curve = (list(curve) if curve is not None
                       else measured_curve(engine.backbone, engine.condition, engine.sampling, sizes))
@@ -81,7 +104,8 @@ class AutoWindow:
             raise ValueError(f"the forward-cost curve must cover positions {sizes[0]} … {sizes[-1]}")
         self.cost_ms: list[float] = [float(c) + (drafting_ms(L) if drafting_ms else 0.0)  # type: ignore[arg-type]
                                      for c, L in zip(costs, self.candidates, strict=True)]
-        self.max_window, self.decay, self.probe_every, self.prior = max_window, decay, probe_every, prior
+        self.max_window, self.decay, self.window_decay, self.prior = max_window, decay, window_decay, prior
+        self.block, self.optimism = block, optimism
         dev = engine.device
         self.tested = torch.zeros(max_window, device=dev)
         self.accepted = torch.zeros(max_window, device=dev)
@@ -90,13 +114,22 @@ class AutoWindow:
         # The loop's time per iteration outside the forward (an exponential average), unless given.
         self.overhead_ms, self._measure_overhead = overhead_ms or 0.0, overhead_ms is None
         self._overhead_seen = False
-        self._last: tuple[float, int] | None = None  # (host time, candidate index) of the previous choice
-        self._ar_run = 0
+        # Tokens per sample each window committed (decayed sums and counts), seeded from earlier decodes.
+        self.memory_key = None if memory_key is None else (
+            memory_key, id(engine.backbone), repr(engine.sampling), engine.batch_size, tuple(self.candidates),
+            next(engine.backbone.parameters()).dtype, torch.get_num_threads())
+        learned = _LEARNED.get(self.memory_key) if self.memory_key is not None else None
+        self.committed_sum = list(learned[0]) if learned else [0.0] * len(self.candidates)
+        self.played = list(learned[1]) if learned else [0.0] * len(self.candidates)
+        self._current: int | None = None  # candidate index being played, and for how many more iterations
+        self._left = 0
+        self._warming = 0  # iterations still not counted after widening the window
+        self._last_time: float | None = None
         self.trace: list[tuple[int, int]] = []  # (first uncommitted index of the first active sample, window)
 
     # ------------------------------------------------------------------ on the device
     def expected_tokens(self) -> torch.Tensor:
-        """``[C]``: expected committed tokens per sample of each candidate window (read at the loop's sync)."""
+        """``[C]``: modelled committed tokens per sample of each candidate window (read at the loop's sync)."""
         pooled = (self.accepted.sum() + 1) / (self.tested.sum() + 2)
         alpha = (self.accepted + self.prior * pooled) / (self.tested + self.prior)
         survive = torch.cumprod(alpha, 0)  # [j]: the first j + 1 drafts accepted
@@ -117,37 +150,78 @@ class AutoWindow:
         self.accepted[:L] += (offsets < accepted_count).sum(0)
 
     # ------------------------------------------------------------------ on the host
-    def choose(self, expected: Sequence[float], committed: Sequence[int]) -> int:
-        """The window of the next forward, from :meth:`expected_tokens` read at this iteration's sync."""
+    def estimates(self, expected: Sequence[float]) -> list[float]:
+        """Tokens per sample each candidate is expected to commit: its measurements, with ``prior``
+        pseudo-iterations of the model (a plain AR step commits exactly one)."""
+        return [1.0 if L == 0 else (s + self.prior * e) / (n + self.prior)
+                for L, s, n, e in zip(self.candidates, self.committed_sum, self.played, expected, strict=True)]
+
+    def choose(self, expected: Sequence[float], committed: Sequence[int], advanced: float) -> int:
+        """The window of the next forward, from :meth:`expected_tokens` read at this iteration's sync and the
+        tokens per sample the last iteration ``advanced``."""
         now = time.perf_counter()
-        if self._last is not None and self._measure_overhead:  # the last iteration's time beyond its forward
-            spent = (now - self._last[0]) * 1e3 - self.cost_ms[self._last[1]]
-            spent = max(spent, 0.0)
-            self.overhead_ms = spent if not self._overhead_seen else 0.8 * self.overhead_ms + 0.2 * spent
-            self._overhead_seen = True
-        scores = [e / (c + self.overhead_ms) for e, c in zip(expected, self.cost_ms, strict=True)]
-        best = max(range(len(scores)), key=scores.__getitem__)
-        if self.candidates[best] == 0:
-            self._ar_run += 1
-            if self._ar_run > self.probe_every:  # try drafting again (candidates[1]: the smallest window)
-                best, self._ar_run = 1, 0
+        if self._current is not None:
+            if self._measure_overhead and self._last_time is not None:  # the last iteration beyond its forward
+                spent = max((now - self._last_time) * 1e3 - self.cost_ms[self._current], 0.0)
+                self.overhead_ms = spent if not self._overhead_seen else 0.8 * self.overhead_ms + 0.2 * spent
+                self._overhead_seen = True
+            self.committed_sum = [s * self.window_decay for s in self.committed_sum]
+            self.played = [n * self.window_decay for n in self.played]
+            if self._warming > 0:
+                self._warming -= 1
+            else:
+                self.committed_sum[self._current] += advanced
+                self.played[self._current] += 1.0
+        if self._left > 0:
+            self._left -= 1
         else:
-            self._ar_run = 0
-        self._last = (now, best)
-        window = self.candidates[best]
+            previous = self._current
+            self._current = self._next(expected)
+            # A wider window's new far drafts are fresh: not counted until the window has slid past them once.
+            widened = 0 if previous is None else self.candidates[self._current] - self.candidates[previous]
+            if widened > 0:
+                pace = max(self.estimates(expected)[previous], 1.0)
+                self._warming = min(math.ceil(widened / pace), 2 * self.block)
+            self._left = self.block - 1 + self._warming
+        self._last_time = now
+        window = self.candidates[self._current]
         self.trace.append((committed[0], window))
         return window
 
+    def _next(self, expected: Sequence[float]) -> int:
+        """The candidate index of the next block."""
+        if self._current is None and not any(self.played):  # nothing measured: the widest window costing ≤ 2 steps
+            cheap = [i for i, c in enumerate(self.cost_ms) if c <= 2 * self.cost_ms[0]]
+            return max(cheap, default=0)
+        estimate = self.estimates(expected)
+        cost = [c + self.overhead_ms for c in self.cost_ms]
+        scores = [e / c for e, c in zip(estimate, cost, strict=True)]
+        best = max(range(len(scores)), key=scores.__getitem__)
+        # Try a ladder neighbour if, optimistically, it could beat the best: the less it has been measured
+        # lately, the more it may exceed its estimate (up to ``optimism`` times when never measured).
+        for neighbour in (best + 1, best - 1):
+            if 0 <= neighbour < len(scores) and self.candidates[neighbour] > 0:
+                L, n = self.candidates[neighbour], self.played[neighbour]
+                hopeful = min(L + 1.0, estimate[neighbour] * (1 + (self.optimism - 1) * self.prior / (n + self.prior)))
+                if hopeful / cost[neighbour] > scores[best]:
+                    return neighbour
+        return best
+
     def report(self) -> dict[str, Any]:
+        if self.memory_key is not None:
+            _LEARNED[self.memory_key] = (list(self.committed_sum), list(self.played))
         chosen: dict[int, int] = {}
         for _, w in self.trace:
             chosen[w] = chosen.get(w, 0) + 1
+        measured = {str(L): round(s / n, 3) for L, s, n in zip(self.candidates, self.committed_sum, self.played,
+                                                                 strict=True) if n > 0}
         return {"window_policy": "auto", "max_window": self.max_window,
                 "windows_chosen": {str(w): n for w, n in sorted(chosen.items())},
                 "window_trace": [list(t) for t in self.trace],
                 "mean_window": sum(w for _, w in self.trace) / max(len(self.trace), 1),
+                "tokens_per_iteration_by_window": measured,
                 "cost_curve_ms": {str(c["positions"]): c.get("ms_min", c["ms"]) for c in self.curve},
                 "loop_overhead_ms": self.overhead_ms}
 
 
-__all__ = ["WINDOW_CANDIDATES", "AutoWindow", "window_candidates"]
+__all__ = ["AutoWindow", "window_ladder"]
