@@ -181,13 +181,17 @@ def test_valid_request_passes(model_set):
     assert r.class_label == 2 and dict(r.options) == {"window": 8, "init": "repeat_horizontal"}
     assert _request(model_set, class_label="class3").class_label == 3
     assert _request(model_set, class_label="1: class1").class_label == 1
+    # The window box also offers "auto" (cost-aware windows), so it hands over text: numbers in it still count.
+    assert dict(_request(model_set, options={"window": "auto"}).options) == {"window": "auto"}
+    assert dict(_request(model_set, options={"window": " 8"}).options) == {"window": 8}
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [
     ({"options": {"window": 0}}, "sjd option window must be an integer in [1, 64], got 0"),
     ({"options": {"window": 65}}, "sjd option window must be an integer in [1, 64], got 65"),
     ({"options": {"window": 3.5}}, "sjd option window must be an integer in [1, 64], got 3.5"),
-    ({"options": {"window": "8"}}, "sjd option window must be an integer"),
+    ({"options": {"window": "fast"}}, "sjd option window must be an integer in [1, 64] or one of auto; got 'fast'"),
+    ({"options": {"window": "8.5"}}, "sjd option window must be an integer in [1, 64], got 8.5"),
     ({"options": {"init": "zeros"}}, "sjd option init must be one of random, repeat_horizontal"),
     ({"method": "mc-sjd", "options": {"coupling": "none"}}, "mc-sjd option coupling must be one of maximal, gumbel"),
     ({"num_images": 5}, "num_images must be an integer in [1, 4], got 5"),

@@ -487,7 +487,8 @@ class OptionSpec:
 
     ``kind`` is ``int``, ``float``, ``bool``, ``choice`` or ``text``; ``choices`` lists the values the
     method accepts. ``shown_when = (option, values)``: the option only applies (and is only shown) while
-    ``option`` has one of ``values`` (e.g. ``delta`` only for the ``lantern`` and ``bounded`` rules).
+    ``option`` has one of ``values`` (e.g. ``delta`` only for the ``lantern`` and ``bounded`` rules). ``words``:
+    strings a number option also takes (``window="auto"``).
     """
 
     name: str
@@ -495,6 +496,7 @@ class OptionSpec:
     default: Any
     choices: tuple[str, ...] = ()
     shown_when: tuple[str, tuple[str, ...]] | None = None
+    words: tuple[str, ...] = ()
 
     def applies(self, values: Mapping[str, Any], defaults: Mapping[str, Any]) -> bool:
         if self.shown_when is None:
@@ -522,7 +524,8 @@ def method_option_specs(method: str, kind: DecoderKind | str | None = None) -> l
             continue
         when = (("acceptance", RULE_PARAMETERS[option.name]) if option.name in RULE_PARAMETERS
                 else APPLIES_WHEN.get(option.name))
-        specs.append(OptionSpec(option.name, option.kind, option.default, tuple(option.choices), when))
+        specs.append(OptionSpec(option.name, option.kind, option.default, tuple(option.choices), when,
+                                tuple(option.words)))
     return specs
 
 
@@ -610,8 +613,16 @@ def validate_options(method: str, values: Mapping[str, Any], limits: DemoLimits,
         if spec.kind == "bool":
             if not isinstance(value, bool):
                 raise DemoInputError(f"{label} must be true or false, got {_short(value)}")
+        elif spec.kind == "int" and isinstance(value, str) and value.strip() in spec.words:
+            value = value.strip()  # a word the option takes besides numbers (window="auto")
         elif spec.kind == "int":
             lo, hi = limits.window if spec.name == "window" else limits.int_option
+            if spec.words and isinstance(value, str):  # typed into a box that also offers words
+                try:
+                    value = float(value.strip())
+                except ValueError:
+                    raise DemoInputError(f"{label} must be an integer in [{lo}, {hi}] or one of "
+                                         f"{', '.join(spec.words)}; got {_short(value)}") from None
             value = _number(label, value, lo, hi, integer=True)
         elif spec.kind == "float":
             value = _number(label, value, *limits.float_option)

@@ -143,6 +143,10 @@ def _option_widget(spec, limits: DemoLimits, visible: bool) -> gr.components.Com
     label = spec.name.replace("_", " ")
     if spec.kind == "bool":
         return gr.Dropdown(choices=[("true", True), ("false", False)], value=None, label=label, visible=visible)
+    if spec.kind == "int" and spec.words:  # a number, or a word it also takes (window: "auto")
+        lo, hi = limits.window if spec.name == "window" else limits.int_option
+        return gr.Dropdown(choices=list(spec.words), value=None, label=f"{label} ({lo}–{hi} or {'/'.join(spec.words)})",
+                           allow_custom_value=True, visible=visible)
     if spec.kind == "int":
         lo, hi = limits.window if spec.name == "window" else limits.int_option
         return gr.Number(value=None, label=f"{label} ({lo}–{hi})", step=1, precision=None, visible=visible)

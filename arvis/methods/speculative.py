@@ -69,8 +69,10 @@ class SpeculativeDecoding(DecodingMethod):
         if self.window == "auto":  # proposing L drafts: one 2-wide catch-up forward, then L - 1 single steps
             draft_ms = [c.get("ms_min", c["ms"]) for c in
                         measured_curve(draft_model, engine.condition, engine.sampling, (1, 2))]
+            # A draft model's acceptance per offset does not depend on the window: the model estimate is the
+            # measurement, and no window needs trying beyond what it predicts (optimism 1).
             policy = AutoWindow(engine, self.max_window, drafting_ms=lambda L: draft_ms[1] + (L - 1) * draft_ms[0],
-                                memory_key=(self.info.name, id(draft_model), repr(self.acceptance)))
+                                optimism=1.0, memory_key=(self.info.name, id(draft_model), repr(self.acceptance)))
         window = self.max_window if self.window == "auto" else self.window
         loop = DraftVerifyLoop(engine, RasterWindow(window, engine.num_tokens),
                                lambda p0, noise: drafter.start(engine), rule=self.acceptance, neighbours=neighbours,
