@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections import deque
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
@@ -71,7 +72,8 @@ class AutoWindow:
             of the modelled ``E(L)`` in a window's estimate.
         block: iterations a window is played before the next choice.
         optimism: how much a little-measured window may beat its model estimate when deciding to try it.
-        overhead_ms: the loop's time per iteration outside the forward; default ``None``: measured as it runs
+        overhead_ms: the loop's time per iteration outside the forward; default ``None``: measured as it runs (the
+            least of the last 16 iterations)
             (a fixed value makes the choices a function of the commits alone: the lossless tests use it).
         drafting_ms: the time a draft model takes to propose ``L`` drafts (speculative decoding's draft length);
             ``None`` for drafts that cost no forward (Jacobi drafts).
@@ -111,9 +113,10 @@ class AutoWindow:
         self.accepted = torch.zeros(max_window, device=dev)
         self._offsets = torch.arange(max_window, device=dev)
         self._candidates = torch.tensor(self.candidates, device=dev)
-        # The loop's time per iteration outside the forward (an exponential average), unless given.
+        # The loop's time per iteration outside the forward, unless given.
+        # Its least disturbed recent value: other work on the machine only adds time (as for the curve).
         self.overhead_ms, self._measure_overhead = overhead_ms or 0.0, overhead_ms is None
-        self._overhead_seen = False
+        self._overheads: deque[float] = deque(maxlen=16)
         # Tokens per sample each window committed (decayed sums and counts), seeded from earlier decodes.
         self.memory_key = None if memory_key is None else (
             memory_key, id(engine.backbone), repr(engine.sampling), engine.batch_size, tuple(self.candidates),
@@ -163,8 +166,8 @@ class AutoWindow:
         if self._current is not None:
             if self._measure_overhead and self._last_time is not None:  # the last iteration beyond its forward
                 spent = max((now - self._last_time) * 1e3 - self.cost_ms[self._current], 0.0)
-                self.overhead_ms = spent if not self._overhead_seen else 0.8 * self.overhead_ms + 0.2 * spent
-                self._overhead_seen = True
+                self._overheads.append(spent)
+                self.overhead_ms = min(self._overheads)
             self.committed_sum = [s * self.window_decay for s in self.committed_sum]
             self.played = [n * self.window_decay for n in self.played]
             if self._warming > 0:
