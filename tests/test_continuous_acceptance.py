@@ -133,7 +133,7 @@ def test_one_head_call_per_step_and_identical_heads_accept_every_draft():
     drafts = sample_trajectory(s, z[:, :gamma].reshape(-1, 3), generator=_gen(1)).reshape(b, gamma)
     head.calls = 0
     res = verify_window_exact(s, s, drafts, z, z[:, :gamma], generator=_gen(2))
-    assert head.calls == 2 * 6  # target pass + draft scoring of the proposals, each batched over the window
+    assert head.calls == 6  # the target pass, batched over the window; no row recovers, so no draft scoring
     assert res.accepted.all() and res.bonus.all()
     assert res.num_tokens.tolist() == [gamma + 1] * b and res.resample_rounds.sum() == 0
     torch.testing.assert_close(res.tokens[:, :gamma], drafts.token)
@@ -147,6 +147,13 @@ def test_one_head_call_per_step_and_identical_heads_accept_every_draft():
     assert res.accepted.all()
     torch.testing.assert_close(res.tokens[:, :gamma], guided.token)
     assert not torch.allclose(guided.token, drafts.token)
+    # another draft: rows recover, and the draft scores their residual proposals in one more batched pass
+    other = MLPHead(2, 3, 6, seed=7)
+    q = DiffusionSampler(other)
+    far = sample_trajectory(q, z[:, :gamma].reshape(-1, 3), generator=_gen(1)).reshape(b, gamma)
+    head.calls = other.calls = 0
+    res = verify_window_exact(s, q, far, z, z[:, :gamma], generator=_gen(2), max_rounds=1)
+    assert (~res.bonus).any() and head.calls == 6 and other.calls == 6
 
 
 def test_bad_shapes_are_refused():

@@ -567,3 +567,47 @@ def test_same_outputs_as_the_official_code(capsys):
     assert main(["--reference-repo", REFERENCE, "--skip-vae", "--sampling-steps", "5"]) == 0
     out = capsys.readouterr().out
     assert out.count("0.000e+00") == 6 and out.count("tokens per iteration equal: True") == 3, out
+
+
+@torch.no_grad()
+def test_batched_head_equals_the_per_position_loop_for_fixed_noise():
+    """The decoder runs the head once per sampling step for every position of every image ([B·k] rows);
+    that equals a chain per position driven by the same noise. The noise layout: with one generator per image,
+    image b draws ``[S, k, D]`` for :meth:`sample` (row (b, i) gets ``[:, i]``) and ``[k, S+1, D]`` for
+    :meth:`trajectories` from its own stream, so the batch never changes an image's noise."""
+    from arvis.acceptance.continuous import DiffusionSampler, sample_trajectory
+    from arvis.engine.continuous import Conditioning, ContinuousDecoder
+    from arvis.engine.sampling import SamplingConfig
+    from arvis.models.mar import MARModel
+
+    t, h = tiny_mar(causal=True, steps=5)
+    model = MARModel(t, h)
+    B, k, S, D, C = 2, 3, 5, t.token_embed_dim, t.config.decoder_embed_dim
+    gen = torch.Generator().manual_seed(0)
+    z, zu = torch.randn(B, k, C, generator=gen), torch.randn(B, k, C, generator=gen)
+    cond = Conditioning(z, zu, 0)
+    sampling = SamplingConfig(guidance="mar", guidance_scale=2.0, temperature=0.9, cfg_schedule="constant")
+    labels = torch.tensor([0, 1])
+
+    def decoder() -> ContinuousDecoder:
+        return ContinuousDecoder(model, labels, sampling, [torch.Generator().manual_seed(10 + b) for b in range(B)])
+
+    def stream(b: int, shape: tuple[int, ...]) -> torch.Tensor:
+        return torch.empty(shape).normal_(generator=torch.Generator().manual_seed(10 + b))
+
+    batched = decoder().sample(model, cond, 2.0)  # [B, k, D]
+    for b in range(B):
+        noise = stream(b, (S, k, D))
+        for i in range(k):
+            one = h.sample(z[b, i][None], temperature=0.9, guidance_scale=2.0, z_uncond=zu[b, i][None],
+                           noise=noise[:, i:i + 1])
+            assert close(batched[b, i], one[0], 1e-5)
+    traj = decoder().trajectories(model, cond, 2.0, final_std=0.05)  # [B, k]
+    sampler = DiffusionSampler(h, 0.9, 2.0)
+    for b in range(B):
+        noise = stream(b, (k, S + 1, D))
+        for i in range(k):
+            one = sample_trajectory(sampler, z[b, i][None], noise=noise[i:i + 1], z_uncond=zu[b, i][None],
+                                    final_std=0.05)
+            assert close(traj.states[b, i], one.states[0], 1e-5) and close(traj.token[b, i], one.token[0], 1e-5)
+            torch.testing.assert_close(traj.log_prob[b, i], one.log_prob[0], rtol=1e-5, atol=1e-3)

@@ -364,6 +364,10 @@ def verify_window_exact(target: DiffusionSampler, draft: DiffusionSampler, draft
     whose target token differs from the drafted token ends the window there (the later positions were
     conditioned on the drafted token): nothing is recovered after it.
 
+    Head calls: the target's chain over the window (``S`` calls: every draft scored, one proposal per position
+    drawn), then the draft's chain over the rows that recover, at the position they recover (``S`` calls,
+    skipped when no row recovers: the draft's density is needed only for the residual's keep test).
+
     Residual draws: one proposal per position comes with the main pass (free of extra head calls); rows
     whose first proposal fails draw ``round_chunk`` proposals at a time until one is kept or
     ``max_rounds`` were tried (one host synchronisation per chunk). A row out of rounds takes its last
@@ -416,19 +420,24 @@ def verify_window_exact(target: DiffusionSampler, draft: DiffusionSampler, draft
     target_token = tp.token[:n].reshape(b, gamma, dim)  # what the target maps each accepted draft to
     proposals = tp.index(slice(n, None)).reshape(b, gamma + 1)
 
-    # draft: density of the window's proposals
-    tq = score_trajectory(draft, proposals.states[:, :gamma].reshape(n, steps + 1, dim), _flat(z_draft),
-                          z_uncond=_flat(z_draft_uncond), final_std=final_std)
-    log_q_proposal = tq.log_prob.reshape(b, gamma)
-
     accepted = exact_accept(log_p, drafts.log_prob, uniform)  # [B, γ]
-    kept = keep_uniform < residual_keep_probability(proposals.log_prob[:, :gamma], log_q_proposal)  # [B, γ]
     consistent = context_consistent(target_token, drafts.token, final_std)
     run = leading_accepted(accepted & consistent)  # [B] accepted positions whose context stays valid
     full = run == gamma
     at = run.clamp_max(gamma - 1)
     broken = ~full & _at(accepted, at)  # accepted, but its token differs from the drafted one
     recover = ~full & ~broken  # rejected at position `run`
+    rows = torch.arange(b, device=device)
+
+    # draft: density of the residual proposal, needed only where a row recovers (its position `at`), so
+    # the draft's chain runs over [B] rows, and not at all when no row recovers (host sync: one bool). The
+    # head dominates a decode on small models, and this chain is S sequential head calls.
+    kept = torch.zeros(b, dtype=torch.bool, device=device)
+    if bool(recover.any()):
+        zu_q = None if z_draft_uncond is None else z_draft_uncond[rows, at]
+        log_q_proposal = score_trajectory(draft, proposals.states[rows, at], z_draft[rows, at], z_uncond=zu_q,
+                                          final_std=final_std).log_prob  # [B]
+        kept = _at(keep_uniform, at) < residual_keep_probability(_at(proposals.log_prob, at), log_q_proposal)
 
     tokens = proposals.token.clone()  # [B, γ+1, D]; column γ is the bonus
     positions = torch.arange(gamma + 1, device=device)
@@ -438,11 +447,10 @@ def verify_window_exact(target: DiffusionSampler, draft: DiffusionSampler, draft
     fallbacks = torch.zeros(b, dtype=torch.long, device=device)
 
     # rows whose first residual proposal was not kept draw more (host sync: rare, once per chunk)
-    pending = recover & ~_at(kept, at)
+    pending = recover & ~kept
     if max_rounds == 1:
         fallbacks = pending.long()  # the first proposal (a target sample) stays
     elif bool(pending.any()):
-        rows = torch.arange(b, device=device)
         extra_tokens, extra_rounds, failed = _residual_rounds(
             target, draft, pending, at, tokens[rows, at], z_target, z_draft, z_target_uncond, z_draft_uncond,
             streams, final_std, max_rounds - 1, round_chunk)

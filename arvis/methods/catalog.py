@@ -385,7 +385,9 @@ CATALOG: tuple[MethodInfo, ...] = (
                        "cspd-exact with the same final_std is exact for; 0: MAR's)", low=0.0, high=1.0),)),
     MethodInfo("cspd-exact", C, "exact continuous speculative decoding on causal MAR (a draft MAR's "
                "trajectories verified by the target)",
-               (replace(WINDOW, default=4, high=64, help="tokens the draft proposes per target forward"),
+               (replace(WINDOW, default=None, high=64, nullable=True,
+                        help="tokens the draft proposes per target forward (None: 4 with final_std > 0; 1 with "
+                             "final_std = 0, where the context break ends every window at its first position)"),
                 Option("final_std", "float", 0.0, "std added at the head's last step by draft, target and baseline "
                        "(0: MAR's sampler, about one token per verify)", low=0.0, high=1.0),
                 Option("max_rounds", "int", 1024, "residual proposals per rejected position before the counted "

@@ -135,20 +135,30 @@ class ContinuousSpeculative(DecodingMethod):
     windows commit, exact for ``ar`` with the same ``final_std``.
 
     Attributes:
-        window: tokens the draft proposes per target forward.
+        window: tokens the draft proposes per target forward; ``None`` (the default): 4 with ``final_std > 0``,
+            and 1 with ``final_std = 0``: there the context break ends every window at its first position, so a
+            longer window only adds draft trajectories (``S`` sequential head calls each, the bulk of a round's
+            time on small models) that are never committed. The window does not change the distribution.
         final_std: the std draft, target and baseline add at the head's last step.
         max_rounds: residual proposals per rejected position before the counted fallback.
         draft_model: the draft (supplied by the pipeline).
     """
 
     info: ClassVar[MethodInfo] = method_info("cspd-exact", DecoderKind.CONTINUOUS)
-    window: int = 4
+    window: int | None = None
     final_std: float = 0.0
     max_rounds: int = 1024
     draft_model: MARModel | None = None
 
     def __post_init__(self) -> None:
         self._check_declared()
+
+    @property
+    def window_size(self) -> int:
+        """The window this run drafts (``window``, or its default for this ``final_std``)."""
+        if self.window is not None:
+            return self.window
+        return 4 if self.final_std > 0 else 1
 
     @torch.no_grad()
     def run(self, decoder: ContinuousDecoder) -> dict[str, Any]:
@@ -158,7 +168,7 @@ class ContinuousSpeculative(DecodingMethod):
         if decoder.guided and decoder.sampling.cfg_schedule != "constant":
             raise ValueError("cfg_schedule: speculative windows span positions, so guidance must be constant "
                              "(cfg_schedule='constant'; use the same for the AR baseline)")
-        target, B, L, D, gamma, fs = decoder.target, decoder.B, decoder.L, decoder.D, self.window, self.final_std
+        target, B, L, D, gamma, fs = decoder.target, decoder.B, decoder.L, decoder.D, self.window_size, self.final_std
         w = decoder.guidance_scale  # constant over the decode
         p, q = decoder.sampler(target, w), decoder.sampler(draft, w)
         cache_t, cache_d = decoder.allocate(target), decoder.allocate(draft)

@@ -104,6 +104,7 @@ class DDPMTables:
             base = torch.cumprod(1 - linear_betas(train_steps), 0)
             self.timestep_map = equivalent_steps(base[kept_steps], trained).float()
         self.schedule = schedule
+        self._cache: dict[tuple[str, int, torch.device], torch.Tensor] = {}
         kept = base[kept_steps]
         prev = torch.cat([torch.ones(1, dtype=torch.float64, device="cpu"), kept[:-1]])
         betas = 1 - kept / prev
@@ -119,6 +120,15 @@ class DDPMTables:
         self.posterior_mean_coef1 = betas * torch.sqrt(prev) / (1 - kept)
         self.posterior_mean_coef2 = (1 - prev) * torch.sqrt(1 - betas) / (1 - kept)
 
+    def at_step(self, step: int, device: torch.device) -> torch.Tensor:
+        """The net's (original-schedule) step of sampling step ``step``, a scalar tensor on ``device``, cached
+        like :meth:`at` (the same value and dtype as ``timestep_map[step]``)."""
+        key = ("timestep_map", step, device)
+        value = self._cache.get(key)
+        if value is None:
+            value = self._cache[key] = self.timestep_map[step].to(device)
+        return value
+
     def eps_error_gain(self) -> float:
         """The largest factor by which one transition moves the next sample per unit of ε error:
         ``coef1 · √(1/ᾱ − 1)`` over the steps (the mean is ``coef1 · x0 + coef2 · x`` with
@@ -126,8 +136,16 @@ class DDPMTables:
         return float((self.posterior_mean_coef1 * self.sqrt_recipm1_alphas_cumprod).max())
 
     def at(self, name: str, step: int, device: torch.device) -> torch.Tensor:
-        """Table ``name`` at sampling step ``step`` as a float32 scalar tensor (cast after indexing, as official)."""
-        return getattr(self, name)[step].to(device=device, dtype=torch.float32)
+        """Table ``name`` at sampling step ``step`` as a float32 scalar tensor (cast after indexing, as official).
+
+        Cached per device: a transition reads seven of these, and on small heads the index-and-cast ops were a
+        measurable share of the head's time (the head is called ``S`` times per token). The cached value is the
+        same cast of the same float64 entry, so outputs do not change."""
+        key = (name, step, device)
+        value = self._cache.get(key)
+        if value is None:
+            value = self._cache[key] = getattr(self, name)[step].to(device=device, dtype=torch.float32)
+        return value
 
 
 # ----------------------------------------------------------------------------- the denoiser (SimpleMLPAdaLN)
@@ -295,7 +313,7 @@ class MARDiffusionHead(CheckedFolderMixin, ModelMixin, ConfigMixin):
             raise ValueError(f"step must be in [0, {S - 1}], got {step}")
         N, D = x_t.shape
         dtype = self.net.input_proj.weight.dtype
-        t = self._tables.timestep_map[step].to(x_t.device).expand(N)
+        t = self._tables.at_step(step, x_t.device).expand(N)
         if z_uncond is None:
             out = self.net(x_t.to(dtype), t, z.to(dtype)).float()
             eps, v = out[:, :D], out[:, D:]
