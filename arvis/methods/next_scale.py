@@ -55,7 +55,8 @@ def area_resize_matrix(source: int, side: int, device: torch.device | str = "cpu
 class CachedTokenPruning:
     """FastVAR's cached token pruning as :class:`~arvis.models.var.TokenPruning` hooks (one per model and request).
 
-    On an unpruned single-scale forward every block records its attention and MLP outputs (γ applied).
+    On the unpruned forward just before a pruned scale every block records its attention and MLP outputs
+    (γ applied; of that forward's last scale).
     On a pruned scale each block keeps the ``keep`` tokens whose input is farthest (squared L2) from
     the scale's mean token and evaluates only those (their keys/values alone enter the cache); the other
     positions take the recorded outputs of the last unpruned scale, area-resized to the pruned scale.
@@ -80,7 +81,10 @@ class CachedTokenPruning:
             raise ValueError(f"prune_ratios: scale {last} can be pruned only when the same model evaluated an "
                              f"earlier scale on its own (its outputs are what pruned tokens reuse)")
         if self.active is None:
-            self.recording, self.prev_side = True, layout.patch_nums[last]
+            # Only the scale just before a pruned one is ever read back: record nothing on the others.
+            self.recording = last + 1 in self.keep
+            if self.recording:
+                self.prev_side = layout.patch_nums[last]
             return
         self.recording = False
         # Resize every recorded output map at once, as one product with the area-resize matrix (one op for all
