@@ -504,3 +504,27 @@ def test_shipped_var_pair_is_trained_and_every_method_runs():
             int(out.tokens.max()) < layout.vocab_size
     with pytest.raises(ValueError, match="draft_scales"):
         pipe(**kw, method="code", draft_scales=layout.num_scales + 1)
+
+
+def test_var_bench_rows_are_ratios_against_the_same_ar_run():
+    """Every VAR method's row takes its speed-up and forward ratio against the one AR run of the bench, and
+    AR's many tokens per forward (a whole scale) are printed as a count, not as a speed-up."""
+    from arvis.eval.bench import format_markdown, format_text, parse_method_specs, run_bench
+    from arvis.eval.plots import compression_vs_ar
+
+    pipe = tiny_pipeline()
+    pipe.set_progress_bar_config(disable=True)
+    specs = parse_method_specs("fastvar;code:draft_scales=2")
+    result = run_bench(pipe.bench_inputs([0, 1], 2, 1), specs, pipe.sampling_config(), repeats=5,
+                       forward_cost_sizes=(), progress=False, count_syncs=False)
+    ar, fastvar, code = result.records
+    assert ar["spec"] == "ar" and ar["step_compression"] == 30 / 4  # a whole scale per forward
+    for r in result.records:
+        assert r["speedup"] == pytest.approx(ar["latency_s"] / r["latency_s"])
+        assert r["forwards_vs_ar"] == ar["target_forwards"] / r["target_forwards"]
+        assert compression_vs_ar(r, ar) == r["forwards_vs_ar"]
+    assert (ar["forwards_vs_ar"], fastvar["forwards_vs_ar"], code["forwards_vs_ar"]) == (1.0, 1.0, 2.0)
+    for text in (format_text(result), format_markdown(result)):
+        assert "7.50x" not in text and "7.50" in text  # tokens per forward: a count
+    row = next(line for line in format_markdown(result).splitlines() if line.startswith("| ar |"))
+    assert "| 7.50 | 1.00x |" in row and "| 1.00x |" in row
