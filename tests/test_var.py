@@ -330,6 +330,96 @@ def test_lossy_methods_follow_their_schedule(method, options, models, rows):
         assert extra["pruned_tokens_kept"] == {"2": 5, "3": 8}
 
 
+def _masked_block_reference(block, x, cond, keys, values, select, fill):
+    """One AdaLN block the slow way (the reference FastVAR's gathered forward must equal): both parts run on
+    every position of the scale; attention hides the keys of the current scale's pruned tokens (mask); the
+    pruned positions then take ``fill`` (the cached outputs). Returns the new ``x`` and the keys/values the
+    kept tokens add, in their selection order."""
+    g1, g2, s1, s2, b1, b2 = block.modulation(cond)
+    a = block.attn
+    R, T, C = x.shape
+    index = select(0, x)
+    kept = torch.zeros(R, T, dtype=torch.bool).scatter_(1, index, True)
+    h = block.ln_wo_grad(x) * (s1 + 1) + b1
+    bias = torch.cat([a.q_bias, torch.zeros_like(a.q_bias), a.v_bias])
+    q, k, v = torch.nn.functional.linear(h, a.mat_qkv.weight, bias).view(R, T, 3, a.heads, a.head_dim).permute(2, 0, 3, 1, 4)
+    q = torch.nn.functional.normalize(q, dim=-1) * a.scale_mul_1H11.clamp_max(a.max_scale_mul).exp()
+    k = torch.nn.functional.normalize(k, dim=-1)
+    allowed = torch.cat([torch.ones(R, keys.shape[2], dtype=torch.bool), kept], 1)[:, None, None, :]
+    out = torch.nn.functional.scaled_dot_product_attention(q, torch.cat([keys, k], 2), torch.cat([values, v], 2),
+                                                           attn_mask=allowed, scale=a.scale)
+    out = a.proj(out.transpose(1, 2).reshape(R, T, C)) * g1
+    x = x + torch.where(kept[..., None], out, fill(0, "attn"))
+    new_kv = (k.gather(2, index[:, None, :, None].expand(-1, a.heads, -1, a.head_dim)),
+              v.gather(2, index[:, None, :, None].expand(-1, a.heads, -1, a.head_dim)))
+    index = select(1, x)
+    kept = torch.zeros(R, T, dtype=torch.bool).scatter_(1, index, True)
+    out = block.ffn(block.ln_wo_grad(x) * (s2 + 1) + b2) * g2
+    return x + torch.where(kept[..., None], out, fill(0, "ffn")), new_kv
+
+
+@torch.no_grad()
+def test_fastvar_gathers_the_kept_tokens_and_matches_the_masked_computation():
+    """A pruned scale runs the blocks on the kept tokens only (fewer positions through attention and MLP, fewer
+    keys in the cache) and gives the same logits as running every position with the pruned keys masked and
+    the pruned outputs replaced by the cached ones."""
+    from arvis.methods.next_scale import CachedTokenPruning
+
+    model = tiny_var(depth=2, dim=32, heads=2, vocab=32)
+    layout = model.scale_layout
+    last, keep = 3, 6  # 6 of the 16 tokens of the 4x4 scale
+    gen = torch.Generator().manual_seed(3)
+    cond = model.condition(torch.tensor([0, 2, 3, 3]))  # two samples and their unconditional rows
+    inputs = [model.first_input(cond)] + [model.embed_input(s, torch.randn(4, p * p, 4, generator=gen))
+                                          for s, p in enumerate(layout.patch_nums) if s > 0]
+    pruning = CachedTokenPruning({last: keep})
+    cache = model.allocate_cache(4)
+    for s in range(last):
+        pruning.begin(layout, s, s)
+        model.forward_scales(inputs[s], cond, cache, s, s, pruning)
+    length = cache.length
+    past = [(cache.keys[i][:, :, :length].clone(), cache.values[i][:, :, :length].clone()) for i in range(2)]
+
+    seen: list[int] = []
+    hooks = [m.register_forward_hook(lambda mod, args, out: seen.append(args[0].shape[1]))
+             for b in model.blocks for m in (b.attn, b.ffn)]
+    pruning.begin(layout, last, last)
+    logits = model.forward_scales(inputs[last], cond, cache, last, last, pruning)
+    for h in hooks:
+        h.remove()
+    assert seen == [keep] * 4  # every attention and MLP call saw the kept tokens only, not the 16 of the scale
+    assert cache.length == length + keep and cache.scales == last + 1  # only the kept tokens' keys/values
+
+    # The masked reference, block by block, with the same selection rule and the same cached fill maps.
+    x = inputs[last]
+    ada = model.adaln_condition(cond)
+    for i, block in enumerate(model.blocks):
+        select = lambda j, h, i=i: pruning.select(i, ("attn", "ffn")[j], h)  # noqa: E731
+        fill = lambda j, part, i=i: pruning.fill(i, part, 4)  # noqa: E731
+        x, (k, v) = _masked_block_reference(block, x, ada, *past[i], select, fill)
+        torch.testing.assert_close(cache.keys[i][:, :, length:length + keep], k, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(cache.values[i][:, :, length:length + keep], v, rtol=1e-5, atol=1e-6)
+    reference = model.head(model.head_nm(x, cond)).float()
+    torch.testing.assert_close(logits, reference, rtol=1e-5, atol=1e-5)
+
+
+def test_fastvar_runs_fewer_positions_through_the_blocks_than_ar():
+    pipe = tiny_pipeline()
+    pipe.set_progress_bar_config(disable=True)
+    counted: list[int] = []
+    hook = pipe.transformer.blocks[0].ffn.register_forward_hook(lambda m, a, o: counted.append(a[0].shape[:2].numel()))
+    positions = {}
+    for method, options in (("ar", {}), ("fastvar", {"prune_ratios": [0.5, 0.75]})):
+        counted.clear()
+        out = pipe(class_labels=[0, 2], method=method, output_type="latent", generator=torch.Generator().manual_seed(0),
+                   **options)
+        positions[method] = list(counted)
+        assert out.stats.samples[0].extra["scale_positions"] == [p // 4 for p in counted]  # rows: 2 samples x CFG
+    assert positions["ar"] == [4 * n for n in (1, 4, 9, 16)]
+    assert positions["fastvar"] == [4 * n for n in (1, 4, 5, 4)]  # ceil(9·0.5), ceil(16·0.25)
+    hook.remove()
+
+
 def test_code_with_every_scale_on_the_target_is_the_baseline():
     pipe = tiny_pipeline()
     pipe.set_progress_bar_config(disable=True)
@@ -414,3 +504,27 @@ def test_shipped_var_pair_is_trained_and_every_method_runs():
             int(out.tokens.max()) < layout.vocab_size
     with pytest.raises(ValueError, match="draft_scales"):
         pipe(**kw, method="code", draft_scales=layout.num_scales + 1)
+
+
+def test_var_bench_rows_are_ratios_against_the_same_ar_run():
+    """Every VAR method's row takes its speed-up and forward ratio against the one AR run of the bench, and
+    AR's many tokens per forward (a whole scale) are printed as a count, not as a speed-up."""
+    from arvis.eval.bench import format_markdown, format_text, parse_method_specs, run_bench
+    from arvis.eval.plots import compression_vs_ar
+
+    pipe = tiny_pipeline()
+    pipe.set_progress_bar_config(disable=True)
+    specs = parse_method_specs("fastvar;code:draft_scales=2")
+    result = run_bench(pipe.bench_inputs([0, 1], 2, 1), specs, pipe.sampling_config(), repeats=5,
+                       forward_cost_sizes=(), progress=False, count_syncs=False)
+    ar, fastvar, code = result.records
+    assert ar["spec"] == "ar" and ar["step_compression"] == 30 / 4  # a whole scale per forward
+    for r in result.records:
+        assert r["speedup"] == pytest.approx(ar["latency_s"] / r["latency_s"])
+        assert r["forwards_vs_ar"] == ar["target_forwards"] / r["target_forwards"]
+        assert compression_vs_ar(r, ar) == r["forwards_vs_ar"]
+    assert (ar["forwards_vs_ar"], fastvar["forwards_vs_ar"], code["forwards_vs_ar"]) == (1.0, 1.0, 2.0)
+    for text in (format_text(result), format_markdown(result)):
+        assert "7.50x" not in text and "7.50" in text  # tokens per forward: a count
+    row = next(line for line in format_markdown(result).splitlines() if line.startswith("| ar |"))
+    assert "| 7.50 | 1.00x |" in row and "| 1.00x |" in row

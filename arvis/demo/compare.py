@@ -146,6 +146,12 @@ class Comparison:
         base = self.baseline
         return None if base is None else base.latency_s / result.latency_s
 
+    def forwards_vs_ar(self, result: MethodResult) -> float | None:
+        """AR's target forwards per image over ``result``'s (the ratio of forwards against the same AR run; the
+        step compression is one only for token models, whose AR commits one token per forward)."""
+        base = self.baseline
+        return None if base is None else base.mean("target_forwards") / max(result.mean("target_forwards"), 1e-12)
+
     def identical_to_ar(self, result: MethodResult) -> bool | None:
         """Whether ``result`` decoded exactly AR's tokens, image by image (``None`` for AR itself / no AR)."""
         base = self.baseline
@@ -165,7 +171,7 @@ class Comparison:
             out.append({
                 "spec": r.spec.label, "method": r.spec.name, "options": r.spec.options_dict, "lossless": r.lossless,
                 "target_forwards": r.mean("target_forwards"), "draft_forwards": r.mean("draft_forwards"),
-                "step_compression": r.mean("step_compression"),
+                "step_compression": r.mean("step_compression"), "forwards_vs_ar": self.forwards_vs_ar(r),
                 "accepted_per_forward": r.mean("mean_accepted_per_forward"),
                 "latency_s": r.latency_s, "latency_rounds_s": list(r.latencies_s), "speedup": self.speedup(r),
                 "identical_to_ar": self.identical_to_ar(r),
@@ -173,13 +179,17 @@ class Comparison:
         return out
 
     def table(self) -> tuple[list[str], list[list[str]]]:
-        header = ["method", "lossless", f"forwards/{self.unit}", "step compression", "latency", "speedup",
-                  "identical to AR"]
+        # Tokens per forward as a count: a next-scale AR commits a whole scale per forward, so only the columns
+        # against AR (fewer forwards, speedup) are ratios.
+        header = ["method", "lossless", f"forwards/{self.unit}", "tokens/forward", "fewer forwards than AR", "latency",
+                  "speedup", "identical to AR"]
         body = []
         for row in self.rows():
             same = row["identical_to_ar"]
             body.append([row["spec"], "yes" if row["lossless"] else "no (lossy)", f"{row['target_forwards']:.1f}",
-                         f"{row['step_compression']:.2f}x", f"{row['latency_s']:.2f} s",
+                         f"{row['step_compression']:.2f}",
+                         "-" if row["forwards_vs_ar"] is None else f"{row['forwards_vs_ar']:.2f}x",
+                         f"{row['latency_s']:.2f} s",
                          "-" if row["speedup"] is None else f"{row['speedup']:.2f}x",
                          "-" if same is None else ("yes" if same else "no")])
         return header, body

@@ -359,7 +359,7 @@ def _fmt(x: float, digits: int = 2) -> str:
     return f"{x:.{digits}f}"
 
 
-TABLE_COLUMNS = ("spec", "lossless", "target_forwards", "draft_forwards", "step_compression", "fewer_fwd_vs_ar", "T",
+TABLE_COLUMNS = ("spec", "lossless", "target_forwards", "draft_forwards", "tokens/fwd", "fewer_fwd_vs_ar", "T",
                  "latency_s", "speedup", "ideal", "of_ideal", "fwd_ms", "draft_ms", "outside_ms", "outside", "syncs/it")
 
 
@@ -368,14 +368,19 @@ def _opt(x: Any, digits: int = 2, suffix: str = "") -> str:
 
 
 def table_rows(records: Sequence[Mapping[str, Any]]) -> list[list[str]]:
-    """One row per record: forwards, step compression (tokens per target forward), AR's target forwards over the
-    method's (the same AR run), positions per forward, latency, measured and ideal
+    """One row per record: forwards, tokens per target forward (the record's ``step_compression``), AR's target
+    forwards over the method's (the same AR run), positions per forward, latency, measured and ideal
     speedup, ms per target forward inside target / drafter forwards and outside both, outside share, host
-    syncs per iteration."""
+    syncs per iteration.
+
+    Tokens per forward is printed as a count, not as a ratio ("x"): it is a speed-up over AR only where AR
+    commits one token per forward (token models); a next-scale AR commits a whole scale per forward (VAR's
+    21.67 on the 6-scale pyramid), so every ratio a row shows (``fewer_fwd_vs_ar``, ``speedup``, ``ideal``) is
+    taken against the same AR run instead."""
     rows = []
     for r in records:
         rows.append([r["spec"], "yes" if r["lossless"] else "no", _fmt(r["target_forwards"], 1),
-                     _fmt(r["draft_forwards"], 1), _fmt(r["step_compression"]) + "x",
+                     _fmt(r["draft_forwards"], 1), _fmt(r["step_compression"]),
                      _opt(r.get("forwards_vs_ar"), 2, "x"), str(r.get("positions_per_forward") or "-"), _fmt(r["latency_s"], 4), _fmt(r["speedup"]) + "x",
                      _opt(r.get("ideal_speedup"), 2, "x"),
                      _opt(None if r.get("share_of_ideal") is None else 100 * r["share_of_ideal"], 0, "%"),
@@ -455,7 +460,9 @@ def format_markdown(result: BenchResult) -> str:
     lines = ["# arvis bench", "", *([f"**{QUICK_LABEL}**", ""] if r0.get("quick") else []),
              f"`{_header_line(result)}`", "",
              f"Sampling: {json.dumps(r0['sampling'])}. latency_s = median wall time per sample over "
-             f"{r0['repeats']} interleaved rounds; speedup = AR latency / method latency (same process, "
+             f"{r0['repeats']} interleaved rounds; tokens/fwd = tokens committed per target forward (a count: "
+             f"next-scale AR already commits a whole scale per forward); fewer_fwd_vs_ar = AR target forwards / "
+             f"method target forwards; speedup = AR latency / method latency (same process, "
              f"seeds, dtype, threads); ideal = AR forwards / method forwards x cost(1) / cost(T) from the curve "
              f"below (T = positions per forward; it counts time inside target forwards only); fwd_ms / draft_ms / outside_ms = time inside target forwards, "
              f"inside drafter forwards and outside both, per target forward; outside = share of the latency; "

@@ -18,6 +18,7 @@ The lossy options compose: ``code`` and ``cfg-cutoff`` accept ``prune_ratios``; 
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -37,22 +38,37 @@ from arvis.utils.random import GeneratorArg, sample_categorical
 
 
 # ----------------------------------------------------------------------------- FastVAR token pruning
+@functools.lru_cache(maxsize=32)
+def _area_resize(source: int, side: int) -> torch.Tensor:
+    # Area interpolation is linear: resizing the p² unit maps gives its [side², p²] matrix.
+    eye = torch.eye(source * source, dtype=torch.float64).view(-1, 1, source, source)
+    matrix = F.interpolate(eye, size=(side, side), mode="area").view(source * source, side * side).T
+    return matrix.to(torch.float32).contiguous()
+
+
+def area_resize_matrix(source: int, side: int, device: torch.device | str = "cpu") -> torch.Tensor:
+    """The ``[side², source²]`` fp32 matrix of ``F.interpolate(mode="area")`` from a ``source × source`` map to a
+    ``side × side`` one (row-major positions): ``matrix @ tokens`` resizes ``[…, source², C]`` token maps."""
+    return _area_resize(source, side).to(device)
+
+
 class CachedTokenPruning:
     """FastVAR's cached token pruning as :class:`~arvis.models.var.TokenPruning` hooks (one per model and request).
 
-    On an unpruned single-scale forward every block records its attention and MLP outputs (γ applied).
+    On the unpruned forward just before a pruned scale every block records its attention and MLP outputs
+    (γ applied; of that forward's last scale).
     On a pruned scale each block keeps the ``keep`` tokens whose input is farthest (squared L2) from
-    the scale's mean token, evaluates only those (their keys/values alone enter the cache), and fills
-    the other positions with the recorded outputs of the last unpruned scale, area-resized.
+    the scale's mean token and evaluates only those (their keys/values alone enter the cache); the other
+    positions take the recorded outputs of the last unpruned scale, area-resized to the pruned scale.
     """
 
     def __init__(self, keep: dict[int, int]):
         self.keep = dict(keep)  # scale -> tokens kept
         self.cache: dict[tuple[int, str], torch.Tensor] = {}
-        self.side = 0
         self.prev_side = 0
         self.active: int | None = None  # tokens kept in the current forward
         self.recording = False
+        self.filled: dict[tuple[int, str], torch.Tensor] = {}  # the current pruned scale's [R, l, C] fill maps
 
     @property
     def written(self) -> int | None:
@@ -60,28 +76,34 @@ class CachedTokenPruning:
 
     def begin(self, layout: Any, first: int, last: int) -> None:
         self.active = self.keep.get(last)
+        self.filled = {}
         if self.active is not None and (first != last or not self.cache):
             raise ValueError(f"prune_ratios: scale {last} can be pruned only when the same model evaluated an "
                              f"earlier scale on its own (its outputs are what pruned tokens reuse)")
         if self.active is None:
-            self.recording, self.prev_side = True, layout.patch_nums[last]
-        else:
-            self.recording = False
-        self.side = layout.patch_nums[last]
+            # Only the scale just before a pruned one is ever read back: record nothing on the others.
+            self.recording = last + 1 in self.keep
+            if self.recording:
+                self.prev_side = layout.patch_nums[last]
+            return
+        self.recording = False
+        # Resize every recorded output map at once, as one product with the area-resize matrix (one op for all
+        # blocks and parts, not an interpolation per block and part inside the forward): [N, R, p², C] -> [N, R, side², C].
+        keys = list(self.cache)
+        stacked = torch.stack([self.cache[k] for k in keys])
+        resize = area_resize_matrix(self.prev_side, layout.patch_nums[last], stacked.device)
+        filled = torch.matmul(resize, stacked.float()).to(stacked.dtype)  # fp32, as the interpolation it replaces
+        self.filled = dict(zip(keys, filled.unbind(0), strict=True))
 
     def select(self, layer: int, part: str, x: torch.Tensor) -> torch.Tensor | None:
         if self.active is None:
             return None
-        distance = (x - x.mean(1, keepdim=True)).float().pow(2).sum(-1)  # [R, l]
-        return distance.topk(self.active, dim=1).indices
+        # Ranked in fp32 (bf16/fp16 models too); the L2 norm ranks as its square, in one op.
+        distance = torch.linalg.vector_norm(x - x.mean(1, keepdim=True), dim=-1, dtype=torch.float32)
+        return distance.topk(self.active, dim=1).indices  # [R, keep]
 
-    def restore(self, layer: int, part: str, out: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-        prev = self.cache[(layer, part)][: out.shape[0]]  # guidance may have dropped the unconditional rows
-        R, C = out.shape[0], out.shape[-1]
-        grid = prev.transpose(1, 2).reshape(R, C, self.prev_side, self.prev_side)
-        full = F.interpolate(grid.float(), size=(self.side, self.side), mode="area").to(out.dtype)
-        full = full.flatten(2).transpose(1, 2).contiguous()
-        return full.scatter(1, index[..., None].expand(-1, -1, C), out)
+    def fill(self, layer: int, part: str, rows: int) -> torch.Tensor:
+        return self.filled[(layer, part)][:rows]  # guidance may have dropped the unconditional rows
 
     def record(self, layer: int, part: str, out: torch.Tensor) -> None:
         if self.recording:

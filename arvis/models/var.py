@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -110,14 +110,15 @@ class TokenPruning(Protocol):
     """Per-request hooks that let a decoding method evaluate only some tokens of a scale (FastVAR).
 
     ``select(layer, part, x)`` returns the ``[R, k]`` token indices to evaluate in block ``layer``'s
-    ``part`` (``"attn"`` or ``"ffn"``) or ``None`` for all; ``restore`` turns the ``[R, k, C]`` outputs
-    back into a full ``[R, l, C]`` map; ``record`` sees full-scale outputs (the cache pruned scales
-    restore from).
+    ``part`` (``"attn"`` or ``"ffn"``) or ``None`` for all. The block then runs ``part`` on those ``k``
+    tokens alone (attention: ``k`` queries, and only their keys/values enter the cache) and takes
+    ``fill(layer, part, R)``, a full ``[R, l, C]`` output map, at every other position. ``record`` sees the
+    full-scale outputs of unpruned forwards (what ``fill`` is later made from).
     """
 
     def select(self, layer: int, part: str, x: torch.Tensor) -> torch.Tensor | None: ...
 
-    def restore(self, layer: int, part: str, out: torch.Tensor, index: torch.Tensor) -> torch.Tensor: ...
+    def fill(self, layer: int, part: str, rows: int) -> torch.Tensor: ...
 
     def record(self, layer: int, part: str, out: torch.Tensor) -> None: ...
 
@@ -204,20 +205,30 @@ class AdaLNSelfAttn(nn.Module):
         def ffn(h: torch.Tensor) -> torch.Tensor:
             return self.ffn(self.ln_wo_grad(h) * (s2 + 1) + b2) * g2
 
-        x = x + self.drop_path(_pruned(attn, x, layer, "attn", pruning))
-        return x + self.drop_path(_pruned(ffn, x, layer, "ffn", pruning))
+        x = _residual(attn, x, layer, "attn", pruning, self.drop_path)
+        return _residual(ffn, x, layer, "ffn", pruning, self.drop_path)
 
 
-def _pruned(fn, x: torch.Tensor, layer: int, part: str, pruning: TokenPruning | None) -> torch.Tensor:
-    """``fn(x)``, or ``fn`` on the tokens ``pruning`` keeps with the others restored from its cache."""
+def _residual(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, layer: int, part: str,
+              pruning: TokenPruning | None, drop_path: nn.Module) -> torch.Tensor:
+    """``x + fn(x)``; under pruning, ``fn`` runs on the selected tokens only and every other position adds the
+    pruning's cached output instead (the work at pruned positions is skipped, not masked)."""
     index = pruning.select(layer, part, x) if pruning is not None else None
     if index is None:
         out = fn(x)
         if pruning is not None:
             pruning.record(layer, part, out)
-        return out
-    kept = x.gather(1, index[..., None].expand(-1, -1, x.shape[-1]))
-    return pruning.restore(layer, part, fn(kept), index)
+        return x + drop_path(out)
+    R, length, C = x.shape
+    # Row-major positions of the kept tokens in the flattened [R·l, C] map: copying whole C-wide rows with
+    # index_select / index_copy_ costs less than gather / scatter with a C-times expanded index.
+    flat = (index + torch.arange(0, R * length, length, device=x.device)[:, None]).flatten()
+    kept = x.reshape(R * length, C).index_select(0, flat)
+    out = drop_path(fn(kept.view(R, -1, C))).reshape(-1, C)
+    # Every position first adds the cached output, then the kept ones are overwritten with their own result.
+    y = x + pruning.fill(layer, part, R)
+    y.view(R * length, C).index_copy_(0, flat, kept + out)
+    return y
 
 
 class AdaLNBeforeHead(nn.Module):
