@@ -15,7 +15,7 @@ can notice when drafting pays again.
 
 Lossless: iteration ``i``'s window is a function of what iterations before it observed (their accepted counts
 and times), never of iteration ``i``'s own drafts or coins, and exact acceptance commits every token as a sample
-of its conditional whatever the window — so the output distribution is AR's. ``tests/test_lossless.py`` proves
+of its conditional whatever the window — so the output distribution is AR's. ``tests/methods/test_lossless.py`` proves
 it with windows chosen from the random acceptance history (:class:`AutoWindow` with a given curve).
 """
 
