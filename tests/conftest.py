@@ -2,6 +2,8 @@
 
 Tests run single-threaded by default: the models here are tiny, and with two OpenMP threads on a
 busy two-core machine a small matmul can stall for milliseconds. Set ARVIS_TEST_THREADS to change it.
+Under pytest-xdist (``make test``, ``make check``: ``-n auto``) each worker is one such process, and the
+processes the tests start get one OpenMP thread too, so that N workers use N cores, not N x cores.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ import pytest
 import torch
 
 torch.set_num_threads(int(os.environ.get("ARVIS_TEST_THREADS", "1")))
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("OMP_NUM_THREADS", os.environ.get("ARVIS_TEST_THREADS", "1"))
 
 TESTS = Path(__file__).resolve().parent
 
@@ -92,15 +96,35 @@ def in_full_tier(path: Path) -> bool:
     return any(relative == entry or (relative + "/").startswith(entry) for entry in FULL_TIER)
 
 
+def module_fixture_group(item: pytest.Item) -> str | None:
+    """The test's module when the test uses a module- or class-scoped fixture defined in that module (a trained
+    tiny model, a written folder, a server), else None. ``make test`` runs pytest-xdist with ``--dist loadgroup``:
+    the tests of one group run on one worker, so such a fixture is built once, not once per worker; all other
+    tests are spread one by one."""
+    module = item.nodeid.split("::", 1)[0]
+    info = getattr(item, "_fixtureinfo", None)  # pytest's resolved fixtures of the test (no public accessor)
+    for definitions in (info.name2fixturedefs.values() if info else ()):
+        definition = definitions[-1]  # the one this test gets (the closest override)
+        if definition.scope in ("module", "class") and definition.baseid.split("::", 1)[0] == module:
+            return module
+    return None
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the xdist_group markers added here
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if in_full_tier(item.path) or getattr(item, "originalname", item.name) in FULL_TIER_TESTS:
             item.add_marker(pytest.mark.full)
+        group = module_fixture_group(item)
+        if group:
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 def pytest_configure(config):
     # Rows of docs/reliability.md: see tests/reliability_rows.py.
     config.addinivalue_line("markers", "reliability(area, probe, outcome): the docs/reliability.md row this test proves")
+    # pytest-xdist registers it too; declared here so that a run without xdist (plain `pytest`) accepts it.
+    config.addinivalue_line("markers", "xdist_group(name): tests that run on one pytest-xdist worker")
 
 
 def pytest_ignore_collect(collection_path, config):
