@@ -4,8 +4,9 @@ at small sizes, so the docs cannot drift from the code.
 How: each document's ```bash and ```python blocks run in order, in a fresh working folder per document
 (so a later command can read what an earlier one wrote, as a reader following the page would).
 ``arvis …`` and ``python eval/X.py …`` run in-process; ``make demo`` runs the Makefile's demo recipe.
-Sizes shrink (``--num-images`` at most 2 — 1 for ``arvis bench`` —, ``--per-class`` 1, ``--ref-num`` 16, one timing round,
-``--repeats`` 5 — the protocol's minimum — and no forward-cost curve); nothing else about a command changes. The few commands that cannot run here
+Sizes shrink (``--num-images`` at most 2 — 1 for ``arvis bench`` —, also where a command leaves it to its default,
+``--per-class`` 1, ``--ref-num`` 16, one timing round, ``--repeats`` 5 — the protocol's minimum — and no forward-cost
+curve); nothing else about a command changes. The few commands that cannot run here
 are listed in :data:`NOT_RUN` with the reason and the test that covers them instead; an entry that matches
 no documented command fails, so the list cannot go stale either.
 
@@ -65,7 +66,7 @@ NOT_RUN = [
     (r"--suite latency", "times every method for about 25 minutes and needs reference checkouts",
      "tests/eval/test_eval_bench.py (the figures script on a tiny model)"),
 ]
-SIZE_FLAGS = {"--num-images": 2, "--ref-num": 16, "--rounds": 1, "--per-class": 1}
+SIZE_FLAGS = {"--num-images": 2, "--ref-num": 16, "--rounds": 1, "--per-class": 1, "--repeats": 5}
 
 
 def blocks(path: Path) -> list[tuple[str, str]]:
@@ -91,6 +92,14 @@ def not_run(command: str) -> tuple[str, str] | None:
     return None
 
 
+def conditions(argv: list[str]) -> int:
+    """How many conditions a command names (class ids, prompts); a large number when it names none and takes the
+    command's default list."""
+    if "--class-ids" in argv:
+        return len(argv[argv.index("--class-ids") + 1].split(","))
+    return argv.count("--prompt") or 1_000
+
+
 def shrink(argv: list[str]) -> list[str]:
     out = list(argv)
     for flag, small in SIZE_FLAGS.items():
@@ -99,10 +108,18 @@ def shrink(argv: list[str]) -> list[str]:
             out[i] = str(min(int(out[i]), small))
     if out and out[0] == "fid" and "--ref-num" not in out and "--ref" not in out:
         out += ["--ref-num", "16"]
+    # A command that leaves the image count to its default (one per condition, or bench's 2) gets the small count.
+    small = SIZE_FLAGS["--num-images"]
+    if out and out[0] in ("generate", "bench") and "--num-images" not in out and "--per-class" not in out \
+            and conditions(out) > small:
+        out += ["--num-images", str(small)]
     if out and out[0] == "bench":
-        out = [*out, "--no-forward-cost", "--repeats", "5"]
+        # --repeats is left to the command: its default is the protocol's minimum, and --quick's one round stays one.
+        out = [*out, "--no-forward-cost"]
         if "--num-images" in out:
             out[out.index("--num-images") + 1] = "1"
+        else:
+            out += ["--num-images", "1"]
     if out and out[0] in ("generate", "bench", "fid", "clip-score"):
         out += ["--threads", "1", "--no-progress"]
     return out
