@@ -9,6 +9,7 @@ kernel can produce them for root too (``ulimit -f``), and injected at the system
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import json
@@ -156,6 +157,20 @@ def test_torn_journal_line_costs_one_redraw(tmp_path, reference):
 
 
 # ----------------------------------------------------------------------------- one job per folder
+def wait_for_lock(out: Path, pid: int, timeout: float = 30) -> None:
+    """Wait until process ``pid`` holds ``out``'s job lock. The lock file exists before its flock is taken, and the
+    holder writes its pid only once it holds it: waiting for the file alone let the test's own job take the lock
+    first on a busy machine."""
+    lock = out / ".arvis-job.lock"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(FileNotFoundError):
+            if lock.read_text().strip() == str(pid):
+                return
+        time.sleep(0.01)
+    raise AssertionError(f"process {pid} did not take the lock of {out} within {timeout} s")
+
+
 @pytest.mark.reliability(area="sampling jobs",
                          probe="two different jobs started at once on the same empty folder",
                          outcome="the first holds an OS lock (flock) for its lifetime and finishes; the second is refused "
@@ -176,9 +191,7 @@ def test_second_job_on_a_folder_in_use_is_refused(tmp_path):
             code = 0
         finally:
             os._exit(code)
-    deadline = time.monotonic() + 30
-    while not (out / ".arvis-job.lock").exists() and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_for_lock(out, first)
     code, message, _ = in_child(lambda: run_sampling_job(slow, job(seed=2), out, batch_size=1, progress=False))
     _, status = os.waitpid(first, 0)
     assert os.waitstatus_to_exitcode(status) == 0
@@ -195,12 +208,12 @@ def test_lock_of_a_killed_job_does_not_block_resume(tmp_path, reference):
     out.mkdir()
     holder = os.fork()
     if holder == 0:
-        JobLock.acquire(out)
-        time.sleep(60)
-        os._exit(0)
-    deadline = time.monotonic() + 30
-    while not (out / ".arvis-job.lock").exists() and time.monotonic() < deadline:
-        time.sleep(0.01)
+        try:  # the child never returns into pytest, whatever happens
+            JobLock.acquire(out)
+            time.sleep(60)
+        finally:
+            os._exit(0)
+    wait_for_lock(out, holder)
     with pytest.raises(JobError, match=f"pid {holder}"):
         run_sampling_job(draw, job(), out, progress=False)
     os.kill(holder, signal.SIGKILL)
