@@ -11,7 +11,7 @@ Stages (each writes ``<stage>.json``):
   greedy decoding) with transformers' own ``generate()`` and Emu3's prefix-constrained processor, on tiny
   random configs (several shapes, GQA, CFG with a negative prompt, left-padded batches) and on the shipped
   model;
-- ``lossless``: the statistical test of tests/test_emu3_lossless.py (exact enumeration of a tiny Emu3
+- ``lossless``: the statistical test of tests/pipelines/emu3/test_emu3_lossless.py (exact enumeration of a tiny Emu3
   layout vs 20,000 samples per method, the harness's decision rule), with its numbers;
 - ``bench``: the shipped model, batch 1, fp32, 1 thread: step compression and latency of SJD, MC-SJD,
   ZipAR and the staircase vs plain AR (``arvis.eval.bench.run_bench``: same seeds, interleaved repeats,
@@ -204,7 +204,7 @@ def stage_parity(args: argparse.Namespace) -> None:
 
 # ============================================================================================== lossless
 def stage_lossless(args: argparse.Namespace) -> None:
-    import tests.test_emu3_lossless as lt
+    import tests.pipelines.emu3.test_emu3_lossless as lt
     from arvis.models.emu3 import Emu3Backbone
     from tests.lossless_harness import ALPHA, check
 

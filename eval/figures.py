@@ -26,7 +26,7 @@ FID sizes: AR and every lossy method at ``--fid-num`` (1,000). The lossless meth
 sampled at a quarter of that, beside plain AR at the same N with two seeds: on a CPU a batched
 verification forward over a 17-65-position window is compute-bound, so a lossless method costs about its
 batch-1 latency per image (2-4 s here, against 0.3 s for batched AR) and 1,000 images of each would not
-fit a session. Their losslessness is proved by the exact and statistical tests (tests/test_lossless.py);
+fit a session. Their losslessness is proved by the exact and statistical tests (tests/methods/test_lossless.py);
 the FID is the end-to-end sanity check.
 """
 

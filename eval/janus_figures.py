@@ -10,7 +10,7 @@ Stages (each writes ``<stage>.json``):
 - ``parity``: greedy token identity of arvis's Janus adapter (plain AR, and every lossless method under greedy
   decoding) with transformers' own image ``generate(generation_mode="image")``, on tiny random configs (GQA, MHA,
   MQA; with and without CFG; left-padded batches) and on the shipped model;
-- ``lossless``: the statistical test of tests/test_janus_lossless.py (exact enumeration of a tiny Janus vs 20,000
+- ``lossless``: the statistical test of tests/pipelines/janus/test_janus_lossless.py (exact enumeration of a tiny Janus vs 20,000
   samples per method, the harness's decision rule) with its numbers, the slow cases included;
 - ``memory``: the drafting state SJD / MC-SJD keep per sample (``draft_state_mb``, measured by the method over a
   whole decode) at Janus-Pro's 576 tokens x 16,384 codes and on the shipped model, against the dense ``[N, V]``
@@ -136,7 +136,7 @@ def parity_case(model, tok, prompts: list[str], guidance: float | None, methods:
 
 def stage_parity(args: argparse.Namespace) -> None:
     from tests.janus_fixtures import CAPTIONS, tiny_janus
-    from tests.test_janus_model import CONFIGS
+    from tests.models.test_janus_model import CONFIGS
 
     tiny = []
     for name, config in CONFIGS.items():
@@ -162,7 +162,7 @@ def stage_parity(args: argparse.Namespace) -> None:
 
 # ============================================================================================== lossless
 def stage_lossless(args: argparse.Namespace) -> None:
-    import tests.test_janus_lossless as lt
+    import tests.pipelines.janus.test_janus_lossless as lt
     from arvis.models.janus import JanusBackbone
     from tests.lossless_harness import ALPHA, check
 
@@ -197,7 +197,7 @@ def stage_memory(args: argparse.Namespace) -> None:
     from arvis.engine.sampling import SamplingConfig
     from arvis.methods import decode
     from tests.janus_fixtures import backbone_for
-    from tests.test_janus_methods import JANUS_PRO_CODES, JANUS_PRO_GRID, pro_sized
+    from tests.pipelines.janus.test_janus_methods import JANUS_PRO_CODES, JANUS_PRO_GRID, pro_sized
 
     torch.set_num_threads(1)
     cases = []

@@ -24,7 +24,7 @@ only — nothing is typed in by hand.
   row lag (lossy). Per-frame FID (the image domain network of the model's data) and domain FVD (video feature
   network), each with its real-vs-real floor, and temporal consistency beside that of real held-out clips; a
   model of the moving named emoji is compared with held-out clips of them. Resumable row by row.
-- ``lossless``: the verdicts of tests/test_video_lossless.py's cases (chi-square p and TV against the
+- ``lossless``: the verdicts of tests/pipelines/video/test_video_lossless.py's cases (chi-square p and TV against the
   exact distribution of a 2 x 2 x 2 table model, vocabulary 3), and the planted bug's.
 """
 

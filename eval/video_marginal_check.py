@@ -8,7 +8,7 @@ span frames, previous-frame distribution drafts.
 
 For every position, a chi-square two-sample test of the token histograms (AR vs the method, 3,000 samples
 each, class 1), combined over positions by Fisher's method; the AR-vs-AR line (other seeds) is the null.
-A check, not a proof: the proof is tests/test_video_lossless.py (exact distribution of a 2x2x2 model).
+A check, not a proof: the proof is tests/pipelines/video/test_video_lossless.py (exact distribution of a 2x2x2 model).
 
 ``--shipped`` adds a likelihood check on the shipped video model: 64 clips by AR (two seed sets) and 64 by
 MC-SJD (maximal coupling, window 128, previous-frame distribution drafts), classes round robin, CFG 3.0; each
@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from arvis.engine.sampling import SamplingConfig  # noqa: E402
 from arvis.methods import decode  # noqa: E402
 from arvis.models.protocol import Condition  # noqa: E402
-from tests.test_video import tiny_video  # noqa: E402
+from tests.pipelines.video.test_video import tiny_video  # noqa: E402
 
 N, BATCH, VOCAB = 3000, 100, 16
 CASES = [("mc-sjd", {"window": 12, "init": "previous_frame_distribution"}),

@@ -25,7 +25,7 @@ Three measurements:
   the same clips (classes and per-clip generators) for every configuration: mean target forwards per clip
   and step compression (``T·H·W / forwards``; plain AR needs one forward per token). MC-SJD with Gumbel
   coupling must reproduce plain AR's clips token for token (checked and recorded: a losslessness check
-  on the real model, beside the statistical proof of tests/test_video_lossless.py).
+  on the real model, beside the statistical proof of tests/pipelines/video/test_video_lossless.py).
 
 Forward counts do not depend on the machine's load, so no quiet machine is needed; wall time is recorded
 for information only.

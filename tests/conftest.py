@@ -1,17 +1,24 @@
-"""Shared fixtures: tiny models built from a fixed generator, single-threaded torch.
+"""Shared fixtures: tiny models built from a fixed generator, single-threaded torch; the two tiers.
 
 Tests run single-threaded by default: the models here are tiny, and with two OpenMP threads on a
 busy two-core machine a small matmul can stall for milliseconds. Set ARVIS_TEST_THREADS to change it.
+Under pytest-xdist (``make test``, ``make check``: ``-n auto``) each worker is one such process, and the
+processes the tests start get one OpenMP thread too, so that N workers use N cores, not N x cores.
 """
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 import torch
 
 torch.set_num_threads(int(os.environ.get("ARVIS_TEST_THREADS", "1")))
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("OMP_NUM_THREADS", os.environ.get("ARVIS_TEST_THREADS", "1"))
+
+TESTS = Path(__file__).resolve().parent
 
 
 def tiny_llamagen(model_type: str = "c2i", grid: int = 4, vocab: int = 32, seed: int = 0, **overrides):
@@ -48,16 +55,19 @@ def _keep_test_threads():
     torch.set_num_threads(threads)
 
 
-# The fast tier (`make check`, a few minutes) leaves these modules out: the statistical proofs, the documentation's
+# The fast tier (`make check`, a few minutes) leaves these out: the statistical proofs, the documentation's
 # commands, trainer runs, figure scripts, servers and browsers, the shipped models. They run in the full suite
-# (`make test`, CI), as do the tests marked `full` one by one.
+# (`make test`, CI), as do the tests marked `full` one by one. Paths are relative to tests/; a folder ends in "/".
 FULL_TIER = {
-    "test_docs.py", "test_lossless.py", "test_emu3_lossless.py", "test_video_lossless.py", "test_janus_lossless.py",
-    "test_continuous_acceptance.py", "test_relaxed.py", "test_demo.py", "test_demo_screenshot.py", "test_mar_demo.py",
-    "test_shipped_models.py", "test_emoji_training.py", "test_emu3_training.py", "test_mar_training.py",
-    "test_var_training.py", "test_janus_training.py", "test_train_gpt.py", "test_train_evaluators.py",
-    "test_training_common.py", "test_eval_sampling.py", "test_mar_figures.py", "test_emu3_figures.py", "test_video.py",
-    "test_video_metrics.py", "test_eval_comparable_fid.py", "test_hostile_jobs.py",
+    "training/", "demo/",
+    "docs/test_docs.py",
+    "acceptance/test_continuous_acceptance.py", "acceptance/test_relaxed.py",
+    "methods/test_lossless.py",
+    "pipelines/test_shipped_models.py",
+    "pipelines/emu3/test_emu3_lossless.py", "pipelines/janus/test_janus_lossless.py",
+    "pipelines/video/test_video.py", "pipelines/video/test_video_lossless.py",
+    "eval/test_eval_sampling.py", "eval/test_eval_comparable_fid.py", "eval/test_hostile_jobs.py",
+    "eval/test_mar_figures.py", "eval/test_emu3_figures.py", "eval/test_video_metrics.py",
 }
 
 
@@ -77,20 +87,49 @@ FULL_TIER_TESTS = {
 }
 
 
+def in_full_tier(path: Path) -> bool:
+    """Whether a test module or folder is in :data:`FULL_TIER` (by its path under tests/)."""
+    try:
+        relative = path.resolve().relative_to(TESTS).as_posix()
+    except ValueError:
+        return False
+    return any(relative == entry or (relative + "/").startswith(entry) for entry in FULL_TIER)
+
+
+def module_fixture_group(item: pytest.Item) -> str | None:
+    """The test's module when the test uses a module- or class-scoped fixture defined in that module (a trained
+    tiny model, a written folder, a server), else None. ``make test`` runs pytest-xdist with ``--dist loadgroup``:
+    the tests of one group run on one worker, so such a fixture is built once, not once per worker; all other
+    tests are spread one by one."""
+    module = item.nodeid.split("::", 1)[0]
+    info = getattr(item, "_fixtureinfo", None)  # pytest's resolved fixtures of the test (no public accessor)
+    for definitions in (info.name2fixturedefs.values() if info else ()):
+        definition = definitions[-1]  # the one this test gets (the closest override)
+        if definition.scope in ("module", "class") and definition.baseid.split("::", 1)[0] == module:
+            return module
+    return None
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the xdist_group markers added here
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        if item.path.name in FULL_TIER or getattr(item, "originalname", item.name) in FULL_TIER_TESTS:
+        if in_full_tier(item.path) or getattr(item, "originalname", item.name) in FULL_TIER_TESTS:
             item.add_marker(pytest.mark.full)
+        group = module_fixture_group(item)
+        if group:
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 def pytest_configure(config):
     # Rows of docs/reliability.md: see tests/reliability_rows.py.
     config.addinivalue_line("markers", "reliability(area, probe, outcome): the docs/reliability.md row this test proves")
+    # pytest-xdist registers it too; declared here so that a run without xdist (plain `pytest`) accepts it.
+    config.addinivalue_line("markers", "xdist_group(name): tests that run on one pytest-xdist worker")
 
 
 def pytest_ignore_collect(collection_path, config):
     """The fast tier (``-m "… not full"``) does not even import the full tier's modules (gradio, trainers…)."""
-    if collection_path.name in FULL_TIER and "not full" in (config.getoption("markexpr") or ""):
+    if "not full" in (config.getoption("markexpr") or "") and in_full_tier(collection_path):
         return True
     return None
 

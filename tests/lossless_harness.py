@@ -17,7 +17,7 @@ Decision rule (:func:`check`), for ``n`` sampled sequences against the exact dis
   200 simulated exact samples of the same distribution and size (so the bound follows the case's own
   distribution and ``n`` instead of being one number for all).
 
-``test_null_tv_calibration`` (tests/test_lossless.py) measures the rule's false-alarm rate on exact
+``test_null_tv_calibration`` (tests/methods/test_lossless.py) measures the rule's false-alarm rate on exact
 sampling and its power against perturbations of TV 0.03 at the default N.
 """
 

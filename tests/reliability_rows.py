@@ -7,8 +7,8 @@ A test declares the row it proves with a marker whose arguments are string liter
     def test_...(): ...
 
 (or ``pytest.param(..., marks=pytest.mark.reliability(...))`` for one case of a parametrized test).
-The rows are read from the sources of ``tests/test_*.py`` with ``ast`` — no test module is imported,
-so the table is the same whichever tests a run collects — and ``tests/test_reliability_doc.py``
+The rows are read from the sources of the test modules under ``tests/`` with ``ast`` — no test module is imported,
+so the table is the same whichever tests a run collects — and ``tests/docs/test_reliability_doc.py``
 checks that the table between the markers in docs/reliability.md equals them. When a test is added,
 changed or removed, regenerate the table::
 
@@ -35,7 +35,7 @@ class Row:
     area: str
     probe: str
     outcome: str
-    test: str  # file::function that proves it
+    test: str  # path::function that proves it (a pytest node id from the repository's root)
 
 
 def _is_reliability_marker(node: ast.Call) -> bool:
@@ -45,8 +45,9 @@ def _is_reliability_marker(node: ast.Call) -> bool:
                                                                            and f.value.id == "mark"))
 
 
-def rows_in(path: Path) -> list[Row]:
-    """The rows the markers in one test file declare, in source order.
+def rows_in(path: Path, root: Path | None = None) -> list[Row]:
+    """The rows the markers in one test file declare, in source order; tests are named by their path from
+    ``root`` (the file name alone without one).
 
     Raises:
         ValueError: a marker whose arguments are not exactly ``area``, ``probe``, ``outcome`` as
@@ -72,13 +73,14 @@ def rows_in(path: Path) -> list[Row]:
                 isinstance(v, ast.Constant) and isinstance(v.value, str) and v.value.strip() for v in values.values()):
             raise ValueError(f"{where}: write reliability(area=..., probe=..., outcome=...) with non-empty string literals")
         text = {k: " ".join(values[k].value.split()) for k in FIELDS}  # type: ignore[attr-defined]
-        rows.append((node.lineno, Row(test=f"{path.name}::{owner[id(node)]}", **text)))
+        name = path.relative_to(root).as_posix() if root else path.name
+        rows.append((node.lineno, Row(test=f"{name}::{owner[id(node)]}", **text)))
     return [row for _, row in sorted(rows, key=lambda r: r[0])]
 
 
 def declared_rows(test_dir: Path = ROOT / "tests") -> list[Row]:
-    """Every declared row, grouped by area (areas in order of first appearance by file name)."""
-    rows = [row for path in sorted(test_dir.glob("test_*.py")) for row in rows_in(path)]
+    """Every declared row, grouped by area (areas in order of first appearance by file path)."""
+    rows = [row for path in sorted(test_dir.rglob("test_*.py")) for row in rows_in(path, ROOT)]
     areas = list(dict.fromkeys(row.area for row in rows))
     return sorted(rows, key=lambda row: areas.index(row.area))
 

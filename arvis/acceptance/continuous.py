@@ -50,7 +50,7 @@ from arvis.utils.random import GeneratorArg, RandomStreams
 
 _LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
 # A head is an arvis.models.protocol.DiffusionHead. Acceptance sits below arvis/models and may not import it
-# (docs/architecture.md, tests/test_layers.py), so a head is checked by the members the protocol names.
+# (docs/architecture.md, tests/project/test_layers.py), so a head is checked by the members the protocol names.
 _HEAD_MEMBERS = ("token_dim", "num_sampling_steps", "transition")
 
 

@@ -1,7 +1,7 @@
 """What the demo shows first for each model: recognisable classes, example prompts, and the method it lands on.
 
 Plain data, read by :mod:`arvis.demo.core` (:func:`~arvis.demo.core.model_examples`,
-:func:`~arvis.demo.core.landing_method`); ``tests/test_demo.py`` checks every entry against its folder's metadata
+:func:`~arvis.demo.core.landing_method`); ``tests/demo/test_demo.py`` checks every entry against its folder's metadata
 (each class is one of the model's class names, each prompt uses only the words its text encoder knows, each
 method spec parses).
 

@@ -1,5 +1,5 @@
 """SJD-PAC (Kang et al., CVPR 2026, arXiv:2603.18599): Speculative Jacobi Decoding with proactive drafting and
-adaptive continuation. LOSSLESS (proved by tests/test_sjd_pac.py; docs/methods.md, "SJD-PAC").
+adaptive continuation. LOSSLESS (proved by tests/methods/test_sjd_pac.py; docs/methods.md, "SJD-PAC").
 
 ``SJD-PAC = raster window L with a tree over its first D − 1 positions × Jacobi drafts with K candidates there ×
 exact multi-draft acceptance × prefix (path) commit``:

@@ -25,7 +25,7 @@ this process (a bench's warm-up round teaches its timed rounds, as the cost curv
 
 Lossless: iteration ``i``'s window is a function of what iterations before it observed (their commits, accepted
 counts and times), never of iteration ``i``'s own drafts or coins, and exact acceptance commits every token as a
-sample of its conditional whatever the window — so the output distribution is AR's. ``tests/test_lossless.py``
+sample of its conditional whatever the window — so the output distribution is AR's. ``tests/methods/test_lossless.py``
 proves it with windows chosen from the random acceptance history.
 """
 

@@ -1,7 +1,7 @@
 """The one interface every arvis pipeline implements, and the only way apps talk to a pipeline.
 
 The command line, the demo, the bench, the FID and sampling jobs never probe a pipeline with ``hasattr`` or
-``getattr``: they ask this interface (tests/test_layers.py enforces it).
+``getattr``: they ask this interface (tests/project/test_layers.py enforces it).
 
 - **What it is**: :attr:`ArvisPipeline.capabilities` (family, decoder kind, conditioning, what it offers to
   methods — the same object :func:`arvis.families.folder_capabilities` reads from its folder),

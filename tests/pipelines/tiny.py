@@ -16,7 +16,7 @@ CLASS_NAMES = ["cat", "dog", "owl", "fox", "emu"]
 
 
 def llamagen_c2i() -> LlamaGenPipeline:
-    from tests.test_pipeline import tiny_vq
+    from tests.pipelines.test_llamagen import tiny_vq
 
     target = tiny_llamagen("c2i", class_names=CLASS_NAMES)
     drafter = tiny_llamagen("c2i", seed=1, dim=16, n_layer=1, n_head=2, class_names=CLASS_NAMES)
@@ -25,7 +25,7 @@ def llamagen_c2i() -> LlamaGenPipeline:
 
 def llamagen_t2i() -> LlamaGenPipeline:
     from arvis.models.text_encoder import WordTextEncoder
-    from tests.test_pipeline import tiny_vq
+    from tests.pipelines.test_llamagen import tiny_vq
 
     with torch.random.fork_rng():  # nn.Module initialisation draws from the global stream: keep it local
         torch.manual_seed(0)
@@ -35,7 +35,7 @@ def llamagen_t2i() -> LlamaGenPipeline:
 
 
 def var() -> VARPipeline:
-    from tests.test_var import tiny_pipeline
+    from tests.pipelines.test_var import tiny_pipeline
 
     return tiny_pipeline()
 
@@ -64,7 +64,7 @@ def video():
 def mar(causal: bool):
     """A MAR pair of one variant with a draft of the same variant (masked: ``cspd``; causal: ``cspd-exact``)."""
     from arvis.pipelines import MARPipeline
-    from tests.test_mar import tiny_mar, tiny_vae
+    from tests.pipelines.test_mar import tiny_mar, tiny_vae
 
     transformer, head = tiny_mar(causal)
     draft, draft_head = tiny_mar(causal, seed=5, width=16)

@@ -1,0 +1,155 @@
+"""eval/mar_figures.py: its job list, the acceptance task on a tiny saved causal pair, and the page built from
+records only (no long runs)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+
+import pytest
+import torch
+
+from arvis.models.mar import MARTransformer
+from arvis.pipelines import MARPipeline
+from arvis.tokenizers.mar_vae import build_kl_vae
+from tests import REPO_ROOT as ROOT
+
+
+@pytest.fixture(scope="module")
+def figures():
+    sys.path.insert(0, str(ROOT / "eval"))
+    spec = importlib.util.spec_from_file_location("mar_figures", ROOT / "eval" / "mar_figures.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _pair(width: int, seed: int, num_classes: int = 3):
+    t = MARTransformer(img_size=64, vae_stride=16, encoder_embed_dim=width, encoder_depth=1, encoder_num_heads=2,
+                       decoder_embed_dim=width, decoder_depth=1, decoder_num_heads=2, vae_embed_dim=4, buffer_size=4,
+                       num_classes=num_classes, causal=True)
+    t.init_weights(torch.Generator().manual_seed(seed))
+    head = t.default_head(width=16, depth=1, sampling_steps=4)
+    head.init_weights(torch.Generator().manual_seed(seed + 1))
+    with torch.no_grad():
+        for p in head.parameters():
+            p.add_(0.05 * torch.randn(p.shape, generator=torch.Generator().manual_seed(seed + 2)))
+    return t.eval(), head.eval()
+
+
+def test_job_list(figures, tmp_path, capsys):
+    found = figures.jobs(tmp_path, 1000, None, "m", "c")
+    names = [j.name for j in found]
+    assert len(names) == len(set(names)) and "parity" not in names
+    assert all(tmp_path / "mar" in j.output.parents for j in found)
+    assert {"masked/bench-b1", "masked/bench-b8", "causal/bench-b1", "causal/bench-b8", "acceptance",
+            "lossless"} <= set(names)
+    fid = [j for j in found if "/fid/" in j.name]
+    # Per pair: ar at two seeds (one with the real-vs-real floor) and every other method once, all at N = 1000.
+    assert len(fid) == 2 + 2 + 2 + 1 and all("1000" in j.args for j in fid)
+    assert any("cspd-exact:final_std=0.05,window=2" in j.args for j in fid)
+    causal_bench = next(j for j in found if j.name == "causal/bench-b8")
+    assert "ar;cspd-exact:final_std=0.05,window=2" in causal_bench.args and "c" in causal_bench.args
+    b1 = next(j for j in found if j.name == "causal/bench-b1")
+    assert "ar;cspd-exact:final_std=0;cspd-exact:final_std=0.05;cspd-exact:final_std=0.05,window=2" in b1.args
+    assert "--batch-size" in causal_bench.args and "8" in causal_bench.args
+    with_ref = figures.jobs(tmp_path, 1000, tmp_path / "mar-checkout", "m", "c")
+    assert with_ref[0].name == "parity" and "compare" not in with_ref[0].args[0]
+    # A job whose record exists is listed as done (and skipped by a run).
+    (tmp_path / "mar").mkdir()
+    (tmp_path / "mar" / "acceptance.json").write_text("{}")
+    assert figures.main(["--out", str(tmp_path), "--model", "m", "--causal-model", "c", "--list"]) == 0
+    listed = capsys.readouterr().out
+    assert "[done] acceptance" in listed and "[todo] masked/bench-b1" in listed
+
+
+def test_acceptance_task_on_a_tiny_causal_pair(figures, tmp_path):
+    vae = build_kl_vae(block_out_channels=(8, 8, 8, 8, 8), latent_channels=4, resolution=64, norm_num_groups=4).eval()
+    pipe = MARPipeline(*_pair(32, 0), vae, *_pair(16, 5))
+    pipe.save_pretrained(tmp_path / "causal", safe_serialization=True)
+    (tmp_path / "causal" / "sampling_defaults.json").write_text(json.dumps({"cfg_schedule": "constant"}))
+    record = figures.task_acceptance(tmp_path, str(tmp_path / "causal"), num_images=2, head_steps=(2, 4))
+    assert [r["head_steps"] for r in record["rows"]] == [2, 4]
+    for r in record["rows"]:
+        assert 0.0 <= r["acceptance_rate"] <= 1.0 and 1 <= r["target_forwards"] <= 16 and r["tokens"] == 16
+    assert json.loads((tmp_path / "mar" / "acceptance.json").read_text())["rows"] == record["rows"]
+
+
+def _bench(spec: str, fwd: float, lossless: bool, speedup: float) -> dict:
+    extra = {} if spec == "ar" else {"acceptance_rate": 0.62, "fallbacks": 0.5}
+    return {"extra": extra, "spec": spec, "lossless": lossless, "target_forwards": fwd, "draft_forwards": 0.0 if spec == "ar" else 20.0,
+            "latency_s": 1.0 / speedup, "speedup": speedup, "outside_share": 0.7, "samples": 8, "dtype": "fp32", "threads": 1,
+            "sampling": {"guidance_scale": 3.0}, "repeats": 5, "git_commit": "abc"}
+
+
+def test_report_is_built_from_records_only(figures, tmp_path):
+    empty = figures.write_report(tmp_path).read_text()
+    assert empty.count("(not run yet)") >= 5 and "--reference-repo" in empty
+    root = tmp_path / "mar"
+    (root / "masked" / "fid").mkdir(parents=True)
+    (root / "masked" / "bench-b1.json").write_text(json.dumps([_bench("ar", 16, True, 1.0),
+                                                                _bench("cspd", 6.4, False, 1.9)]))
+    for method, seed, fid in (("ar", 0, 40.0), ("ar", 1, 41.5), ("cspd", 0, 40.9)):
+        (root / "masked" / "fid" / f"{method}-seed{seed}.json").write_text(json.dumps(
+            {"method": method, "options": {}, "seed": seed, "fid": fid, "num_generated": 1000,
+             "real_vs_real_floor": 3.0}))
+    (root / "acceptance.json").write_text(json.dumps(
+        {"model": "mar-causal", "num_images": 8, "final_std": 0.05,
+         "rows": [{"head_steps": 8, "acceptance_rate": 0.81, "target_forwards": 20.5, "tokens": 64}]}))
+    (root / "sampling-schedule-m.json").write_text(json.dumps(
+        {"model": "m", "command": "python eval/mar_sampling_schedule.py --model m", "num_images": 8, "head_steps": 50,
+         "transition_gain": {"cosine": {"50": 632.0}, "linear": {"50": 0.41}}, "eps_mse": {"999": 0.0011},
+         "sampled_token_std": {"cosine": 609.0, "linear": 1.09}, "heldout_token_std": 1.1}))
+    (root / "parity.json").write_text(json.dumps({"reference": "mar", "lines": ["1. transformer z: max |diff| = 0"]}))
+    views = {"pos0/ch0": 0.5, "pos0/mean": 0.2}
+    (root / "lossless.json").write_text(json.dumps(
+        {"num": 2000, "final_std": 0.05, "window": 4, "sampling": {"guidance_scale": 3.0}, "alpha": 1e-3,
+         "p_values": {"cspd-exact": views, "draft's own samples (planted bug)": {"pos0/ch0": 1e-9, "pos0/mean": 0.3}},
+         "min_p": {"cspd-exact": 0.2, "draft's own samples (planted bug)": 1e-9},
+         "passes": {"cspd-exact": True, "draft's own samples (planted bug)": False},
+         "acceptance_rate": 0.55, "target_forwards": 30.2}))
+    page = figures.write_report(tmp_path).read_text()
+    assert "| cspd-exact | 2.00e-01 | yes |" in page and "| draft's own samples (planted bug) | 1.00e-09 | no |" in page
+    assert "2000 samples per arm" in page and "(pos0/ch0, pos0/mean)" in page
+    assert "| `cspd` | no | 6.4 | 20.0 | 2.50x | 0.620 | 0.5 | 0.5263 | 70% | 1.90x | 40.90 (1000) | +0.90 |" in page
+    assert "seed-to-seed noise |ΔFID| = 1.50" in page and "real-vs-real floor 3.00" in page
+    assert "| 8 | 0.810 | 20.5 | 64 |" in page and "1. transformer z: max |diff| = 0" in page
+    assert "| `m` | 0.0011 | 609 | 1.09 | 1.1 |" in page and "cosine: 632 at 50 steps" in page
+
+
+def test_lossless_task_on_a_tiny_causal_pair(figures, tmp_path):
+    """The task's structure and its power on a pair whose draft is unrelated: cspd-exact (all residual draws
+    here) passes, the draft's own samples do not."""
+    vae = build_kl_vae(block_out_channels=(8, 8, 8, 8, 8), latent_channels=4, resolution=64, norm_num_groups=4).eval()
+    pipe = MARPipeline(*_pair(32, 0), vae, *_pair(16, 5))
+    pipe.save_pretrained(tmp_path / "causal", safe_serialization=True)
+    (tmp_path / "causal" / "sampling_defaults.json").write_text(json.dumps({"cfg_schedule": "constant"}))
+    record = figures.task_lossless(tmp_path, str(tmp_path / "causal"), num=600, batch=300, final_std=0.1)
+    rows = record["p_values"]
+    assert set(rows) == {"cspd-exact", "ar (second seed set)", "draft's own samples (planted bug)"}
+    assert set(rows["cspd-exact"]) == {f"pos{p}/{v}" for p in (0, 1, 2, 7, 15) for v in ("ch0", "mean")}
+    assert record["passes"]["cspd-exact"] and record["passes"]["ar (second seed set)"]
+    assert not record["passes"]["draft's own samples (planted bug)"]
+    assert 0.0 <= record["acceptance_rate"] <= 1.0 and 1 <= record["target_forwards"] <= 16
+    assert json.loads((tmp_path / "mar" / "lossless.json").read_text())["min_p"] == record["min_p"]
+
+
+def test_sampling_schedule_script_on_a_tiny_folder(tmp_path, capsys):
+    """eval/mar_sampling_schedule.py measures gains, held-out eps errors and sampled token stds and records them."""
+    sys.path.insert(0, str(ROOT / "eval"))
+    spec = importlib.util.spec_from_file_location("mar_sampling_schedule", ROOT / "eval" / "mar_sampling_schedule.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    vae = build_kl_vae(block_out_channels=(8, 8, 8, 8, 8), latent_channels=4, resolution=64, norm_num_groups=4).eval()
+    pipe = MARPipeline(*_pair(32, 0, num_classes=22), vae)  # the photo classes (the script's held-out data)
+    pipe.save_pretrained(tmp_path / "causal", safe_serialization=True)
+    (tmp_path / "causal" / "sampling_defaults.json").write_text(json.dumps({"cfg_schedule": "constant"}))
+    out = tmp_path / "rec.json"
+    assert module.main(["--model", str(tmp_path / "causal"), "--num-images", "2", "--num-heldout", "4",
+                        "--data-cache", str(tmp_path / "cache"), "--json", str(out)]) == 0
+    rec = json.loads(out.read_text())
+    assert rec["transition_gain"]["cosine"]["50"] > 300 > 1 > rec["transition_gain"]["linear"]["50"]
+    assert set(rec["eps_mse"]) == {str(t) for t in module.NOISE_STEPS} and all(v >= 0 for v in rec["eps_mse"].values())
+    assert set(rec["sampled_token_std"]) == {"cosine", "linear"} and rec["heldout_token_std"] > 0
+    assert "sampled token std" in capsys.readouterr().out
