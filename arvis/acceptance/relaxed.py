@@ -64,6 +64,9 @@ class AcceptanceRule:
         lam: LANTERN++'s λ >= 1.
         ranks: GSD: a neighbour joins the group when the target ranks it within this many places of the draft.
         gap: GSD: ... and its target probability is within ``gap`` of the draft's.
+        tv: LANTERN / LANTERN++ / GSD: also compute the realised TV per token (an exact ``O(V·k)`` output
+            distribution per verified position, about a fifth of GSD's batch-1 latency on a CPU, so only on
+            request; the bounded rule's TV is the mass it moves and always comes free).
     """
 
     kind: AcceptanceKind = "exact"
@@ -72,6 +75,7 @@ class AcceptanceRule:
     lam: float = 5.0
     ranks: int = 7
     gap: float = 0.15
+    tv: bool = False
 
     def __post_init__(self) -> None:
         if self.kind not in RULES:
@@ -86,6 +90,8 @@ class AcceptanceRule:
             raise ValueError(f"ranks (GSD) must be an integer >= 0, got {self.ranks!r}")
         if not 0.0 <= self.gap <= 1.0:
             raise ValueError(f"gap (GSD) must be in [0, 1], got {self.gap!r}")
+        if not isinstance(self.tv, bool):
+            raise ValueError(f"tv must be a boolean, got {self.tv!r}")
 
     @property
     def lossless(self) -> bool:
@@ -140,7 +146,7 @@ def lantern_relaxed_target(p: torch.Tensor, drafts: torch.Tensor, neighbours: to
 
 def lantern_step(p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor, uniform: torch.Tensor,
                  exponential_noise: torch.Tensor, neighbours: torch.Tensor, rule: AcceptanceRule
-                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """Published LANTERN / LANTERN++ acceptance at every position that has a draft.
 
     Positions without a draft (``q(d) = 0``, e.g. ``q = 0`` at the bonus position) are not relaxed:
@@ -152,13 +158,14 @@ def lantern_step(p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor, uniform
 
     Returns:
         ``(tokens [...], accepted [...], tv [...])``; ``tv`` is the realised TV of each position's
-        output distribution to ``p`` (per token given the prefix; see :func:`realised_output_distribution`).
+        output distribution to ``p`` (per token given the prefix; see :func:`realised_output_distribution`),
+        ``None`` unless ``rule.tv``.
     """
     p, q = p.float(), q.float()
     drafted = token_probability(q, drafts) > 0
     relaxed, _ = lantern_relaxed_target(p, drafts, neighbours, rule, drafted)
     tokens, accepted = speculative_step(relaxed, q, drafts, uniform, exponential_noise)
-    return tokens, accepted, realised_tv(p, q, neighbours, rule)
+    return tokens, accepted, realised_tv(p, q, neighbours, rule) if rule.tv else None
 
 
 def lantern_output_distribution(p: torch.Tensor, q: torch.Tensor, neighbours: torch.Tensor, rule: AcceptanceRule,
@@ -294,18 +301,20 @@ def _gsd_group_mass(p: torch.Tensor, q: torch.Tensor, x: torch.Tensor, nb: torch
 
 
 def gsd_step(p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor, uniform: torch.Tensor, noise: torch.Tensor,
-             neighbours: torch.Tensor, rule: AcceptanceRule) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+             neighbours: torch.Tensor, rule: AcceptanceRule) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """GSD's grouped acceptance at every position (module docstring): accept ``x`` iff ``U · q(G) < p(G)``
     (and ``q(x) > 0``: positions without a draft draw from ``p``), else draw from ``normalize(max(0, p − q))``.
 
-    Returns ``(tokens, accepted, tv)``: ``tv`` is the realised TV of each position's output to ``p``.
+    Returns ``(tokens, accepted, tv)``: ``tv`` is the realised TV of each position's output to ``p`` (``None``
+    unless ``rule.tv``).
     """
     p, q = p.float(), q.float()
     nb = neighbours.to(p.device)[drafts][..., : rule.k]
     p_group, q_group = _gsd_group_mass(p, q, drafts, nb, _target_ranks(p), rule)
     accepted = (token_probability(q, drafts) > 0) & (uniform * q_group < p_group)
     recovered = sample_residual(p, q, noise)
-    return torch.where(accepted, drafts, recovered), accepted, realised_tv(p, q, neighbours, rule)
+    return (torch.where(accepted, drafts, recovered), accepted,
+            realised_tv(p, q, neighbours, rule) if rule.tv else None)
 
 
 def gsd_output_distribution(p: torch.Tensor, q: torch.Tensor, neighbours: torch.Tensor, rule: AcceptanceRule,
@@ -378,7 +387,7 @@ def realised_tv(p: torch.Tensor, q: torch.Tensor, neighbours: torch.Tensor | Non
 
 def relaxed_step(rule: AcceptanceRule, p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor,
                  uniform: torch.Tensor, exponential_noise: torch.Tensor, neighbours: torch.Tensor | None
-                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """Accept-or-recover under ``rule`` at every position.
 
     Args:
@@ -388,8 +397,9 @@ def relaxed_step(rule: AcceptanceRule, p: torch.Tensor, q: torch.Tensor, drafts:
     Returns:
         ``(tokens [...], accepted [...], tv [...])``: ``tv`` is the realised TV between the distribution
         of each position's output token and ``p`` — exact for every rule (0 for exact acceptance, the
-        mass moved for the bounded rule, LANTERN's mixture distance for LANTERN / LANTERN++). It is a
-        per-token distance given the prefix; per image it can reach the sum over the image's tokens.
+        mass moved for the bounded rule, LANTERN's mixture distance for LANTERN / LANTERN++, GSD's grouped
+        output) — for LANTERN / LANTERN++ / GSD only when ``rule.tv`` (else ``None``: its cost is a sizeable share of
+        a step). It is a per-token distance given the prefix; per image it can reach the sum over the image's tokens.
     """
     if rule.kind == "exact":
         tokens, accepted = speculative_step(p, q, drafts, uniform, exponential_noise)

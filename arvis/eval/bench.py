@@ -54,6 +54,7 @@ from arvis.eval.defaults import (
     QUICK_FORWARD_COST_WARMUP,
 )
 from arvis.eval.jobs import image_generator
+from arvis.methods.base import DecodingMethod
 from arvis.methods.spec import MethodSpec, parse_method_specs  # noqa: F401  (re-exported)
 from arvis.pipelines.interface import BenchInputs
 
@@ -259,6 +260,8 @@ def run_bench(inputs: BenchInputs, specs: Sequence[MethodSpec], sampling: Sampli
         median_round = sorted(range(len(lat)), key=lat.__getitem__)[len(lat) // 2]
         figures = summarize(rounds[spec.label][median_round], details=True)
         figures.pop("latency_s")  # the decode calls' own sum; the record's latency is the median per sample
+        if not methods[spec.label].lossless and "mean_tv_per_token" not in figures["extra"]:
+            figures["extra"].update(measured_tv(inputs, spec, methods[spec.label], sampling, seed))
         record = {
             "method": spec.name,
             "spec": spec.label,
@@ -292,6 +295,21 @@ def run_bench(inputs: BenchInputs, specs: Sequence[MethodSpec], sampling: Sampli
         ideal = record["ideal_speedup"]
         record["share_of_ideal"] = record["speedup"] / ideal if ideal else None
     return BenchResult(records=records, forward_cost=curve, context=dict(context or {}))
+
+
+def measured_tv(inputs: BenchInputs, spec: MethodSpec, method: DecodingMethod, sampling: SamplingConfig, seed: int
+                ) -> dict[str, Any]:
+    """The realised TV per token of a relaxed rule that measures it only on request (``tv=true``: its exact output
+    distribution costs a sizeable share of the step, so the timed rounds run without it), from one more untimed
+    decode of the first batch with it on; ``{}`` for methods without that option or that already measure it."""
+    options = spec.options_dict
+    if "tv" in options or "tv" not in {o.name for o in method.info.options}:
+        return {}
+    measuring = inputs.build(spec.name, {**options, "tv": True})
+    idx, cond = inputs.batches[0]
+    _, stats = inputs.decode(cond, sampling, measuring, [image_generator(seed, i, inputs.device) for i in idx])
+    extra = summarize([stats], details=True)["extra"]
+    return {k: extra[k] for k in ("tv_kind", "mean_tv_per_token", "max_tv_per_token") if k in extra}
 
 
 def ideal_speedup(record: Mapping[str, Any], ar_forwards: float, curve: Sequence[Mapping[str, float]]

@@ -279,7 +279,7 @@ class DraftVerifyLoop:
             **self.policy.report(),
             **(self.window_policy.report() if self.window_policy is not None else {}),
         }
-        if not self.rule.lossless:
+        if self.rule.kind == "bounded" or self.rule.tv:  # measured (the other relaxed rules only on request)
             out.update(tv_kind="realised per token given the prefix",
                        mean_tv_per_token=mean_tv, max_tv_per_token=max_tv)
         return out

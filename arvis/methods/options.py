@@ -45,9 +45,10 @@ def rule_options(rule: AcceptanceRule) -> dict[str, Any]:
     """The flat options of a rule (for records): ``acceptance`` and, for relaxed rules, ``k``/``delta``/``lam``."""
     if rule.lossless:
         return {"acceptance": "exact"}
+    tv = {"tv": True} if rule.tv else {}
     if rule.kind == "gsd":
-        return {"acceptance": rule.kind, "k": rule.k, "ranks": rule.ranks, "gap": rule.gap}
-    return {"acceptance": rule.kind, "k": rule.k, "delta": rule.delta, "lam": rule.lam}
+        return {"acceptance": rule.kind, "k": rule.k, "ranks": rule.ranks, "gap": rule.gap, **tv}
+    return {"acceptance": rule.kind, "k": rule.k, "delta": rule.delta, "lam": rule.lam, **tv}
 
 
 __all__ = ["ACCEPTANCE_OPTIONS", "RULE_OPTION_NAMES", "Option", "method_arguments", "rule_options"]

@@ -92,7 +92,7 @@ def test_without_a_group_gsd_is_exact(neighbours):
 
 
 def test_reported_tv_is_the_realised_tv(neighbours):
-    rule = AcceptanceRule("gsd", k=4, ranks=8, gap=1.0)
+    rule = AcceptanceRule("gsd", k=4, ranks=8, gap=1.0, tv=True)
     p, q = list(instances(3, seed=11))[2]
     n = 200_000
     g = torch.Generator().manual_seed(5)
@@ -112,7 +112,7 @@ def test_reported_tv_is_the_realised_tv(neighbours):
 
 def test_position_without_draft_samples_p(neighbours):
     p = (torch.randn(V, generator=torch.Generator().manual_seed(1)) * 1.5).softmax(-1)
-    rule = AcceptanceRule("gsd", k=4, ranks=8, gap=1.0)
+    rule = AcceptanceRule("gsd", k=4, ranks=8, gap=1.0, tv=True)
     n = 100_000
     g = torch.Generator().manual_seed(0)
     tokens, accepted, reported = relaxed_step(rule, p.expand(n, V), torch.zeros(n, V), torch.zeros(n, dtype=torch.long),
@@ -127,9 +127,13 @@ def test_gsd_method_runs_reports_tv_and_refuses_what_it_cannot_do():
     nb = nearest_neighbours(torch.randn(32, 4, generator=torch.Generator().manual_seed(2)), 10)
     cond = Condition(class_labels=torch.tensor([0, 1, 2]))
     tokens, stats = decode(model, cond, SamplingConfig(guidance_scale=2.0), "gsd", torch.Generator().manual_seed(0),
-                           window=4, neighbours=nb, gap=0.5, ranks=10)
+                           window=4, neighbours=nb, gap=0.5, ranks=10, tv=True)
     extra = stats.samples[0].extra
-    assert extra["acceptance"] == "gsd" and extra["gap"] == 0.5 and 0 <= extra["mean_tv_per_token"] <= 1
+    assert extra["acceptance"] == "gsd" and extra["gap"] == 0.5 and 0 < extra["mean_tv_per_token"] <= 1
+    # Without tv=true the TV is not computed, and not reported as a zero either; the tokens are the same.
+    same, unmeasured = decode(model, cond, SamplingConfig(guidance_scale=2.0), "gsd", torch.Generator().manual_seed(0),
+                              window=4, neighbours=nb, gap=0.5, ranks=10)
+    assert torch.equal(same, tokens) and "mean_tv_per_token" not in unmeasured.samples[0].extra
     assert not build_method("gsd").lossless and build_method("gsd", acceptance="exact").lossless
     assert method_info("gsd").requirements() == ("neighbours",)
     with pytest.raises(ValueError, match="relaxed acceptance needs coupling"):

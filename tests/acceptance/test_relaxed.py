@@ -140,7 +140,7 @@ def test_speculative_relaxed_rules_run_and_report_tv():
     for kind in ("lantern", "lantern++", "bounded"):
         tokens, stats = decode(model, cond, SamplingConfig(guidance_scale=2.0), "speculative",
                                torch.Generator().manual_seed(0), draft_model=draft, window=3, acceptance=kind,
-                               neighbours=nb, k=8, delta=0.1)
+                               neighbours=nb, k=8, delta=0.1, **({} if kind == "bounded" else {"tv": True}))
         extra = stats.samples[0].extra
         assert ((tokens >= 0) & (tokens < 32)).all() and "mean_tv_per_token" in extra
         if kind == "bounded":
@@ -174,7 +174,7 @@ def issue_neighbours() -> torch.Tensor:
     return nb
 
 
-RELAXED_RULES = [AcceptanceRule("lantern", k=2, delta=0.1), AcceptanceRule("lantern++", k=2, lam=3.0),
+RELAXED_RULES = [AcceptanceRule("lantern", k=2, delta=0.1, tv=True), AcceptanceRule("lantern++", k=2, lam=3.0, tv=True),
                  AcceptanceRule("bounded", k=2, delta=0.1)]
 
 
@@ -210,7 +210,7 @@ def test_speculative_relaxed_samples_p_at_the_bonus_position(kind):
     sampling, n = SamplingConfig(), 30_000
     tokens, stats = decode(table, Condition(class_labels=torch.full((n,), 1)), sampling, "speculative",
                            torch.Generator().manual_seed(4), draft_model=table, window=2, acceptance=kind,
-                           neighbours=nb, k=2, delta=0.5, lam=10.0)
+                           neighbours=nb, k=2, delta=0.5, lam=10.0, tv=True)
     exact = table.sequence_probabilities(1, sampling)
     codes = torch.arange(4 ** 6)
     p3 = float(exact[((codes // 4 ** 3) % 4 == 0).numpy()].sum())  # exact P(token 3 = 0)
@@ -268,7 +268,7 @@ def test_closed_form_output_distribution_equals_enumeration(neighbours, rule):
 def test_reported_tv_is_the_realised_tv(neighbours, kind):
     """200,000 one-step draws with a sampled draft: the empirical output matches the exact mixture, and the TV
     relaxed_step reports is that mixture's TV to p, which the mass LANTERN lends (c_m*) does not measure."""
-    rule = AcceptanceRule(kind, k=4, delta=0.1, lam=5.0)
+    rule = AcceptanceRule(kind, k=4, delta=0.1, lam=5.0, tv=kind != "bounded")
     p, q = list(random_instances(3, seed=11))[2]
     n = 200_000
     g = torch.Generator().manual_seed(5)

@@ -470,3 +470,30 @@ def test_ideal_of_a_chosen_window_prices_the_windows_it_chose():
     # With the trace of windows it chose, every forward is priced at its own window (cost is not linear in T).
     traced = {**auto, "extra": {"mean_window": 2.0, "window_trace": [[1, 0], [2, 4], [7, 2]]}}
     assert ideal_speedup(traced, 256, curve) == pytest.approx(256 / 64 * 1.0 / ((1.0 + 2.0 + 1.5) / 3))
+
+
+def test_relaxed_rules_time_without_their_tv_and_report_it_from_one_more_decode():
+    """LANTERN / GSD compute their exact realised TV only with tv=true (a sizeable share of a step): the bench times
+    them without it and measures it in one extra untimed decode, so the record has both."""
+    from arvis.acceptance.neighbours import nearest_neighbours
+
+    model = tiny_llamagen(grid=4, vocab=32)
+    nb = nearest_neighbours(torch.randn(32, 4, generator=torch.Generator().manual_seed(2)), 10)
+    inputs = token_inputs(model, 2)
+    built: list[dict] = []
+
+    def build(name: str, options: dict):
+        built.append(dict(options))
+        return build_method(name, resources={"neighbours": nb}, **options)
+
+    inputs.build = build
+    result = run_bench(inputs, parse_method_specs("ar;gsd:window=4;mc-sjd:window=4,acceptance=bounded;zipar:row_lag=2"),
+                       SamplingConfig(guidance_scale=2.0), repeats=5, forward_cost_sizes=(), progress=False,
+                       count_syncs=False)
+    by_spec = {r["spec"]: r for r in result.records}
+    gsd = by_spec["gsd:window=4"]["extra"]
+    assert gsd["tv_kind"].startswith("realised") and 0 < gsd["mean_tv_per_token"] <= gsd["max_tv_per_token"] <= 1
+    assert {"window": 4, "tv": True} in built  # the one decode that measured it
+    assert "mean_tv_per_token" in by_spec["mc-sjd:window=4,acceptance=bounded"]["extra"]  # bounded: always measured
+    assert "mean_tv_per_token" not in by_spec["zipar:row_lag=2"]["extra"]  # no acceptance rule: nothing to measure
+    assert not any(o.get("tv") for o in built if o != {"window": 4, "tv": True})  # timed methods never measured it
