@@ -89,6 +89,9 @@ def restore_training_state(ckpt_path: Path, cfg: Any, resumable: Iterable[str], 
     import dataclasses
 
     ck = load_checkpoint(ckpt_path)
+    if "config" not in ck:  # the format of the trainers' own loops before arvis.training.loop
+        raise ValueError(f"checkpoint {ckpt_path} predates the shared training loop and cannot be resumed; "
+                         f"use another --scratch directory")
     saved = json.loads(ck["config"])
     now = json.loads(json.dumps(dataclasses.asdict(cfg)))
     mismatched = sorted(k for k in now if k not in set(resumable) and saved.get(k) != now[k])

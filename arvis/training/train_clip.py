@@ -37,7 +37,6 @@ import argparse
 import dataclasses
 import json
 import os
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,23 +45,19 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
-from tqdm.auto import tqdm
 
 from arvis.data.scenes import BACKGROUNDS, COLOURS, PLACES, SHAPES, SIZES, build_scenes, parse_caption
 from arvis.models.clip import SIMPLE_TOKENIZER_VOCAB, ClipModel, load_clip_model, retrieval, write_clip_folder
 from arvis.training.common import (
     EMA,
-    LogWindow,
-    atomic_torch_save,
-    cosine_lr,
     dumps,
     export_note,
     export_only_steps,
     recorded_command,
-    restore_training_state,
     setup_logging,
     training_command,
 )
+from arvis.training.loop import LoopSettings, TrainingLoop
 from arvis.utils.files import atomic_directory, atomic_path
 
 __all__ = ["ATTRIBUTES", "ClipTrainConfig", "PRESETS", "evaluate", "export", "main", "swap_attribute", "train"]
@@ -364,28 +359,7 @@ def train(cfg: ClipTrainConfig, scratch: str | os.PathLike, threads: int = 1, co
                              {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, 0.98), eps=1e-6)
     ema = EMA(params, cfg.ema_decay)
     rng = np.random.default_rng([cfg.data_seed, 777])
-    step, elapsed, history, t_prep, train_command = 0, 0.0, [], time.time(), command
-    ck = restore_training_state(ckpt_path, cfg, _RESUMABLE, model, opt, ema, rng, log)
-    if ck is not None:
-        step, elapsed = int(ck["step"]), float(ck["elapsed"])
-        history = json.loads(ck["history"])
-        train_command = command or str(ck.get("command", ""))  # --export-only passes no command
-    else:
-        log.info("new run: %d parameters, config %s", sum(p.numel() for p in params), dumps(dataclasses.asdict(cfg)))
-
-    train_images, train_captions = load_pairs(cfg, scratch, "train", cfg.num_train, cfg.data_seed)
-    # emoji: every held-out emoji once (retrieval over all of them); scenes: num_val held-out scenes
-    val_images, val_captions = load_pairs(cfg, scratch, "heldout", None if cfg.data == "emoji" else cfg.num_val,
-                                          cfg.data_seed + 1)
-    log.info("data: %d train / %d held-out scenes ready (%.0f s)", len(train_captions), len(val_captions),
-             time.time() - t_prep)
-
-    def save_checkpoint() -> None:
-        atomic_torch_save({"config": json.dumps(dataclasses.asdict(cfg)), "model": model.state_dict(),
-                           "optimizer": opt.state_dict(), "ema": ema.shadow, "step": step, "elapsed": elapsed,
-                           "rng_state": json.dumps(rng.bit_generator.state), "history": json.dumps(history),
-                           "command": train_command}, ckpt_path)
-
+    t_prep, train_command = time.time(), command
     ema_model = build_model(cfg, scratch).eval()
 
     def ema_copy() -> torch.nn.Module:
@@ -401,49 +375,41 @@ def train(cfg: ClipTrainConfig, scratch: str | os.PathLike, threads: int = 1, co
         return order[k * cfg.batch_size:(k + 1) * cfg.batch_size] if cfg.num_train >= cfg.batch_size else \
             np.random.default_rng([cfg.data_seed, 32, s]).integers(0, cfg.num_train, cfg.batch_size)
 
-    bar = tqdm(total=cfg.steps, initial=step, desc="train_clip", mininterval=10 if sys.stderr.isatty() else 60)
-    window = LogWindow()
-    t_last = time.time()
-    while step < cfg.steps:
+    def loss_fn(step: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         index = batch_index(step)
         captions = [train_captions[i] for i in index]
         x = to_input(train_images[index], cfg)
         tokens = tokenizer(captions)
         negatives = tokenizer([hard_negative(c, rng) for c in captions]) if cfg.hard_negatives else None
-        lr = cosine_lr(step, cfg.steps, cfg.lr, cfg.warmup, cfg.min_lr_ratio)
-        for g in opt.param_groups:
-            g["lr"] = lr
-        loss, stats = clip_loss(model, x, tokens, negatives)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
-        opt.step()
-        with torch.no_grad():
-            model.logit_scale.clamp_(0, np.log(100.0))  # CLIP's cap on the temperature
-        ema.update(params)
-        step += 1
-        window.add({"loss": loss, "grad_norm": grad_norm, **stats})
-        now = time.time()
-        elapsed += now - t_last
-        t_last = now
-        bar.update(1)
-        if step % cfg.log_every == 0 or step == cfg.steps:
-            entry = window.flush(step=step, lr=lr, sec=elapsed)
-            history.append(entry)
-            log.info("train %s", dumps(entry))
-        if step % cfg.eval_every == 0 or step == cfg.steps:
-            group = len(val_captions) if cfg.data == "emoji" else min(cfg.retrieval_batch, cfg.num_val)
-            m = evaluate(_scorer_of(ema_copy(), cfg), val_images, val_captions, group, attributes=False)
-            entry = {"step": step, "eval": {"i2t_top1": m["retrieval"]["image_to_text_top1"],
-                                            "t2i_top1": m["retrieval"]["text_to_image_top1"],
-                                            "matched": m["clip_score_matched"], "shuffled": m["clip_score_shuffled"]}}
-            history.append(entry)
-            log.info("eval step %d (ema, %d held-out pairs): %s", step, len(val_captions), dumps(entry["eval"]))
-            t_last = time.time()
-        if step % cfg.ckpt_every == 0 or step == cfg.steps:
-            save_checkpoint()
-            t_last = time.time()
-    bar.close()
+        return clip_loss(model, x, tokens, negatives)
+
+    @torch.no_grad()
+    def cap_temperature() -> None:
+        model.logit_scale.clamp_(0, np.log(100.0))  # CLIP's cap on the temperature
+
+    def evaluation(step: int) -> dict[str, float]:
+        group = len(val_captions) if cfg.data == "emoji" else min(cfg.retrieval_batch, cfg.num_val)
+        m = evaluate(_scorer_of(ema_copy(), cfg), val_images, val_captions, group, attributes=False)
+        return {"i2t_top1": m["retrieval"]["image_to_text_top1"], "t2i_top1": m["retrieval"]["text_to_image_top1"],
+                "matched": m["clip_score_matched"], "shuffled": m["clip_score_shuffled"]}
+
+    loop = TrainingLoop("train_clip", LoopSettings.of(cfg), cfg, _RESUMABLE, ckpt_path, model, opt, params, ema,
+                        lambda: params, rng, loss_fn, log, eval_fn=evaluation, after_update=cap_temperature,
+                        checkpoint_extra=lambda: {"command": train_command})
+    ck = loop.resume()
+    if ck is not None:
+        train_command = command or str(ck.get("command", ""))  # --export-only passes no command
+    else:
+        log.info("new run: %d parameters, config %s", sum(p.numel() for p in params), dumps(dataclasses.asdict(cfg)))
+
+    train_images, train_captions = load_pairs(cfg, scratch, "train", cfg.num_train, cfg.data_seed)
+    # emoji: every held-out emoji once (retrieval over all of them); scenes: num_val held-out scenes
+    val_images, val_captions = load_pairs(cfg, scratch, "heldout", None if cfg.data == "emoji" else cfg.num_val,
+                                          cfg.data_seed + 1)
+    log.info("data: %d train / %d held-out scenes ready (%.0f s)", len(train_captions), len(val_captions),
+             time.time() - t_prep)
+    history = loop.run()
+    step, elapsed = loop.step, loop.elapsed
     train_entries = [h for h in history if "eval" not in h]
     summary = {"steps": step, "train_seconds": elapsed, "history": history, "command": train_command,
                "final_train": train_entries[-1] if train_entries else {}}

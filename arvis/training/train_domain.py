@@ -34,8 +34,6 @@ import argparse
 import dataclasses
 import json
 import os
-import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,7 +41,6 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
-from tqdm.auto import tqdm
 
 from arvis.data.sources import (
     DATA_CHOICES,
@@ -55,16 +52,13 @@ from arvis.data.sources import (
 from arvis.models.domain_net import DomainClassifier, DomainFeatures, load_domain_network
 from arvis.training.common import (
     EMA,
-    LogWindow,
-    atomic_torch_save,
-    cosine_lr,
     dumps,
     export_only_steps,
     recorded_command,
-    restore_training_state,
     setup_logging,
     training_command,
 )
+from arvis.training.loop import LoopSettings, TrainingLoop
 from arvis.utils.files import atomic_directory
 
 __all__ = ["DomainTrainConfig", "PRESETS", "evaluate_accuracy", "export", "main", "train"]
@@ -194,22 +188,7 @@ def train(cfg: DomainTrainConfig, scratch: str | os.PathLike, threads: int = 1, 
                              {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, 0.99))
     ema = EMA(params, cfg.ema_decay)
     rng = np.random.default_rng([cfg.data_seed, 4242])
-    step, elapsed, history, train_command = 0, 0.0, [], command
-    ck = restore_training_state(ckpt_path, cfg, _RESUMABLE, model, opt, ema, rng, log)
-    if ck is not None:
-        step, elapsed = int(ck["step"]), float(ck["elapsed"])
-        history = json.loads(ck["history"])
-        train_command = command or str(ck.get("command", ""))  # --export-only passes no command
-    else:
-        log.info("new run: %d parameters, config %s", sum(p.numel() for p in params),
-                 dumps(dataclasses.asdict(cfg)))
-
-    def save_checkpoint() -> None:
-        atomic_torch_save({"config": json.dumps(dataclasses.asdict(cfg)), "model": model.state_dict(),
-                           "optimizer": opt.state_dict(), "ema": ema.shadow, "step": step, "elapsed": elapsed,
-                           "rng_state": json.dumps(rng.bit_generator.state), "history": json.dumps(history),
-                           "command": train_command}, ckpt_path)
-
+    train_command = command
     ema_model = DomainClassifier(**cfg.model_kwargs()).eval()
 
     def ema_copy() -> DomainClassifier:
@@ -217,45 +196,30 @@ def train(cfg: DomainTrainConfig, scratch: str | os.PathLike, threads: int = 1, 
         ema.copy_to(list(ema_model.parameters()))
         return ema_model
 
+    def loss_fn(step: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        x, y = train_batch(rng, cfg)
+        logits = model(x)
+        return F.cross_entropy(logits, y), {"acc": (logits.argmax(-1) == y).float().mean()}
+
+    def evaluation(step: int) -> dict[str, float]:
+        m = evaluate_accuracy(ema_copy(), eval_images, eval_labels)
+        return {"accuracy": m["accuracy"], "nll": m["nll"]}
+
+    loop = TrainingLoop("train_domain", LoopSettings.of(cfg), cfg, _RESUMABLE, ckpt_path, model, opt, params, ema,
+                        lambda: params, rng, loss_fn, log, eval_fn=evaluation,
+                        checkpoint_extra=lambda: {"command": train_command})
+    ck = loop.resume()
+    if ck is not None:
+        train_command = command or str(ck.get("command", ""))  # --export-only passes no command
+    else:
+        log.info("new run: %d parameters, config %s", sum(p.numel() for p in params),
+                 dumps(dataclasses.asdict(cfg)))
     # Held-out crops for monitoring (seed data_seed + 3: not the seeds of the exported FID figures).
     eval_images, eval_labels, _ = labelled_images(cfg.data, cfg.eval_size, "heldout", cfg.image_size,
                                                   cfg.data_seed + 3, cfg.crop_scale)
-    torch.manual_seed(cfg.data_seed * 1000 + step)  # nn.Dropout draws from the global RNG (training script)
-    bar = tqdm(total=cfg.steps, initial=step, desc="train_domain", mininterval=10 if sys.stderr.isatty() else 60)
-    window = LogWindow()
-    t_last = time.time()
-    while step < cfg.steps:
-        x, y = train_batch(rng, cfg)
-        lr = cosine_lr(step, cfg.steps, cfg.lr, cfg.warmup, cfg.min_lr_ratio)
-        for g in opt.param_groups:
-            g["lr"] = lr
-        logits = model(x)
-        loss = F.cross_entropy(logits, y)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
-        opt.step()
-        ema.update(params)
-        step += 1
-        window.add({"loss": loss, "acc": (logits.argmax(-1) == y).float().mean(), "grad_norm": grad_norm})
-        now = time.time()
-        elapsed += now - t_last
-        t_last = now
-        bar.update(1)
-        if step % cfg.log_every == 0 or step == cfg.steps:
-            entry = window.flush(step=step, lr=lr, sec=elapsed)
-            history.append(entry)
-            log.info("train %s", dumps(entry))
-        if step % cfg.eval_every == 0 or step == cfg.steps:
-            m = evaluate_accuracy(ema_copy(), eval_images, eval_labels)
-            history.append({"step": step, "eval": {"accuracy": m["accuracy"], "nll": m["nll"]}})
-            log.info("eval step %d (ema, %d held-out crops): accuracy %.4f nll %.4f", step, cfg.eval_size,
-                     m["accuracy"], m["nll"])
-            t_last = time.time()
-        if step % cfg.ckpt_every == 0 or step == cfg.steps:
-            save_checkpoint()
-            t_last = time.time()
-    bar.close()
+    torch.manual_seed(cfg.data_seed * 1000 + loop.step)  # nn.Dropout draws from the global RNG (training script)
+    history = loop.run()
+    step, elapsed = loop.step, loop.elapsed
     train_entries = [h for h in history if "eval" not in h]
     summary = {"steps": step, "train_seconds": elapsed, "history": history, "command": train_command,
                "final_train": train_entries[-1] if train_entries else {}}

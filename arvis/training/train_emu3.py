@@ -40,7 +40,6 @@ import dataclasses
 import hashlib
 import json
 import math
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,17 +52,14 @@ import torch.nn.functional as F
 from arvis.tokenizers.emu3_vq import Emu3ImageTokenizer, quantized_forward
 from arvis.training.common import (
     EMA,
-    LogWindow,
-    atomic_torch_save,
     atomic_write_text,
-    cosine_lr,
     dumps,
     portable_command,
     reseed_rows,
-    restore_training_state,
     setup_logging,
     training_command,
 )
+from arvis.training.loop import LoopSettings, TrainingLoop
 from arvis.training.train_vq import evaluate
 from arvis.utils.files import atomic_directory
 
@@ -195,55 +191,21 @@ def train_vq(cfg: VQTrainConfig, scratch: Path, threads: int, smoke: bool = Fals
     opt = torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, 0.99), weight_decay=0.0)
     ema = EMA(params, cfg.ema_decay)
     rng = np.random.default_rng([cfg.data_seed, 31])
-    step, elapsed, history = 0, 0.0, []
-    counts = torch.zeros(cfg.codebook_size)
-    ckpt_path = scratch / "checkpoint.pt"
-    ck = restore_training_state(ckpt_path, cfg, ("steps", "eval_every", "ckpt_every", "log_every"), model, opt, ema,
-                                rng, log)
-    if ck is not None:
-        step, elapsed, history, counts = int(ck["step"]), float(ck["elapsed"]), json.loads(ck["history"]), ck["counts"]
-    else:
-        log.info("new VQ run: %d parameters, config %s", sum(p.numel() for p in params),
-                 dumps(dataclasses.asdict(cfg)))
-    pool = _emoji(cfg.pool, "train", cfg.resolution, cfg.data_seed, smoke).images
-    heldout = _emoji(None, "heldout", cfg.resolution, 0, smoke).images  # every held-out emoji once, unaugmented
-    ema_model = model_class(model.config).eval()
-
-    def ema_tokenizer() -> Any:
-        ema_model.load_state_dict(model.state_dict())
-        ema.copy_to(list(ema_model.parameters()))
-        return arch.tokenizer(ema_model)
-
-    def save() -> None:
-        atomic_torch_save({"config": json.dumps(dataclasses.asdict(cfg)), "model": model.state_dict(),
-                           "optimizer": opt.state_dict(), "ema": ema.shadow, "step": step, "elapsed": elapsed,
-                           "rng_state": json.dumps(rng.bit_generator.state), "history": json.dumps(history),
-                           "counts": counts}, ckpt_path)
-
+    counts = torch.zeros(cfg.codebook_size)  # code usage since the last restart check
     late_from = int(round(cfg.steps * (1.0 - cfg.late_fraction)))
-    window = LogWindow()
-    t_last = time.time()
-    while step < cfg.steps:
-        x = _vq_batch(pool, cfg, rng, step >= late_from)
-        lr = cosine_lr(step, cfg.steps, cfg.lr, cfg.warmup, cfg.min_lr_ratio)
-        for g in opt.param_groups:
-            g["lr"] = lr
-        out = arch.forward(model, x)
+    last: dict[str, Any] = {}  # the last step's batch and forward (counted and restarted after the step)
+
+    def loss_fn(step: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        x = last["x"] = _vq_batch(pool, cfg, rng, step >= late_from)
+        out = last["out"] = arch.forward(model, x)
         l1 = (out.reconstruction - x).abs().mean()
         l2 = (out.reconstruction - x).pow(2).mean()
         loss = cfg.l1_weight * l1 + cfg.l2_weight * l2 + out.codebook_loss + cfg.commit_beta * out.commitment_loss
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        grad_norm = torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
-        ema.update(params)
-        counts += torch.bincount(out.codes.flatten(), minlength=cfg.codebook_size).float()
-        step += 1
-        window.add({"loss": loss, "l1": l1, "l2": l2, "codebook": out.codebook_loss, "commit": out.commitment_loss,
-                    "grad_norm": grad_norm})
-        now = time.time()
-        elapsed += now - t_last
-        t_last = now
+        return loss, {"l1": l1, "l2": l2, "codebook": out.codebook_loss, "commit": out.commitment_loss}
+
+    def restart_codes(step: int) -> None:
+        out = last["out"]
+        counts.add_(torch.bincount(out.codes.flatten(), minlength=cfg.codebook_size).float())
         if cfg.restart_every and step % cfg.restart_every == 0:
             restarted = 0
             dead = torch.nonzero(counts == 0).flatten()
@@ -252,19 +214,32 @@ def train_vq(cfg: VQTrainConfig, scratch: Path, threads: int, smoke: bool = Fals
             log.info("step %d codebook: %d/%d used since last check, %d restarted", step, int((counts > 0).sum()),
                      cfg.codebook_size, restarted)
             counts.zero_()
-        if step % cfg.log_every == 0 or step == cfg.steps:
-            entry = window.flush(step=step, lr=lr, res=x.shape[-1], sec=elapsed)
-            history.append(entry)
-            log.info("train %s", dumps(entry))
-        if step % cfg.eval_every == 0 or step == cfg.steps:
-            m = evaluate_vq(ema_tokenizer(), heldout)
-            m.pop("recon")
-            history.append({"step": step, "eval": m})
-            log.info("eval step %d (EMA, %d held-out emoji): %s", step, len(heldout), dumps(m))
-            t_last = time.time()
-        if step % cfg.ckpt_every == 0 or step == cfg.steps:
-            save()
-            t_last = time.time()
+
+    def ema_tokenizer() -> Any:
+        ema_model.load_state_dict(model.state_dict())
+        ema.copy_to(list(ema_model.parameters()))
+        return arch.tokenizer(ema_model)
+
+    def ema_eval(step: int) -> dict[str, Any]:
+        m = evaluate_vq(ema_tokenizer(), heldout)
+        m.pop("recon")
+        return m
+
+    loop = TrainingLoop("train_emu3 vq", LoopSettings.of(cfg, grad_clip=1.0), cfg,
+                        ("steps", "eval_every", "ckpt_every", "log_every"), scratch / "checkpoint.pt", model, opt,
+                        params, ema, lambda: params, rng, loss_fn, log, eval_fn=ema_eval, after_step=restart_codes,
+                        log_extra=lambda: {"res": last["x"].shape[-1]}, checkpoint_extra=lambda: {"counts": counts})
+    ck = loop.resume()
+    if ck is not None:
+        counts.copy_(ck["counts"])
+    else:
+        log.info("new VQ run: %d parameters, config %s", sum(p.numel() for p in params),
+                 dumps(dataclasses.asdict(cfg)))
+    pool = _emoji(cfg.pool, "train", cfg.resolution, cfg.data_seed, smoke).images
+    heldout = _emoji(None, "heldout", cfg.resolution, 0, smoke).images  # every held-out emoji once, unaugmented
+    ema_model = model_class(model.config).eval()
+    history = loop.run()
+    step, elapsed = loop.step, loop.elapsed
     # Keep the better of the raw and the EMA weights on the held-out emoji: with a short run the EMA still
     # carries a visible share of the first, poor steps (0.998^1000 = 13%).
     ema_tok = ema_tokenizer()
@@ -546,20 +521,8 @@ def train_lm(cfg: LMTrainConfig, vq_path: Path, scratch: Path, threads: int, smo
                              {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, 0.95))
     ema = EMA(params, cfg.ema_decay)
     rng = np.random.default_rng([cfg.data_seed, 53])
-    step, elapsed, history = 0, 0.0, []
-    ck = restore_training_state(ckpt_path, cfg, ("steps", "eval_every", "ckpt_every", "log_every"), model, opt, ema,
-                                rng, log)
-    if ck is not None:
-        step, elapsed, history = int(ck["step"]), float(ck["elapsed"]), json.loads(ck["history"])
-    else:
-        log.info("new LM run: %d parameters, vocabulary %d (%d codes), config %s", sum(p.numel() for p in params),
-                 len(tokenizer), vocab.num_codes, dumps(dataclasses.asdict(cfg)))
-    losses: list[float] = []
-    t_last = time.time()
-    while step < cfg.steps:
-        lr = cosine_lr(step, cfg.steps, cfg.lr, cfg.warmup, cfg.min_lr_ratio)
-        for group in opt.param_groups:
-            group["lr"] = lr
+
+    def loss_fn(step: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         index = rng.integers(0, len(train_data["codes"]), cfg.batch_size)
         drop = rng.random(cfg.batch_size) < cfg.caption_dropout
         captions = ["" if d else str(c) for c, d in zip(train_data["captions"][index], drop, strict=True)]
@@ -569,32 +532,17 @@ def train_lm(cfg: LMTrainConfig, vq_path: Path, scratch: Path, threads: int, smo
             swap = rng.random(codes.shape) < cfg.input_noise
             noisy = torch.where(torch.from_numpy(swap), torch.from_numpy(rng.integers(0, vocab.num_codes, codes.shape)),
                                 codes)
-        batch = builder.batch(codes, captions, noisy)
-        loss = lm_loss(text_model, head, vocab, builder, batch)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip))
-        opt.step()
-        ema.update(params)
-        losses.append(float(loss.detach()))
-        step += 1
-        now = time.time()
-        elapsed += now - t_last
-        t_last = now
-        if step % cfg.log_every == 0 or step == cfg.steps:
-            entry = {"step": step, "loss": float(np.mean(losses)), "lr": lr, "grad_norm": grad_norm, "sec": elapsed}
-            if step % cfg.eval_every == 0 or step == cfg.steps:
-                entry["val_loss"] = lm_validation_loss(text_model, head, vocab, builder, val_data)
-            history.append(entry)
-            log.info("train %s", dumps(entry))
-            losses = []
-            t_last = time.time()
-        if step % cfg.ckpt_every == 0 or step == cfg.steps:
-            atomic_torch_save({"config": json.dumps(dataclasses.asdict(cfg)), "model": model.state_dict(),
-                               "optimizer": opt.state_dict(), "ema": ema.shadow, "step": step, "elapsed": elapsed,
-                               "rng_state": json.dumps(rng.bit_generator.state), "history": json.dumps(history)},
-                              ckpt_path)
-            t_last = time.time()
+        return lm_loss(text_model, head, vocab, builder, builder.batch(codes, captions, noisy)), {}
+
+    loop = TrainingLoop("train_emu3 lm", LoopSettings.of(cfg), cfg, ("steps", "eval_every", "ckpt_every", "log_every"),
+                        ckpt_path, model, opt, params, ema, lambda: params, rng, loss_fn, log, history="loss",
+                        eval_fn=lambda step: {"val_loss": lm_validation_loss(text_model, head, vocab, builder,
+                                                                             val_data)})
+    if loop.resume() is None:
+        log.info("new LM run: %d parameters, vocabulary %d (%d codes), config %s", sum(p.numel() for p in params),
+                 len(tokenizer), vocab.num_codes, dumps(dataclasses.asdict(cfg)))
+    history = loop.run()
+    step, elapsed = loop.step, loop.elapsed
     # Keep the better of the raw and the EMA weights on held-out emoji (a short run's EMA can lag).
     raw_val = lm_validation_loss(text_model, head, vocab, builder, val_data)
     raw = [p.detach().clone() for p in params]

@@ -31,7 +31,6 @@ import dataclasses
 import json
 import logging
 import math
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,15 +48,13 @@ from arvis.models.text_encoder import WordTextEncoder
 from arvis.tokenizers.llamagen_vq import LlamaGenVQModel
 from arvis.training.common import (
     EMA,
-    atomic_torch_save,
-    cosine_lr,
     dumps,
     export_modules,
-    load_checkpoint,
     portable_command,
     setup_logging,
     training_command,
 )
+from arvis.training.loop import LoopSettings, TrainingLoop
 
 
 @dataclass(frozen=True)
@@ -260,61 +257,35 @@ def train(cfg: GPTTrainConfig, vq_path: str, scratch: Path, threads: int = 1,
     ema_tensors = lambda: [t for m in (model, text) if m is not None for t in m.state_dict().values()  # noqa: E731
                            if t.is_floating_point()]
     ema = EMA(ema_tensors(), cfg.ema_decay)
-    state = {"step": 0, "seconds": 0.0, "history": [],
-             "init_from": portable_command(str(init_from)) if init_from else None}
-    if ckpt.exists():
-        saved = load_checkpoint(ckpt)
-        model.load_state_dict(saved["model"])
-        if text is not None:
-            text.load_state_dict(saved["text"])
-        opt.load_state_dict(saved["opt"])
-        ema.shadow = saved["ema"]
-        state = json.loads(saved["state"])
-        log.info(f"resumed at step {state['step']}")
-    else:
-        n_params = sum(p.numel() for p in model.parameters())
-        log.info(f"new run: {n_params} GPT parameters, config {dumps(dataclasses.asdict(cfg))}")
-    rng = np.random.default_rng([cfg.data_seed, 7, state["step"]])  # resumable stream (differs per resume point)
-    gen = torch.Generator().manual_seed(cfg.data_seed * 1000 + state["step"])
-    model.train()
-    if text is not None:
-        text.train()
-    torch.manual_seed(cfg.data_seed + state["step"])  # nn.Dropout draws from the global RNG (training script)
-    t0 = time.time()
-    losses = []
-    bar = tqdm(total=cfg.steps, initial=state["step"], desc=f"train {cfg.kind}", unit="step")
-    while state["step"] < cfg.steps:
-        step = state["step"]
-        lr = cosine_lr(step, cfg.steps, cfg.lr, cfg.warmup, cfg.min_lr_ratio)
-        for group in opt.param_groups:
-            group["lr"] = lr
+    rng = np.random.default_rng([cfg.data_seed, 7, 0])  # the stream a run from step 0 always had
+    gen = torch.Generator()  # condition dropout
+    init_record = portable_command(str(init_from)) if init_from else None
+
+    def loss_fn(step: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         index = rng.integers(0, len(train_data["codes"]), cfg.batch_size)
         batch = make_batch(cfg, train_data, index, text)
         drop = torch.rand(cfg.batch_size, generator=gen) < cfg.class_dropout
-        loss = loss_on(cfg, model, text, batch, drop)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip))
-        opt.step()
-        ema.update(ema_tensors())
-        losses.append(float(loss.detach()))
-        state["step"] += 1
-        bar.update(1)
-        if state["step"] % cfg.log_every == 0 or state["step"] == cfg.steps:
-            entry = {"step": state["step"], "loss": float(np.mean(losses)), "lr": lr, "grad_norm": grad_norm,
-                     "sec": state["seconds"] + time.time() - t0}
-            if state["step"] % cfg.eval_every == 0 or state["step"] == cfg.steps:
-                entry["val_loss"] = validation_loss(cfg, model, text, val_data)
-            state["history"].append(entry)
-            log.info("train " + dumps(entry))
-            losses = []
-        if state["step"] % cfg.checkpoint_every == 0 or state["step"] == cfg.steps:
-            elapsed = state["seconds"] + time.time() - t0
-            atomic_torch_save({"model": model.state_dict(), "text": text.state_dict() if text else {},
-                               "opt": opt.state_dict(), "ema": ema.shadow,
-                               "state": json.dumps({**state, "seconds": elapsed})}, ckpt)
-    bar.close()
-    state["seconds"] += time.time() - t0
+        return loss_on(cfg, model, text, batch, drop), {}
+
+    parts = torch.nn.ModuleDict({"transformer": model, **({"text": text} if text is not None else {})})
+    loop = TrainingLoop(f"train {cfg.kind}", LoopSettings.of(cfg), cfg,
+                        ("steps", "eval_every", "checkpoint_every", "log_every"), ckpt, parts, opt, params, ema,
+                        ema_tensors, rng, loss_fn, log, history="loss",
+                        eval_fn=lambda step: {"val_loss": validation_loss(cfg, model, text, val_data)},
+                        checkpoint_extra=lambda: {"init_from": init_record or ""}, generators=[gen])
+    ck = loop.resume()
+    if ck is not None:
+        init_record = ck.get("init_from") or None
+    else:
+        n_params = sum(p.numel() for p in model.parameters())
+        log.info(f"new run: {n_params} GPT parameters, config {dumps(dataclasses.asdict(cfg))}")
+    gen.manual_seed(cfg.data_seed * 1000 + loop.step)
+    model.train()
+    if text is not None:
+        text.train()
+    torch.manual_seed(cfg.data_seed + loop.step)  # nn.Dropout draws from the global RNG (training script)
+    loop.run()
+    state = {"step": loop.step, "seconds": loop.elapsed, "history": loop.records, "init_from": init_record}
     return finish(cfg, model, text, ema, ema_tensors, val_data, vq, state, log)
 
 

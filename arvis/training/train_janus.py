@@ -32,7 +32,6 @@ import argparse
 import dataclasses
 import json
 import math
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,15 +43,13 @@ import torch.nn.functional as F
 from arvis.tokenizers.janus_vq import JanusImageTokenizer, downsample_factor, quantized_forward
 from arvis.training.common import (
     EMA,
-    atomic_torch_save,
     atomic_write_text,
-    cosine_lr,
     dumps,
     portable_command,
-    restore_training_state,
     setup_logging,
     training_command,
 )
+from arvis.training.loop import LoopSettings, TrainingLoop
 from arvis.training.train_emu3 import (
     VQ_SMOKE,
     VQArchitecture,
@@ -300,51 +297,24 @@ def train_lm(cfg: JanusLMConfig, vq_path: Path, scratch: Path, threads: int, smo
                              {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, 0.95))
     ema = EMA(params, cfg.ema_decay)
     rng = np.random.default_rng([cfg.data_seed, 59])
-    step, elapsed, history = 0, 0.0, []
-    ckpt_path = scratch / "checkpoint.pt"
-    ck = restore_training_state(ckpt_path, cfg, ("steps", "eval_every", "ckpt_every", "log_every"), model, opt, ema,
-                                rng, log)
-    if ck is not None:
-        step, elapsed, history = int(ck["step"]), float(ck["elapsed"]), json.loads(ck["history"])
-    else:
-        log.info("new LM run: %d trained parameters, vocabulary %d, %d codes, config %s", sum(p.numel() for p in params),
-                 len(tokenizer), int(vq.config.num_embeddings), dumps(dataclasses.asdict(cfg)))
-    losses: list[float] = []
-    t_last = time.time()
-    while step < cfg.steps:
-        lr = cosine_lr(step, cfg.steps, cfg.lr, cfg.warmup, cfg.min_lr_ratio)
-        for group in opt.param_groups:
-            group["lr"] = lr
+
+    def loss_fn(step: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         index = rng.integers(0, len(train_data["codes"]), cfg.batch_size)
         ids, valid = prompt_batch(tokenizer, [str(c) for c in train_data["captions"][index]])
         drop = torch.from_numpy(rng.random(cfg.batch_size) < cfg.caption_dropout)[:, None]
         ids = torch.where(drop, unconditional_prompts(ids, special.bos, special.boi, special.pad), ids)
         codes = torch.from_numpy(train_data["codes"][index].astype(np.int64))
-        loss = janus_lm_loss(model, ids, valid, codes)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip))
-        opt.step()
-        ema.update(params)
-        losses.append(float(loss.detach()))
-        step += 1
-        now = time.time()
-        elapsed += now - t_last
-        t_last = now
-        if step % cfg.log_every == 0 or step == cfg.steps:
-            entry = {"step": step, "loss": float(np.mean(losses)), "lr": lr, "grad_norm": grad_norm, "sec": elapsed}
-            if step % cfg.eval_every == 0 or step == cfg.steps:
-                entry["val_loss"] = lm_validation_loss(model, tokenizer, val_data)
-            history.append(entry)
-            log.info("train %s", dumps(entry))
-            losses = []
-            t_last = time.time()
-        if step % cfg.ckpt_every == 0 or step == cfg.steps:
-            atomic_torch_save({"config": json.dumps(dataclasses.asdict(cfg)), "model": model.state_dict(),
-                               "optimizer": opt.state_dict(), "ema": ema.shadow, "step": step, "elapsed": elapsed,
-                               "rng_state": json.dumps(rng.bit_generator.state), "history": json.dumps(history)},
-                              ckpt_path)
-            t_last = time.time()
+        return janus_lm_loss(model, ids, valid, codes), {}
+
+    loop = TrainingLoop("train_janus lm", LoopSettings.of(cfg), cfg, ("steps", "eval_every", "ckpt_every", "log_every"),
+                        scratch / "checkpoint.pt", model, opt, params, ema, lambda: params, rng, loss_fn, log,
+                        history="loss",
+                        eval_fn=lambda step: {"val_loss": lm_validation_loss(model, tokenizer, val_data)})
+    if loop.resume() is None:
+        log.info("new LM run: %d trained parameters, vocabulary %d, %d codes, config %s", sum(p.numel() for p in params),
+                 len(tokenizer), int(vq.config.num_embeddings), dumps(dataclasses.asdict(cfg)))
+    history = loop.run()
+    step, elapsed = loop.step, loop.elapsed
     # Keep the better of the raw and the EMA weights on the validation data (a short run's EMA can lag).
     raw_val = lm_validation_loss(model, tokenizer, val_data)
     raw = [p.detach().clone() for p in params]

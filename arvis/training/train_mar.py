@@ -44,7 +44,6 @@ import math
 import os
 import shutil
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -67,14 +66,12 @@ from arvis.models.diffusion_head import SAMPLING_SCHEDULES, TRAIN_STEPS, DDPMTab
 from arvis.models.mar import MARTransformer
 from arvis.training.common import (
     EMA,
-    atomic_torch_save,
     atomic_write_text,
-    cosine_lr,
     dumps,
-    restore_training_state,
     setup_logging,
     training_command,
 )
+from arvis.training.loop import LoopSettings, TrainingLoop
 from arvis.utils.files import atomic_directory
 
 __all__ = ["PRESETS", "MARTrainConfig", "assemble", "diffusion_loss", "mar_loss", "main", "sample_mask_ratio", "train"]
@@ -312,54 +309,29 @@ def train(cfg: MARTrainConfig, vae_path: str, scratch: Path, threads: int = 1, d
                             lr=cfg.lr, betas=(0.9, 0.95))
     ema = EMA(params, cfg.ema_decay)
     rng = np.random.default_rng([cfg.data_seed, 13])
-    step, elapsed, history = 0, 0.0, []
-    ck = restore_training_state(scratch / "checkpoint.pt", cfg, ("steps", "eval_every", "checkpoint_every", "log_every"),
-                                models, opt, ema, rng, log)
-    if ck is not None:
-        step, elapsed, history = int(ck["step"]), float(ck["elapsed"]), json.loads(ck["history"])
-    else:
-        log.info("new run: %d transformer + %d head parameters, config %s",
-                 sum(p.numel() for p in models["transformer"].parameters()),
-                 sum(p.numel() for p in models["head"].parameters()), dumps(dataclasses.asdict(cfg)))
-    gen = torch.Generator().manual_seed(cfg.data_seed * 1000 + step)  # noise, steps, masks (differs per resume point)
-    torch.manual_seed(cfg.data_seed + step)  # nn.Dropout draws from the global RNG (training script)
-    models.train()
-    t_last, losses = time.time(), []
-    bar = tqdm(total=cfg.steps, initial=step, desc=f"train mar{' causal' if cfg.causal else ''}", unit="step",
-               mininterval=30)
-    while step < cfg.steps:
-        lr = cosine_lr(step, cfg.steps, cfg.lr, cfg.warmup, cfg.min_lr_ratio)
-        for group in opt.param_groups:
-            group["lr"] = lr
+    gen = torch.Generator()  # noise, steps, masks
+
+    def loss_fn(step: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         index = rng.integers(0, len(train_data["labels"]), cfg.batch_size)
         tokens = sample_tokens(models["transformer"], train_data, index, scale, gen)
         drop = torch.rand(cfg.batch_size, generator=gen) < cfg.label_drop_prob
-        loss = mar_loss(models["transformer"], models["head"], tokens, torch.from_numpy(train_data["labels"][index]),
-                        drop, gen, cfg.diffusion_batch_mul)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip))
-        opt.step()
-        ema.update(params)
-        losses.append(float(loss.detach()))
-        step += 1
-        now = time.time()
-        elapsed, t_last = elapsed + now - t_last, now
-        bar.update(1)
-        if step % cfg.log_every == 0 or step == cfg.steps:
-            entry = {"step": step, "loss": float(np.mean(losses)), "lr": lr, "grad_norm": grad_norm, "sec": elapsed}
-            if step % cfg.eval_every == 0 or step == cfg.steps:
-                entry["val_loss"] = validation_loss(cfg, models, val_data, scale)
-                t_last = time.time()
-            history.append(entry)
-            log.info("train " + dumps(entry))
-            losses = []
-        if step % cfg.checkpoint_every == 0 or step == cfg.steps:
-            atomic_torch_save({"config": json.dumps(dataclasses.asdict(cfg)), "model": models.state_dict(),
-                               "optimizer": opt.state_dict(), "ema": ema.shadow, "step": step, "elapsed": elapsed,
-                               "rng_state": json.dumps(rng.bit_generator.state), "history": json.dumps(history)}, scratch / "checkpoint.pt")
-            t_last = time.time()
-    bar.close()
+        return mar_loss(models["transformer"], models["head"], tokens, torch.from_numpy(train_data["labels"][index]),
+                        drop, gen, cfg.diffusion_batch_mul), {}
+
+    loop = TrainingLoop(f"train mar{' causal' if cfg.causal else ''}", LoopSettings.of(cfg), cfg,
+                        ("steps", "eval_every", "checkpoint_every", "log_every"), scratch / "checkpoint.pt", models, opt,
+                        params, ema, lambda: params, rng, loss_fn, log, history="loss",
+                        eval_fn=lambda step: {"val_loss": validation_loss(cfg, models, val_data, scale)},
+                        generators=[gen])
+    if loop.resume() is None:
+        log.info("new run: %d transformer + %d head parameters, config %s",
+                 sum(p.numel() for p in models["transformer"].parameters()),
+                 sum(p.numel() for p in models["head"].parameters()), dumps(dataclasses.asdict(cfg)))
+    gen.manual_seed(cfg.data_seed * 1000 + loop.step)
+    torch.manual_seed(cfg.data_seed + loop.step)  # nn.Dropout draws from the global RNG (training script)
+    models.train()
+    history = loop.run()
+    step, elapsed = loop.step, loop.elapsed
     # Keep the better of the raw and the EMA weights by held-out loss (a short run's EMA can lag).
     raw_val = validation_loss(cfg, models, val_data, scale)
     averaged = copy.deepcopy(models)

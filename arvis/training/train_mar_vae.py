@@ -34,7 +34,6 @@ import argparse
 import dataclasses
 import json
 import os
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,19 +41,16 @@ from typing import Any
 import numpy as np
 import torch
 from diffusers import AutoencoderKL
-from tqdm.auto import tqdm
 
 from arvis.data.sources import DATA_CHOICES, check_data, data_recipe, labelled_images
 from arvis.tokenizers.mar_vae import build_kl_vae
 from arvis.training.common import (
     EMA,
-    atomic_torch_save,
-    cosine_lr,
     dumps,
-    restore_training_state,
     setup_logging,
     training_command,
 )
+from arvis.training.loop import LoopSettings, TrainingLoop
 from arvis.training.train_vq import to_tensor, to_uint8, train_batch
 from arvis.utils.files import atomic_directory
 
@@ -198,56 +194,26 @@ def train(cfg: MARVAETrainConfig, scratch: str | os.PathLike, threads: int | Non
     opt = torch.optim.AdamW(params, lr=cfg.lr, betas=(0.5, 0.9), weight_decay=0.0)  # LDM's autoencoder betas
     ema = EMA(params, cfg.ema_decay)
     rng = np.random.default_rng([cfg.data_seed, 16, 16])
-    step, elapsed, history = 0, 0.0, []
-    ck = restore_training_state(scratch / "checkpoint.pt", cfg, ("steps", "eval_every", "ckpt_every", "log_every"),
-                                vae, opt, ema, rng, log)
-    if ck is not None:
-        step, elapsed, history = int(ck["step"]), float(ck["elapsed"]), json.loads(ck["history"])
-    else:
+    gen = torch.Generator()  # posterior samples
+
+    def loss_fn(step: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        x = train_batch(rng, cfg, full_res=step >= (1.0 - cfg.full_res_fraction) * cfg.steps)  # type: ignore[arg-type]
+        return vae_loss(vae, x, cfg, gen)
+
+    def ema_eval(step: int) -> dict[str, Any]:
+        m = evaluate(_ema_copy(vae, ema, params), eval_images)
+        m.pop("recon")
+        return m
+
+    loop = TrainingLoop("train mar vae", LoopSettings.of(cfg), cfg, ("steps", "eval_every", "ckpt_every", "log_every"),
+                        scratch / "checkpoint.pt", vae, opt, params, ema, lambda: params, rng, loss_fn, log,
+                        eval_fn=ema_eval, generators=[gen])
+    if loop.resume() is None:
         log.info("new run: %d parameters, config %s", sum(p.numel() for p in params), dumps(dataclasses.asdict(cfg)))
-    gen = torch.Generator().manual_seed(cfg.data_seed * 1000 + step)  # posterior samples (differs per resume point)
+    gen.manual_seed(cfg.data_seed * 1000 + loop.step)
     eval_images = labelled_images(cfg.data, cfg.eval_size, "heldout", cfg.resolution, cfg.data_seed + 2)[0]
-    window: dict[str, float] = {}
-    t_last = time.time()
-    bar = tqdm(total=cfg.steps, initial=step, desc="train mar vae", unit="step", mininterval=30)
-    while step < cfg.steps:
-        lr = cosine_lr(step, cfg.steps, cfg.lr, cfg.warmup, cfg.min_lr_ratio)
-        for g in opt.param_groups:
-            g["lr"] = lr
-        full_res = step >= (1.0 - cfg.full_res_fraction) * cfg.steps
-        x = train_batch(rng, cfg, full_res=full_res)  # type: ignore[arg-type]
-        loss, parts = vae_loss(vae, x, cfg, gen)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
-        opt.step()
-        ema.update(params)
-        step += 1
-        for k, v in (("loss", loss), *parts.items(), ("grad_norm", grad_norm)):
-            window[k] = window.get(k, 0.0) + float(v.detach())
-        window["n"] = window.get("n", 0) + 1
-        now = time.time()
-        elapsed, t_last = elapsed + now - t_last, now
-        bar.update(1)
-        if step % cfg.log_every == 0 or step == cfg.steps:
-            n = window.pop("n")
-            entry = {**{k: v / n for k, v in window.items()}, "step": step, "lr": lr, "sec": elapsed}
-            history.append(entry)
-            log.info("train %s", dumps(entry))
-            window = {}
-        if step % cfg.eval_every == 0 or step == cfg.steps:
-            m = evaluate(_ema_copy(vae, ema, params), eval_images)
-            m.pop("recon")
-            history.append({"step": step, "eval": m})
-            log.info("eval step %d (ema, %d held-out crops): %s", step, cfg.eval_size, dumps(m))
-            t_last = time.time()
-        if step % cfg.ckpt_every == 0 or step == cfg.steps:
-            atomic_torch_save({"config": json.dumps(dataclasses.asdict(cfg)), "model": vae.state_dict(),
-                               "optimizer": opt.state_dict(), "ema": ema.shadow, "step": step, "elapsed": elapsed,
-                               "rng_state": json.dumps(rng.bit_generator.state), "history": json.dumps(history)},
-                              scratch / "checkpoint.pt")
-            t_last = time.time()
-    bar.close()
+    history = loop.run()
+    step, elapsed = loop.step, loop.elapsed
     train_entries = [h for h in history if "eval" not in h]
     return _ema_copy(vae, ema, params), {"steps": step, "train_seconds": elapsed, "history": history,
                                          "final_train": train_entries[-1] if train_entries else {}}

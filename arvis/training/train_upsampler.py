@@ -25,7 +25,6 @@ import dataclasses
 import json
 import math
 import os
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,21 +32,18 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
-from tqdm.auto import tqdm
 
 from arvis.models.upsampler import TokenUpsampler
 from arvis.tokenizers.llamagen_vq import LlamaGenVQModel
 from arvis.training.common import (
     EMA,
-    atomic_torch_save,
-    cosine_lr,
     dumps,
     export_note,
     recorded_command,
-    restore_training_state,
     setup_logging,
     training_command,
 )
+from arvis.training.loop import LoopSettings, TrainingLoop
 from arvis.training.train_gpt import GPTTrainConfig, build_dataset, encode_codes
 from arvis.utils.files import atomic_directory, atomic_path
 
@@ -221,55 +217,33 @@ def train(cfg: UpsamplerTrainConfig, vq_path: str, scratch: Path, data_cache: Pa
                              {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, 0.95))
     ema = EMA(params, cfg.ema_decay)
     rng = np.random.default_rng([cfg.data_seed, 77])
-    step, elapsed, history, train_command = 0, 0.0, [], command
-    ck = restore_training_state(scratch / "checkpoint.pt", cfg, _RESUMABLE, model, opt, ema, rng, log)
-    if ck is not None:
-        step, elapsed, history = int(ck["step"]), float(ck["elapsed"]), json.loads(ck["history"])
-        train_command = command or str(ck.get("command", ""))
-    else:
-        log.info("new run: %d parameters, config %s", sum(p.numel() for p in params), dumps(dataclasses.asdict(cfg)))
-    gen = torch.Generator().manual_seed(cfg.data_seed * 1000 + step)
-    torch.manual_seed(cfg.data_seed + step)  # nn.Dropout draws from the global RNG (training script)
-    bar = tqdm(total=cfg.steps, initial=step, desc="train upsampler", unit="step")
-    window: list[float] = []
-    t_last = time.time()
-    while step < cfg.steps:
-        lr = cosine_lr(step, cfg.steps, cfg.lr, cfg.warmup, cfg.min_lr_ratio)
-        for group in opt.param_groups:
-            group["lr"] = lr
+    gen = torch.Generator()  # token noise
+    train_command = command
+
+    def loss_fn(step: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         index = rng.integers(0, len(train_data["labels"]), cfg.batch_size)
         low = noisy_low(torch.from_numpy(train_data["low"][index]), cfg.token_noise, vq.codebook_size, gen)
         high = torch.from_numpy(train_data["high"][index])
         logits = model(low, torch.from_numpy(train_data["labels"][index]))
-        loss = F.cross_entropy(logits.flatten(0, 1), high.flatten())
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip))
-        opt.step()
-        ema.update(params)
-        step += 1
-        window.append(float(loss.detach()))
-        now = time.time()
-        elapsed += now - t_last
-        t_last = now
-        bar.update(1)
-        if step % cfg.log_every == 0 or step == cfg.steps:
-            entry: dict[str, Any] = {"step": step, "loss": float(np.mean(window)), "lr": lr, "grad_norm": grad_norm,
-                                     "sec": elapsed}
-            if step % cfg.eval_every == 0 or step == cfg.steps:
-                entry["val"] = heldout_figures(model, val_data)
-                model.train()
-            history.append(entry)
-            log.info("train %s", dumps(entry))
-            window = []
-            t_last = time.time()
-        if step % cfg.checkpoint_every == 0 or step == cfg.steps:
-            atomic_torch_save({"config": json.dumps(dataclasses.asdict(cfg)), "model": model.state_dict(),
-                               "optimizer": opt.state_dict(), "ema": ema.shadow, "step": step, "elapsed": elapsed,
-                               "rng_state": json.dumps(rng.bit_generator.state), "history": json.dumps(history),
-                               "command": train_command}, scratch / "checkpoint.pt")
-            t_last = time.time()
-    bar.close()
+        return F.cross_entropy(logits.flatten(0, 1), high.flatten()), {}
+
+    def evaluation(step: int) -> dict[str, Any]:
+        figures = heldout_figures(model, val_data)
+        model.train()
+        return {"val": figures}
+
+    loop = TrainingLoop("train upsampler", LoopSettings.of(cfg), cfg, _RESUMABLE, scratch / "checkpoint.pt", model,
+                        opt, params, ema, lambda: params, rng, loss_fn, log, history="loss", eval_fn=evaluation,
+                        checkpoint_extra=lambda: {"command": train_command}, generators=[gen])
+    ck = loop.resume()
+    if ck is not None:
+        train_command = command or str(ck.get("command", ""))
+    else:
+        log.info("new run: %d parameters, config %s", sum(p.numel() for p in params), dumps(dataclasses.asdict(cfg)))
+    gen.manual_seed(cfg.data_seed * 1000 + loop.step)
+    torch.manual_seed(cfg.data_seed + loop.step)  # nn.Dropout draws from the global RNG (training script)
+    history = loop.run()
+    step, elapsed = loop.step, loop.elapsed
     # Keep the better of the raw and the EMA weights by held-out NLL (a short run's EMA can lag).
     raw = heldout_figures(model, val_data)
     raw_state = {k: v.clone() for k, v in model.state_dict().items()}

@@ -23,7 +23,6 @@ import argparse
 import dataclasses
 import json
 import math
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,21 +30,18 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
-from tqdm.auto import tqdm
 
 from arvis.data.sources import DATA_CHOICES, check_data, class_names
 from arvis.models.var import VARTransformer
 from arvis.tokenizers.var_vq import VARVQModel
 from arvis.training.common import (
     EMA,
-    atomic_torch_save,
-    cosine_lr,
     dumps,
     export_modules,
-    load_checkpoint,
     setup_logging,
     training_command,
 )
+from arvis.training.loop import LoopSettings, TrainingLoop
 from arvis.training.train_gpt import build_dataset
 
 
@@ -148,53 +144,26 @@ def train(cfg: VARTrainConfig, vq_path: str, scratch: Path, threads: int = 1, da
                              {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0}],
                             lr=cfg.lr, betas=(0.9, 0.95))
     ema = EMA(params, cfg.ema_decay)
-    state: dict[str, Any] = {"step": 0, "seconds": 0.0, "history": []}
-    ckpt = scratch / "checkpoint.pt"
-    if ckpt.exists():
-        saved = load_checkpoint(ckpt)
-        model.load_state_dict(saved["model"])
-        opt.load_state_dict(saved["opt"])
-        ema.shadow = saved["ema"]
-        state = json.loads(saved["state"])
-        log.info(f"resumed at step {state['step']}")
-    else:
-        log.info(f"new run: {sum(p.numel() for p in params)} parameters, config {dumps(dataclasses.asdict(cfg))}")
-    rng = np.random.default_rng([cfg.data_seed, 11, state["step"]])  # resumable stream (differs per resume point)
-    gen = torch.Generator().manual_seed(cfg.data_seed * 1000 + state["step"])
-    torch.manual_seed(cfg.data_seed + state["step"])  # drop-path draws from the global RNG (training script)
-    model.train()
-    t0, losses = time.time(), []
-    bar = tqdm(total=cfg.steps, initial=state["step"], desc="train var", unit="step", mininterval=30)
-    while state["step"] < cfg.steps:
-        lr = cosine_lr(state["step"], cfg.steps, cfg.lr, cfg.warmup, cfg.min_lr_ratio)
-        for group in opt.param_groups:
-            group["lr"] = lr
+    rng = np.random.default_rng([cfg.data_seed, 11, 0])  # the stream a run from step 0 always had
+    gen = torch.Generator()  # class dropout
+
+    def loss_fn(step: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         index = rng.integers(0, len(train_data["codes"]), cfg.batch_size)
         codes = torch.from_numpy(train_data["codes"][index].astype(np.int64))
         labels = torch.from_numpy(train_data["labels"][index])
         drop = torch.rand(cfg.batch_size, generator=gen) < cfg.cond_drop_rate
-        loss, _ = batch_loss(model, vq, codes, labels, drop)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip))
-        opt.step()
-        ema.update(params)
-        losses.append(float(loss.detach()))
-        state["step"] += 1
-        bar.update(1)
-        if state["step"] % cfg.log_every == 0 or state["step"] == cfg.steps:
-            entry = {"step": state["step"], "loss": float(np.mean(losses)), "lr": lr, "grad_norm": grad_norm,
-                     "sec": state["seconds"] + time.time() - t0}
-            if state["step"] % cfg.eval_every == 0 or state["step"] == cfg.steps:
-                entry.update(validation(model, vq, val_data))
-            state["history"].append(entry)
-            log.info("train " + dumps(entry))
-            losses = []
-        if state["step"] % cfg.checkpoint_every == 0 or state["step"] == cfg.steps:
-            atomic_torch_save({"model": model.state_dict(), "opt": opt.state_dict(), "ema": ema.shadow,
-                               "state": json.dumps({**state, "seconds": state["seconds"] + time.time() - t0})}, ckpt)
-    bar.close()
-    state["seconds"] += time.time() - t0
+        return batch_loss(model, vq, codes, labels, drop)[0], {}
+
+    loop = TrainingLoop("train var", LoopSettings.of(cfg), cfg, ("steps", "eval_every", "checkpoint_every", "log_every"),
+                        scratch / "checkpoint.pt", model, opt, params, ema, lambda: params, rng, loss_fn, log,
+                        history="loss", eval_fn=lambda step: validation(model, vq, val_data), generators=[gen])
+    if loop.resume() is None:
+        log.info(f"new run: {sum(p.numel() for p in params)} parameters, config {dumps(dataclasses.asdict(cfg))}")
+    gen.manual_seed(cfg.data_seed * 1000 + loop.step)
+    torch.manual_seed(cfg.data_seed + loop.step)  # drop-path draws from the global RNG (training script)
+    model.train()
+    loop.run()
+    state = {"step": loop.step, "seconds": loop.elapsed, "history": loop.records}
     # Keep the better of the raw and the EMA weights by held-out loss (a short run's EMA can lag).
     raw = validation(model, vq, val_data)
     raw_weights = [p.detach().clone() for p in params]

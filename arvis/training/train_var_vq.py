@@ -34,7 +34,6 @@ import argparse
 import dataclasses
 import json
 import os
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,21 +42,18 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
-from tqdm.auto import tqdm
 
 from arvis.data.sources import check_data, labelled_images
 from arvis.tokenizers.var_vq import VARVQModel
 from arvis.training.common import (
     EMA,
-    LogWindow,
-    atomic_torch_save,
     cosine_lr,
     dumps,
     reseed_rows,
-    restore_training_state,
     setup_logging,
     training_command,
 )
+from arvis.training.loop import LoopSettings, TrainingLoop
 from arvis.training.train_vq import _save_grid, evaluate, train_batch
 from arvis.utils.files import atomic_directory
 
@@ -330,12 +326,51 @@ def train(cfg: VARVQTrainConfig, scratch: str | os.PathLike, threads: int | None
     trainable = cfg.trainable(model)
     opt = torch.optim.AdamW(trainable, lr=cfg.lr, betas=(0.9, 0.99), weight_decay=0.0)
     ema = EMA(params, cfg.ema_decay)
-    step, elapsed, history = 0, 0.0, []
-    counts = torch.zeros(cfg.vocab_size)
-    ck = restore_training_state(scratch / "checkpoint.pt", cfg, ("steps", "eval_every", "ckpt_every", "log_every"),
-                                model, opt, ema, rng, log)
+    counts = torch.zeros(cfg.vocab_size)  # code usage since the last restart check
+    batch: dict[str, Any] = {}  # the last step's images and codes (counted and restarted after the step)
+
+    def loss_fn(step: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        x = batch["x"] = train_batch(rng, cfg, full_res=True)
+        if cfg.decoder_only:
+            with torch.no_grad():  # frozen encoder, codebook and φ: the codes of an image never change
+                f_hat, ids, losses = model.quantize(model.latent(x))
+            rec = model.decode(f_hat)
+        else:
+            rec, losses, ids = model(x)
+        batch["ids"] = ids
+        l1, l2 = (rec - x).abs().mean(), (rec - x).pow(2).mean()
+        loss = cfg.l1_weight * l1 + cfg.l2_weight * l2 + losses.total
+        return loss, {"l1": l1, "l2": l2, "vq": losses.vq_loss, "commit": losses.commit_loss}
+
+    def restart_codes(step: int) -> None:
+        counts.add_(torch.bincount(torch.cat([i.flatten() for i in batch["ids"]]), minlength=cfg.vocab_size).float())
+        if cfg.restart_every and not cfg.decoder_only and step % cfg.restart_every == 0:
+            restarted = 0
+            if step <= cfg.restart_until * cfg.steps:
+                with torch.no_grad():
+                    restarted = _reseed(model.quantize, opt, counts, model.latent(batch["x"]), rng, ema, params)
+            log.info("step %d codebook: %d/%d used since last check, %d restarted", step, int((counts > 0).sum()),
+                     cfg.vocab_size, restarted)
+            counts.zero_()
+
+    def ema_model() -> VARVQModel:
+        m = VARVQModel(**cfg.model_kwargs())
+        m.load_state_dict(model.state_dict())
+        ema.copy_to(list(m.parameters()))
+        return m.eval()
+
+    def ema_eval(step: int) -> dict[str, Any]:
+        m = evaluate(ema_model(), eval_images)
+        m.pop("recon")
+        return m
+
+    loop = TrainingLoop("train_var_vq", LoopSettings.of(cfg, grad_clip=1.0), cfg,
+                        ("steps", "eval_every", "ckpt_every", "log_every"), scratch / "checkpoint.pt", model, opt,
+                        trainable, ema, lambda: params, rng, loss_fn, log, eval_fn=ema_eval, after_step=restart_codes,
+                        checkpoint_extra=lambda: {"counts": counts, "latent_fitted": bool(cfg.latent_steps)})
+    ck = loop.resume()
     if ck is not None:
-        step, elapsed, history, counts = int(ck["step"]), float(ck["elapsed"]), json.loads(ck["history"]), ck["counts"]
+        counts.copy_(ck["counts"])
     else:
         log.info("new run: %d parameters (%d trainable), %d tensors warm-started from %s, config %s",
                  sum(p.numel() for p in params), sum(p.numel() for p in trainable), len(copied), cfg.warm_start,
@@ -344,75 +379,16 @@ def train(cfg: VARVQTrainConfig, scratch: str | os.PathLike, threads: int | None
                                         cfg.crop_scale)
     if cfg.latent_steps and (ck is None or not ck.get("latent_fitted")):
         t0 = time.time()
-        history += fit_quantizer(model, cfg, rng, log)
+        loop.records += fit_quantizer(model, cfg, rng, log)
         ema.shadow = [p.detach().clone() for p in params]  # the fit is the starting point of the pixel steps
-        elapsed += time.time() - t0
+        loop.elapsed += time.time() - t0
         m = evaluate(model.eval(), eval_images)
         m.pop("recon")
-        history.append({"step": 0, "eval": m})
+        loop.records.append({"step": 0, "eval": m})
         log.info("eval after the latent fit (%d held-out crops): %s", cfg.eval_size, dumps(m))
         model.train()
-        ck = {"latent_fitted": True}
-
-    def ema_model() -> VARVQModel:
-        m = VARVQModel(**cfg.model_kwargs())
-        m.load_state_dict(model.state_dict())
-        ema.copy_to(list(m.parameters()))
-        return m.eval()
-
-    bar = tqdm(total=cfg.steps, initial=step, desc="train_var_vq", mininterval=10 if sys.stderr.isatty() else 60)
-    window = LogWindow()
-    t_last = time.time()
-    while step < cfg.steps:
-        x = train_batch(rng, cfg, full_res=True)
-        lr = cosine_lr(step, cfg.steps, cfg.lr, cfg.warmup, cfg.min_lr_ratio)
-        for g in opt.param_groups:
-            g["lr"] = lr
-        if cfg.decoder_only:
-            with torch.no_grad():  # frozen encoder, codebook and φ: the codes of an image never change
-                f_hat, ids, losses = model.quantize(model.latent(x))
-            rec = model.decode(f_hat)
-        else:
-            rec, losses, ids = model(x)
-        l1, l2 = (rec - x).abs().mean(), (rec - x).pow(2).mean()
-        loss = cfg.l1_weight * l1 + cfg.l2_weight * l2 + losses.total
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        grad_norm = torch.nn.utils.clip_grad_norm_(trainable, 1.0)
-        opt.step()
-        ema.update(params)
-        counts += torch.bincount(torch.cat([i.flatten() for i in ids]), minlength=cfg.vocab_size).float()
-        step += 1
-        window.add({"loss": loss, "l1": l1, "l2": l2, "vq": losses.vq_loss, "commit": losses.commit_loss,
-                    "grad_norm": grad_norm})
-        now = time.time()
-        elapsed, t_last = elapsed + now - t_last, now
-        bar.update(1)
-        if cfg.restart_every and not cfg.decoder_only and step % cfg.restart_every == 0:
-            restarted = 0
-            if step <= cfg.restart_until * cfg.steps:
-                with torch.no_grad():
-                    restarted = _reseed(model.quantize, opt, counts, model.latent(x), rng, ema, params)
-            log.info("step %d codebook: %d/%d used since last check, %d restarted", step, int((counts > 0).sum()),
-                     cfg.vocab_size, restarted)
-            counts.zero_()
-        if step % cfg.log_every == 0 or step == cfg.steps:
-            entry = window.flush(step=step, lr=lr, sec=elapsed)
-            history.append(entry)
-            log.info("train %s", dumps(entry))
-        if step % cfg.eval_every == 0 or step == cfg.steps:
-            m = evaluate(ema_model(), eval_images)
-            m.pop("recon")
-            history.append({"step": step, "eval": m})
-            log.info("eval step %d (ema, %d held-out crops): %s", step, cfg.eval_size, dumps(m))
-            t_last = time.time()
-        if step % cfg.ckpt_every == 0 or step == cfg.steps:
-            atomic_torch_save({"config": json.dumps(dataclasses.asdict(cfg)), "model": model.state_dict(),
-                               "optimizer": opt.state_dict(), "ema": ema.shadow, "step": step, "elapsed": elapsed,
-                               "rng_state": json.dumps(rng.bit_generator.state), "history": json.dumps(history),
-                               "counts": counts, "latent_fitted": bool(cfg.latent_steps)}, scratch / "checkpoint.pt")
-            t_last = time.time()
-    bar.close()
+    history = loop.run()
+    step, elapsed = loop.step, loop.elapsed
     train_entries = [h for h in history if "eval" not in h]
     return ema_model(), {"steps": step, "train_seconds": elapsed, "history": history,
                          "final_train": train_entries[-1] if train_entries else {}, "warm_started": len(copied)}

@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,17 +29,13 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
-from tqdm.auto import tqdm
 
 from arvis.training.common import (
     EMA,
-    atomic_torch_save,
-    cosine_lr,
-    dumps,
-    load_checkpoint,
     setup_logging,
     training_command,
 )
+from arvis.training.loop import LoopSettings, TrainingLoop
 from arvis.utils.files import atomic_directory
 
 
@@ -105,50 +100,24 @@ def train(cfg: VideoFeatureConfig, scratch: Path, threads: int = 1) -> tuple[Any
                           num_frames=cfg.num_frames, channels=cfg.channels)
     opt = torch.optim.AdamW(net.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     ema = EMA(net.state_dict().values(), cfg.ema_decay)
-    state: dict[str, Any] = {"step": 0, "seconds": 0.0, "history": []}
-    ckpt = scratch / "checkpoint.pt"
-    if ckpt.exists():
-        saved = load_checkpoint(ckpt)
-        if json.loads(saved["config"]) != json.loads(json.dumps(dataclasses.asdict(cfg))):
-            raise ValueError(f"checkpoint {ckpt} was made with another config; use another --scratch")
-        net.load_state_dict(saved["model"])
-        opt.load_state_dict(saved["opt"])
-        ema.shadow = saved["ema"]
-        state = json.loads(saved["state"])
-        log.info("resumed at step %d", state["step"])
-    rng = np.random.default_rng([cfg.data_seed, 31, state["step"]])
-    net.train()
-    t0 = time.time()
-    losses: list[float] = []
-    bar = tqdm(total=cfg.steps, initial=state["step"], desc="train video features", unit="step")
-    while state["step"] < cfg.steps:
-        lr = cosine_lr(state["step"], cfg.steps, cfg.lr, cfg.warmup, cfg.min_lr_ratio)
-        for group in opt.param_groups:
-            group["lr"] = lr
+    rng = np.random.default_rng([cfg.data_seed, 31, 0])  # the stream a run from step 0 always had
+
+    def loss_fn(step: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         index = rng.integers(0, len(train_clips), cfg.batch_size)
-        loss = F.cross_entropy(net(_batch(train_clips[index])), torch.from_numpy(train_labels[index]))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        ema.update(net.state_dict().values())
-        losses.append(float(loss.detach()))
-        state["step"] += 1
-        bar.update(1)
-        if state["step"] % cfg.log_every == 0 or state["step"] == cfg.steps:
-            entry = {"step": state["step"], "loss": float(np.mean(losses)), "lr": lr,
-                     "sec": state["seconds"] + time.time() - t0}
-            if state["step"] % cfg.eval_every == 0 or state["step"] == cfg.steps:
-                entry["val_accuracy"] = accuracy(net, val_clips, val_labels)
-                net.train()
-            state["history"].append(entry)
-            log.info("train " + dumps(entry))
-            losses = []
-        if state["step"] % cfg.ckpt_every == 0 or state["step"] == cfg.steps:
-            atomic_torch_save({"model": net.state_dict(), "opt": opt.state_dict(), "ema": ema.shadow,
-                               "config": json.dumps(dataclasses.asdict(cfg)),
-                               "state": json.dumps({**state, "seconds": state["seconds"] + time.time() - t0})}, ckpt)
-    bar.close()
-    state["seconds"] += time.time() - t0
+        return F.cross_entropy(net(_batch(train_clips[index])), torch.from_numpy(train_labels[index])), {}
+
+    def evaluation(step: int) -> dict[str, float]:
+        figures = {"val_accuracy": accuracy(net, val_clips, val_labels)}
+        net.train()
+        return figures
+
+    loop = TrainingLoop("train video features", LoopSettings.of(cfg, grad_clip=None), cfg, (), scratch / "checkpoint.pt",
+                        net, opt, list(net.parameters()), ema, lambda: net.state_dict().values(), rng, loss_fn, log,
+                        history="loss", eval_fn=evaluation)
+    loop.resume()
+    net.train()
+    loop.run()
+    state = {"step": loop.step, "seconds": loop.elapsed, "history": loop.records}
     ema.copy_to(net.state_dict().values())
     net.eval()
     return net, state

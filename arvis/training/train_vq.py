@@ -29,7 +29,6 @@ import dataclasses
 import json
 import math
 import os
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,22 +37,18 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
-from tqdm.auto import tqdm
 
 from arvis.data.sources import DATA_CHOICES, check_data, data_recipe, labelled_images, stream_batch
 from arvis.tokenizers.llamagen_vq import LlamaGenVQModel
 from arvis.training.common import (
     EMA,
-    LogWindow,
-    atomic_torch_save,
-    cosine_lr,
     dumps,
     export_only_steps,
     reseed_rows,
-    restore_training_state,
     setup_logging,
     training_command,
 )
+from arvis.training.loop import LoopSettings, TrainingLoop
 from arvis.utils.files import atomic_directory, atomic_path
 from arvis.utils.images import to_tensor, to_uint8  # noqa: F401  (re-exported: the trainers import them from here)
 
@@ -285,54 +280,13 @@ def train(
     ema_tensors = params  # buffers (codebook_used) are bookkeeping, not averaged
     opt = torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, 0.99), weight_decay=cfg.weight_decay)
     ema = EMA(ema_tensors, cfg.ema_decay)
-    step, rng, history, elapsed = 0, state["rng"], state["history"], 0.0
-    counts = torch.zeros(cfg.codebook_size)
-
-    ck = restore_training_state(ckpt_path, cfg, ("steps", "eval_every", "ckpt_every", "log_every"), model, opt, ema,
-                                rng, log)
-    if ck is not None:
-        step, elapsed = int(ck["step"]), float(ck["elapsed"])
-        history = json.loads(ck["history"])
-        counts = ck["counts"]
-    else:
-        n_params = sum(p.numel() for p in params)
-        log.info("new run: %d parameters, config %s", n_params, dumps(dataclasses.asdict(cfg)))
-
-    def save_checkpoint() -> None:
-        atomic_torch_save(
-            {
-                "config": json.dumps(dataclasses.asdict(cfg)),
-                "model": model.state_dict(),
-                "optimizer": opt.state_dict(),
-                "ema": ema.shadow,
-                "step": step,
-                "elapsed": elapsed,
-                "rng_state": json.dumps(rng.bit_generator.state),
-                "history": json.dumps(history),
-                "counts": counts,
-            },
-            ckpt_path,
-        )
-
-    eval_images, _, _ = labelled_images(cfg.data, cfg.eval_size, "heldout", cfg.resolution, cfg.data_seed + 1,
-                                        cfg.crop_scale)
-    ema_model = LlamaGenVQModel(**cfg.model_kwargs()).eval()
-
-    def ema_eval(images: np.ndarray) -> dict[str, Any]:
-        ema_model.load_state_dict(model.state_dict())
-        ema.copy_to(cfg.trainable(ema_model))
-        return evaluate(ema_model, images)
-
+    rng = state["rng"]
+    counts = torch.zeros(cfg.codebook_size)  # code usage since the last restart check
     full_res_from = int(round(cfg.steps * (1.0 - cfg.full_res_fraction)))
-    bar = tqdm(total=cfg.steps, initial=step, desc="train_vq", mininterval=10 if sys.stderr.isatty() else 60)
-    window = LogWindow()
-    t_last = time.time()
-    while step < cfg.steps:
-        full_res = step >= full_res_from
-        x = train_batch(rng, cfg, full_res)
-        lr = cosine_lr(step, cfg.steps, cfg.lr, cfg.warmup, cfg.min_lr_ratio)
-        for g in opt.param_groups:
-            g["lr"] = lr
+    batch: dict[str, torch.Tensor] = {}  # the last step's images (codebook restarts encode them)
+
+    def loss_fn(step: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        x = batch["x"] = train_batch(rng, cfg, step >= full_res_from)
         if cfg.decoder_only:
             with torch.no_grad():  # frozen encoder and codebook: the codes of an image never change
                 quant, _, losses = model.encode_with_quant(x)
@@ -342,49 +296,48 @@ def train(
         l1 = (rec - x).abs().mean()
         l2 = (rec - x).pow(2).mean()
         loss = cfg.l1_weight * l1 + cfg.l2_weight * l2 + losses.total
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        grad_norm = torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
-        ema.update(ema_tensors)
+        return loss, {"l1": l1, "l2": l2, "vq": losses.vq_loss, "commit": losses.commit_loss}
+
+    def restart_codes(step: int) -> None:
+        x = batch["x"]
         n_tok = x.shape[0] * (x.shape[2] // model.downsample_factor) * (x.shape[3] // model.downsample_factor)
         recent = model.quantize.codebook_used[-n_tok:].long()
-        counts += torch.bincount(recent, minlength=cfg.codebook_size).float()
-        step += 1
-
-        window.add({"loss": loss, "l1": l1, "l2": l2, "vq": losses.vq_loss, "commit": losses.commit_loss,
-                    "grad_norm": grad_norm})
-        now = time.time()
-        elapsed += now - t_last
-        t_last = now
-        bar.update(1)
-
+        counts.add_(torch.bincount(recent, minlength=cfg.codebook_size).float())
         if cfg.restart_every and not cfg.decoder_only and step % cfg.restart_every == 0:
             restarted = 0
             if step <= cfg.restart_until * cfg.steps:
                 restarted = _restart_dead_codes(model, opt, counts, x, rng, ema)
-            used = int((counts > 0).sum())
-            log.info("step %d codebook: %d/%d used since last check, %d restarted", step, used,
+            log.info("step %d codebook: %d/%d used since last check, %d restarted", step, int((counts > 0).sum()),
                      cfg.codebook_size, restarted)
             counts.zero_()
-        if step % cfg.log_every == 0 or step == cfg.steps:
-            entry = window.flush(step=step, lr=lr, res=x.shape[-1],
-                                 usage_window=model.quantize.codebook_used.unique().numel() / cfg.codebook_size,
-                                 sec=elapsed)
-            history.append(entry)
-            log.info("train %s", dumps(entry))
-        if step % cfg.eval_every == 0 or step == cfg.steps:
-            t0 = time.time()
-            m = ema_eval(eval_images)
-            m.pop("recon")
-            history.append({"step": step, "eval": m})
-            log.info("eval step %d (ema, %d held-out crops): %s (%.0f s)", step, cfg.eval_size, dumps(m),
-                     time.time() - t0)
-            t_last = time.time()
-        if step % cfg.ckpt_every == 0 or step == cfg.steps:
-            save_checkpoint()
-            t_last = time.time()
-    bar.close()
+
+    def usage() -> dict[str, Any]:
+        return {"res": batch["x"].shape[-1],
+                "usage_window": model.quantize.codebook_used.unique().numel() / cfg.codebook_size}
+
+    ema_model = LlamaGenVQModel(**cfg.model_kwargs()).eval()
+
+    def ema_eval(step: int) -> dict[str, Any]:
+        ema_model.load_state_dict(model.state_dict())
+        ema.copy_to(cfg.trainable(ema_model))
+        m = evaluate(ema_model, eval_images)
+        m.pop("recon")
+        return m
+
+    loop = TrainingLoop("train_vq", LoopSettings.of(cfg, grad_clip=1.0), cfg,
+                        ("steps", "eval_every", "ckpt_every", "log_every"), ckpt_path, model, opt, params, ema,
+                        lambda: ema_tensors, rng, loss_fn, log, eval_fn=ema_eval, after_step=restart_codes,
+                        log_extra=usage, checkpoint_extra=lambda: {"counts": counts})
+    ck = loop.resume()
+    if ck is not None:
+        counts.copy_(ck["counts"])
+    else:
+        n_params = sum(p.numel() for p in params)
+        log.info("new run: %d parameters, config %s", n_params, dumps(dataclasses.asdict(cfg)))
+    eval_images, _, _ = labelled_images(cfg.data, cfg.eval_size, "heldout", cfg.resolution, cfg.data_seed + 1,
+                                        cfg.crop_scale)
+    history = loop.run()
+    step, elapsed = loop.step, loop.elapsed
 
     ema_model.load_state_dict(model.state_dict())
     ema.copy_to(cfg.trainable(ema_model))

@@ -43,7 +43,7 @@ def test_train_gpt_smoke_runs_exports_and_resumes(tmp_path, tiny_vq_folder, pres
     # A second run with more steps resumes from the checkpoint instead of starting over.
     metrics = train_gpt.main(argv + ["--steps", "4"])
     log = (scratch / "train.log").read_text()
-    assert "resumed at step 3" in log and metrics["steps"] == 4
+    assert "resumed from" in log and "at step 3" in log and metrics["steps"] == 4
     assert json.loads((out / "training_metrics.json").read_text())["steps"] == 4
 
 
