@@ -1,8 +1,7 @@
-#!/usr/bin/env python
-"""Evaluate an exported domain feature network and write its ``metrics.json`` and model card.
+"""The evaluation and model card of an exported domain feature network (a card kind of ``eval/cards.py``).
 
-    python eval/domain_card.py --folder arvis/weights/domain-classifier
-    python eval/domain_card.py --folder arvis/weights/domain-emoji
+    python eval/cards.py --model arvis/weights/domain-classifier --evaluate   # evaluate, then write the card
+    python eval/cards.py --model arvis/weights/domain-emoji                   # the card from metrics.json
 
 The folder is what ``python -m arvis.training.train_domain`` exported (fp16 safetensors and
 ``training_metrics.json``). The shipped fp16 weights are reloaded through
@@ -36,10 +35,11 @@ if str(ROOT) not in sys.path:
 
 from arvis.data.sources import class_names, data_recipe, heldout_images_fn, labelled_images  # noqa: E402
 from arvis.eval import fid as fidlib  # noqa: E402
-from arvis.eval.files import write_bytes_atomic, write_json_atomic  # noqa: E402
+from arvis.eval.files import write_json_atomic  # noqa: E402
 from arvis.models.domain_net import DomainClassifier, DomainFeatures, load_domain_network  # noqa: E402
-from arvis.training.common import export_note, portable_command  # noqa: E402
+from arvis.training.common import config_from_record, export_note, portable_command  # noqa: E402
 from arvis.training.train_domain import DomainTrainConfig, evaluate_accuracy  # noqa: E402
+from arvis.utils.model_card import ModelCard, Section, Training, table  # noqa: E402
 
 
 # ---------------------------------------------------------------------------------------------- degradations
@@ -183,11 +183,11 @@ or noise augmentation (the features must stay sensitive to them). All evaluation
 crops only, except the train-vs-held-out row."""
 
 
-def model_card(cfg: DomainTrainConfig, m: dict[str, Any], name: str = "domain-classifier") -> str:
-    """Markdown model card of the exported network (``name``: the folder's name)."""
+def model_card(cfg: DomainTrainConfig, m: dict[str, Any], name: str = "domain-classifier") -> ModelCard:
+    """Model card of the exported network (``name``: the folder's name)."""
     f = m["fid"]
     tl = m["final_train"]
-    rows = "\n".join(f"| {k} | {v['vs_heldout']:.2f} | {v['vs_reference']:.2f} |" for k, v in f["degraded"].items())
+    degraded = [(k, f"{v['vs_heldout']:.2f}", f"{v['vs_reference']:.2f}") for k, v in f["degraded"].items()]
     vq_row = ""
     if "vq_reconstruction" in f:
         v = f["vq_reconstruction"]
@@ -200,44 +200,30 @@ def model_card(cfg: DomainTrainConfig, m: dict[str, Any], name: str = "domain-cl
             f"{cfg.image_size}-px OpenMoji render belongs to")
     alias = "domain" if cfg.data == "photos" else "domain-emoji"
     unit = "crops" if cfg.data == "photos" else "emoji views"
-    return f"""# {name}: arvis's FID feature network for {cfg.data}
-
-A `DomainClassifier` (`arvis.models.domain_net`; a small GroupNorm CNN) trained by `arvis.training.train_domain`
+    return ModelCard(
+        title=f"{name}: arvis's FID feature network for {cfg.data}",
+        summary=f"""A `DomainClassifier` (`arvis.models.domain_net`; a small GroupNorm CNN) trained by `arvis.training.train_domain`
 {what}. Its global-average-pooled last stage ({f['feature_dim']}-d) is the
 feature space of arvis's FID (`arvis fid`, `arvis.eval.fid`), standing in for Inception, which cannot be
 downloaded here. FIDs in this space are *not* comparable with Inception FIDs from papers; compare them with
-the floor below.
-
-```python
-from arvis.eval.fid import compute_fid, load_extractor
+the floor below.""",
+        usage=f"""from arvis.eval.fid import compute_fid, load_extractor
 extractor = load_extractor("{alias}")          # this folder; fp16 file, fp32 network
-result = compute_fid(images_uint8, extractor=extractor, floor=True{'' if cfg.data == 'photos' else ', data="emoji"'})   # vs 5000 held-out {unit}
-```
-
-## Architecture
-Stem conv (stride 2) + {len(cfg.channels)} stages of widths {list(cfg.channels)} ({cfg.convs_per_stage} x
+result = compute_fid(images_uint8, extractor=extractor, floor=True{'' if cfg.data == 'photos' else ', data="emoji"'})   # vs 5000 held-out {unit}""",
+        architecture=Section("Architecture", f"""Stem conv (stride 2) + {len(cfg.channels)} stages of widths {list(cfg.channels)} ({cfg.convs_per_stage} x
 [3x3 conv, GroupNorm({cfg.norm_groups}), SiLU], every stage after the first halving the resolution), global
 average pooling, dropout {cfg.dropout}, linear head. {m['params']:,} parameters, {m['safetensors_mb']:.2f} MB
-as fp16 safetensors. Input: `[B, 3, {cfg.image_size}, {cfg.image_size}]` pixel values in 0..255.
-
-## Data (no leakage)
-{_data_section(cfg, m)}
-
-## Training
-```
-{m['command']}
-```
-{export_note(m, "Exported")}Cross-entropy (no label smoothing), AdamW (betas 0.9/0.99, lr {cfg.lr}, weight decay {cfg.weight_decay},
+as fp16 safetensors. Input: `[B, 3, {cfg.image_size}, {cfg.image_size}]` pixel values in 0..255."""),
+        data=Section("Data (no leakage)", _data_section(cfg, m)),
+        training=Training([m["command"]], f"""{export_note(m, "Exported")}Cross-entropy (no label smoothing), AdamW (betas 0.9/0.99, lr {cfg.lr}, weight decay {cfg.weight_decay},
 {cfg.warmup} warm-up steps, cosine to {cfg.min_lr_ratio}x), grad-norm clip {cfg.grad_clip}, EMA {cfg.ema_decay}
 (the EMA weights are shipped). {m['steps']} steps, {m['train_minutes']:.1f} min of training wall time on one
 CPU thread (2-core machine shared with other trainings). Final training loss (mean of the last
 {cfg.log_every} steps): cross-entropy {tl.get('loss', float('nan')):.4f}, batch accuracy
-{tl.get('acc', float('nan')):.3f}.
-
-## Evaluation (the shipped fp16 file, reloaded through `load_domain_network`)
-Computed by `eval/domain_card.py` (fixed seeds: rerunning it on this folder reproduces these figures):
+{tl.get('acc', float('nan')):.3f}."""),
+        evaluation=Section("Evaluation (the shipped fp16 file, reloaded through `load_domain_network`)", f"""Computed by `eval/cards.py --evaluate` (fixed seeds: rerunning it on this folder reproduces these figures):
 ```
-{m.get('eval_command', 'python eval/domain_card.py --folder arvis/weights/' + name)}
+{m.get('eval_command', f'python eval/cards.py --model arvis/weights/{name} --evaluate')}
 ```
 Held-out accuracy: **{100 * m['heldout_accuracy']:.2f}%** on {m['accuracy_crops']} held-out {unit} (seed
 {cfg.data_seed + 4}; NLL {m['heldout_nll']:.3f}); on {m['accuracy_crops']} training {unit}
@@ -247,18 +233,16 @@ FID (clean-fid's Fréchet distance through `arvis.eval.fid`, {f['fid_size']} ima
 "A" = held-out {unit} seed 0, "B" = held-out {unit} seed 1, "reference" = the {f['reference_size']}
 held-out {unit} (seed 0) that `compute_fid` uses by default):
 
-| sets | FID |
-|---|---|
-| held-out A vs held-out B (**real-vs-real floor**, 1k vs 1k) | {f['heldout_vs_heldout']:.2f} |
-| held-out B vs reference (the floor `compute_fid(..., floor=True)` reports for 1k images) | {f['heldout_vs_reference']:.2f} |
-| training {unit} (seed {cfg.data_seed + 5}) vs held-out A | {f['train_vs_heldout']:.2f} |
-| training {unit} vs reference | {f['train_vs_reference']:.2f} |
+{table(("sets", "FID"), [
+    ("held-out A vs held-out B (**real-vs-real floor**, 1k vs 1k)", f"{f['heldout_vs_heldout']:.2f}"),
+    ("held-out B vs reference (the floor `compute_fid(..., floor=True)` reports for 1k images)",
+     f"{f['heldout_vs_reference']:.2f}"),
+    (f"training {unit} (seed {cfg.data_seed + 5}) vs held-out A", f"{f['train_vs_heldout']:.2f}"),
+    (f"training {unit} vs reference", f"{f['train_vs_reference']:.2f}")])}
 
 Degraded held-out B (the same crops, degraded) against held-out A and against the reference:
 
-| degradation | FID vs A | FID vs reference |
-|---|---|---|
-{rows}
+{table(("degradation", "FID vs A", "FID vs reference"), degraded)}
 {vq_row}
 blur = PIL Gaussian blur (sigma in px), noise = additive Gaussian noise (std in 0..255 units), jpeg =
 JPEG quality (blocky, VQ-like artefacts), downup = bicubic down-sampling by the factor and back.
@@ -266,45 +250,47 @@ Feature spread: participation ratio of the held-out covariance {f['participation
 {f['feature_dim']} dimensions.
 
 Fingerprint (sha256 over config and weights; names the feature space in cached statistics):
-`{m['fingerprint']}`.
-"""
+`{m['fingerprint']}`."""))
 
 
-# ---------------------------------------------------------------------------------------------- CLI
-def training_config(training: dict[str, Any]) -> DomainTrainConfig:
-    """The :class:`DomainTrainConfig` recorded in a folder's ``training_metrics.json`` (JSON lists back to tuples)."""
-    c = training["config"]
-    return DomainTrainConfig(**{**c, "channels": tuple(c["channels"]), "crop_scale": tuple(c["crop_scale"])})
+# ---------------------------------------------------------------------------------------------- eval/cards.py
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of a domain network's card (``python eval/cards.py --model FOLDER``)."""
+    parser.add_argument("--evaluate", action="store_true",
+                        help="reload the shipped weights and evaluate them (minutes) into metrics.json first")
+    parser.add_argument("--vq", default=None, help="with --evaluate: also report the rFID of this VQ tokenizer "
+                                                   "folder's reconstructions")
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads of --evaluate")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
-def main(argv: list[str] | None = None) -> dict[str, Any]:
-    """CLI entry point; returns the folder's metrics (training and evaluation)."""
-    p = argparse.ArgumentParser(prog="python eval/domain_card.py", description=__doc__.split("\n\n")[0])
-    p.add_argument("--folder", required=True, help="a folder exported by python -m arvis.training.train_domain")
-    p.add_argument("--vq", default=None, help="also report the rFID of this VQ tokenizer folder's reconstructions")
-    p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    args = p.parse_args(argv)
-    if args.threads < 1:
-        raise ValueError(f"--threads must be >= 1, got {args.threads}")
-    folder = Path(args.folder)
+def card(folder: Path, args: argparse.Namespace) -> ModelCard:
+    """The card of an exported domain network folder; with ``--evaluate`` its ``metrics.json`` is (re)made first
+    from ``training_metrics.json`` and an evaluation of the shipped weights."""
     if not (folder / "training_metrics.json").is_file():
-        raise ValueError(f"--folder {folder}: no training_metrics.json (export it with python -m "
+        raise ValueError(f"--model {folder}: no training_metrics.json (export it with python -m "
                          f"arvis.training.train_domain)")
-    torch.set_num_threads(args.threads)
+    if args.evaluate:
+        metrics = evaluate_folder(folder, args.vq, args.threads, not args.no_progress)
+    else:
+        metrics = json.loads((folder / "metrics.json").read_text())
+    return model_card(config_from_record(DomainTrainConfig, metrics["config"]), metrics, folder.name)
+
+
+def evaluate_folder(folder: Path, vq: str | None = None, threads: int = 1, progress: bool = True) -> dict[str, Any]:
+    """Evaluate the shipped network of ``folder`` and write its ``metrics.json`` (training and evaluation)."""
+    if threads < 1:
+        raise ValueError(f"--threads must be >= 1, got {threads}")
+    torch.set_num_threads(threads)
     training = json.loads((folder / "training_metrics.json").read_text())
-    cfg = training_config(training)
+    cfg = config_from_record(DomainTrainConfig, training["config"])
     shipped = load_domain_network(folder)  # what users get: fp16 file, fp32 network
     t0 = time.time()
-    evaluation = evaluate(shipped, cfg, vq=args.vq, progress=not args.no_progress)
-    command = portable_command("python eval/domain_card.py " + " ".join(  # records carry no absolute paths
-        shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv)))
+    evaluation = evaluate(shipped, cfg, vq=vq, progress=progress)
+    # The command that reproduces these figures, without this machine's paths (records carry none).
+    command = portable_command(f"python eval/cards.py --model {shlex.quote(str(folder))} --evaluate"
+                               + (f" --vq {shlex.quote(vq)}" if vq else ""))
     metrics = {**training, **evaluation, "eval_minutes": (time.time() - t0) / 60, "eval_command": command}
     write_json_atomic(folder / "metrics.json", metrics)
-    write_bytes_atomic(folder / "README.md", model_card(cfg, metrics, folder.name).encode())
     print(json.dumps({k: v for k, v in metrics.items() if k != "config"}, indent=2))
     return metrics
-
-
-if __name__ == "__main__":
-    main()

@@ -1,16 +1,15 @@
-#!/usr/bin/env python
-"""The model card (README.md) of a shipped emoji class-conditional pipeline, built from its records.
+"""The model card of a shipped emoji class-conditional pipeline, built from its records (a kind of ``eval/cards.py``).
 
-    python eval/emoji_card.py --model arvis/weights/llamagen-c2i-emoji \
+    python eval/cards.py --model arvis/weights/llamagen-c2i-emoji \
         [--training <scratch>/export-c2i/training_metrics.json --draft-training <scratch>/export-draft/training_metrics.json] \
-        --record docs/figures/emoji/model_card_emoji.json [--photo-record docs/figures/model_card_c2i.json] \
+        [--record docs/figures/emoji/model_card_emoji.json] [--photo-record docs/figures/model_card_c2i.json] \
         [--earlier-training <scratch>/export-c2i-short/training_metrics.json]
 
 ``--earlier-training`` (repeatable, in order) names shorter runs that ``--training``'s run resumed from their
 checkpoints with a longer schedule: their commands are printed first, and the card says how the steps were run.
-A transformer warm-started from an earlier shipped one (``train_gpt --init-from``) needs ``--init-revision``, the
-commit whose shipped transformer it started from: the card prints how to take those weights out of git and where
-their own card is.
+A transformer warm-started from an earlier shipped one (``train_gpt --init-from``) needs the commit whose shipped
+transformer it started from (``--init-revision``, or ``init_revision`` in its shipped training record): the card
+prints how to take those weights out of git and where their own card is.
 
 The model folder's data set (``evaluation.json``) picks the text: ``emoji`` (52 classes of emoji, judged on
 emoji it never saw) or ``emoji-names`` (one class per emoji, judged by whether the emoji CLIP names its samples).
@@ -30,6 +29,8 @@ import re
 import shlex
 from pathlib import Path
 from typing import Any
+
+from arvis.utils.model_card import ModelCard, Section, Training, table
 
 
 def _clean(text: str) -> str:
@@ -53,19 +54,19 @@ def _arch(m: dict[str, Any]) -> str:
     return f"{c['n_layer']} / {c['n_head']} / {c['dim']}"
 
 
-def _stats_rows(emoji: dict[str, Any], photo: dict[str, Any] | None) -> str:
+def _stats_rows(emoji: dict[str, Any], photo: dict[str, Any] | None) -> list[tuple[str, str, str]]:
     rows = [("entropy (nats)", "entropy", "{:.2f}"), ("top-1 probability", "top1", "{:.3f}"),
             ("top-10 mass", "top10_mass", "{:.3f}"),
             ("positions with top-1 > 0.9", "fraction_positions_top1_over_0.9", "{:.1%}"),
             ("acceptance of a uniform random draft", "accept_uniform_draft", "{:.3f}"),
             ("acceptance of the upper neighbour's distribution", "accept_upper_neighbour", "{:.3f}"),
             ("probability of repeating the left token", "repeat_left_prob", "{:.3f}")]
-    out = []
-    for label, key, fmt in rows:
-        e = emoji.get(key)
-        p = photo.get(key) if photo else None
-        out.append(f"| {label} | {fmt.format(e) if e is not None else '–'} | {fmt.format(p) if p is not None else '–'} |")
-    return "\n".join(out)
+
+    def cell(record: dict[str, Any] | None, key: str, fmt: str) -> str:
+        value = record.get(key) if record else None
+        return fmt.format(value) if value is not None else "–"
+
+    return [(label, cell(emoji, key, fmt), cell(photo, key, fmt)) for label, key, fmt in rows]
 
 
 #: What differs between the cards of the two emoji data sets (the rest of the card is shared).
@@ -110,9 +111,13 @@ def _consistency_rows(rec: dict[str, Any]) -> str:
             f"{100 * rec.get('classifier_heldout_real_accuracy', float('nan')):.1f}% |")
 
 
-def card(model: Path, c2i: dict[str, Any], draft: dict[str, Any], rec: dict[str, Any],
-         photo: dict[str, Any] | None, earlier: list[dict[str, Any]] | None = None,
-         init_revision: str | None = None) -> str:
+def model_card(model: Path, c2i: dict[str, Any], draft: dict[str, Any], rec: dict[str, Any],
+               photo: dict[str, Any] | None, earlier: list[dict[str, Any]] | None = None,
+               init_revision: str | None = None) -> ModelCard:
+    """The card of the emoji pipeline folder ``model`` from its two trainers' records (``c2i``: the transformer,
+    ``draft``), its ``eval/model_card.py`` record ``rec`` and the photo model's (``photo``, for the side-by-side
+    statistics); ``earlier``: shorter runs the transformer's run resumed; ``init_revision``: the commit whose
+    shipped transformer a warm-started run began from."""
     from arvis.data.sources import class_names, data_recipe, model_data
 
     data = model_data(model)
@@ -123,75 +128,58 @@ def card(model: Path, c2i: dict[str, Any], draft: dict[str, Any], rec: dict[str,
     num_classes = len(class_names(data))
     guidance = rec.get("sampling_defaults", {}).get("guidance_scale", 3.0)
     warm_commands, warm_text = _warm_start(model, c2i, init_revision)
-    commands = "\n".join([*warm_commands, *(_clean(m["command"]) for m in [*(earlier or []), c2i])])
-    return f"""# {model.name}: arvis's {t['title']}
-
-A `LlamaGenPipeline` folder: a class-conditional GPT in LlamaGen's architecture (`transformer`) over
+    training = table(("", "transformer", "draft"), [
+        (f"steps (batch {c2i['preset_config']['batch_size']})", c2i["steps"], draft["steps"]),
+        ("wall time (CPU threads, on a 2-core machine)", f"{c2i['train_hours']:.2f} h ({_threads(c2i)})",
+         f"{draft['train_hours']:.2f} h ({_threads(draft)})"),
+        ("final training loss", f"{c2i['final_train_loss']:.3f}", f"{draft['final_train_loss']:.3f}"),
+        (f"{t['val_row']} (raw / EMA; exported: the better)",
+         f"{c2i['validation_loss_raw']:.3f} / {c2i['validation_loss_ema']:.3f}",
+         f"{draft['validation_loss_raw']:.3f} / {draft['validation_loss_ema']:.3f}"),
+        ("validation perplexity", f"{c2i['validation_perplexity']:.1f}", f"{draft['validation_perplexity']:.1f}")])
+    metrics = "\n".join([
+        table((f"metric (plain AR, CFG {rec.get('sampling_defaults', {}).get('guidance_scale')}, top-k off)", "value"),
+              [(f"FID, emoji domain network, N = {rec.get('fid_num')} vs 5000 {t['fid_reference']}",
+                f"**{rec.get('fid', float('nan')):.2f}**"),
+               ("real-vs-real floor at the same N", f"{rec.get('real_vs_real_floor') or float('nan'):.2f}")]),
+        _consistency_rows(rec),
+        f"| one 16x16 image with CFG by plain AR, fp32, incl. VQ decode | {rec.get('one_image_ar_cfg_s', float('nan')):.2f} s |"])
+    return ModelCard(
+        title=f"{model.name}: arvis's {t['title']}",
+        summary=f"""A `LlamaGenPipeline` folder: a class-conditional GPT in LlamaGen's architecture (`transformer`) over
 {t['classes']}, a smaller
 draft GPT (`draft_transformer`, for draft-model speculative decoding and LANTERN) and the emoji VQ tokenizer
 (`vqvae`, a relative link to `../vq-emoji`). `evaluation.json` says it is judged on emoji: `arvis fid`
-compares it with held-out emoji in the emoji domain network's space.
-
-**Credit: All emojis designed by OpenMoji – the open-source emoji and icon project. License: CC BY-SA 4.0.**
-
-```python
-from arvis import LlamaGenPipeline
+compares it with held-out emoji in the emoji domain network's space.""",
+        licence="**Credit: All emojis designed by OpenMoji – the open-source emoji and icon project. License: CC BY-SA 4.0.**",
+        usage=f"""from arvis import LlamaGenPipeline
 pipe = LlamaGenPipeline.from_pretrained("{model.as_posix()}")
-out = pipe(class_labels={t['example']}, guidance_scale={rec.get('sampling_defaults', {}).get('guidance_scale', 3.0)}, method="mc-sjd", window=64)
-```
-
-## Architecture
-| | transformer | draft_transformer |
-|---|---|---|
-| layers / heads / dim | {_arch(c2i)} | {_arch(draft)} |
-| parameters | {c2i['params']:,} | {draft['params']:,} |
-| fp16 safetensors | {size.get('transformer', float('nan')):.1f} MB | {size.get('draft_transformer', float('nan')):.1f} MB |
-
-16x16 = 256 image tokens of the 1024-entry `vq-emoji` codebook, {num_classes} classes + the null class for CFG.
-
-## Data
-{data_recipe(data, 128)} The GPTs see {c2i['preset_config']['num_train']:,} augmented training views (seed 0),
-tokenised once by `vq-emoji`; validation: {c2i['preset_config']['num_val']} {t['validation']}.
-
-## Training
-```
-{commands}
-{_clean(draft['command'])}
-python -m arvis.training.assemble --transformer {_out(c2i)}/transformer --draft {_out(draft)}/transformer --vq arvis/weights/vq-emoji --out {model.as_posix()} --guidance-scale {guidance} --top-k 0 --data {data}
-```
-
-| | transformer | draft |
-|---|---|---|
-| steps (batch {c2i['preset_config']['batch_size']}) | {c2i['steps']} | {draft['steps']} |
-| wall time (CPU threads, on a 2-core machine) | {c2i['train_hours']:.2f} h ({_threads(c2i)}) | {draft['train_hours']:.2f} h ({_threads(draft)}) |
-| final training loss | {c2i['final_train_loss']:.3f} | {draft['final_train_loss']:.3f} |
-| {t['val_row']} (raw / EMA; exported: the better) | {c2i['validation_loss_raw']:.3f} / {c2i['validation_loss_ema']:.3f} | {draft['validation_loss_raw']:.3f} / {draft['validation_loss_ema']:.3f} |
-| validation perplexity | {c2i['validation_perplexity']:.1f} | {draft['validation_perplexity']:.1f} |
-
-{_segments(c2i, earlier or [])}{warm_text}{t['val_note']}
-
-## Evaluation (the shipped fp16 folder)
-`python eval/model_card.py --model {model.as_posix()} --samples-dir <scratch>/{t['samples']} --num {rec['num']}
+out = pipe(class_labels={t['example']}, guidance_scale={guidance}, method="mc-sjd", window=64)""",
+        architecture=Section("Architecture", table(("", "transformer", "draft_transformer"), [
+            ("layers / heads / dim", _arch(c2i), _arch(draft)),
+            ("parameters", f"{c2i['params']:,}", f"{draft['params']:,}"),
+            ("fp16 safetensors", f"{size.get('transformer', float('nan')):.1f} MB",
+             f"{size.get('draft_transformer', float('nan')):.1f} MB")])
+            + f"\n\n16x16 = 256 image tokens of the 1024-entry `vq-emoji` codebook, {num_classes} classes + the null "
+              "class for CFG."),
+        data=Section("Data", f"""{data_recipe(data, 128)} The GPTs see {c2i['preset_config']['num_train']:,} augmented training views (seed 0),
+tokenised once by `vq-emoji`; validation: {c2i['preset_config']['num_val']} {t['validation']}."""),
+        training=Training(
+            [*warm_commands, *(_clean(m["command"]) for m in [*(earlier or []), c2i]), _clean(draft["command"]),
+             f"python -m arvis.training.assemble --transformer {_out(c2i)}/transformer --draft {_out(draft)}/transformer "
+             f"--vq arvis/weights/vq-emoji --out {model.as_posix()} --guidance-scale {guidance} --top-k 0 --data {data}"],
+            f"\n{training}\n\n{_segments(c2i, earlier or [])}{warm_text}{t['val_note']}"),
+        evaluation=Section("Evaluation (the shipped fp16 folder)", f"""`python eval/model_card.py --model {model.as_posix()} --samples-dir <scratch>/{t['samples']} --num {rec['num']}
 --json docs/figures/emoji/{t['record']} --grid docs/{model.name}-samples.png`
 
-| metric (plain AR, CFG {rec.get('sampling_defaults', {}).get('guidance_scale')}, top-k off) | value |
-|---|---|
-| FID, emoji domain network, N = {rec.get('fid_num')} vs 5000 {t['fid_reference']} | **{rec.get('fid', float('nan')):.2f}** |
-| real-vs-real floor at the same N | {rec.get('real_vs_real_floor') or float('nan'):.2f} |
-{_consistency_rows(rec)}
-| one 16x16 image with CFG by plain AR, fp32, incl. VQ decode | {rec.get('one_image_ar_cfg_s', float('nan')):.2f} s |
+{metrics}
 
-Sample grid ({t['grid_note']}): `docs/{model.name}-samples.png`.
+Sample grid ({t['grid_note']}): `docs/{model.name}-samples.png`."""),
+        more=(Section("Next-token statistics beside the photo model's", f"""`arvis.eval.token_stats` over 64 AR samples (CFG as above), beside the photo model's (`llamagen-c2i-photos`):
 
-## Next-token statistics beside the photo model's
-`arvis.eval.token_stats` over 64 AR samples (CFG as above), beside the photo model's (`llamagen-c2i-photos`):
+{table(("statistic (mean over positions)", "emoji", "photos"), _stats_rows(ts, pts))}
 
-| statistic (mean over positions) | emoji | photos |
-|---|---|---|
-{_stats_rows(ts, pts)}
-
-{_predictability(ts, pts)}
-"""
+{_predictability(ts, pts)}"""),))
 
 
 def _threads(m: dict[str, Any]) -> str:
@@ -256,30 +244,35 @@ def _predictability(ts: dict[str, Any], pts: dict[str, Any] | None) -> str:
             f"predictable per token than the photo model; read its acceleration figures beside the photo model's.")
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--model", required=True, type=Path)
-    p.add_argument("--training", type=Path, default=None,
-                   help="the transformer's training_metrics.json (default: the copy assemble shipped in the folder)")
-    p.add_argument("--earlier-training", type=Path, action="append", default=[],
-                   help="an earlier, shorter run's training_metrics.json that --training resumed (repeatable, in order)")
-    p.add_argument("--init-revision", default=None,
-                   help="the commit whose shipped transformer --training's run was warm-started from (--init-from)")
-    p.add_argument("--draft-training", type=Path, default=None,
-                   help="the draft's training_metrics.json (default: the copy assemble shipped in the folder)")
-    p.add_argument("--record", required=True, type=Path, help="the eval/model_card.py record")
-    p.add_argument("--photo-record", type=Path, default=Path("docs/figures/model_card_c2i.json"))
-    args = p.parse_args(argv)
-    load = lambda path: json.loads(path.read_text())  # noqa: E731
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of an emoji pipeline's card (``python eval/cards.py --model FOLDER``)."""
+    parser.add_argument("--training", type=Path, default=None,
+                        help="the transformer's training_metrics.json (default: the copy assemble shipped in the folder)")
+    parser.add_argument("--earlier-training", type=Path, action="append", default=[],
+                        help="an earlier, shorter run's training_metrics.json that --training resumed (repeatable, "
+                             "in order)")
+    parser.add_argument("--init-revision", default=None,
+                        help="the commit whose shipped transformer --training's run was warm-started from "
+                             "(default: the record's init_revision)")
+    parser.add_argument("--draft-training", type=Path, default=None,
+                        help="the draft's training_metrics.json (default: the copy assemble shipped in the folder)")
+    parser.add_argument("--record", type=Path, default=None,
+                        help="the eval/model_card.py record (default: docs/figures/emoji/<the data set's record>)")
+    parser.add_argument("--photo-record", type=Path, default=Path("docs/figures/model_card_c2i.json"))
+
+
+def card(folder: Path, args: argparse.Namespace) -> ModelCard:
+    """The card of an emoji pipeline folder from its records (``add_arguments``' options)."""
+    from arvis.data.sources import model_data
+
+    def load(path: Path) -> dict[str, Any]:
+        if not path.is_file():
+            raise SystemExit(f"{folder}: the record {path} its card is built from is missing")
+        return json.loads(path.read_text())
+
     photo = load(args.photo_record) if args.photo_record.is_file() else None
-    training = args.training or args.model / "transformer" / "training_metrics.json"
-    draft_training = args.draft_training or args.model / "draft_transformer" / "training_metrics.json"
-    text = card(args.model, load(training), load(draft_training), load(args.record), photo,
-                [load(path) for path in args.earlier_training], args.init_revision)
-    (args.model / "README.md").write_text(text)
-    print(f"wrote {args.model / 'README.md'}")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    c2i = load(args.training or folder / "transformer" / "training_metrics.json")
+    draft = load(args.draft_training or folder / "draft_transformer" / "training_metrics.json")
+    record = load(args.record or Path("docs/figures/emoji") / TEXT[model_data(folder)]["record"])
+    return model_card(folder, c2i, draft, record, photo, [load(path) for path in args.earlier_training],
+                      args.init_revision or c2i.get("init_revision"))

@@ -1,15 +1,18 @@
-"""Model cards of the shipped VAR pair, written from the training records and the evaluation records.
+"""Model cards of the VAR pairs and their multi-scale tokenizers, from the training and evaluation records (card
+kinds of ``eval/cards.py``).
 
-    python eval/var_model_card.py --pipeline var-emoji \
-        --train-metrics <target export>/training_metrics.json <draft export>/training_metrics.json \
-        --assemble-command "python -m arvis.training.assemble ..."
+    python eval/cards.py --model arvis/weights/var-emoji \\
+        [--train-metrics <target export>/training_metrics.json <draft export>/training_metrics.json \\
+         --assemble-command "python -m arvis.training.assemble ..."]
+    python eval/cards.py --model arvis/weights/var-vq-emoji
 
-Reads ``arvis/weights/<tokenizer>/metrics.json`` (tokenizer training + held-out reconstruction; the tokenizer is
-the folder the pipeline's ``vqvae`` links to), ``arvis/weights/<pipeline>/metrics.json`` (target and draft
-training), ``docs/figures/var/vq_rfid.json`` (rFID), the naming record of ``eval/naming_card.py``
-(``docs/figures/naming/<pipeline>.json``, with its captioned grid) and the FID records of ``eval/var_figures.py``
-(``docs/figures/var/fid/``); writes both folders' ``README.md``. Photo-trained pipelines (no naming record) get
-an uncaptioned grid with ``--grid``. Nothing is typed in by hand: a missing record shows as "not measured".
+A pair's card reads ``arvis/weights/<pipeline>/metrics.json`` (target and draft training; ``--train-metrics``
+(re)writes it), the naming record of ``eval/naming_card.py`` (``docs/figures/naming/<pipeline>.json``, with its
+captioned grid) and the FID records of ``eval/var_figures.py`` (``<records>/fid/``). A tokenizer's card reads its
+``metrics.json`` (tokenizer training + held-out reconstruction), the rFID record ``docs/figures/var/vq_rfid.json``
+when it names this tokenizer, and the naming record of the pipeline whose ``vqvae`` links to it. Photo-trained
+pipelines (no naming record) get an uncaptioned grid with ``--grid``. Nothing is typed in by hand: a missing record
+shows as "not measured".
 """
 
 from __future__ import annotations
@@ -21,8 +24,14 @@ import re
 from pathlib import Path
 from typing import Any
 
+from arvis.utils.model_card import ModelCard, Section, Training, measured, table
+
 WEIGHTS = Path("arvis/weights")
 FIGS = Path("docs/figures/var")
+#: The FID records of a pair: docs/figures/var.md was measured on var-photos (then the `var` alias); no other pair's
+#: card may show them, so the others have none until they are measured into their own folder (``--figures``).
+PAIR_RECORDS = {"var-photos": FIGS}
+NO_RECORDS = Path("docs/figures/var-unmeasured")
 
 
 def portable(command: str) -> str:
@@ -30,16 +39,14 @@ def portable(command: str) -> str:
     return re.sub(r"(?<![\w<>])/[\w./-]*/([\w.-]+)", r"<scratch>/\1", command)
 
 
-def _sanitize(path: Path) -> dict | None:
-    """Rewrite the ``command`` fields of a committed metrics file with :func:`portable` (in place)."""
-    rec = _load(path)
-    if not isinstance(rec, dict):
-        return rec
-    for part in (rec, *(v for v in rec.values() if isinstance(v, dict))):
-        for key in ("command", "assemble_command"):
-            if isinstance(part.get(key), str):
-                part[key] = portable(part[key])
-    path.write_text(json.dumps(rec, indent=2) + "\n")
+def _portable_record(rec: Any) -> Any:
+    """A metrics record with its ``command`` fields made :func:`portable` (records of runs that predate portable
+    commands)."""
+    if isinstance(rec, dict):
+        for part in (rec, *(v for v in rec.values() if isinstance(v, dict))):
+            for key in ("command", "assemble_command"):
+                if isinstance(part.get(key), str):
+                    part[key] = portable(part[key])
     return rec
 
 
@@ -50,14 +57,10 @@ def _load(path: Path) -> Any:
         return None
 
 
-def _fid(spec_method: str, seed: int) -> dict | None:
-    for path in sorted((FIGS / "fid").glob(f"{spec_method}-seed{seed}-n*.json")):
+def _fid(records: Path, spec_method: str, seed: int) -> dict | None:
+    for path in sorted((records / "fid").glob(f"{spec_method}-seed{seed}-n*.json")):
         return _load(path)
     return None
-
-
-def _f(x: Any, digits: int = 2) -> str:
-    return "not measured" if x is None else f"{x:.{digits}f}"
 
 
 def _vq_data(c: dict) -> str:
@@ -96,12 +99,12 @@ def _vq_steps(c: dict, m: dict, fit: dict) -> str:
         steps.append(
             f"{c['steps']} pixel-space steps (batch {c['batch_size']}, L1 + L2 + VAR's quantiser losses, AdamW lr "
             f"{c['lr']}, warm-up {c['warmup']}, cosine, EMA {c['ema_decay']} exported); last logging window: L1 "
-            f"{_f(tl.get('l1'), 4)}, L2 {_f(tl.get('l2'), 4)}.")
+            f"{measured(tl.get('l1'), 4)}, L2 {measured(tl.get('l2'), 4)}.")
     else:
         steps.append("No pixel-space steps: on the shared CPU of the time a 64 px step at batch 16 took 10–50 s.")
     if c.get("latent_steps") and fit:
-        steps.append(f"Last log of the latent fit: codebook loss {_f(fit.get('vq'), 4)}, final-scale latent MSE "
-                     f"{_f(fit.get('final_scale_mse'), 4)}, {fit.get('used', '–')} of {c['vocab_size']} entries used.")
+        steps.append(f"Last log of the latent fit: codebook loss {measured(fit.get('vq'), 4)}, final-scale latent MSE "
+                     f"{measured(fit.get('final_scale_mse'), 4)}, {fit.get('used', '–')} of {c['vocab_size']} entries used.")
     return "\n".join(f"{i}. {t}" for i, t in enumerate(steps, 1))
 
 
@@ -118,7 +121,8 @@ def naming_rows(naming: dict | None) -> str:
             f"{100 * naming['clip_vq_reconstructions_named']:.1f}% |")
 
 
-def vq_card(m: dict, rfid: dict | None, name: str, pipeline: str, naming: dict | None = None) -> str:
+def vq_model_card(m: dict, rfid: dict | None, name: str, pipeline: str, naming: dict | None = None) -> ModelCard:
+    """The card of the multi-scale tokenizer folder ``name``, shared by the pair ``pipeline``."""
     c = m["config"]
     fit = next((h for h in reversed(m.get("history") or []) if "latent_step" in h), None) or \
         (m.get("final_train_losses") if not c["steps"] else {}) or {}
@@ -128,57 +132,43 @@ def vq_card(m: dict, rfid: dict | None, name: str, pipeline: str, naming: dict |
           f"{round(1 / naming['chance'])} named emoji after a round trip through this tokenizer at {naming['resolution']} px "
           f"({100 * naming['clip_real_renders_named']:.1f}% of the renders themselves; "
           f"`docs/figures/naming/{pipeline}.json`).\n" if naming else "")
-    return f"""# {name}: arvis's multi-scale VQ tokenizer for VAR
-
-A `VARVQModel` (`arvis.tokenizers.var_vq`: VAR's residual multi-scale quantiser with one shared codebook and
+    tokens = sum(p * p for p in c["patch_nums"])
+    return ModelCard(
+        title=f"{name}: arvis's multi-scale VQ tokenizer for VAR",
+        summary=f"""A `VARVQModel` (`arvis.tokenizers.var_vq`: VAR's residual multi-scale quantiser with one shared codebook and
 partially shared φ convolutions, official key layout) at reduced width. A {c['resolution']}x{c['resolution']} RGB image becomes a
-pyramid of token maps of sides {c['patch_nums']} ({sum(p * p for p in c['patch_nums'])} tokens) from a
+pyramid of token maps of sides {c['patch_nums']} ({tokens} tokens) from a
 {c['vocab_size']}-entry codebook of dimension {c['z_channels']}. Shared by the `var` pipeline (`arvis/weights/{pipeline}`,
-whose `vqvae` links here).
-
-```python
-from arvis.tokenizers.var_vq import VARVQModel
+whose `vqvae` links here).""",
+        usage=f"""from arvis.tokenizers.var_vq import VARVQModel
 vq = VARVQModel.from_pretrained("arvis/weights/{name}")       # fp16 file, loads as fp32
-codes = vq.encode(images)        # [B, 3, {c['resolution']}, {c['resolution']}] in [-1, 1] -> [B, {sum(p * p for p in c['patch_nums'])}] (all scales)
-images = vq.decode_codes(codes)  # -> [B, 3, {c['resolution']}, {c['resolution']}] in [-1, 1]
-```
-
-## Architecture
-base width {c['ch']}, ch_mult {c['ch_mult']} (down-sampling {2 ** (len(c['ch_mult']) - 1)}), {c['num_res_blocks']} residual blocks per
+codes = vq.encode(images)        # [B, 3, {c['resolution']}, {c['resolution']}] in [-1, 1] -> [B, {tokens}] (all scales)
+images = vq.decode_codes(codes)  # -> [B, 3, {c['resolution']}, {c['resolution']}] in [-1, 1]""",
+        architecture=Section("Architecture", f"""base width {c['ch']}, ch_mult {c['ch_mult']} (down-sampling {2 ** (len(c['ch_mult']) - 1)}), {c['num_res_blocks']} residual blocks per
 level (decoder +1), attention at the lowest resolution and in the middle, GroupNorm {c['norm_num_groups']} groups, code
 dimension {c['z_channels']}, 3x3 `quant_conv` / `post_quant_conv`, {c['share_quant_resi']} partially shared φ (ratio 0.5).
 {m['params']:,} parameters, {m['safetensors_mb']:.1f} MB as fp16 safetensors. Decoding one image: {m['decode_ms']:.0f} ms
-(fp32, {m['torch_threads']} thread, median of 10, machine shared).
-
-## Data
-{_vq_data(c)}
-
-## Training
-```
-{m['command']}
-```
-
+(fp32, {m['torch_threads']} thread, median of 10, machine shared)."""),
+        data=Section("Data", _vq_data(c)),
+        training=Training([m["command"]], f"""
 {_vq_steps(c, m, fit)}
 
-Wall time {m['train_hours']:.2f} h (1 thread on a shared 2-core machine).
+Wall time {m['train_hours']:.2f} h (1 thread on a shared 2-core machine)."""),
+        evaluation=Section("Evaluation (the shipped fp16 weights)", f"""{m['eval_crops']} {held}, {c['resolution']} px:
 
-## Evaluation (the shipped fp16 weights)
-{m['eval_crops']} {held}, {c['resolution']} px:
-
-| metric | value |
-|---|---|
-| PSNR (mean of per-image, uint8) | {m['psnr']:.2f} dB |
-| L1 on [-1, 1] | {m['l1']:.4f} |
-| codebook usage (all scales) | {100 * m['usage']:.1f}% |
-| usage per scale | {', '.join(f'{100 * u:.0f}%' for u in m['usage_per_scale'])} |
-| code perplexity | {m['perplexity']:.0f} |
-| rFID (domain network, {rfid['num'] if rfid else '–'} held-out images) | {_f(rfid and rfid['rfid'])} |
-| the originals themselves / real-vs-real floor | {_f(rfid and rfid['fid_of_the_originals'])} / {_f(rfid and rfid['real_vs_real_floor'])} |
+{table(("metric", "value"), [
+    ("PSNR (mean of per-image, uint8)", f"{m['psnr']:.2f} dB"),
+    ("L1 on [-1, 1]", f"{m['l1']:.4f}"),
+    ("codebook usage (all scales)", f"{100 * m['usage']:.1f}%"),
+    ("usage per scale", ", ".join(f"{100 * u:.0f}%" for u in m["usage_per_scale"])),
+    ("code perplexity", f"{m['perplexity']:.0f}"),
+    (f"rFID (domain network, {rfid['num'] if rfid else '–'} held-out images)", measured(rfid and rfid["rfid"])),
+    ("the originals themselves / real-vs-real floor",
+     f"{measured(rfid and rfid['fid_of_the_originals'])} / {measured(rfid and rfid['real_vs_real_floor'])}")])}
 
 `python eval/vq_rfid.py --vq arvis/weights/{name}{' --data emoji' if emoji else ''} --num 1000 --json docs/figures/var/vq_rfid.json`.
 {rt}
-Reconstructions (originals above): `docs/{name}-reconstructions.png`.
-"""
+Reconstructions (originals above): `docs/{name}-reconstructions.png`."""))
 
 
 def run_history(log_text: str, final_steps: int) -> list[dict[str, int]]:
@@ -228,12 +218,14 @@ def _alias_sentence(name: str) -> str:
     return f"Alias `{alias}` in `arvis generate|bench|fid --model {alias}` and the demo."
 
 
-def pipeline_card(m: dict, defaults: dict, name: str, vq_name: str, naming: dict | None = None) -> str:
+def pipeline_model_card(m: dict, defaults: dict, name: str, vq_name: str, naming: dict | None = None,
+                        records: Path = NO_RECORDS) -> ModelCard:
+    """The card of the VAR pair folder ``name`` (tokenizer ``vq_name``; FID records under ``records``)."""
     t, d = m["transformer"], m["draft_transformer"]
     for part in (t, d):
         c = part["preset_config"]
         part["arch"], part["config"] = f"{c['depth']} / {c['num_heads']} / {c['embed_dim']}", c
-    ar0, ar1 = _fid("ar", 0), _fid("ar", 1)
+    ar0, ar1 = _fid(records, "ar", 0), _fid(records, "ar", 1)
     noise = abs(ar0["fid"] - ar1["fid"]) if ar0 and ar1 else None
     from arvis.data.sources import class_names
 
@@ -244,77 +236,58 @@ def pipeline_card(m: dict, defaults: dict, name: str, vq_name: str, naming: dict
                else f"{len(names)} {'photo' if data == 'photos' else 'emoji'} classes")
     reference = ("5,000 held-out crops" if data == "photos" else "5,000 other views of the same emoji") + " at 64 px"
 
-    def row(label: str, key: str, fmt: str = "{}") -> str:
-        return f"| {label} | {fmt.format(t[key])} | {fmt.format(d[key])} |"
+    def row(label: str, key: str, fmt: str = "{}") -> tuple[str, str, str]:
+        return label, fmt.format(t[key]), fmt.format(d[key])
 
     grid = (f"Sample grid (one sample per class, captioned with its name; `eval/naming_card.py`): "
             f"`{naming['grid']}`." if naming and naming.get("grid") else
             f"Samples (plain next-scale decoding, CFG {defaults.get('guidance_scale')}): `docs/{name}-samples.png`.")
-    return f"""# {name}: arvis's VAR pair (next-scale prediction)
-
-A `VARPipeline` folder: a class-conditional VAR transformer (`transformer`, the target) over {classes}, a much smaller
+    metrics = [table(("metric (plain next-scale decoding, defaults)", "value"), [])]
+    if data == "emoji-names":
+        metrics.append(naming_rows(naming))
+    metrics.append("\n".join([
+        f"| FID, N = {ar0['num_generated'] if ar0 else '–'} (seed 0) | {measured(ar0 and ar0['fid'])} |",
+        f"| same, seed 1 (seed-to-seed noise {measured(noise)}) | {measured(ar1 and ar1['fid'])} |",
+        f"| real-vs-real floor at the same N | {measured(ar0 and ar0.get('real_vs_real_floor'))} |"]))
+    return ModelCard(
+        title=f"{name}: arvis's VAR pair (next-scale prediction)",
+        summary=f"""A `VARPipeline` folder: a class-conditional VAR transformer (`transformer`, the target) over {classes}, a much smaller
 VAR on the same tokenizer (`draft_transformer`: CoDe's refiner, and the draft of the acceptance measurement),
-and the multi-scale tokenizer (`vqvae`, a relative link to `../{vq_name}`). {_alias_sentence(name)}
-
-```python
-from arvis.pipelines import VARPipeline
+and the multi-scale tokenizer (`vqvae`, a relative link to `../{vq_name}`). {_alias_sentence(name)}""",
+        usage=f"""from arvis.pipelines import VARPipeline
 pipe = VARPipeline.from_pretrained("arvis/weights/{name}")
 out = pipe(class_labels=[{examples}], guidance_scale={defaults.get('guidance_scale')})           # plain next-scale decoding
-fast = pipe(class_labels=[{examples}], method="code", draft_scales=4)   # CoDe: small model refines
-```
-
-Default sampling (`sampling_defaults.json`): VAR CFG {defaults.get('guidance_scale')} with VAR's ramp over scales, top-k
-{defaults.get('top_k')} (off), temperature 1.
-
-## Architecture
-| | transformer | draft_transformer |
-|---|---|---|
-{row('depth / heads / width', 'arch')}
-{row('parameters', 'params', '{:,}')}
-| fp16 safetensors | {t['mb']:.1f} MB | {d['mb']:.1f} MB |
+fast = pipe(class_labels=[{examples}], method="code", draft_scales=4)   # CoDe: small model refines""",
+        usage_note=f"""Default sampling (`sampling_defaults.json`): VAR CFG {defaults.get('guidance_scale')} with VAR's ramp over scales, top-k
+{defaults.get('top_k')} (off), temperature 1.""",
+        architecture=Section("Architecture", table(("", "transformer", "draft_transformer"), [
+            row("depth / heads / width", "arch"), row("parameters", "params", "{:,}"),
+            ("fp16 safetensors", f"{t['mb']:.1f} MB", f"{d['mb']:.1f} MB")]) + f"""
 
 VAR (`arvis.models.var.VARTransformer`, official state-dict keys): AdaLN blocks (per-block `ada_lin`),
 l2-normalised attention with a learned scale, GELU MLP ×4, class embedding with a null class ({len(names)}
-classes), level and position embeddings, block-causal attention over scales {m['patch_nums']}.
-
-## Data
-{_pipeline_data(t, vq_name)}
-
-## Training
-```
-{t['command']}
-{d['command']}
-{m['assemble_command']}
-```
-VAR's recipe: teacher forcing with the tokenizer's next-scale inputs, cross-entropy averaged over all tokens,
+classes), level and position embeddings, block-causal attention over scales {m['patch_nums']}."""),
+        data=Section("Data", _pipeline_data(t, vq_name)),
+        training=Training([t["command"], d["command"], m["assemble_command"]], f"""VAR's recipe: teacher forcing with the tokenizer's next-scale inputs, cross-entropy averaged over all tokens,
 10% class dropout to the null class, AdamW (0.9, 0.95; weight decay 0.05), clip 2.0, VAR's initialisation;
 warm-up + cosine; EMA {t['config']['ema_decay']}; the better of raw and EMA weights on validation loss is shipped.
 
-| | transformer | draft_transformer |
-|---|---|---|
-{row('steps (batch 32)', 'steps')}
-{row('wall time (h, 1 thread, shared 2-core machine)', 'train_hours', '{:.2f}')}
-{row('final training loss', 'final_train_loss', '{:.3f}')}
-{row('validation loss (all scales)', 'val_loss', '{:.3f}')}
-{row('validation loss (last scale)', 'val_loss_last_scale', '{:.3f}')}
-{row('exported weights', 'exported_weights')}
+{table(("", "transformer", "draft_transformer"), [
+    row("steps (batch 32)", "steps"),
+    row("wall time (h, 1 thread, shared 2-core machine)", "train_hours", "{:.2f}"),
+    row("final training loss", "final_train_loss", "{:.3f}"),
+    row("validation loss (all scales)", "val_loss", "{:.3f}"),
+    row("validation loss (last scale)", "val_loss_last_scale", "{:.3f}"),
+    row("exported weights", "exported_weights")])}
 
-Run history — transformer: {_history_text(t)}; draft_transformer: {_history_text(d)}.
-
-## Evaluation
-Commands: `python eval/var_figures.py` (all figures: docs/figures/var.md); FID with the shipped domain network
+Run history — transformer: {_history_text(t)}; draft_transformer: {_history_text(d)}."""),
+        evaluation=Section("Evaluation", f"""Commands: `python eval/var_figures.py` (all figures: docs/figures/var.md); FID with the shipped domain network
 against {reference}; `python eval/naming_card.py --model var --samples-dir <scratch>/naming-var --json
 docs/figures/naming/{name}.json --grid docs/{name}-samples.png` (naming).
 
-| metric (plain next-scale decoding, defaults) | value |
-|---|---|
-{naming_rows(naming) if data == "emoji-names" else ""}
-| FID, N = {ar0['num_generated'] if ar0 else '–'} (seed 0) | {_f(ar0 and ar0['fid'])} |
-| same, seed 1 (seed-to-seed noise {_f(noise)}) | {_f(ar1 and ar1['fid'])} |
-| real-vs-real floor at the same N | {_f(ar0 and ar0.get('real_vs_real_floor'))} |
+{chr(10).join(metrics)}
 
-{grid}
-""".replace("|---|\n\n|", "|---|\n|")
+{grid}"""))
 
 
 def write_grid(path: Path, pipeline: str, per_class: int = 2) -> None:
@@ -336,50 +309,68 @@ def write_grid(path: Path, pipeline: str, per_class: int = 2) -> None:
     Image.fromarray(np.concatenate(rows, axis=0)).save(path)
 
 
-def main(argv: list[str] | None = None) -> None:
-    global FIGS  # --figures: where this pipeline's records are read from
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--pipeline", default="var-emoji", help="the pipeline folder under arvis/weights")
-    p.add_argument("--grid", default=None, help="also write an uncaptioned sample grid PNG here (photo models)")
-    p.add_argument("--train-metrics", nargs=2, default=None, metavar=("TARGET", "DRAFT"),
-                   help="the two runs' training_metrics.json: (re)write arvis/weights/<pipeline>/metrics.json")
-    p.add_argument("--assemble-command", default="", help="recorded in metrics.json with --train-metrics")
-    p.add_argument("--figures", default=str(FIGS), type=Path,
-                   help="where the pipeline's FID and rFID records are (a pipeline that is not the `var` alias: its "
-                        "own folder, so that no other model's records reach its card; missing records show as not "
-                        "measured)")
-    p.add_argument("--train-logs", nargs=2, default=None, metavar=("TARGET", "DRAFT"),
-                   help="the two runs' scratch train.log (with --train-metrics): their starts and resumes")
-    args = p.parse_args(argv)
-    FIGS = args.figures
-    folder = WEIGHTS / args.pipeline
+# ---------------------------------------------------------------------------------------------- eval/cards.py
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of a VAR pair's card (``python eval/cards.py --model FOLDER``)."""
+    parser.add_argument("--train-metrics", nargs=2, default=None, metavar=("TARGET", "DRAFT"),
+                        help="the two runs' training_metrics.json: (re)write the folder's metrics.json first")
+    parser.add_argument("--assemble-command", default="", help="recorded in metrics.json with --train-metrics")
+    parser.add_argument("--train-logs", nargs=2, default=None, metavar=("TARGET", "DRAFT"),
+                        help="the two runs' scratch train.log (with --train-metrics): their starts and resumes")
+    parser.add_argument("--figures", default=None, type=Path,
+                        help="where the pair's FID records are (default: docs/figures/var for var-photos, whose "
+                             "records they are; none for another pair, so that no other model's records reach its "
+                             "card)")
+    parser.add_argument("--grid", default=None, help="also write an uncaptioned sample grid PNG here (photo models)")
+
+
+def _merge_training(folder: Path, train_metrics: list[str], assemble_command: str,
+                    train_logs: list[str] | None) -> None:
+    """Write the pair's ``metrics.json`` from the two runs' training records (their per-step logs stay out)."""
+    merged: dict[str, Any] = {"assemble_command": assemble_command}
+    for name, path in zip(("transformer", "draft_transformer"), train_metrics, strict=True):
+        rec = _load(Path(path))
+        if not isinstance(rec, dict):
+            raise ValueError(f"--train-metrics: cannot read {path}")
+        rec["mb"] = (folder / name / "diffusion_pytorch_model.safetensors").stat().st_size / 1e6
+        if train_logs:
+            log_path = Path(train_logs[("transformer", "draft_transformer").index(name)])
+            rec["runs"] = run_history(log_path.read_text(), int(rec["preset_config"]["steps"]))
+        merged[name] = rec
+    merged["patch_nums"] = json.loads((folder / "transformer" / "config.json").read_text())["patch_nums"]
+    (folder / "metrics.json").write_text(json.dumps(_portable_record(merged), indent=2) + "\n")
+
+
+def pipeline_card(folder: Path, args: argparse.Namespace) -> ModelCard:
+    """The card of a VAR pair folder from its records (``add_arguments``' options)."""
     vq_name = Path(os.readlink(folder / "vqvae")).name if (folder / "vqvae").is_symlink() else "var-vq-photos"
     if args.train_metrics:
-        merged: dict[str, Any] = {"assemble_command": args.assemble_command}
-        for name, path in zip(("transformer", "draft_transformer"), args.train_metrics, strict=True):
-            rec = _load(Path(path))
-            if not isinstance(rec, dict):
-                raise ValueError(f"--train-metrics: cannot read {path}")
-            rec["mb"] = (folder / name / "diffusion_pytorch_model.safetensors").stat().st_size / 1e6
-            if args.train_logs:
-                log_path = Path(args.train_logs[("transformer", "draft_transformer").index(name)])
-                rec["runs"] = run_history(log_path.read_text(), int(rec["preset_config"]["steps"]))
-            merged[name] = rec
-        merged["patch_nums"] = json.loads((folder / "transformer" / "config.json").read_text())["patch_nums"]
-        (folder / "metrics.json").write_text(json.dumps(merged, indent=2) + "\n")
-    naming = _load(Path("docs/figures/naming") / f"{args.pipeline}.json")
-    vq = _sanitize(WEIGHTS / vq_name / "metrics.json")
-    if vq:
-        (WEIGHTS / vq_name / "README.md").write_text(vq_card(vq, _load(FIGS / "vq_rfid.json"), vq_name, args.pipeline,
-                                                             naming))
-    pm = _sanitize(folder / "metrics.json") if (folder / "metrics.json").is_file() else None
-    if pm:
-        defaults = _load(folder / "sampling_defaults.json") or {}
-        (folder / "README.md").write_text(pipeline_card(pm, defaults, args.pipeline, vq_name, naming))
+        _merge_training(folder, args.train_metrics, args.assemble_command, args.train_logs)
+    metrics = _portable_record(_load(folder / "metrics.json"))
+    if not isinstance(metrics, dict):
+        raise SystemExit(f"{folder}/metrics.json: missing; pass --train-metrics first")
     if args.grid:
-        write_grid(Path(args.grid), args.pipeline)
-    print("wrote the VAR model cards")
+        write_grid(Path(args.grid), folder.name)
+    records = args.figures or PAIR_RECORDS.get(folder.name, NO_RECORDS)
+    return pipeline_model_card(metrics, _load(folder / "sampling_defaults.json") or {}, folder.name, vq_name,
+                               _load(Path("docs/figures/naming") / f"{folder.name}.json"), records)
 
 
-if __name__ == "__main__":
-    main()
+def add_vq_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of a VAR tokenizer's card (``python eval/cards.py --model FOLDER``)."""
+    parser.add_argument("--rfid-record", default=FIGS / "vq_rfid.json", type=Path,
+                        help="the eval/vq_rfid.py record (used when it names this tokenizer)")
+
+
+def vq_card(folder: Path, args: argparse.Namespace) -> ModelCard:
+    """The card of a VAR tokenizer folder, with the naming record of the pair whose ``vqvae`` links to it."""
+    metrics = _portable_record(_load(folder / "metrics.json"))
+    if not isinstance(metrics, dict):
+        raise SystemExit(f"{folder}/metrics.json: missing")
+    pairs = [p.name for p in sorted(folder.parent.iterdir())
+             if (p / "vqvae").is_symlink() and Path(os.readlink(p / "vqvae")).name == folder.name]
+    pipeline = pairs[0] if pairs else folder.name
+    rfid = _load(args.rfid_record)
+    if not rfid or Path(rfid.get("vq", "")).resolve() != folder.resolve():  # another tokenizer's measurement
+        rfid = None
+    return vq_model_card(metrics, rfid, folder.name, pipeline, _load(Path("docs/figures/naming") / f"{pipeline}.json"))

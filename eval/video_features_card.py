@@ -1,7 +1,6 @@
-#!/usr/bin/env python
-"""Evaluate an exported video feature network and write its ``metrics.json`` and model card.
+"""The evaluation and model card of an exported video feature network (a card kind of ``eval/cards.py``).
 
-    python eval/video_features_card.py --folder arvis/weights/video-features [--vq arvis/weights/vq-photos]
+    python eval/cards.py --model arvis/weights/video-features --evaluate [--vq arvis/weights/vq-photos]
 
 The folder is what ``python -m arvis.training.train_video_features`` exported (fp16 safetensors and
 ``training_metrics.json``). The shipped fp16 weights are reloaded and evaluated on held-out clips: held-out
@@ -25,8 +24,10 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from arvis.eval.files import write_bytes_atomic, write_json_atomic  # noqa: E402
+from arvis.eval.files import write_json_atomic  # noqa: E402
+from arvis.training.common import config_from_record  # noqa: E402
 from arvis.training.train_video_features import VideoFeatureConfig, _clips, accuracy  # noqa: E402
+from arvis.utils.model_card import ModelCard, Section, Training, table  # noqa: E402
 
 
 def evaluate(net: Any, cfg: VideoFeatureConfig, vq: str | None, num: int) -> dict[str, Any]:
@@ -58,65 +59,55 @@ def evaluate(net: Any, cfg: VideoFeatureConfig, vq: str | None, num: int) -> dic
     return out
 
 
-def model_card(m: dict[str, Any]) -> str:
+def model_card(m: dict[str, Any]) -> ModelCard:
+    """The card of the video feature network from its ``metrics.json`` (training and evaluation)."""
     c = m["config"]
-    rows = "\n".join(f"| {name} | {value:.2f} |" for name, value in m["fvd_controls"].items())
-    return f"""# video-features: the feature network of arvis's domain FVD
-
-A `VideoFeatureNet` (`arvis.models.video_features`): a 3-D CNN (stage widths {c['channels']}, GroupNorm,
+    return ModelCard(
+        title="video-features: the feature network of arvis's domain FVD",
+        summary=f"""A `VideoFeatureNet` (`arvis.models.video_features`): a 3-D CNN (stage widths {c['channels']}, GroupNorm,
 SiLU; {m['params']:,} parameters, fp16 safetensors) trained to tell the 24 video classes of `arvis.data.video`
 apart from {c['num_frames']}-frame {c['resolution']}-px clips. Its pooled last-stage features are the feature space
 of `arvis.eval.video_metrics.frechet_video_distance`: a **domain FVD**, comparable between models measured
 with these weights, **not** with published FVDs (those use a Kinetics-400 I3D; `I3DFeatures` computes that one
-when you have its TorchScript file).
-
-## Data
-The video GPT's {c['num_train']:,} training clips (`build_video_clips(n, "train", seed={c['data_seed']})`: camera
+when you have its TorchScript file).""",
+        data=Section("Data", f"""The video GPT's {c['num_train']:,} training clips (`build_video_clips(n, "train", seed={c['data_seed']})`: camera
 motion over the scikit-image / scikit-learn photos, OpenMoji emoji — CC BY-SA 4.0, all emojis designed by
 OpenMoji — moving, growing, orbiting and morphing, bouncing scikit-learn digits); validation and evaluation
-on held-out clips (held-out photo strips, held-out emoji, held-out digit samples).
-
-## Training
-```
-{m['command']}
-```
-Cross-entropy, AdamW (lr {c['lr']}, weight decay {c['weight_decay']}), {c['warmup']} warm-up steps, cosine to
+on held-out clips (held-out photo strips, held-out emoji, held-out digit samples)."""),
+        training=Training([m["command"]], f"""Cross-entropy, AdamW (lr {c['lr']}, weight decay {c['weight_decay']}), {c['warmup']} warm-up steps, cosine to
 {c['min_lr_ratio']}x, batch {c['batch_size']}, EMA {c['ema_decay']} (shipped). {m['steps']} steps,
 {m['train_hours']:.2f} h on one CPU thread of a shared 2-core machine. Final training loss
-{m['final_train_loss']:.3f}.
-
-## Evaluation (the shipped fp16 weights, {m['eval_clips']} held-out clips)
-Held-out accuracy: **{100 * m['heldout_accuracy']:.1f}%** (24 classes; chance 4.2%).
+{m['final_train_loss']:.3f}."""),
+        evaluation=Section(f"Evaluation (the shipped fp16 weights, {m['eval_clips']} held-out clips)", f"""Held-out accuracy: **{100 * m['heldout_accuracy']:.1f}%** (24 classes; chance 4.2%).
 
 Domain FVD against {m['eval_clips']} other held-out clips (lower is closer):
 
-| clips | domain FVD |
-|---|---|
-{rows}
+{table(("clips", "domain FVD"), [(name, f"{value:.2f}") for name, value in m["fvd_controls"].items()])}
 
 The floor is what a perfect generator would score at this size; shuffling frames in time or freezing the
-clip must (and does) move the distance far above it — the network sees motion, not only content.
-"""
+clip must (and does) move the distance far above it — the network sees motion, not only content."""))
 
 
-def main(argv: list[str] | None = None) -> dict[str, Any]:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--folder", required=True, help="an exported video feature network folder")
-    p.add_argument("--vq", default="arvis/weights/vq-photos", help="tokenizer for the reconstruction control ('' = skip)")
-    p.add_argument("--eval-clips", type=int, default=400)
-    args = p.parse_args(argv)
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of the video feature network's card (``python eval/cards.py --model FOLDER``)."""
+    parser.add_argument("--evaluate", action="store_true",
+                        help="reload the shipped weights and evaluate them into metrics.json first")
+    parser.add_argument("--vq", default="arvis/weights/vq-photos",
+                        help="with --evaluate: the tokenizer of the reconstruction control ('' = skip)")
+    parser.add_argument("--eval-clips", type=int, default=400, help="held-out clips of --evaluate")
+
+
+def card(folder: Path, args: argparse.Namespace) -> ModelCard:
+    """The card of an exported video feature network folder; with ``--evaluate`` its ``metrics.json`` is (re)made
+    first from ``training_metrics.json`` and an evaluation of the shipped fp16 weights."""
+    if not args.evaluate:
+        return model_card(json.loads((folder / "metrics.json").read_text()))
     from arvis.models.video_features import VideoFeatureNet
 
-    folder = Path(args.folder)
     training = json.loads((folder / "training_metrics.json").read_text())
-    cfg = VideoFeatureConfig(**{**training["config"], "channels": tuple(training["config"]["channels"])})
+    cfg = config_from_record(VideoFeatureConfig, training["config"])
     net = VideoFeatureNet.from_pretrained(str(folder), torch_dtype=torch.float32).eval()  # the shipped fp16 file
     metrics = {**training, **evaluate(net, cfg, args.vq or None, args.eval_clips)}
     write_json_atomic(folder / "metrics.json", metrics)
-    write_bytes_atomic(folder / "README.md", model_card(metrics).encode())
     print(json.dumps({k: v for k, v in metrics.items() if k != "history"}, indent=2))
-    return metrics
-
-
-if __name__ == "__main__":
-    main()
+    return model_card(metrics)

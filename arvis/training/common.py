@@ -10,14 +10,17 @@ import shlex
 import sys
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
 from arvis.utils.files import atomic_directory, atomic_path
 
+T = TypeVar("T")
+
 __all__ = [
     "EMA",
+    "config_from_record",
     "atomic_torch_save",
     "atomic_write_text",
     "cosine_lr",
@@ -61,6 +64,12 @@ def export_modules(out: Path, modules: dict[str, Any], metrics: dict[str, Any]) 
             with atomic_directory(out / name) as staged:
                 module.half().save_pretrained(staged, safe_serialization=True)
     atomic_write_text(out / "training_metrics.json", json.dumps(metrics, indent=2) + "\n")
+
+
+def config_from_record(cls: type[T], config: dict[str, Any]) -> T:
+    """The training config dataclass ``cls`` a record stored with ``dataclasses.asdict`` (JSON lists back to the
+    tuples the configs hold), so a model card can be rebuilt from a shipped folder's record without retraining."""
+    return cls(**{key: tuple(value) if isinstance(value, list) else value for key, value in config.items()})
 
 
 def atomic_torch_save(obj: Any, path: str | os.PathLike) -> Path:

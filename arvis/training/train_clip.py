@@ -59,6 +59,7 @@ from arvis.training.common import (
 )
 from arvis.training.loop import LoopSettings, TrainingLoop
 from arvis.utils.files import atomic_directory, atomic_path
+from arvis.utils.model_card import ModelCard, Section, Training, table, write_card
 
 __all__ = ["ATTRIBUTES", "ClipTrainConfig", "PRESETS", "evaluate", "export", "main", "swap_attribute", "train"]
 
@@ -462,57 +463,46 @@ def export(model: torch.nn.Module, cfg: ClipTrainConfig, out: str | os.PathLike,
             "export_command": command,
         }
         (staged / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
-        (staged / "README.md").write_text(model_card(cfg, metrics) if cfg.data == "scenes" else
-                                          emoji_model_card(cfg, metrics, out.name))
+        write_card(staged, model_card(cfg, metrics) if cfg.data == "scenes" else
+                   emoji_model_card(cfg, metrics, out.name))
         metrics["eval_history"] = [h for h in summary["history"] if "eval" in h]
     return metrics
 
 
-def model_card(cfg: ClipTrainConfig, m: dict[str, Any]) -> str:
-    """Markdown model card of the exported CLIP folder."""
+def model_card(cfg: ClipTrainConfig, m: dict[str, Any]) -> ModelCard:
+    """Model card of the exported CLIP folder trained on scenes."""
     e = m["heldout"]
     r = e["retrieval"]
     tl = m["final_train"]
-    rows = "\n".join(f"| {k} | {v['scenes']} | {v['right']:.2f} | {v['wrong']:.2f} | {v['margin']:+.2f} | "
-                     f"{100 * v['right_wins']:.1f}% |" for k, v in e["attributes"].items())
     n_tok = cfg.image_size // cfg.patch_size
-    return f"""# clip-scenes: arvis's small CLIP for CLIP score
-
-An open_clip `CLIP` (open_clip's own ViT image tower and causal text transformer; state dict in open_clip's
+    attributes = table(("attribute changed", "scenes", "right", "wrong", "margin", "right wins"),
+                       [(k, v["scenes"], f"{v['right']:.2f}", f"{v['wrong']:.2f}", f"{v['margin']:+.2f}",
+                         f"{100 * v['right_wins']:.1f}%") for k, v in e["attributes"].items()])
+    return ModelCard(
+        title="clip-scenes: arvis's small CLIP for CLIP score",
+        summary="""An open_clip `CLIP` (open_clip's own ViT image tower and causal text transformer; state dict in open_clip's
 layout) trained by `arvis.training.train_clip` on the captioned scenes of `arvis.data.scenes` (1-3 flat
 shapes over natural-texture backgrounds, captions such as "a large red circle on the left and a small blue
 square at the top over grass"). It is what `arvis clip-score` and `arvis.eval.clip_score.load_clip()` use
 by default (no CLIP weights can be downloaded here). Scores are only meaningful for images and captions of
-that scene grammar, and are not comparable with CLIP scores of OpenAI/LAION models.
-
-```python
-from arvis.eval.clip_score import load_clip
+that scene grammar, and are not comparable with CLIP scores of OpenAI/LAION models.""",
+        usage="""from arvis.eval.clip_score import load_clip
 scorer = load_clip()                       # this folder; fp16 file, fp32 model
-result = scorer.score(images_uint8, captions)   # 100 * cosine per pair, mean
-```
-
-## Architecture (`open_clip_config.json`)
-Image tower: ViT, {cfg.image_size} px input, patch {cfg.patch_size} ({n_tok}x{n_tok} tokens + class token), width
+result = scorer.score(images_uint8, captions)   # 100 * cosine per pair, mean""",
+        architecture=Section("Architecture (`open_clip_config.json`)", f"""Image tower: ViT, {cfg.image_size} px input, patch {cfg.patch_size} ({n_tok}x{n_tok} tokens + class token), width
 {cfg.vision_width}, {cfg.vision_layers} layers, head width {cfg.vision_head_width}. Text tower: width {cfg.text_width},
 {cfg.text_layers} layers, {cfg.text_heads} heads, context length {cfg.context_length} (the longest grammar caption is
 31 BPE tokens + start/end), open_clip's `SimpleTokenizer` (vocabulary 49408, shipped inside the open_clip
 wheel, works offline). Embedding dimension {cfg.embed_dim}. Preprocessing: bicubic resize of the shortest side
 + centre crop to {cfg.image_size} px, normalisation mean {list(cfg.mean)} / std {list(cfg.std)}. {m['params']:,}
 parameters, of which {m['token_embedding_params']:,} are the token-embedding table the 49408-token vocabulary
-requires; {m['safetensors_mb']:.2f} MB as fp16 safetensors.
-
-## Data (no leakage)
-`arvis.data.scenes.build_scenes`: {cfg.num_train:,} train-split scenes (seed {cfg.data_seed}, backgrounds cut
+requires; {m['safetensors_mb']:.2f} MB as fp16 safetensors."""),
+        data=Section("Data (no leakage)", f"""`arvis.data.scenes.build_scenes`: {cfg.num_train:,} train-split scenes (seed {cfg.data_seed}, backgrounds cut
 from the photos' train regions) rendered once at {cfg.image_size} px; no image augmentation (flips and crops
 would falsify "left" / "top"). Evaluation uses held-out scenes only (held-out split: other random
 stream, backgrounds from the photos' held-out strips): {cfg.num_val} (seed {cfg.data_seed + 1}) for monitoring,
-{e['pairs']} (seed {cfg.data_seed + 2}) for the figures below.
-
-## Training
-```
-{m['command']}
-```
-{export_note(m)}Symmetric CLIP (InfoNCE) loss with a learned temperature (capped at 100), batch {cfg.batch_size}, plus
+{e['pairs']} (seed {cfg.data_seed + 2}) for the figures below."""),
+        training=Training([m["command"]], f"""{export_note(m)}Symmetric CLIP (InfoNCE) loss with a learned temperature (capped at 100), batch {cfg.batch_size}, plus
 NegCLIP-style hard negatives (arXiv:2210.01936){'' if cfg.hard_negatives else ' (disabled in this run)'}: each
 caption also gives a copy with one attribute changed (colour, shape, size, place, background, or two
 objects' colours exchanged), an extra negative for the image-to-text direction. AdamW (betas 0.9/0.98, lr
@@ -522,88 +512,73 @@ grad-norm clip {cfg.grad_clip}, EMA {cfg.ema_decay} (the EMA weights are shipped
 thread (2-core machine shared with other trainings). Final training figures (mean of the last
 {cfg.log_every} steps): loss {tl.get('loss', float('nan')):.4f}, in-batch image-to-text accuracy
 {100 * tl.get('i2t_acc', float('nan')):.1f}%, right caption beats its hard negative
-{100 * tl.get('neg_win', float('nan')):.1f}%, logit scale {tl.get('scale', float('nan')):.1f}.
+{100 * tl.get('neg_win', float('nan')):.1f}%, logit scale {tl.get('scale', float('nan')):.1f}."""),
+        evaluation=Section("Evaluation (the shipped fp16 folder, reloaded through `load_clip`)", f"""{e['pairs']} held-out scenes.
 
-## Evaluation (the shipped fp16 folder, reloaded through `load_clip`)
-{e['pairs']} held-out scenes.
-
-| metric | value |
-|---|---|
-| image-to-text top-1 within batches of {r['group']} (chance {100 / r['group']:.0f}%) | **{100 * r['image_to_text_top1']:.1f}%** |
-| text-to-image top-1 within batches of {r['group']} | {100 * r['text_to_image_top1']:.1f}% |
-| CLIP score, matched captions | **{e['clip_score_matched']:.2f}** (std {e['matched_std']:.2f}) |
-| CLIP score, shuffled captions (another scene's caption) | **{e['clip_score_shuffled']:.2f}** (std {e['shuffled_std']:.2f}) |
-| matched > shuffled, per image | {100 * e['matched_beats_shuffled']:.1f}% |
+{table(("metric", "value"), [
+    (f"image-to-text top-1 within batches of {r['group']} (chance {100 / r['group']:.0f}%)",
+     f"**{100 * r['image_to_text_top1']:.1f}%**"),
+    (f"text-to-image top-1 within batches of {r['group']}", f"{100 * r['text_to_image_top1']:.1f}%"),
+    ("CLIP score, matched captions", f"**{e['clip_score_matched']:.2f}** (std {e['matched_std']:.2f})"),
+    ("CLIP score, shuffled captions (another scene's caption)",
+     f"**{e['clip_score_shuffled']:.2f}** (std {e['shuffled_std']:.2f})"),
+    ("matched > shuffled, per image", f"{100 * e['matched_beats_shuffled']:.1f}%")])}
 
 Attribute sensitivity: the CLIP score of each image with its right caption vs the same caption with one
 attribute made wrong (`train_clip.swap_attribute`: one object's colour / shape / size / place changed, the
 background changed, or two objects' colours exchanged; the wrong captions are drawn independently of the
 training negatives, on held-out scenes):
 
-| attribute changed | scenes | right | wrong | margin | right wins |
-|---|---|---|---|---|---|
-{rows}
-"""
+{attributes}"""))
 
 
-def emoji_model_card(cfg: ClipTrainConfig, m: dict[str, Any], name: str) -> str:
-    """Markdown model card of a CLIP folder trained on emoji (``name``: the folder's name)."""
+def emoji_model_card(cfg: ClipTrainConfig, m: dict[str, Any], name: str) -> ModelCard:
+    """Model card of a CLIP folder trained on emoji (``name``: the folder's name)."""
     from arvis.data.sources import data_recipe
 
     e, v = m["heldout"], m["heldout_views"]
     r = e["retrieval"]
     tl = m["final_train"]
     n_tok = cfg.image_size // cfg.patch_size
-    return f"""# {name}: arvis's small CLIP for emoji
-
-An open_clip `CLIP` (open_clip's own ViT image tower and causal text transformer; state dict in open_clip's
+    return ModelCard(
+        title=f"{name}: arvis's small CLIP for emoji",
+        summary="""An open_clip `CLIP` (open_clip's own ViT image tower and causal text transformer; state dict in open_clip's
 layout) trained by `arvis.training.train_clip --data emoji` on OpenMoji emoji and their Unicode-name captions
 ("red apple", "an emoji of a red apple", "a fruit emoji: red apple"). It scores emoji images against captions:
 `arvis clip-score --clip-model clip-emoji`, or `arvis.eval.clip_score.load_clip("clip-emoji")`. Scores are only
-meaningful for OpenMoji-style emoji and their names; they are not comparable with OpenAI/LAION CLIP scores.
-
-```python
-from arvis.eval.clip_score import load_clip
+meaningful for OpenMoji-style emoji and their names; they are not comparable with OpenAI/LAION CLIP scores.""",
+        usage="""from arvis.eval.clip_score import load_clip
 scorer = load_clip("clip-emoji")                 # this folder; fp16 file, fp32 model
-result = scorer.score(images_uint8, captions)     # 100 * cosine per pair, mean
-```
-
-## Architecture (`open_clip_config.json`)
-Image tower: ViT, {cfg.image_size} px input, patch {cfg.patch_size} ({n_tok}x{n_tok} tokens + class token), width
+result = scorer.score(images_uint8, captions)     # 100 * cosine per pair, mean""",
+        architecture=Section("Architecture (`open_clip_config.json`)", f"""Image tower: ViT, {cfg.image_size} px input, patch {cfg.patch_size} ({n_tok}x{n_tok} tokens + class token), width
 {cfg.vision_width}, {cfg.vision_layers} layers, head width {cfg.vision_head_width}. Text tower: width {cfg.text_width},
 {cfg.text_layers} layers, {cfg.text_heads} heads, context length {cfg.context_length}, open_clip's `SimpleTokenizer`
 (vocabulary 49408, shipped inside the open_clip wheel). Embedding dimension {cfg.embed_dim}. {m['params']:,}
 parameters, of which {m['token_embedding_params']:,} are the token-embedding table; {m['safetensors_mb']:.2f} MB as
-fp16 safetensors.
-
-## Data (no leakage)
-{data_recipe("emoji", cfg.image_size)} Each view carries one of five caption variants of its emoji's name.
-
-## Training
-```
-{m['command']}
-```
-{export_note(m)}Symmetric CLIP (InfoNCE) loss with a learned temperature (capped at 100), batch {cfg.batch_size}, no hard
+fp16 safetensors."""),
+        data=Section("Data (no leakage)", data_recipe("emoji", cfg.image_size)
+                     + " Each view carries one of five caption variants of its emoji's name."),
+        training=Training([m["command"]], f"""{export_note(m)}Symmetric CLIP (InfoNCE) loss with a learned temperature (capped at 100), batch {cfg.batch_size}, no hard
 negatives. AdamW (betas 0.9/0.98, lr {cfg.lr}, weight decay {cfg.weight_decay} on matrices, {cfg.warmup} warm-up
 steps, cosine to {cfg.min_lr_ratio}x), grad-norm clip {cfg.grad_clip}, EMA {cfg.ema_decay} (the EMA weights are
 shipped). {m['steps']} steps ({m['train_pairs_seen']:,} pairs, {m['epochs']:.1f} passes over the pool),
 {m['train_minutes']:.1f} min of training wall time on one CPU thread (2-core machine shared with other
 trainings). Final training figures (mean of the last {cfg.log_every} steps): loss {tl.get('loss', float('nan')):.4f},
 in-batch image-to-text accuracy {100 * tl.get('i2t_acc', float('nan')):.1f}%, logit scale
-{tl.get('scale', float('nan')):.1f}.
+{tl.get('scale', float('nan')):.1f}."""),
+        evaluation=Section("Evaluation (the shipped fp16 folder, reloaded through `load_clip_model`)", f"""Held-out emoji only: emoji whose SVG was never rendered for training.
 
-## Evaluation (the shipped fp16 folder, reloaded through `load_clip_model`)
-Held-out emoji only: emoji whose SVG was never rendered for training.
-
-| metric | value |
-|---|---|
-| caption retrieval: image-to-text top-1 over all {r['group']} held-out emoji, plain names (chance {100 / r['group']:.2f}%) | **{100 * r['image_to_text_top1']:.1f}%** |
-| text-to-image top-1 over the same {r['group']} | {100 * r['text_to_image_top1']:.1f}% |
-| CLIP score, matched plain names | **{e['clip_score_matched']:.2f}** (std {e['matched_std']:.2f}) |
-| CLIP score, shuffled names (another held-out emoji's) | **{e['clip_score_shuffled']:.2f}** (std {e['shuffled_std']:.2f}) |
-| matched > shuffled, per emoji | {100 * e['matched_beats_shuffled']:.1f}% |
-| {v['pairs']} augmented held-out views with caption variants: CLIP score matched / shuffled | {v['clip_score_matched']:.2f} / {v['clip_score_shuffled']:.2f} (matched wins {100 * v['matched_beats_shuffled']:.1f}%) |
-"""
+{table(("metric", "value"), [
+    (f"caption retrieval: image-to-text top-1 over all {r['group']} held-out emoji, plain names (chance "
+     f"{100 / r['group']:.2f}%)", f"**{100 * r['image_to_text_top1']:.1f}%**"),
+    (f"text-to-image top-1 over the same {r['group']}", f"{100 * r['text_to_image_top1']:.1f}%"),
+    ("CLIP score, matched plain names", f"**{e['clip_score_matched']:.2f}** (std {e['matched_std']:.2f})"),
+    ("CLIP score, shuffled names (another held-out emoji's)",
+     f"**{e['clip_score_shuffled']:.2f}** (std {e['shuffled_std']:.2f})"),
+    ("matched > shuffled, per emoji", f"{100 * e['matched_beats_shuffled']:.1f}%"),
+    (f"{v['pairs']} augmented held-out views with caption variants: CLIP score matched / shuffled",
+     f"{v['clip_score_matched']:.2f} / {v['clip_score_shuffled']:.2f} (matched wins "
+     f"{100 * v['matched_beats_shuffled']:.1f}%)")])}"""))
 
 
 # ---------------------------------------------------------------------------------------------- CLI

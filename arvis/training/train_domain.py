@@ -17,14 +17,14 @@ Recipe:
   centres), AdamW, warm-up + cosine learning rate, EMA of the weights (the EMA is evaluated and shipped);
 * checkpoints every ``ckpt_every`` steps into ``--scratch`` (atomic) and automatic resume.
 
-Export: fp16 safetensors and ``training_metrics.json``. ``eval/domain_card.py`` then reloads the shipped
+Export: fp16 safetensors and ``training_metrics.json``. ``eval/cards.py --evaluate`` then reloads the shipped
 file through :func:`arvis.models.domain_net.load_domain_network` and evaluates it on data never trained on —
 held-out accuracy, the real-vs-real FID floor, train-vs-held-out FID and the FID of degraded held-out crops
 (blur, noise, JPEG, down/up-sampling), all through :mod:`arvis.eval.fid` — and writes ``metrics.json`` and
 the model card. Usage::
 
     python -m arvis.training.train_domain --out arvis/weights/domain-classifier --scratch runs/domain
-    python eval/domain_card.py --folder arvis/weights/domain-classifier
+    python eval/cards.py --model arvis/weights/domain-classifier --evaluate
     python -m arvis.training.train_domain --out /tmp/domain-smoke --preset smoke        # seconds
 """
 
@@ -91,7 +91,7 @@ class DomainTrainConfig:
     # evaluation
     eval_size: int = 1000  # held-out crops for the accuracy during training
     final_eval_size: int = 2000  # held-out crops for the final accuracy
-    # evaluation of the exported file by eval/domain_card.py (recorded here so that its figures reproduce)
+    # evaluation of the exported file by eval/cards.py --evaluate (recorded here so that its figures reproduce)
     fid_size: int = 1000  # images per set in the FID figures
     fid_reference_size: int = 5000  # the default reference of arvis.eval.fid.compute_fid
     # bookkeeping
@@ -232,7 +232,7 @@ def export(model: DomainClassifier, cfg: DomainTrainConfig, out: str | os.PathLi
     """Write fp16 weights and ``training_metrics.json`` into ``out`` (staged, then moved in one rename).
 
     Evaluation (accuracy, FID figures) and the model card are the eval layer's:
-    ``python eval/domain_card.py --folder OUT``. The returned metrics add the periodic evaluations.
+    ``python eval/cards.py --model OUT --evaluate``. The returned metrics add the periodic evaluations.
     """
     out = Path(out)
     with atomic_directory(out) as staged:
@@ -272,7 +272,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--ema-decay", type=float, default=None, help="EMA of the weights (short runs need less than 0.998)")
     p.add_argument("--channels", default=None, help="stage widths, e.g. 16,32,64,128 (default 32,64,128,256)")
     p.add_argument("--eval-size", type=int, default=None, help="held-out images of the periodic evaluations")
-    p.add_argument("--final-eval-size", type=int, default=None, help="held-out images of the accuracy eval/domain_card.py reports")
+    p.add_argument("--final-eval-size", type=int, default=None, help="held-out images of the accuracy eval/cards.py --evaluate reports")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     p.add_argument("--export-only", action="store_true", help="export the checkpoint in --scratch without training")
     return p.parse_args(argv)

@@ -73,6 +73,7 @@ from arvis.training.common import (
 )
 from arvis.training.loop import LoopSettings, TrainingLoop
 from arvis.utils.files import atomic_directory
+from arvis.utils.model_card import ModelCard, Section, Training, write_card
 
 __all__ = ["PRESETS", "MARTrainConfig", "assemble", "diffusion_loss", "mar_loss", "main", "sample_mask_ratio", "train"]
 
@@ -371,40 +372,32 @@ def export(result: dict[str, Any], cfg: MARTrainConfig, out: Path, command: str)
         "command": command,
     }
     atomic_write_text(out / "training_metrics.json", json.dumps(metrics, indent=2) + "\n")
-    atomic_write_text(out / "README.md", model_card(cfg, metrics, models["transformer"]))
+    write_card(out, model_card(cfg, metrics, models["transformer"]))
     return metrics
 
 
-def model_card(cfg: MARTrainConfig, m: dict[str, Any], transformer: MARTransformer) -> str:
-    """Markdown model card of an exported transformer + head pair."""
+def model_card(cfg: MARTrainConfig, m: dict[str, Any], transformer: MARTransformer) -> ModelCard:
+    """Model card of an exported transformer + head pair (the run's export folder, before assembling)."""
     kind = "causal raster-order (AR) variant" if cfg.causal else "masked MAR"
     g = transformer.seq_h
     objective = ("teacher forcing, loss on every token" if cfg.causal else
                  f"random order, masking ratio from MAR's truncated normal on [{cfg.mask_ratio_min}, 1], loss on the "
                  f"masked tokens")
-    return f"""# MAR {kind}: transformer + diffusion head
-
-Class-conditional MAR on the KL VAE's {g}x{g}x{transformer.config.vae_embed_dim} latents (`transformer/`:
+    return ModelCard(
+        title=f"MAR {kind}: transformer + diffusion head",
+        summary=f"""Class-conditional MAR on the KL VAE's {g}x{g}x{transformer.config.vae_embed_dim} latents (`transformer/`:
 `MARTransformer`, `head/`: `MARDiffusionHead`, fp16 safetensors). Width {cfg.width}, {cfg.depth} encoder + {cfg.depth}
 decoder blocks, {cfg.num_heads} heads, buffer {cfg.buffer_size}; head width {cfg.head_width}, {cfg.head_depth} blocks,
 {cfg.sampling_steps} sampling steps. {m['params']:,} + {m['head_params']:,} parameters
-({m['safetensors_mb']['transformer']:.1f} + {m['safetensors_mb']['head']:.1f} MB).
-
-## Data
-{data_recipe(cfg.data, int(transformer.config.img_size))} {cfg.num_train} training crops encoded once (posterior
-moments cached), a fresh posterior sample every step; {cfg.num_val} held-out crops for the validation loss.
-
-## Training
-```
-{m['command']}
-```
-MAR's diffusion loss ({objective}; ×{cfg.diffusion_batch_mul} head batch), {cfg.label_drop_prob:.0%} class dropout
+({m['safetensors_mb']['transformer']:.1f} + {m['safetensors_mb']['head']:.1f} MB).""",
+        data=Section("Data", f"""{data_recipe(cfg.data, int(transformer.config.img_size))} {cfg.num_train} training crops encoded once (posterior
+moments cached), a fresh posterior sample every step; {cfg.num_val} held-out crops for the validation loss."""),
+        training=Training([m["command"]], f"""MAR's diffusion loss ({objective}; ×{cfg.diffusion_batch_mul} head batch), {cfg.label_drop_prob:.0%} class dropout
 to the null class, AdamW (betas 0.9/0.95, lr {cfg.lr}, weight decay {cfg.weight_decay}, {cfg.warmup} warm-up steps,
 cosine to {cfg.min_lr_ratio}x), batch {cfg.batch_size}, grad clip {cfg.grad_clip}, EMA {cfg.ema_decay}.
 {m['steps']} steps, {m['train_hours']:.2f} h of training wall time. Final training loss {m['final_train_loss']:.4f};
 held-out loss {m['validation_loss']:.4f} ({m['exported_weights']} weights exported; raw {m['validation_loss_raw']:.4f},
-EMA {m['validation_loss_ema']:.4f}).
-"""
+EMA {m['validation_loss_ema']:.4f})."""))
 
 
 # ----------------------------------------------------------------------------- assembling a pipeline folder

@@ -53,6 +53,7 @@ from arvis.training.common import (
 from arvis.training.loop import LoopSettings, TrainingLoop
 from arvis.training.train_vq import to_tensor, to_uint8, train_batch
 from arvis.utils.files import atomic_directory
+from arvis.utils.model_card import ModelCard, Section, Training, write_card
 
 __all__ = ["PRESETS", "MARVAETrainConfig", "evaluate", "export", "main", "train"]
 
@@ -252,50 +253,35 @@ def export(vae: AutoencoderKL, cfg: MARVAETrainConfig, out: str | os.PathLike, s
             history=summary["history"], command=command, config=dataclasses.asdict(cfg),
         )
         (Path(tmp) / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
-        (Path(tmp) / "README.md").write_text(model_card(cfg, metrics, out.name))
+        write_card(tmp, model_card(cfg, metrics, out.name))
     return metrics
 
 
-def model_card(cfg: MARVAETrainConfig, m: dict[str, Any], name: str) -> str:
-    """Markdown model card of the exported VAE folder."""
+def model_card(cfg: MARVAETrainConfig, m: dict[str, Any], name: str) -> ModelCard:
+    """Model card of the exported VAE folder."""
     g, tl = m["latent_grid"], m["final_train_losses"]
-    return f"""# {name}: KL VAE for arvis's MAR models
-
-A diffusers `AutoencoderKL` in MAR's KL-16 layout at reduced width: {cfg.resolution} px RGB ↔ {cfg.latent_channels}
+    return ModelCard(
+        title=f"{name}: KL VAE for arvis's MAR models",
+        summary=f"""A diffusers `AutoencoderKL` in MAR's KL-16 layout at reduced width: {cfg.resolution} px RGB ↔ {cfg.latent_channels}
 latent channels on a {g}x{g} grid (stride {cfg.stride}). MAR's tokens are `posterior.sample() · scaling_factor`
-(`scaling_factor` = {m['scaling_factor']:.4f} = 1 / std of posterior samples of {cfg.scale_crops} training crops).
-
-```python
-from diffusers import AutoencoderKL
+(`scaling_factor` = {m['scaling_factor']:.4f} = 1 / std of posterior samples of {cfg.scale_crops} training crops).""",
+        usage=f"""from diffusers import AutoencoderKL
 vae = AutoencoderKL.from_pretrained("{name}")     # fp16 file; pass torch_dtype=torch.float32 on the CPU
-latents = vae.encode(images).latent_dist.sample() * vae.config.scaling_factor   # images in [-1, 1]
-```
-
-## Architecture
-`block_out_channels` {list(cfg.block_out_channels)}, {cfg.layers_per_block} residual block(s) per level, GroupNorm
+latents = vae.encode(images).latent_dist.sample() * vae.config.scaling_factor   # images in [-1, 1]""",
+        architecture=Section("Architecture", f"""`block_out_channels` {list(cfg.block_out_channels)}, {cfg.layers_per_block} residual block(s) per level, GroupNorm
 {cfg.norm_num_groups}, encoder attention at {list(cfg.attn_resolutions)} px feature maps and in both middle blocks.
-{m['params']:,} parameters, {m['safetensors_mb']:.1f} MB as fp16 safetensors.
-
-## Data
-{data_recipe(cfg.data, cfg.resolution)} Fresh random crops every step (crop side {cfg.crop_scale[0]}–{cfg.crop_scale[1]}
-of the region's short side, random flips), rendered at {cfg.resolution} px.
-
-## Training
-```
-{m['command']}
-```
-Steps on {cfg.patch_size} px patches (batch {cfg.batch_size}), the last {cfg.full_res_fraction:.0%} on whole crops (batch
+{m['params']:,} parameters, {m['safetensors_mb']:.1f} MB as fp16 safetensors."""),
+        data=Section("Data", f"""{data_recipe(cfg.data, cfg.resolution)} Fresh random crops every step (crop side {cfg.crop_scale[0]}–{cfg.crop_scale[1]}
+of the region's short side, random flips), rendered at {cfg.resolution} px."""),
+        training=Training([m["command"]], f"""Steps on {cfg.patch_size} px patches (batch {cfg.batch_size}), the last {cfg.full_res_fraction:.0%} on whole crops (batch
 {cfg.full_res_batch_size}). AdamW (betas 0.5/0.9, lr {cfg.lr}, {cfg.warmup} warm-up steps, cosine to {cfg.min_lr_ratio}x),
 grad-norm clip {cfg.grad_clip}, {_start_sentence(cfg)}loss = {cfg.l1_weight}·L1 + {cfg.l2_weight}·L2 + {cfg.kl_weight:g}·KL (per pixel
 value), EMA {cfg.ema_decay} (shipped). No perceptual or adversarial loss. {m['steps']} steps,
 {m['train_hours']:.2f} h of training wall time ({m['torch_threads']} CPU thread(s) at export, shared machine).
 Final training losses (last logging window): L1 {tl.get('l1', float('nan')):.4f}, L2 {tl.get('l2', float('nan')):.5f},
-KL {tl.get('kl', float('nan')):.4f}.
-
-## Evaluation (the shipped fp16 weights, posterior means)
-{m['eval_crops']} held-out crops ({cfg.resolution} px, seed {cfg.data_seed + 2}): PSNR {m['psnr']:.2f} dB,
-L1 {m['l1']:.4f}, MSE {m['mse']:.5f} (on [-1, 1]).
-"""
+KL {tl.get('kl', float('nan')):.4f}."""),
+        evaluation=Section("Evaluation (the shipped fp16 weights, posterior means)", f"""{m['eval_crops']} held-out crops ({cfg.resolution} px, seed {cfg.data_seed + 2}): PSNR {m['psnr']:.2f} dB,
+L1 {m['l1']:.4f}, MSE {m['mse']:.5f} (on [-1, 1])."""))
 
 
 def _start_sentence(cfg: MARVAETrainConfig) -> str:

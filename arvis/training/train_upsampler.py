@@ -46,6 +46,7 @@ from arvis.training.common import (
 from arvis.training.loop import LoopSettings, TrainingLoop
 from arvis.training.train_gpt import GPTTrainConfig, build_dataset, encode_codes
 from arvis.utils.files import atomic_directory, atomic_path
+from arvis.utils.model_card import ModelCard, Section, Training, table, write_card
 
 
 @dataclass(frozen=True)
@@ -291,57 +292,49 @@ def export(result: dict[str, Any], cfg: UpsamplerTrainConfig, out: Path, command
         model.float()
         metrics["safetensors_mb"] = os.path.getsize(staged / "diffusion_pytorch_model.safetensors") / 1e6
         (staged / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
-        (staged / "README.md").write_text(model_card(cfg, metrics))
+        write_card(staged, model_card(cfg, metrics))
     return metrics
 
 
-def model_card(cfg: UpsamplerTrainConfig, m: dict[str, Any]) -> str:
-    """Markdown model card of the exported up-sampler."""
+def model_card(cfg: UpsamplerTrainConfig, m: dict[str, Any]) -> ModelCard:
+    """Model card of the exported up-sampler."""
     h, b = m["heldout"], m["baselines"]
     low = cfg.low_resolution // 8
-    return f"""# upsampler-photos: the token up-sampler of multi-scale drafting
-
-A `TokenUpsampler` (`arvis.models.upsampler`) trained by `arvis.training.train_upsampler`: it maps an
+    return ModelCard(
+        title="upsampler-photos: the token up-sampler of multi-scale drafting",
+        summary=f"""A `TokenUpsampler` (`arvis.models.upsampler`) trained by `arvis.training.train_upsampler`: it maps an
 {low}x{low} map of the shipped VQ's codes (a {cfg.low_resolution} px image; at generation time a sample of the
 low-resolution GPT `lowres_transformer`) and the class to a distribution `q` over the 1024 codes at every
 position of the {2 * low}x{2 * low} grid the c2i target generates. `arvis.drafting.multiscale` draws the
-multi-scale drafts from `q`; see docs/mulo.md.
-
-## Architecture
-Token + class + learned position embeddings ({cfg.dim} channels) at {low}x{low}, {cfg.low_blocks} residual
+multi-scale drafts from `q`; see docs/mulo.md.""",
+        architecture=Section("Architecture", f"""Token + class + learned position embeddings ({cfg.dim} channels) at {low}x{low}, {cfg.low_blocks} residual
 3x3-conv blocks, pixel-shuffle up-sampling x{cfg.high_resolution // cfg.low_resolution}, {cfg.high_blocks}
 residual blocks, GroupNorm + SiLU + 1x1 head over the codebook. {m['params']:,} parameters,
-{m['safetensors_mb']:.2f} MB as fp16 safetensors.
-
-## Data
-`arvis.data.crops` (the 22 offline photos, label = photo): the first {cfg.num_train:,} of the
+{m['safetensors_mb']:.2f} MB as fp16 safetensors."""),
+        data=Section("Data", f"""`arvis.data.crops` (the 22 offline photos, label = photo): the first {cfg.num_train:,} of the
 {cfg.pool_train:,} train-region crops (seed {cfg.data_seed}) the low-resolution GPT is trained on, each rendered
 at {cfg.low_resolution} px and at {cfg.high_resolution} px from the same box and tokenised by `vq-photos`; held
 out: {cfg.num_val:,} crops (seed {cfg.data_seed + 1}) of the disjoint held-out strips. During training {100 * cfg.token_noise:.0f}% of the input codes are replaced by random codes (the input
-at generation time is a model sample, not a real crop).
-
-## Training
-```
-{m['command']}
-```
-{export_note(m)}Cross-entropy against the {cfg.high_resolution} px codes, AdamW (betas 0.9/0.95, lr {cfg.lr},
+at generation time is a model sample, not a real crop)."""),
+        training=Training([m["command"]], f"""{export_note(m)}Cross-entropy against the {cfg.high_resolution} px codes, AdamW (betas 0.9/0.95, lr {cfg.lr},
 weight decay {cfg.weight_decay}), {cfg.warmup} warm-up steps, cosine to {cfg.min_lr_ratio}x, batch
 {cfg.batch_size}, dropout {cfg.dropout}, EMA {cfg.ema_decay}; {m['steps']} steps, {60 * m['train_hours']:.0f} min
 on one CPU thread (2-core machine shared with other trainings). Exported: the {m['exported_weights']} weights
 (better held-out NLL: raw {m['heldout_raw']['nll']:.4f}, EMA {m['heldout_ema']['nll']:.4f}). Final training
-loss {m['final_train_loss']:.4f}.
-
-## Evaluation on held-out crops (real {cfg.high_resolution} px codes)
-| predictor of the {2 * low}x{2 * low} codes | NLL (nats / token) | top-1 | top-10 |
-|---|---|---|---|
-| this up-sampler | **{h['nll']:.3f}** | **{100 * h['top1']:.1f}%** | {100 * h['top10']:.1f}% |
-| nearest interpolation of the coarse latents, re-quantised | – | {100 * b['nearest_requantised_top1']:.1f}% | – |
-| bicubic interpolation of the coarse latents, re-quantised | – | {100 * b['bicubic_requantised_top1']:.1f}% | – |
-| the class's token frequencies (same at every position) | {b['class_frequencies']['nll']:.3f} | {100 * b['class_frequencies']['top1']:.1f}% | – |
+loss {m['final_train_loss']:.4f}."""),
+        evaluation=Section(f"Evaluation on held-out crops (real {cfg.high_resolution} px codes)", table(
+            (f"predictor of the {2 * low}x{2 * low} codes", "NLL (nats / token)", "top-1", "top-10"), [
+                ("this up-sampler", f"**{h['nll']:.3f}**", f"**{100 * h['top1']:.1f}%**", f"{100 * h['top10']:.1f}%"),
+                ("nearest interpolation of the coarse latents, re-quantised", "–",
+                 f"{100 * b['nearest_requantised_top1']:.1f}%", "–"),
+                ("bicubic interpolation of the coarse latents, re-quantised", "–",
+                 f"{100 * b['bicubic_requantised_top1']:.1f}%", "–"),
+                ("the class's token frequencies (same at every position)", f"{b['class_frequencies']['nll']:.3f}",
+                 f"{100 * b['class_frequencies']['top1']:.1f}%", "–")])
+            + """
 
 What matters for drafting is not top-1 but the per-token acceptance `α = E[1 − TV(p_target, q)]` against the
-c2i target's own distributions on its own samples: measured in docs/figures/mulo.md.
-"""
+c2i target's own distributions on its own samples: measured in docs/figures/mulo.md."""))
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

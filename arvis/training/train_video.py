@@ -31,9 +31,10 @@ import numpy as np
 import torch
 
 from arvis.training import train_gpt
-from arvis.training.common import atomic_write_text, ship_training_metrics, training_command
+from arvis.training.common import ship_training_metrics, training_command
 from arvis.training.train_gpt import GPTTrainConfig
 from arvis.utils.files import atomic_directory
+from arvis.utils.model_card import ModelCard, Section, Training, table
 
 #: Frames per clip (``T``) of the shipped model; the frame side in pixels is the preset's ``resolution``.
 NUM_FRAMES = 8
@@ -119,7 +120,7 @@ def assemble(transformer: str, vq: str, out: str, sampling_defaults: dict[str, A
     return out_path
 
 
-def model_card(folder: Path, records: Path) -> str:
+def model_card(folder: Path, records: Path) -> ModelCard:
     """The model card of an assembled video pipeline folder, from its ``training_metrics.json`` and the figure
     records (``eval/video_figures.py``) when present."""
     m = json.loads((folder / "training_metrics.json").read_text())
@@ -127,8 +128,7 @@ def model_card(folder: Path, records: Path) -> str:
     config = json.loads((folder / "transformer" / "config.json").read_text())
     weights = folder / "transformer" / "diffusion_pytorch_model.safetensors"
     T, side = config["num_frames"], config["frame_size"]
-    history = m["history"]
-    vals = [(h["step"], h["val_loss"]) for h in history if "val_loss" in h]
+    vals = [(h["step"], h["val_loss"]) for h in m["history"] if "val_loss" in h]
     named = c.get("data", "photos") == "emoji-names"
     names = video_class_names(c.get("data", "photos"))
     example = names[0] if named else "emoji orbit"
@@ -152,78 +152,81 @@ def model_card(folder: Path, records: Path) -> str:
                 f"and bouncing scikit-learn digits; every frame tokenised by `{vq_name}` ({side} x {side} codes). "
                 f"Validation: {c['num_val']} held-out clips (held-out photo strips, held-out emoji, held-out digit "
                 "samples).")
-    lines = [f"# {folder.name}: arvis's class-conditional video model", "",
-             "A `VideoPipeline` folder: a LlamaGen-style GPT with 3-D rotary positions over a "
-             f"{T} x {side} x {side} token layout (`transformer`, `arvis.models.video.VideoTransformer`) and the "
-             f"per-frame VQ tokenizer (`vqvae`, a relative link to `../{vq_name}`, stored once). It is the "
-             "model of `arvis generate --model video`, of the video figures (docs/figures/video.md) and of the "
-             "demo's video tab.", "",
-             "```python",
-             "from arvis import VideoPipeline",
-             "from arvis.pipelines.pipeline_video import export_frames",
-             f'pipe = VideoPipeline.from_pretrained("arvis/weights/{folder.name}")',
-             f'out = pipe(class_labels=["{example}"], method="mc-sjd", coupling="gumbel", window=128,',
-             '           init="previous_frame_distribution")',
-             f'export_frames(out.frames[0], "{example.replace(" ", "-")}.gif", fps=4)',
-             "```", "",
-             "## Architecture",
-             f"{config['n_layer']} layers, {config['n_head']} heads, width {config['dim']}, SwiGLU (multiple of "
-             f"{config['multiple_of']}), RMSNorm, no biases, untied head; 3-D RoPE (a quarter of each head's rotary "
-             f"pairs rotate with the frame index, the rest with row and column); one class slot ({len(names)} "
-             f"{'emoji' if named else 'video classes'} + the null class for CFG); vocabulary {config['vocab_size']} "
-             f"(the VQ's codebook). {m['params']:,} parameters, {weights.stat().st_size / 1e6:.1f} MB as fp16 "
-             "safetensors.", "",
-             "## Data", data, "",
-             "## Training", "```", m["command"], "python -m arvis.training.train_video assemble --transformer "
-             f"runs/video/export/transformer --out arvis/weights/{folder.name}", "```",
-             "`arvis.training.train_gpt`'s loop: teacher-forced cross-entropy, 10% class dropout (CFG), token / "
-             f"residual / FFN dropout {c['dropout']}, AdamW (lr {c['lr']}, weight decay {c['weight_decay']}), "
-             f"{c['warmup']} warm-up steps, cosine to {c['min_lr_ratio']}x, batch {c['batch_size']} clips, EMA "
-             f"{c['ema_decay']}; the better of raw and EMA weights on validation loss is exported "
-             f"({m['exported_weights']}).", "",
-             "| | |", "|---|---|",
-             f"| steps | {m['steps']} |",
-             f"| wall time | {m['train_hours']:.2f} h (on a shared 2-core machine) |",
-             f"| final training loss | {m['final_train_loss']:.3f} |",
-             f"| validation loss (raw / EMA) | {m['validation_loss_raw']:.3f} / {m['validation_loss_ema']:.3f} |",
-             f"| validation perplexity | {m['validation_perplexity']:.1f} |",
-             f"| validation loss by step | {', '.join(f'{s}: {v:.3f}' for s, v in vals)} |", ""]
+    training = table(("", ""), [
+        ("steps", m["steps"]),
+        ("wall time", f"{m['train_hours']:.2f} h (on a shared 2-core machine)"),
+        ("final training loss", f"{m['final_train_loss']:.3f}"),
+        ("validation loss (raw / EMA)", f"{m['validation_loss_raw']:.3f} / {m['validation_loss_ema']:.3f}"),
+        ("validation perplexity", f"{m['validation_perplexity']:.1f}"),
+        ("validation loss by step", ", ".join(f"{s}: {v:.3f}" for s, v in vals))])
     quality = records / "quality.json"
     if quality.is_file():
         q = json.loads(quality.read_text())
         ar = next(r for r in q["rows"] if r["method"] == "ar")
         f, v = ar["per_frame_fid"], ar["domain_fvd"]
-        lines += ["## Evaluation", f"{q['num_clips']} AR clips (CFG {q['sampling']['guidance_scale']}): per-frame "
-                  f"FID {f['fid']:.2f} (real-vs-real floor {f['real_vs_real_floor']:.2f}), domain FVD {v['fvd']:.2f} "
-                  f"(floor {v['real_vs_real_floor']:.2f})"
-                  + (f"; with other seeds {q['ar_second_seed']['per_frame_fid']['fid']:.2f} and "
-                     f"{q['ar_second_seed']['domain_fvd']['fvd']:.2f} (the seed-to-seed noise)" if "ar_second_seed" in q else "")
-                  + ". Decoding speed and the other methods: docs/figures/video.md.", ""]
+        evaluation = (f"{q['num_clips']} AR clips (CFG {q['sampling']['guidance_scale']}): per-frame "
+                      f"FID {f['fid']:.2f} (real-vs-real floor {f['real_vs_real_floor']:.2f}), domain FVD {v['fvd']:.2f} "
+                      f"(floor {v['real_vs_real_floor']:.2f})"
+                      + (f"; with other seeds {q['ar_second_seed']['per_frame_fid']['fid']:.2f} and "
+                         f"{q['ar_second_seed']['domain_fvd']['fvd']:.2f} (the seed-to-seed noise)"
+                         if "ar_second_seed" in q else "")
+                      + ". Decoding speed and the other methods: docs/figures/video.md.")
     else:
-        lines += ["## Evaluation", f"Held-out validation loss {m['validation_loss']:.3f} (perplexity "
-                  f"{m['validation_perplexity']:.1f}; a uniform model scores {math.log(config['vocab_size']):.2f}) on "
-                  f"{c['num_val']} held-out clips. Per-frame FID and domain FVD are not measured yet: "
-                  "`python eval/video_figures.py quality` writes them (docs/figures/video.md), and this card picks them "
-                  "up when rebuilt (`python -m arvis.training.train_video card`).", ""]
+        evaluation = (f"Held-out validation loss {m['validation_loss']:.3f} (perplexity "
+                      f"{m['validation_perplexity']:.1f}; a uniform model scores {math.log(config['vocab_size']):.2f}) "
+                      f"on {c['num_val']} held-out clips. Per-frame FID and domain FVD are not measured yet: "
+                      "`python eval/video_figures.py quality` writes them (docs/figures/video.md), and this card picks "
+                      f"them up when rebuilt (`python eval/cards.py --model arvis/weights/{folder.name}`).")
     naming_path = Path("docs/figures/naming") / f"{folder.name}.json"
     if named and naming_path.is_file():
         n = json.loads(naming_path.read_text())
-        lines += ["Can a reader name the emoji in every frame? `python eval/naming_card.py --model video --samples-dir "
-                  f"<scratch>/naming-video --json {naming_path} --grid {n.get('grid', '<grid>')} --columns 2`: one AR "
-                  f"clip per emoji (seed {n['seed']}), every frame named by the emoji CLIP among the {len(names)} names.",
-                  "", "| | named right |", "|---|---|",
-                  f"| frames of the samples ({n['images']} frames of {n['num']} clips) | "
-                  f"**{100 * n['class_consistency']:.1f}%** |",
-                  f"| real renders of the emoji at {n['resolution']} px (the CLIP's ceiling; chance "
-                  f"{100 * n['chance']:.1f}%) | {100 * n['clip_real_renders_named']:.1f}% |",
-                  f"| those renders round-tripped through `{vq_name}` (the tokenizer's ceiling) | "
-                  f"{100 * n['clip_vq_reconstructions_named']:.1f}% |", "",
-                  f"Sample clips, one strip of {T} frames per emoji, captioned: `{n.get('grid', 'not drawn')}`.", ""]
-    lines += ["## Limits", "A small model trained briefly on a shared CPU: clips are 64 px and blurry (the per-frame "
-              "VQ reconstructs emoji and digits at 64 px poorly: see the tokenizer table in docs/figures/video.md), "
-              "and motion is learned only as far as the figures show. It exists to make the video path and its "
-              "speed figures real, not to be a good video generator.", ""]
-    return "\n".join(lines)
+        evaluation += "\n\n" + "\n".join([
+            "Can a reader name the emoji in every frame? `python eval/naming_card.py --model video --samples-dir "
+            f"<scratch>/naming-video --json {naming_path} --grid {n.get('grid', '<grid>')} --columns 2`: one AR "
+            f"clip per emoji (seed {n['seed']}), every frame named by the emoji CLIP among the {len(names)} names.",
+            "", table(("", "named right"), [
+                (f"frames of the samples ({n['images']} frames of {n['num']} clips)",
+                 f"**{100 * n['class_consistency']:.1f}%**"),
+                (f"real renders of the emoji at {n['resolution']} px (the CLIP's ceiling; chance "
+                 f"{100 * n['chance']:.1f}%)", f"{100 * n['clip_real_renders_named']:.1f}%"),
+                (f"those renders round-tripped through `{vq_name}` (the tokenizer's ceiling)",
+                 f"{100 * n['clip_vq_reconstructions_named']:.1f}%")]), "",
+            f"Sample clips, one strip of {T} frames per emoji, captioned: `{n.get('grid', 'not drawn')}`."])
+    return ModelCard(
+        title=f"{folder.name}: arvis's class-conditional video model",
+        summary="A `VideoPipeline` folder: a LlamaGen-style GPT with 3-D rotary positions over a "
+                f"{T} x {side} x {side} token layout (`transformer`, `arvis.models.video.VideoTransformer`) and the "
+                f"per-frame VQ tokenizer (`vqvae`, a relative link to `../{vq_name}`, stored once). It is the "
+                "model of `arvis generate --model video`, of the video figures (docs/figures/video.md) and of the "
+                "demo's video tab.",
+        usage="\n".join([
+            "from arvis import VideoPipeline",
+            "from arvis.pipelines.pipeline_video import export_frames",
+            f'pipe = VideoPipeline.from_pretrained("arvis/weights/{folder.name}")',
+            f'out = pipe(class_labels=["{example}"], method="mc-sjd", coupling="gumbel", window=128,',
+            '           init="previous_frame_distribution")',
+            f'export_frames(out.frames[0], "{example.replace(" ", "-")}.gif", fps=4)']),
+        architecture=Section("Architecture", (
+            f"{config['n_layer']} layers, {config['n_head']} heads, width {config['dim']}, SwiGLU (multiple of "
+            f"{config['multiple_of']}), RMSNorm, no biases, untied head; 3-D RoPE (a quarter of each head's rotary "
+            f"pairs rotate with the frame index, the rest with row and column); one class slot ({len(names)} "
+            f"{'emoji' if named else 'video classes'} + the null class for CFG); vocabulary {config['vocab_size']} "
+            f"(the VQ's codebook). {m['params']:,} parameters, {weights.stat().st_size / 1e6:.1f} MB as fp16 "
+            "safetensors.")),
+        data=Section("Data", data),
+        training=Training(
+            [m["command"], "python -m arvis.training.train_video assemble --transformer "
+             f"runs/video/export/transformer --out arvis/weights/{folder.name}"],
+            "`arvis.training.train_gpt`'s loop: teacher-forced cross-entropy, 10% class dropout (CFG), token / "
+            f"residual / FFN dropout {c['dropout']}, AdamW (lr {c['lr']}, weight decay {c['weight_decay']}), "
+            f"{c['warmup']} warm-up steps, cosine to {c['min_lr_ratio']}x, batch {c['batch_size']} clips, EMA "
+            f"{c['ema_decay']}; the better of raw and EMA weights on validation loss is exported "
+            f"({m['exported_weights']}).\n\n" + training),
+        evaluation=Section("Evaluation", evaluation),
+        limits="A small model trained briefly on a shared CPU: clips are 64 px and blurry (the per-frame VQ "
+               "reconstructs emoji and digits at 64 px poorly: see the tokenizer table in docs/figures/video.md), "
+               "and motion is learned only as far as the figures show. It exists to make the video path and its "
+               "speed figures real, not to be a good video generator.")
 
 
 def _command(argv: list[str] | None) -> str:
@@ -232,14 +235,6 @@ def _command(argv: list[str] | None) -> str:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args_list = list(sys.argv[1:] if argv is None else argv)
-    if args_list[:1] == ["card"]:
-        p = argparse.ArgumentParser(prog="python -m arvis.training.train_video card")
-        p.add_argument("--folder", default="arvis/weights/video-clips")
-        p.add_argument("--records", default="docs/figures/video")
-        a = p.parse_args(args_list[1:])
-        atomic_write_text(Path(a.folder) / "README.md", model_card(Path(a.folder), Path(a.records)))
-        print(f"wrote {Path(a.folder) / 'README.md'}")
-        return {}
     if args_list[:1] == ["assemble"]:
         p = argparse.ArgumentParser(prog="python -m arvis.training.train_video assemble")
         p.add_argument("--transformer", required=True, help="an exported transformer folder")

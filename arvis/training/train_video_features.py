@@ -7,14 +7,14 @@ evaluated and shipped). Classes differ by motion (``camera pan left`` / ``pan ri
 ``shrink``...) as much as by content, so the features must encode motion. No augmentation that could
 change a class (no flips, no time reversal). Checkpoints are atomic and a rerun resumes.
 
-Export: fp16 safetensors and the training metrics. ``eval/video_features_card.py`` then reloads the
+Export: fp16 safetensors and the training metrics. ``eval/cards.py --evaluate`` then reloads the
 shipped weights and evaluates them on held-out clips (never trained on): accuracy, and the domain FVD of
 controls against held-out clips — an independent held-out draw (the floor), the same clips with their
 frames shuffled in time, frozen on their first frame, and reconstructed by the per-frame VQ tokenizer —
 and writes ``metrics.json`` and the model card. Usage::
 
     python -m arvis.training.train_video_features --out arvis/weights/video-features --scratch runs/video/features
-    python eval/video_features_card.py --folder arvis/weights/video-features
+    python eval/cards.py --model arvis/weights/video-features --evaluate
 """
 
 from __future__ import annotations
@@ -127,7 +127,7 @@ def export(net: Any, cfg: VideoFeatureConfig, state: dict[str, Any], out: Path, 
     """fp16 safetensors folder + ``training_metrics.json``, written atomically (staged, then one rename).
 
     Evaluation (held-out accuracy, domain FVD controls) and the model card are the eval layer's:
-    ``python eval/video_features_card.py --folder OUT``.
+    ``python eval/cards.py --model OUT --evaluate``.
     """
     metrics = {"config": dataclasses.asdict(cfg), "params": sum(p.numel() for p in net.parameters()),
                "steps": state["step"], "train_hours": state["seconds"] / 3600,

@@ -51,6 +51,7 @@ from arvis.training.common import (
 from arvis.training.loop import LoopSettings, TrainingLoop
 from arvis.utils.files import atomic_directory, atomic_path
 from arvis.utils.images import to_tensor, to_uint8  # noqa: F401  (re-exported: the trainers import them from here)
+from arvis.utils.model_card import ModelCard, Section, Training, table, write_card
 
 __all__ = ["SMOKE_CONFIG", "VQTrainConfig", "evaluate", "export", "main", "train"]
 
@@ -408,9 +409,12 @@ def export(
             steps=summary["steps"],
             train_hours=summary["train_seconds"] / 3600,
             final_train_losses={k: v for k, v in summary["final_train"].items() if k not in ("step",)},
+            # what the card states beside the figures, so that eval/cards.py rebuilds it from this record alone
+            config=dataclasses.asdict(cfg), command=command,
+            grid_png=Path(grid_png).as_posix() if grid_png is not None else None,
         )
         (Path(tmp) / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
-        (Path(tmp) / "README.md").write_text(model_card(cfg, metrics, command, out.name, grid_png))
+        write_card(tmp, model_card(cfg, metrics, command, out.name, grid_png))
     if grid_png is not None:
         _save_grid(images[:16], recon[:16], Path(grid_png))
     return metrics
@@ -446,8 +450,8 @@ def _objective_sentence(cfg: VQTrainConfig) -> str:
 
 
 def model_card(cfg: VQTrainConfig, m: dict[str, Any], command: str, name: str = "vq-photos",
-               grid_png: str | os.PathLike | None = None) -> str:
-    """Markdown model card for the exported tokenizer (``name``: the folder's name)."""
+               grid_png: str | os.PathLike | None = None) -> ModelCard:
+    """Model card of the exported tokenizer (``name``: the folder's name)."""
     f = 2 ** (len(cfg.ch_mult) - 1)
     g = cfg.resolution // f
     tl = m["final_train_losses"]
@@ -455,59 +459,43 @@ def model_card(cfg: VQTrainConfig, m: dict[str, Any], command: str, name: str = 
     held = "held-out emoji (never rendered for training)" if cfg.data == "emoji" else \
         "held-out crops (never overlapping training pixels)"
     grid = f"`{Path(grid_png).as_posix()}`" if grid_png else "not written by this export"
-    return f"""# {name}: arvis's small LlamaGen-style VQ tokenizer
-
-A `LlamaGenVQModel` (`arvis.tokenizers.llamagen_vq`, the architecture of LlamaGen's VQ-8 at reduced
+    return ModelCard(
+        title=f"{name}: arvis's small LlamaGen-style VQ tokenizer",
+        summary=f"""A `LlamaGenVQModel` (`arvis.tokenizers.llamagen_vq`, the architecture of LlamaGen's VQ-8 at reduced
 width) trained by `arvis.training.train_vq` on {source}. It turns a
 {cfg.resolution}x{cfg.resolution} RGB image into a {g}x{g} grid of codes from a {cfg.codebook_size}-entry,
-l2-normalised codebook of dimension {cfg.codebook_embed_dim}, and back.
-
-```python
-from arvis.tokenizers.llamagen_vq import LlamaGenVQModel
+l2-normalised codebook of dimension {cfg.codebook_embed_dim}, and back.""",
+        usage=f"""from arvis.tokenizers.llamagen_vq import LlamaGenVQModel
 vq = LlamaGenVQModel.from_pretrained("arvis/weights/{name}")    # fp16 file, loads as fp32
 codes = vq.encode(images)          # images [B, 3, {cfg.resolution}, {cfg.resolution}] in [-1, 1] -> [B, {g}, {g}]
-images = vq.decode_codes(codes)    # -> [B, 3, {cfg.resolution}, {cfg.resolution}] in [-1, 1]
-```
-
-## Architecture
-base_channels {cfg.base_channels}, ch_mult {list(cfg.ch_mult)} (down-sampling {f}), encoder
+images = vq.decode_codes(codes)    # -> [B, 3, {cfg.resolution}, {cfg.resolution}] in [-1, 1]""",
+        architecture=Section("Architecture", f"""base_channels {cfg.base_channels}, ch_mult {list(cfg.ch_mult)} (down-sampling {f}), encoder
 {cfg.encoder_num_res_blocks} / decoder {cfg.decoder_num_res_blocks}+1 residual blocks per level,
 attention at the lowest resolution, z_channels {cfg.z_channels}, GroupNorm groups {cfg.norm_num_groups},
 codebook {cfg.codebook_size} x {cfg.codebook_embed_dim} (l2-normalised). {m['params']:,} parameters,
 {m['safetensors_mb']:.1f} MB as fp16 safetensors. Decoding one {g}x{g} grid: {m['decode_ms_16x16']:.0f} ms
-(fp32, {m['torch_threads']} CPU threads, median of 10).
-
-## Data
-{_data_section(cfg)}
-
-## Training
-```
-{command}
-```
-AdamW (betas 0.9/0.99, lr {cfg.lr}, {cfg.warmup} warm-up steps, cosine to {cfg.min_lr_ratio}x), grad-norm
+(fp32, {m['torch_threads']} CPU threads, median of 10)."""),
+        data=Section("Data", _data_section(cfg)),
+        training=Training([command], f"""AdamW (betas 0.9/0.99, lr {cfg.lr}, {cfg.warmup} warm-up steps, cosine to {cfg.min_lr_ratio}x), grad-norm
 clip 1.0, {_objective_sentence(cfg)} No perceptual (LPIPS/VGG) or adversarial
 loss: no pretrained feature network is available offline. {m['steps']} steps, {m['train_hours']:.2f} h of
 training wall time at {m['torch_threads']} CPU threads.
 
 Final training losses (mean of the last logging window): L1 {tl.get('l1', float('nan')):.4f},
 L2 {tl.get('l2', float('nan')):.5f}, vq {tl.get('vq', float('nan')):.5f}, commitment
-{tl.get('commit', float('nan')):.5f}.
+{tl.get('commit', float('nan')):.5f}."""),
+        evaluation=Section("Evaluation (the shipped fp16 weights)", f"""{m['eval_crops']} {held} ({cfg.resolution} px, seed {cfg.data_seed + 2}):
 
-## Evaluation (the shipped fp16 weights)
-{m['eval_crops']} {held} ({cfg.resolution} px, seed {cfg.data_seed + 2}):
-
-| metric | value |
-|---|---|
-| PSNR (mean of per-image, uint8) | {m['psnr']:.2f} dB |
-| PSNR of mean MSE | {m['psnr_of_mean_mse']:.2f} dB |
-| L1 on [-1, 1] | {m['l1']:.4f} |
-| codebook usage (entries used / {cfg.codebook_size}) | {100 * m['usage']:.1f}% |
-| code perplexity | {m['perplexity']:.0f} |
+{table(("metric", "value"), [
+    ("PSNR (mean of per-image, uint8)", f"{m['psnr']:.2f} dB"),
+    ("PSNR of mean MSE", f"{m['psnr_of_mean_mse']:.2f} dB"),
+    ("L1 on [-1, 1]", f"{m['l1']:.4f}"),
+    (f"codebook usage (entries used / {cfg.codebook_size})", f"{100 * m['usage']:.1f}%"),
+    ("code perplexity", f"{m['perplexity']:.0f}")])}
 
 rFID (in the domain feature network's space; Inception is not available offline):
 `python eval/vq_rfid.py --data {cfg.data} --vq <this folder>`. Reconstructions of held-out images (originals above
-reconstructions): {grid}.
-"""
+reconstructions): {grid}."""))
 
 
 # ---------------------------------------------------------------------------------------------- CLI

@@ -43,8 +43,8 @@ NOT_RUN = [
      "tests/pipelines/video/test_video.py::test_train_video_smoke_assemble_and_card"),
     (r"^python -m arvis\.training\.train_video", "trains the video GPT or the video feature network (an hour or "
      "more on this CPU)", "tests/pipelines/video/test_video.py (train_video and train_video_features smoke runs, assemble, card)"),
-    (r"^python eval/video_features_card\.py", "evaluates the shipped feature network on 400 held-out clips and "
-     "rewrites its card (minutes)",
+    (r"^python eval/cards\.py --model arvis/weights/video-features --evaluate", "evaluates the shipped feature "
+     "network on 400 held-out clips and rewrites its card (minutes)",
      "tests/pipelines/video/test_video.py::test_train_video_features_smoke (the card script on a smoke-trained network)"),
     (r"^python eval/video_tokenizer\.py", "encodes 200 held-out clips and 4,000 reference frames (minutes)",
      "tests/eval/test_video_metrics.py (the script's temporal candidate on a tiny Emu3VQVAE)"),

@@ -93,10 +93,11 @@ def test_train_domain_emoji_smoke_and_fid_with_its_reference(tmp_path):
 
     out = tmp_path / "domain-emoji"
     train_domain.main(["--preset", "smoke", "--data", "emoji", "--out", str(out), "--scratch", str(tmp_path / "s")])
-    spec = importlib.util.spec_from_file_location("domain_card", REPO_ROOT / "eval" / "domain_card.py")
-    card = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(card)
-    metrics = card.main(["--folder", str(out), "--no-progress"])  # the evaluation and the card
+    spec = importlib.util.spec_from_file_location("cards", REPO_ROOT / "eval" / "cards.py")
+    cards = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cards)
+    assert cards.main(["--model", str(out), "--evaluate", "--no-progress"]) == 0  # the evaluation and the card
+    metrics = json.loads((out / "metrics.json").read_text())
     net = load_domain_network(out)
     assert net.config.num_classes == 52 and net.config.class_names[20] == "fruit"
     assert set(metrics["heldout_per_class_accuracy"]) <= set(net.config.class_names)
@@ -198,7 +199,7 @@ def test_arvis_fid_cli_judges_emoji_against_heldout_emoji(tmp_path):
 
 
 def test_emoji_card_text_follows_the_folders_data_set(tmp_path, monkeypatch):
-    """eval/emoji_card.py writes the group model's card or the one-class-per-emoji model's, from the records."""
+    """eval/emoji_card.py builds the group model's card or the one-class-per-emoji model's, from the records."""
     import importlib.util as iu
 
     spec = iu.spec_from_file_location("arvis_eval_emoji_card", REPO_ROOT / "eval" / "emoji_card.py")
@@ -216,7 +217,7 @@ def test_emoji_card_text_follows_the_folders_data_set(tmp_path, monkeypatch):
         folder = tmp_path / data
         folder.mkdir()
         (folder / sources.MODEL_DATA_FILE).write_text(json.dumps({"data": data}))
-        text = card_module.card(folder, training, training, record, None)
+        text = card_module.model_card(folder, training, training, record, None).render()
         assert expected in text and absent not in text and f"--data {data}\n" in text
         assert sources.data_recipe(data, 128) in text
     assert "**50.0%**" in text and "123 classes + the null class" in text
@@ -227,7 +228,7 @@ def test_emoji_card_text_follows_the_folders_data_set(tmp_path, monkeypatch):
              "command": "python -m arvis.training.train_gpt --steps 400"}
     resumed = {**training, "command": "python -m arvis.training.train_gpt --steps 900",
                "history": [{"step": 400, "lr": 6e-5}, {"step": 500, "lr": 3.5e-4}, {"step": 900, "lr": 6e-5}]}
-    text = card_module.card(folder, resumed, training, named, None, earlier=[first])
+    text = card_module.model_card(folder, resumed, training, named, None, earlier=[first]).render()
     assert "--steps 400\npython -m arvis.training.train_gpt --steps 900\n" in text
     assert "trained by 2 runs" in text and "the 400-step run (training loss 1.500, validation loss 1.450)" in text
     assert "learning rate 0.00035 at step 500 against 6e-05" in text
@@ -237,13 +238,13 @@ def test_emoji_card_text_follows_the_folders_data_set(tmp_path, monkeypatch):
             "command": "python -m arvis.training.train_gpt --steps 900 --threads 2 --init-from /scratch/init-a",
             "init_from": "/scratch/init-a"}
     monkeypatch.chdir(tmp_path)  # a model folder as the repository names it: a relative path
-    text = card_module.card(Path("emoji-names"), warm, training, named, None, init_revision="abc1234")
+    text = card_module.model_card(Path("emoji-names"), warm, training, named, None, init_revision="abc1234").render()
     assert ("mkdir -p <scratch>/init-a && git archive abc1234 emoji-names/transformer | tar -x --strip-components=2 "
             "-C <scratch>/init-a\npython -m arvis.training.train_gpt --steps 900") in text
     assert "warm-started from the weights shipped at commit abc1234" in text and "peak learning rate 0.0003" in text
     assert "| 0.50 h (2 threads) | 0.50 h (1 thread) |" in text
     with pytest.raises(ValueError, match="--init-revision"):
-        card_module.card(folder, warm, training, named, None)
+        card_module.model_card(folder, warm, training, named, None)
 
 
 def test_var_trainers_on_emoji_and_a_decoder_only_fine_tune(tmp_path):

@@ -27,12 +27,22 @@ def _dtypes(path) -> set[torch.dtype]:
         return {f.get_tensor(k).dtype for k in f.keys()}
 
 
-def domain_card():
-    """``eval/domain_card.py``, the evaluation and model card of an exported domain network (a script)."""
-    spec = importlib.util.spec_from_file_location("domain_card", ROOT / "eval" / "domain_card.py")
+def _script(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "eval" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def domain_card():
+    """``eval/domain_card.py``, the evaluation and model card of an exported domain network (a card kind)."""
+    return _script("domain_card")
+
+
+def evaluate_and_write_card(folder) -> dict:
+    """``python eval/cards.py --model FOLDER --evaluate``: the folder's metrics, as it wrote them."""
+    assert _script("cards").main(["--model", str(folder), "--evaluate", "--no-progress"]) == 0
+    return json.loads((folder / "metrics.json").read_text())
 
 
 def test_train_domain_smoke_exports_loads_and_resumes(tmp_path):
@@ -49,17 +59,17 @@ def test_train_domain_smoke_exports_loads_and_resumes(tmp_path):
     assert _dtypes(out / "diffusion_pytorch_model.safetensors") == {torch.float16}  # shipped weights are fp16
     net = load_domain_network(out)
     assert isinstance(net, DomainClassifier) and net.dtype == torch.float32 and net.config.image_size == 32
-    card = domain_card()
-    metrics = card.main(["--folder", str(out), "--no-progress"])
+    metrics = evaluate_and_write_card(out)
     assert metrics["steps"] == 4 and 0.0 <= metrics["heldout_accuracy"] <= 1.0
     assert {"heldout_vs_heldout", "train_vs_heldout", "degraded"} <= set(metrics["fid"])
     assert sorted(p.name for p in out.iterdir()) == ["README.md", "config.json", "diffusion_pytorch_model.safetensors",
                                                      "metrics.json", "training_metrics.json"]
     assert json.loads((out / "metrics.json").read_text())["fingerprint"] == trained["fingerprint"]
     readme = (out / "README.md").read_text()
-    assert "python -m arvis.training.train_domain" in readme and "python eval/domain_card.py --folder " in readme
+    assert "python -m arvis.training.train_domain" in readme and "python eval/cards.py --model " in readme
+    assert "--evaluate\n```" in readme  # the command that reproduces the figures
     # The evaluation is deterministic: a second run reproduces the card.
-    card.main(["--folder", str(out), "--no-progress"])
+    evaluate_and_write_card(out)
     assert (out / "README.md").read_text() == readme
     # The folder works as an FID extractor through the public API.
     images = np.random.default_rng(0).integers(0, 256, (12, 32, 32, 3), dtype=np.uint8)
@@ -73,13 +83,14 @@ def test_train_domain_smoke_exports_loads_and_resumes(tmp_path):
     # --export-only re-exports the checkpoint and keeps the command that trained it in the model card.
     trained = train_domain.main(argv + ["--export-only"])
     assert trained["steps"] == 5 and trained["command"].endswith("--steps 5")
-    card.main(["--folder", str(out), "--no-progress"])
+    evaluate_and_write_card(out)
     assert "Exported by `python -m arvis.training.train_domain" in (out / "README.md").read_text()
 
 
 def test_domain_card_needs_an_exported_folder(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"_class_name": "DomainClassifier"}))
     with pytest.raises(ValueError, match="training_metrics.json"):
-        domain_card().main(["--folder", str(tmp_path)])
+        _script("cards").main(["--model", str(tmp_path), "--evaluate"])
 
 
 def test_degradations_keep_shape_and_change_pixels():

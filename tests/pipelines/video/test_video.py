@@ -395,7 +395,12 @@ def test_train_video_smoke_assemble_and_card(tmp_path) -> None:
     assert (tmp_path / "pipe" / "vqvae").is_symlink()
     pipe = VideoPipeline.from_pretrained(tmp_path / "pipe")
     assert pipe.transformer.layout.grid == (train_video.NUM_FRAMES, 2, 2)
-    train_video.main(["card", "--folder", str(tmp_path / "pipe"), "--records", str(tmp_path / "none")])
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("cards", REPO_ROOT / "eval" / "cards.py")
+    cards = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cards)
+    assert cards.main(["--model", str(tmp_path / "pipe"), "--records", str(tmp_path / "none")]) == 0
     card = (tmp_path / "pipe" / "README.md").read_text()
     assert "CC BY-SA 4.0" in card and "| steps | 3 |" in card
 
@@ -409,11 +414,11 @@ def test_train_video_features_smoke(tmp_path) -> None:
     trained = train_video_features.main(["--preset", "smoke", "--out", str(tmp_path / "out"), "--scratch",
                                          str(tmp_path / "s")])
     assert trained["steps"] == 3 and "fvd_controls" not in trained  # evaluation is the eval layer's
-    spec = importlib.util.spec_from_file_location("video_features_card",
-                                                  REPO_ROOT / "eval" / "video_features_card.py")
-    card = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(card)
-    metrics = card.main(["--folder", str(tmp_path / "out"), "--eval-clips", "4", "--vq", ""])
+    spec = importlib.util.spec_from_file_location("cards", REPO_ROOT / "eval" / "cards.py")
+    cards = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cards)
+    assert cards.main(["--model", str(tmp_path / "out"), "--evaluate", "--eval-clips", "4", "--vq", ""]) == 0
+    metrics = json.loads((tmp_path / "out" / "metrics.json").read_text())
     assert metrics["steps"] == 3 and set(metrics["fvd_controls"]) >= {"independent held-out clips (floor)"}
     assert json.loads((tmp_path / "out" / "metrics.json").read_text())["eval_clips"] == 4
     extractor = load_video_features(tmp_path / "out")
