@@ -44,6 +44,8 @@ from text_to_image_stages import (
     bench_prompt_by_prompt,
     clip_scorer,
     forward_cost_lines,
+    load_shipped,
+    lossless_record,
     model_card_writer,
     model_context,
     read_record,
@@ -74,13 +76,10 @@ ANCHORS = [
 ]
 
 
-def shipped_pipeline(model: str, dtype: torch.dtype = torch.float32):
-    from arvis.hub import resolve_model
+def shipped_pipeline(model: str) -> Any:
     from arvis.pipelines import Emu3Pipeline
 
-    pipe = Emu3Pipeline.from_pretrained(str(resolve_model(model)), dtype=dtype)
-    pipe.set_progress_bar_config(disable=True)
-    return pipe
+    return load_shipped(Emu3Pipeline, model)
 
 
 def sampling_defaults(pipe) -> dict[str, Any]:
@@ -187,31 +186,17 @@ def stage_parity(args: argparse.Namespace) -> None:
 def stage_lossless(args: argparse.Namespace) -> None:
     import tests.pipelines.emu3.test_emu3_lossless as lt
     from arvis.models.emu3 import Emu3Backbone
-    from tests.lossless_harness import ALPHA, check
 
     tiny = lt.tiny_emu3(num_codes=lt.K, seed=4, head_std=0.6)
     backbone, condition = lt.backbone_for(*tiny, ["red apple"], lt.H, lt.W, negative=lt.NEGATIVE)
-    exact = lt.exact_distribution(*tiny, backbone)
     draft_model, _ = lt.tiny_emu3(num_codes=lt.K, seed=9, hidden=16, layers=1, heads=2, kv_heads=1, tokenizer=tiny[1])
     draft = Emu3Backbone(draft_model, backbone.vocabulary, lt.H, lt.W, backbone.layout.condition_length,
                          backbone.negative)
-    cases = [(*param.values, 1) for param in lt.METHODS] + [("speculative", {"draft_model": draft, "window": 2}, 2)]
-    rows = []
-    for method, options, seed in cases:
-        verdict = check(exact, lt.draw(backbone, condition, method, seed=seed, **options), lt.N_SAMPLES)
-        shown = {k: ("tiny Emu3, 1 layer" if k == "draft_model" else v) for k, v in options.items()}
-        rows.append({"method": method, "options": shown, "tv": verdict.tv, "tv_bound": verdict.tv_bound,
-                     "chi2_p": verdict.p_value, "passes": verdict.passed})
-        print(method, shown, verdict)
     broken = lt.StaleSlotsBackbone(backbone.model, backbone.vocabulary, lt.H, lt.W, backbone.layout.condition_length,
                                    backbone.negative)
-    bug = check(exact, lt.draw(broken, condition, "sjd", seed=1, window=3), lt.N_SAMPLES)
-    write_record(records(args), "lossless", {"samples": lt.N_SAMPLES, "outcomes": lt.K ** (lt.H * lt.W), "grid": [lt.H, lt.W],
-                              "codes": lt.K, "guidance_scale": lt.GUIDANCE, "top_k": lt.TOP_K, "alpha": ALPHA,
-                              "methods": rows,
-                              "planted_bug": {"what": "queries read invalidated slots (no rollback)",
-                                              "method": "sjd:window=3", "tv": bug.tv, "tv_bound": bug.tv_bound,
-                                              "chi2_p": bug.p_value, "fails": not bug.passed}})
+    record = lossless_record(lt, backbone, condition, lt.exact_distribution(*tiny, backbone), draft,
+                             "tiny Emu3, 1 layer", broken, "queries read invalidated slots (no rollback)")
+    write_record(records(args), "lossless", {"outcomes": lt.K ** (lt.H * lt.W), "grid": [lt.H, lt.W], **record})
 
 
 # ============================================================================================== bench
@@ -228,8 +213,8 @@ def stage_bench(args: argparse.Namespace) -> None:
     merged, curve, records_ = bench_prompt_by_prompt(pipe, prompts, methods, sampling,
                                                      lambda prompt: pipe.bench_inputs([prompt], 1, 1, h, w), args)
     write_record(records(args), "bench", {"prompts": prompts, "sampling": sampling.__dict__, "repeats": args.repeats,
-                           "grid": [h, w], "methods": merged, "forward_cost": curve, "per_prompt": records_,
-                           "zipar_emu3_gen": zipar_schedule_counts(), **model_context(args.model)})
+                                          "grid": [h, w], "methods": merged, "forward_cost": curve, "per_prompt": records_,
+                                          "zipar_emu3_gen": zipar_schedule_counts(), **model_context(args.model)})
 
 
 def zipar_schedule_counts(height: int = 90, width: int = 90, windows: tuple[int, ...] = (2, 4, 8, 16)
@@ -284,8 +269,8 @@ def stage_quality(args: argparse.Namespace) -> None:
         rows.append(row)
         print(row)
     write_record(records(args), "quality", {"clip_model": clip_name, "fid_extractor": "domain-emoji" if has_fid else None,
-                             "samples": len(prompts), "seed": args.seed, "sampling": defaults, "methods": rows,
-                             **model_context(args.model)})
+                                            "samples": len(prompts), "seed": args.seed, "sampling": defaults, "methods": rows,
+                                            **model_context(args.model)})
 
 
 # ============================================================================================== memory
@@ -322,7 +307,7 @@ def stage_memory(args: argparse.Namespace) -> None:
             print(rows[-1])
     emu3_gen = 90 * 91 + 2
     write_record(records(args), "memory", {"cases": rows, "emu3_gen_dense_mb": emu3_gen * (32768 + 3) * 4 / 2**20,
-                            "emu3_gen_tokens": emu3_gen, **model_context(args.model)})
+                                           "emu3_gen_tokens": emu3_gen, **model_context(args.model)})
 
 
 # ============================================================================================== samples
@@ -336,8 +321,8 @@ def stage_samples(args: argparse.Namespace) -> None:
     prompts = heldout + train
     sample_grid(pipe, prompts, args.seed, defaults, args.out.parent / SAMPLE_GRID)
     write_record(records(args), "samples", {"grid": SAMPLE_GRID, "prompts": prompts, "heldout": len(heldout),
-                                            "seed": args.seed, "sampling": defaults, "method": "ar",
-                                            **model_context(args.model)})
+                                                           "seed": args.seed, "sampling": defaults, "method": "ar",
+                                                           **model_context(args.model)})
 
 
 # ============================================================================================== recognition
@@ -383,7 +368,7 @@ def stage_recognition(args: argparse.Namespace) -> None:
         rows.append(row)
         print(row)
     write_record(records(args), "recognition", {"clip_model": clip_name, "seed": args.seed, "sampling": defaults, "method": "ar",
-                                 "resolution": int(fake.shape[1]), "sets": rows, **model_context(args.model)})
+                                                "resolution": int(fake.shape[1]), "sets": rows, **model_context(args.model)})
 
 
 # ============================================================================================== tokens

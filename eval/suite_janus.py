@@ -37,6 +37,8 @@ from text_to_image_stages import (
     bench_prompt_by_prompt,
     clip_scorer,
     forward_cost_lines,
+    load_shipped,
+    lossless_record,
     model_card_writer,
     model_context,
     read_record,
@@ -65,13 +67,10 @@ ANCHORS = [
 ]
 
 
-def shipped_pipeline(model: str, dtype: torch.dtype = torch.float32):
-    from arvis.hub import resolve_model
+def shipped_pipeline(model: str) -> Any:
     from arvis.pipelines import JanusPipeline
 
-    pipe = JanusPipeline.from_pretrained(str(resolve_model(model)), dtype=dtype)
-    pipe.set_progress_bar_config(disable=True)
-    return pipe
+    return load_shipped(JanusPipeline, model)
 
 
 def sampling_defaults(pipe) -> dict[str, Any]:
@@ -135,31 +134,17 @@ def stage_parity(args: argparse.Namespace) -> None:
 def stage_lossless(args: argparse.Namespace) -> None:
     import tests.pipelines.janus.test_janus_lossless as lt
     from arvis.models.janus import JanusBackbone
-    from tests.lossless_harness import ALPHA, check
 
     tiny = lt.tiny_janus(num_codes=lt.K, grid=lt.SIDE, seed=4, head_std=3.0)
     backbone, condition = lt.backbone_for(*tiny, [lt.PROMPT])
-    exact = lt.exact_distribution(*tiny, condition.token_ids[0])
     draft_model, _ = lt.tiny_janus(num_codes=lt.K, grid=lt.SIDE, seed=9, hidden=16, layers=1, heads=2, kv_heads=1,
                                    tokenizer=tiny[1])
     draft = JanusBackbone(draft_model, backbone.tokens, backbone.layout.condition_length)
-    cases = [(*param.values, 1) for param in lt.METHODS] + [("speculative", {"draft_model": draft, "window": 2}, 2)]
-    rows = []
-    for method, options, seed in cases:
-        verdict = check(exact, lt.draw(backbone, condition, method, seed=seed, **options), lt.N_SAMPLES)
-        shown = {k: ("tiny Janus, 1 layer" if k == "draft_model" else v) for k, v in options.items()}
-        rows.append({"method": method, "options": shown, "tv": verdict.tv, "tv_bound": verdict.tv_bound,
-                     "chi2_p": verdict.p_value, "passes": verdict.passed})
-        print(method, shown, verdict)
     broken = lt.StaleSlotsBackbone(backbone.model, backbone.tokens, backbone.layout.condition_length)
-    bug = check(exact, lt.draw(broken, condition, "sjd", seed=1, window=3), lt.N_SAMPLES)
-    write_record(records(args), "lossless", {"samples": lt.N_SAMPLES, "outcomes": lt.K ** (lt.SIDE ** 2), "grid": [lt.SIDE, lt.SIDE],
-                              "codes": lt.K, "guidance_scale": lt.GUIDANCE, "top_k": lt.TOP_K, "alpha": ALPHA,
-                              "methods": rows,
-                              "planted_bug": {"what": "queries read draft slots ahead of them written by earlier "
-                                                      "forwards", "method": "sjd:window=3", "tv": bug.tv,
-                                              "tv_bound": bug.tv_bound, "chi2_p": bug.p_value,
-                                              "fails": not bug.passed}})
+    record = lossless_record(lt, backbone, condition, lt.exact_distribution(*tiny, condition.token_ids[0]), draft,
+                             "tiny Janus, 1 layer", broken,
+                             "queries read draft slots ahead of them written by earlier forwards")
+    write_record(records(args), "lossless", {"outcomes": lt.K ** (lt.SIDE ** 2), "grid": [lt.SIDE, lt.SIDE], **record})
 
 
 # ============================================================================================== memory
@@ -198,7 +183,7 @@ def stage_memory(args: argparse.Namespace) -> None:
                          "target_forwards": stats.samples[0].target_forwards, "seconds": time.time() - t0})
             print(rows[-1])
     write_record(records(args), "memory", {"cases": rows, "janus_pro": {"tokens": JANUS_PRO_GRID ** 2, "codes": JANUS_PRO_CODES},
-                            **model_context(args.model)})
+                                           **model_context(args.model)})
 
 
 # ============================================================================================== bench
@@ -215,8 +200,8 @@ def stage_bench(args: argparse.Namespace) -> None:
     merged, curve, per_prompt = bench_prompt_by_prompt(pipe, prompts, methods, sampling,
                                                        lambda prompt: pipe.bench_inputs([prompt], 1, 1), args)
     write_record(records(args), "bench", {"prompts": prompts, "sampling": defaults, "repeats": args.repeats,
-                           "grid": list(pipe.token_layout.grid), "methods": merged, "forward_cost": curve,
-                           "per_prompt": per_prompt, **model_context(args.model)})
+                                          "grid": list(pipe.token_layout.grid), "methods": merged, "forward_cost": curve,
+                                          "per_prompt": per_prompt, **model_context(args.model)})
 
 
 # ============================================================================================== samples
@@ -226,7 +211,7 @@ def stage_samples(args: argparse.Namespace) -> None:
     prompts = named_captions()[:: max(1, 123 // 32)][:32]
     sample_grid(pipe, prompts, args.seed, defaults, args.out.parent / SAMPLE_GRID)
     write_record(records(args), "samples", {"grid": SAMPLE_GRID, "prompts": prompts, "seed": args.seed,
-                                            "sampling": defaults, "method": "ar", **model_context(args.model)})
+                                                           "sampling": defaults, "method": "ar", **model_context(args.model)})
 
 
 # ============================================================================================== recognition
@@ -260,11 +245,11 @@ def stage_recognition(args: argparse.Namespace) -> None:
     beside = REPO_ROOT / "docs" / "figures" / "emoji" / "model_card_emoji_names.json"
     other = json.loads(beside.read_text()) if beside.is_file() else {}
     write_record(records(args), "recognition", {"clip_model": clip_name, "seed": args.seed, "sampling": defaults, "method": "ar",
-                                 "resolution": int(fake.shape[1]), "emoji": len(names), "chance": 1 / len(names),
-                                 "generated_top1": top1["generated"], "real_top1": top1["real"],
-                                 "vq_round_trip_top1": top1["vq_round_trip"], "seconds": time.time() - t0,
-                                 "beside_emoji_names_class_model": other.get("class_consistency"),
-                                 **model_context(args.model)})
+                                                "resolution": int(fake.shape[1]), "emoji": len(names), "chance": 1 / len(names),
+                                                "generated_top1": top1["generated"], "real_top1": top1["real"],
+                                                "vq_round_trip_top1": top1["vq_round_trip"], "seconds": time.time() - t0,
+                                                "beside_emoji_names_class_model": other.get("class_consistency"),
+                                                **model_context(args.model)})
 
 
 # ============================================================================================== report

@@ -75,6 +75,40 @@ def bench_prompt_by_prompt(pipe: Any, prompts: Sequence[str], methods: list[str]
     return merged, curve, per_prompt
 
 
+def lossless_record(harness: Any, backbone: Any, condition: Any, exact: Any, draft: Any, draft_label: str,
+                    broken: Any, bug: str) -> dict[str, Any]:
+    """The statistical test of a family's lossless test module (``harness``: its methods, sample count, layout and
+    ``draw``) with its numbers: every method against the exact distribution, draft-model speculative decoding with
+    ``draft`` (shown as ``draft_label``), and the planted bug (``broken``, described by ``bug``) that must fail."""
+    from tests.lossless_harness import ALPHA, check
+
+    n = harness.N_SAMPLES
+    cases = [(*param.values, 1) for param in harness.METHODS] + [("speculative", {"draft_model": draft, "window": 2}, 2)]
+    rows = []
+    for method, options, seed in cases:
+        verdict = check(exact, harness.draw(backbone, condition, method, seed=seed, **options), n)
+        shown = {k: (draft_label if k == "draft_model" else v) for k, v in options.items()}
+        rows.append({"method": method, "options": shown, "tv": verdict.tv, "tv_bound": verdict.tv_bound,
+                     "chi2_p": verdict.p_value, "passes": verdict.passed})
+        print(method, shown, verdict)
+    caught = check(exact, harness.draw(broken, condition, "sjd", seed=1, window=3), n)
+    return {"samples": n, "codes": harness.K, "guidance_scale": harness.GUIDANCE, "top_k": harness.TOP_K,
+            "alpha": ALPHA, "methods": rows,
+            "planted_bug": {"what": bug, "method": "sjd:window=3", "tv": caught.tv, "tv_bound": caught.tv_bound,
+                            "chi2_p": caught.p_value, "fails": not caught.passed}}
+
+
+def load_shipped(pipeline_class: Any, model: str) -> Any:
+    """The pipeline folder ``model`` names (alias or folder), fp32, without progress bars."""
+    import torch
+
+    from arvis.hub import resolve_model
+
+    pipe = pipeline_class.from_pretrained(str(resolve_model(model)), dtype=torch.float32)
+    pipe.set_progress_bar_config(disable=True)
+    return pipe
+
+
 def sample_images(pipe: Any, prompts: list[str], seed: int, batch_size: int, **call: Any) -> Any:
     """``uint8 [N, H, W, 3]`` samples of ``prompts``, ``batch_size`` per call; image ``i`` draws from
     ``image_generator(seed, i)`` whatever the batching."""
