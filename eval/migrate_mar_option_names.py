@@ -13,7 +13,7 @@ beside its records, the model cards, and record file names that hold an old labe
     python eval/migrate_mar_option_names.py              # docs/figures/mar* and the MAR model cards
     python eval/migrate_mar_option_names.py --dry-run    # say what would change
 
-``docs/figures/mar.md`` is then rebuilt from the records: ``python eval/mar_figures.py --report-only``.
+``docs/figures/mar.md`` is then rebuilt from the records: ``python eval/figures.py --suite mar --report-only``.
 """
 
 from __future__ import annotations

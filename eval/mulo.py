@@ -3,12 +3,9 @@
 
     python eval/mulo.py alpha --json docs/figures/mulo/alpha.json     # α, NLL and top-1 on target samples
     python eval/mulo.py alpha --no-lowres --upsampler FOLDER --json J --markdown M  # the up-sampler alone
-    python eval/mulo.py figures                # every job whose record is missing, then docs/figures/mulo.md
-    python eval/mulo.py figures --list         # the jobs and their commands
-    python eval/mulo.py figures --report-only  # rebuild docs/figures/mulo.md from the records
 
-``figures`` runs one command per record (``arvis bench``, ``arvis fid``, ``eval/mulo.py alpha`` and
-``eval/mulo.py maps``), skipping records that exist, and builds docs/figures/mulo.md from the records only.
+The page docs/figures/mulo.md (``python eval/figures.py --suite mulo``, eval/suite_mulo.py) runs ``alpha`` and
+``maps`` beside its ``arvis bench`` and ``arvis fid`` jobs.
 
 ``alpha`` draws ``--num`` samples of the target by plain AR (CFG and top-k of the model's sampling
 defaults), recomputes the target's ``p_j`` at every position given the sample's own prefix
@@ -42,6 +39,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from figure_runner import load_record
 
 from arvis.engine.sampling import SamplingConfig
 from arvis.eval.provenance import provenance
@@ -285,51 +283,6 @@ def write_map_plots(record: dict[str, Any], folder: Path) -> list[Path]:
                            f"{record['samples']} samples)", colorbar="rejections per sample")]
 
 
-# ----------------------------------------------------------------------------- figures
-def _figures_module():
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    import figures  # eval/figures.py: the jobs and tables every suite shares
-
-    return figures
-
-
-def figure_jobs(out: Path, model: str, fid_num: int, samples: int, radii: list[int]) -> list[Any]:
-    """Every record docs/figures/mulo.md is built from, as jobs (one command each)."""
-    fig = _figures_module()
-
-    class ScriptJob(fig.Job):
-        def command(self) -> list[str]:
-            return [sys.executable, str(Path(__file__).resolve()), *self.args]
-
-    local = [f"mulo-local:window=32,radius={r}" for r in radii]
-    b1 = ["ar", "mc-sjd:window=16", "mc-sjd:window=32", "mulo:window=16", "mulo:window=32", *local]
-    b8 = ["ar", "mc-sjd:window=32", "mulo:window=32", *local]
-    quarter = fig.lossless_fid_num(fid_num)
-    folder = out / "mulo"
-    return [
-        ScriptJob("mulo/alpha", "alpha", ["alpha", "--json", str(folder / "alpha.json")], folder / "alpha.json"),
-        ScriptJob("mulo/maps", "maps", ["maps", "--json", str(folder / "maps.json"), "--plots", str(folder / "maps-plots"),
-                                        "--specs", "mc-sjd:window=32", "mulo:window=32", *local], folder / "maps.json"),
-        fig.bench_job(out, "mulo", "batch1-fp32", b1, model=model, samples=samples, plots=True),
-        fig.bench_job(out, "mulo", "batch8-fp32", b8, model=model, samples=8, batch_size=8),
-        # The published variant at the window where MC-SJD's latency is best on this CPU (16), same rounds as batch1.
-        fig.bench_job(out, "mulo", "batch1-window16", ["ar", "mc-sjd:window=16", "mulo-local:window=16,radius=1"],
-                      model=model, samples=samples),
-        fig.fid_job(out, "mulo-local:window=16,radius=1", model=model, num=fid_num),
-        fig.bench_job(out, "mulo", "batch1-window16-radius2", ["ar", "mulo-local:window=16,radius=2"], model=model,
-                      samples=samples),
-        fig.fid_job(out, "mulo-local:window=16,radius=2", model=model, num=fid_num),
-        fig.fid_job(out, "ar", model=model, num=fid_num, floor=True),
-        fig.fid_job(out, "ar", model=model, num=fid_num, seed=1),
-        *(fig.fid_job(out, spec, model=model, num=fid_num) for spec in local),
-        # Lossless methods at a quarter of N beside AR at the same N and two seeds (as eval/figures.py does).
-        fig.fid_job(out, "ar", model=model, num=quarter, floor=True),
-        fig.fid_job(out, "ar", model=model, num=quarter, seed=1),
-        fig.fid_job(out, "mulo:window=32", model=model, num=quarter),
-        fig.fid_job(out, "mc-sjd:window=32", model=model, num=quarter),
-    ]
-
-
 def lowres_card(folder: Path, alpha_json: Path | None = None) -> str:
     """Model card of the low-resolution drafter from its trainer's ``training_metrics.json`` (and, when it
     exists, the α record of ``alpha``): nothing typed in by hand."""
@@ -338,7 +291,7 @@ def lowres_card(folder: Path, alpha_json: Path | None = None) -> str:
     vocab = json.loads((folder / "config.json").read_text())["vocab_size"]
     grid = cfg["resolution"] // 8
     weights = sum(p.stat().st_size for p in folder.rglob("*.safetensors"))
-    alpha = _figures_module()._load(alpha_json) if alpha_json is not None else None
+    alpha = load_record(alpha_json) if alpha_json is not None else None
     lines = [
         "# lowres-c2i-photos: the low-resolution drafter of multi-scale drafting", "",
         f"A LlamaGen-architecture class-conditional GPT (`arvis.models.llamagen`) on an {grid}x{grid} grid of the "
@@ -416,143 +369,6 @@ def write_alpha_markdown(record: dict[str, Any], json_path: Path, path: Path) ->
     return path
 
 
-def _drafter_lines(records: list[dict[str, Any]]) -> list[str]:
-    rows = [r for r in records if r["method"] in ("mulo", "mulo-local")]
-    if not rows:
-        return []
-    lines = ["Drafts of the multi-scale methods in these decodes (means over samples): acceptance probability "
-             "Σ min(p, q) of the up-sampler's drafts at their first verification and of refreshed drafts, tokens "
-             "committed ahead of the first uncommitted position (mulo-local's local commits):", "",
-             "| method | draft forwards | α (up-sampler drafts) | α (refreshed drafts) | committed ahead / image |",
-             "|---|---|---|---|---|"]
-    for r in rows:
-        ex = r.get("extra", {})
-        cells = [f"{ex[k]:.3f}" if k in ex else "–" for k in ("alpha_upsampler_drafts", "alpha_refreshed_drafts")]
-        ahead = f"{ex['committed_ahead_of_frontier'] / r['samples']:.1f}" if "committed_ahead_of_frontier" in ex else "–"
-        lines.append(f"| `{r['spec']}` | {r['draft_forwards']:.0f} | {cells[0]} | {cells[1]} | {ahead} |")
-    return lines + [""]
-
-
-def _verdicts(records: list[dict[str, Any]], fids: dict, fid_num: int, maps: Any = None) -> list[str]:
-    """The two targets of the issue, decided from the records (the lossless one from the batch-1 bench and, over
-    more samples, the maps record's forwards)."""
-    fig = _figures_module()
-    by_spec = {r["spec"]: r for r in records}
-    lines = []
-    mc, mulo = by_spec.get("mc-sjd:window=32"), by_spec.get("mulo:window=32")
-    if mc and mulo:
-        beats = mulo["step_compression"] > mc["step_compression"]
-        line = (f"- Lossless, 33 positions per forward: `mulo:window=32` {mulo['step_compression']:.2f}x vs "
-                f"`mc-sjd:window=32` {mc['step_compression']:.2f}x step compression ({mulo['samples']} samples, batch 1)")
-        specs = maps.get("specs", {}) if isinstance(maps, dict) else {}
-        if mulo["spec"] in specs and mc["spec"] in specs:
-            m_fwd, c_fwd = specs[mulo["spec"]]["target_forwards"], specs[mc["spec"]]["target_forwards"]
-            f_mulo, f_mc = sum(m_fwd) / len(m_fwd), sum(c_fwd) / len(c_fwd)
-            tokens = len(specs[mulo["spec"]]["commit_forward"][0])
-            line += (f"; over the maps' {len(m_fwd)} samples {tokens / f_mulo:.2f}x vs {tokens / f_mc:.2f}x "
-                     f"({f_mulo:.1f} vs {f_mc:.1f} forwards)")
-            beats = beats and f_mulo < f_mc
-        lines.append(line + f" — {'beats' if beats else 'does not beat'} MC-SJD at equal positions per forward.")
-    ar_fids = [rec["fid"] for (label, _, n), rec in fids.items() if label == "ar" and n == fid_num]
-    noise = max(ar_fids) - min(ar_fids) if len(ar_fids) >= 2 else None
-    ar0 = fig._best_fid(fids, "ar")
-    for r in records:
-        if r["method"] != "mulo-local":
-            continue
-        rec = fig._best_fid(fids, r["spec"])
-        if rec is None or ar0 is None or noise is None:
-            lines.append(f"- `{r['spec']}`: {r['speedup']:.2f}x latency over AR (FID not measured yet).")
-            continue
-        within = abs(rec["fid"] - ar0["fid"]) <= noise
-        ok = within and r["speedup"] >= 1.7
-        lines.append(f"- `{r['spec']}`: {r['speedup']:.2f}x latency over AR, FID {rec['fid']:.2f} vs AR "
-                     f"{ar0['fid']:.2f} (seed noise {noise:.2f}; {'within' if within else 'outside'} it) — "
-                     f"target (>= 1.7x at FID within noise) {'met' if ok else 'not met'}.")
-    return lines
-
-
-def write_mulo_report(jobs: list[Any], out: Path, fid_num: int) -> Path:
-    fig = _figures_module()
-    fids = fig._fid_records(out)
-    lines = ["# Figures: multi-scale drafting (mulo, mulo-local)", "",
-             "Generated by `python eval/mulo.py figures` from the JSON records in `docs/figures/mulo/` and "
-             "`docs/figures/fid/` (re-run it to reproduce; `--list` prints every command). Method: docs/mulo.md. "
-             "`mulo` is lossless; `mulo-local` (MuLo-SD's local resampling) is lossy. FID: the shipped domain "
-             "network, held-out real crops as reference (docs/evaluation.md).", ""]
-    verdict_records: list[dict[str, Any]] = []
-    for job in jobs:
-        record = fig._load(job.output)
-        if job.kind == "alpha":
-            lines += ["## α: what the up-sampler's drafts are worth", ""]
-            lines += _alpha_lines(record) if isinstance(record, dict) else ["(not run yet)", ""]
-        elif job.kind == "maps":
-            lines += ["## Where tokens are committed and where drafts are rejected", ""]
-            if isinstance(record, dict):
-                lines += [f"{record['samples']} samples per method (class i mod classes, seeds {record['seed']}…); "
-                          "decode order of sample 0 and mean rejections per position:", "",
-                          "| method | target forwards (mean) |", "|---|---|"]
-                for label, d in record["specs"].items():
-                    lines.append(f"| `{label}` | {sum(d['target_forwards']) / len(d['target_forwards']):.1f} |")
-                plots = out / "mulo" / "maps-plots"
-                lines += ["", "Plots: " + ", ".join(f"[{p.name}](mulo/{plots.name}/{p.name})"
-                                                    for p in sorted(plots.glob("*.png"))), ""]
-            else:
-                lines += ["(not run yet)", ""]
-        elif job.kind == "bench":
-            lines += [f"## {job.name}", ""]
-            if not isinstance(record, list):
-                lines += ["(not run yet)", ""]
-                continue
-            verdict_records += record if record[0]["batch_size"] == 1 else []
-            lines += [fig._setting(record), ""]
-            lines += fig._bench_table(record, fids)
-            lines += ["", *_drafter_lines(record)]
-            lines += ["Acceptance by window position — share of target forwards that commit at least j tokens:", ""]
-            lines += fig._survival_table(record)
-            lines += ["", "Forward cost on this machine (same model, batch and guidance):", ""]
-            lines += fig._cost_table(record[0].get("forward_cost", [])) + [""]
-            plots = out / "mulo" / f"{job.output.stem}-plots"
-            if plots.is_dir():
-                lines += ["Plots: " + ", ".join(f"[{p.name}](mulo/{plots.name}/{p.name})"
-                                                for p in sorted(plots.glob("*.png"))), ""]
-    fid_jobs = [j for j in jobs if j.kind == "fid"]
-    rows = [rec for j in fid_jobs if isinstance(rec := fig._load(j.output), dict)]
-    if rows:
-        lines += ["## FID", "", "| method | seed | N | FID | real-vs-real floor (same N) |", "|---|---|---|---|---|"]
-        for rec in sorted(rows, key=lambda r: (-r["num_generated"], fig._label(r) != "ar", fig._label(r), r["seed"])):
-            floor = rec.get("real_vs_real_floor")
-            lines.append(f"| `{fig._label(rec)}` | {rec['seed']} | {rec['num_generated']} | {rec['fid']:.2f} | "
-                         f"{'–' if floor is None else f'{floor:.2f}'} |")
-        for n in sorted({r["num_generated"] for r in rows}, reverse=True):
-            ar = [r["fid"] for r in rows if fig._label(r) == "ar" and r["num_generated"] == n]
-            if len(ar) >= 2:
-                lines.append(f"\nSeed-to-seed noise of AR at N = {n}: |ΔFID| = {max(ar) - min(ar):.2f}.")
-        lines.append("")
-    maps = next((fig._load(j.output) for j in jobs if j.kind == "maps"), None)
-    lines += ["## Targets", "", *_verdicts(verdict_records, fids, fid_num, maps), "",
-              "## Published anchor", "",
-              "- MuLo-SD (Peruzzo et al., CVPR 2026): up to 1.7x latency (v1) and up to 5x (v2) on large "
-              "text-to-image models; no public code, so no like-for-like comparison.", ""]
-    path = out / "mulo.md"
-    with atomic_path(path) as tmp:
-        Path(tmp).write_text("\n".join(lines))
-    return path
-
-
-def figures(args: argparse.Namespace) -> int:
-    radii = [int(r) for r in args.radii.split(",") if r]
-    jobs = figure_jobs(args.out, args.model, args.fid_num, args.samples, radii)
-    todo = [j for j in jobs if args.only in (None, j.kind)]
-    fig = _figures_module()
-    if args.list:
-        fig.list_jobs(todo)
-        return 0
-    if not args.report_only and (rc := fig.run_missing_jobs(todo)) != 0:
-        return rc
-    print(f"wrote {write_mulo_report(jobs, args.out, args.fid_num)}")
-    return 0
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python eval/mulo.py", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -582,18 +398,7 @@ def main(argv: list[str] | None = None) -> int:
     c = sub.add_parser("lowres-card", help="write the low-resolution drafter's README.md from its training record")
     c.add_argument("--folder", type=Path, default=Path("arvis/weights/lowres-c2i-photos"))
     c.add_argument("--alpha", type=Path, default=Path("docs/figures/mulo/alpha.json"))
-    f = sub.add_parser("figures", help="run the missing jobs, then write docs/figures/mulo.md")
-    f.add_argument("--out", default="docs/figures", type=Path)
-    f.add_argument("--model", default="c2i")
-    f.add_argument("--fid-num", type=int, default=1000)
-    f.add_argument("--samples", type=int, default=4)
-    f.add_argument("--radii", default="1,2", help="radii of the mulo-local specs")
-    f.add_argument("--only", choices=["bench", "fid", "alpha", "maps"], default=None)
-    f.add_argument("--list", action="store_true")
-    f.add_argument("--report-only", action="store_true")
     args = p.parse_args(argv)
-    if args.command == "figures":
-        return figures(args)
     if args.command == "lowres-card":
         from arvis.training.common import atomic_write_text
 

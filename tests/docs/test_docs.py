@@ -50,7 +50,7 @@ NOT_RUN = [
      "tests/eval/test_video_metrics.py (the script's temporal candidate on a tiny Emu3VQVAE)"),
     (r"^python eval/video_temporal_drafting\.py", "needs a train_video checkpoint (runs/video/run/checkpoint.pt)",
      "tests/pipelines/video/test_video_lossless.py (the script's measurements on a tiny video model)"),
-    (r"^python eval/video_figures\.py", "times every method on the shipped video model and samples 96 clips per "
+    (r"^python eval/figures\.py --suite video\b", "times every method on the shipped video model and samples 96 clips per "
      "method (tens of minutes)",
      "no end-to-end test; its stages are covered: run_bench on a video model "
      "(tests/pipelines/video/test_video.py::test_cli_bench_on_a_video_model), the video metrics (tests/eval/test_video_metrics.py), "
@@ -61,7 +61,7 @@ NOT_RUN = [
      "their exports", "tests/training/test_mar_training.py (smoke presets: train, export, resume, reload, assemble, generate)"),
     (r"^python eval/mar_train_cost\.py", "times full-size training steps (minutes on this CPU)",
      "tests/training/test_mar_training.py (the losses it times, on smoke presets)"),
-    (r"^python eval/mar_figures\.py (--model|--reference-repo)", "needs the trained MAR pairs or an LTH14/mar checkout",
+    (r"^python eval/figures\.py --suite mar (--model|--reference-repo)", "needs the trained MAR pairs or an LTH14/mar checkout",
      "tests/eval/test_mar_figures.py (job list, acceptance task on a tiny folder, page from records)"),
     (r"--suite latency", "times every method for about 25 minutes and needs reference checkouts",
      "tests/eval/test_eval_bench.py (the figures script on a tiny model)"),

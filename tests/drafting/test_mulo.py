@@ -182,10 +182,10 @@ def test_pipeline_without_multiscale_components_says_what_is_missing():
 # --------------------------------------------------------------------------- eval/mulo.py
 def test_eval_script_alpha_maps_and_report_on_a_tiny_pipeline(tmp_path):
     import json
-    import sys
 
-    sys.path.insert(0, "eval")
-    import mulo as script
+    from tests.eval.eval_modules import eval_module
+
+    script = eval_module("mulo")
 
     folder = tmp_path / "pipe"
     mulo_pipeline().save_pretrained(folder)
@@ -227,17 +227,16 @@ def test_eval_script_alpha_maps_and_report_on_a_tiny_pipeline(tmp_path):
     m = json.loads(maps.read_text())
     assert set(m["specs"]) == {"mc-sjd:window=4", "mulo-local:window=4,radius=1"}
     assert (out / "mulo" / "maps-plots" / "rejections.png").is_file()
-    assert script.main(["figures", "--out", str(out), "--report-only"]) == 0
+    figures = eval_module("figures")
+    assert figures.main(["--suite", "mulo", "--out", str(out), "--report-only"]) == 0
     report = (out / "mulo.md").read_text()
     assert "## α: what the up-sampler's drafts are worth" in report and "| oracle |" in report
 
 
 def test_rejection_sites_of_a_raster_window_method():
-    import sys
+    from tests.eval.eval_modules import eval_module
 
-    sys.path.insert(0, "eval")
-    import mulo as script
-
+    script = eval_module("mulo")
     # window 2 (3 tokens at most per forward): the prefill commits 0; forward 1 commits 1..3 (all accepted
     # plus the bonus), forward 2 commits 4 (a rejection), forward 3 commits 5, 6 (rejection at 6), forward 4
     # commits 7 (the last token, not a rejection).

@@ -1,27 +1,22 @@
-"""eval/emu3_figures.py's report pieces: the next-token table and the card's draft-model lines come from the
+"""The Emu3 suite's page pieces (eval/suite_emu3.py): the next-token table and the card's draft-model lines come from the
 records, not from typed numbers."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
-import sys
 
 import pytest
 
 from tests import REPO_ROOT as ROOT
+from tests.eval.eval_modules import eval_module
 
 SHIPPED = ROOT / "arvis" / "weights" / "emu3-emoji"
 
 
 @pytest.fixture(scope="module")
 def figures():
-    spec = importlib.util.spec_from_file_location("arvis_eval_emu3_figures", ROOT / "eval" / "emu3_figures.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return eval_module("suite_emu3")
 
 
 def _stats(entropy: float) -> dict:
@@ -48,14 +43,14 @@ def test_card_names_the_draft_model_its_command_and_its_loss(figures, tmp_path):
     shutil.copy(SHIPPED / "transformer" / "config.json", folder / "transformer" / "config.json")
     shutil.copy(SHIPPED / "sampling_defaults.json", folder / "sampling_defaults.json")
     (folder / "training" / "draft_training_metrics.json").unlink(missing_ok=True)
-    assert "draft language model" not in figures.model_card(folder)  # no draft record, no draft row
+    assert "draft language model" not in figures.model_card(folder, tmp_path)  # no draft record, no draft row
     lm = json.loads((folder / "training" / "lm_training_metrics.json").read_text())
     draft = {**lm, "config": {**lm["config"], "hidden_size": 96, "num_layers": 2, "num_heads": 4, "num_kv_heads": 2,
                               "intermediate_size": 256, "lr": 1e-3},
              "params": 612_345, "validation_loss": 2.389, "final_train_loss": 1.998, "steps": 3000, "train_hours": 0.26,
              "command": "python -m arvis.training.train_emu3 lm --tokenizer ../runs/lm/tokenizer --hidden-size 96"}
     (folder / "training" / "draft_training_metrics.json").write_text(json.dumps(draft))
-    card = figures.model_card(folder)
+    card = figures.model_card(folder, tmp_path)
     assert "| hidden 96, 2 layers, 4 heads (2 key/value), MLP 256 | 612,345 |" in card
     assert draft["command"] in card and "--draft-lm <draft export>" in card
     assert "held-out validation loss 2.389" in card
@@ -74,11 +69,10 @@ def test_recognition_table_reads_its_record_and_the_sets_are_fixed(figures):
     assert not {e.code for e in sets["training"]} & {e.code for e in sets["held-out"]}
 
 
-def test_report_shows_the_caption_binding_record(figures, tmp_path, monkeypatch):
-    monkeypatch.setattr(figures, "RECORDS", tmp_path)
+def test_report_shows_the_caption_binding_record(figures, tmp_path):
     split = {"images": 1698, "first_drawing_tokens": 16, "nll_true": 2.1, "nll_shuffled": 2.2, "gain": 0.1,
              "gain_first": 0.25, "own_name_more_likely": 0.935}
     (tmp_path / "caption_binding.json").write_text(json.dumps({"model": "emu3", "splits": {"train": split}}))
-    report = figures.report()
+    report = "\n".join(figures.report(tmp_path))
     assert "first 16 tokens that are not background" in report
     assert "| train | 1698 | 2.100 | 2.200 | 0.100 | 0.250 | 94% |" in report

@@ -21,6 +21,7 @@ from arvis.models.protocol import Condition
 from arvis.pipelines.interface import BenchInputs
 from tests import REPO_ROOT
 from tests.conftest import tiny_llamagen
+from tests.eval.eval_modules import eval_module
 
 FIGURES = ("tokens", "target_forwards", "draft_forwards", "step_compression", "accepted_per_forward", "latency_s",
            "speedup", "peak_memory_mb")
@@ -274,8 +275,10 @@ def _load_script(name: str):
 
 
 def test_figures_jobs_are_real_commands_and_tables_come_from_records(tmp_path, capsys):
-    figures = _load_script("figures")
-    jobs = figures.zipar_jobs(tmp_path, "tiny-random", fid_num=16, samples=2)
+    figures = eval_module("figures")
+    run = figures.plan(["--suite", "zipar", "--model", "tiny-random", "--out", str(tmp_path), "--fid-num", "16",
+                        "--samples", "2"])
+    jobs, suite, settings = run.jobs["zipar"], figures.SUITES["zipar"], run.settings["zipar"]
     bench_job = jobs[0]
     # Every bench job's method list parses with the real spec parser and names real methods.
     specs = parse_method_specs(bench_job.args[bench_job.args.index("--method") + 1])
@@ -296,7 +299,7 @@ def test_figures_jobs_are_real_commands_and_tables_come_from_records(tmp_path, c
             {"method": "ar", "options": {}, "seed": seed, "fid": value, "num_generated": 16}))
     jobs[2].output.write_text(json.dumps({"method": "zipar", "options": {"row_lag": 4}, "seed": 0, "fid": 11.25,
                                           "num_generated": 16, "real_vs_real_floor": 1.5}))
-    md = figures.write_report("zipar", jobs, tmp_path).read_text()
+    md = suite.write_page(settings, jobs)[-1].read_text()
     assert "| `zipar:row_lag=4` | no | 88.0 | 0.0 | 2.91x | 2.91 | 0.500 | 2.50x | 11.25 (16) |" in md
     assert "| `zipar:row_lag=4` | 0 | 16 | 11.25 | 1.50 |" in md and "|ΔFID| = 0.60" in md
     assert "| ms / forward | 2.00 | 3.00 |" in md
@@ -306,7 +309,7 @@ def test_figures_jobs_are_real_commands_and_tables_come_from_records(tmp_path, c
     tokens.output.write_text(json.dumps({"model": "tiny-random", "samples": 64, "guidance_scale": 3.0, "entropy": 1.234,
                                          "top1": 0.5, "fraction_positions_top1_over_0.9": 0.25, "accept_uniform_draft": 0.1,
                                          "accept_upper_neighbour": 0.4, "repeat_left_prob": 0.3}))
-    md = figures.write_report("zipar", jobs, tmp_path).read_text()
+    md = suite.write_page(settings, jobs)[-1].read_text()
     rows = md[md.index("## How predictable each model is"):].splitlines()
     assert next(r for r in rows if r.startswith("| `tiny-random`")).startswith("| `tiny-random` (this page) | 64 | 3.0 | off | 1.23 |")
 
@@ -341,7 +344,7 @@ def test_bench_runs_on_cuda():
 
 def test_figures_reruns_records_of_other_weights(tmp_path, monkeypatch, capsys):
     """A record measured on other weights than the model's now is stale: listed as such and run again."""
-    figures = _load_script("figures")
+    figures = eval_module("figure_runner")
     monkeypatch.setattr(figures, "current_model_sha256", lambda model: "new0000000000000")
     out = tmp_path / "record.json"
     write = f"import json, pathlib; pathlib.Path({str(out)!r}).write_text(json.dumps([{{'model_sha256': 'new0000000000000'}}]))"

@@ -1,4 +1,4 @@
-"""eval/mar_figures.py: its job list, the acceptance task on a tiny saved causal pair, and the page built from
+"""The MAR suite (eval/suite_mar.py, ``eval/figures.py --suite mar``): its job list, the acceptance task on a tiny saved causal pair, and the page built from
 records only (no long runs)."""
 
 from __future__ import annotations
@@ -14,15 +14,23 @@ from arvis.models.mar import MARTransformer
 from arvis.pipelines import MARPipeline
 from arvis.tokenizers.mar_vae import build_kl_vae
 from tests import REPO_ROOT as ROOT
+from tests.eval.eval_modules import eval_module
 
 
 @pytest.fixture(scope="module")
 def figures():
-    sys.path.insert(0, str(ROOT / "eval"))
-    spec = importlib.util.spec_from_file_location("mar_figures", ROOT / "eval" / "mar_figures.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return eval_module("suite_mar")
+
+
+@pytest.fixture(scope="module")
+def cli():
+    return eval_module("figures")
+
+
+def _page(cli, out) -> str:
+    """The page built from the records under ``out`` (none run)."""
+    run = cli.plan(["--suite", "mar", "--out", str(out), "--report-only"])
+    return cli.SUITES["mar"].write_page(run.settings["mar"], run.jobs["mar"])[-1].read_text()
 
 
 def _pair(width: int, seed: int, num_classes: int = 3):
@@ -38,8 +46,12 @@ def _pair(width: int, seed: int, num_classes: int = 3):
     return t.eval(), head.eval()
 
 
-def test_job_list(figures, tmp_path, capsys):
-    found = figures.jobs(tmp_path, 1000, None, "m", "c")
+def test_job_list(cli, tmp_path, capsys):
+    def jobs(*extra: str):
+        return cli.plan(["--suite", "mar", "--out", str(tmp_path), "--model", "m", "--causal-model", "c",
+                         *extra]).jobs["mar"]
+
+    found = jobs()
     names = [j.name for j in found]
     assert len(names) == len(set(names)) and "parity" not in names
     assert all(tmp_path / "mar" in j.output.parents for j in found)
@@ -54,12 +66,14 @@ def test_job_list(figures, tmp_path, capsys):
     b1 = next(j for j in found if j.name == "causal/bench-b1")
     assert "ar;cspd-exact:final_std=0;cspd-exact:final_std=0.05;cspd-exact:final_std=0.05,window=2" in b1.args
     assert "--batch-size" in causal_bench.args and "8" in causal_bench.args
-    with_ref = figures.jobs(tmp_path, 1000, tmp_path / "mar-checkout", "m", "c")
-    assert with_ref[0].name == "parity" and "compare" not in with_ref[0].args[0]
+    with_ref = jobs("--reference-repo", str(tmp_path / "mar-checkout"))
+    # The parity stage runs through the suite's command with the options it needs.
+    assert with_ref[0].name == "parity" and with_ref[0].args[0] == "eval/figures.py"
+    assert with_ref[0].args[-2:] == ["--stage", "parity"] and str(tmp_path / "mar-checkout") in with_ref[0].args
     # A job whose record exists is listed as done (and skipped by a run).
     (tmp_path / "mar").mkdir()
     (tmp_path / "mar" / "acceptance.json").write_text("{}")
-    assert figures.main(["--out", str(tmp_path), "--model", "m", "--causal-model", "c", "--list"]) == 0
+    assert cli.main(["--suite", "mar", "--out", str(tmp_path), "--model", "m", "--causal-model", "c", "--list"]) == 0
     listed = capsys.readouterr().out
     assert "[done] acceptance" in listed and "[todo] masked/bench-b1" in listed
 
@@ -83,8 +97,8 @@ def _bench(spec: str, fwd: float, lossless: bool, speedup: float) -> dict:
             "sampling": {"guidance_scale": 3.0}, "repeats": 5, "git_commit": "abc"}
 
 
-def test_report_is_built_from_records_only(figures, tmp_path):
-    empty = figures.write_report(tmp_path).read_text()
+def test_report_is_built_from_records_only(cli, tmp_path):
+    empty = _page(cli, tmp_path)
     assert empty.count("(not run yet)") >= 5 and "--reference-repo" in empty
     root = tmp_path / "mar"
     (root / "masked" / "fid").mkdir(parents=True)
@@ -109,7 +123,7 @@ def test_report_is_built_from_records_only(figures, tmp_path):
          "min_p": {"cspd-exact": 0.2, "draft's own samples (planted bug)": 1e-9},
          "passes": {"cspd-exact": True, "draft's own samples (planted bug)": False},
          "acceptance_rate": 0.55, "target_forwards": 30.2}))
-    page = figures.write_report(tmp_path).read_text()
+    page = _page(cli, tmp_path)
     assert "| cspd-exact | 2.00e-01 | yes |" in page and "| draft's own samples (planted bug) | 1.00e-09 | no |" in page
     assert "2000 samples per arm" in page and "(pos0/ch0, pos0/mean)" in page
     assert "| `cspd` | no | 6.4 | 20.0 | 2.50x | 0.620 | 0.5 | 0.5263 | 70% | 1.90x | 40.90 (1000) | +0.90 |" in page

@@ -522,14 +522,9 @@ def test_demo_video_tab_through_the_api(tmp_path) -> None:
 def test_video_quality_report_reads_every_seed_set_against_ars_spread() -> None:
     """The quality section lists each method on every seed set and says whether a lossless method's mean distance
     from AR (paired by seed set) lies inside AR's own seed-to-seed spread."""
-    import importlib.util
-    import sys
+    from tests.eval.eval_modules import eval_module
 
-    root = REPO_ROOT
-    sys.path.insert(0, str(root / "eval"))
-    spec = importlib.util.spec_from_file_location("video_figures", root / "eval" / "video_figures.py")
-    vf = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(vf)
+    vf = eval_module("suite_video")
 
     def row(label, method, base, fid, lossless=True):
         return {"label": label, "method": method, "seed_base": base, "lossless": lossless, "target_forwards": 10.0,

@@ -1,15 +1,8 @@
-#!/usr/bin/env python
-"""Every MAR figure, reproducible by one command: jobs write JSON records, the page is built from them.
-
-    python eval/mar_figures.py                                    # run missing jobs, write docs/figures/mar.md
-    python eval/mar_figures.py --reference-repo <LTH14/mar checkout>   # + parity with the official code
-    python eval/mar_figures.py --report-only                      # rebuild the page from the records
-    python eval/mar_figures.py --list                             # print every job and its command
+"""The MAR page (docs/figures/mar.md, ``--suite mar``): continuous tokens and continuous speculative decoding.
 
 The models are two pipeline folders assembled by ``python -m arvis.training.train_mar assemble``: the masked
 pair (``--model``, target + draft: ``ar`` and the published ``cspd``) and the causal raster pair
-(``--causal-model``: ``ar`` and the exact ``cspd-exact``). Jobs (records under ``docs/figures/mar/``; a job whose
-record exists is skipped, so a run resumes):
+(``--causal-model``: ``ar`` and the exact ``cspd-exact``). Jobs (records under ``docs/figures/mar/``):
 
 - ``parity``: ``eval/compare_mar_reference.py`` against an LTH14/mar checkout (its printed lines kept); only with
   ``--reference-repo``;
@@ -19,7 +12,7 @@ record exists is skipped, so a run resumes):
 - ``masked/fid/*``, ``causal/fid/*``: ``arvis fid`` (N = ``--fid-num``, the domain network) for every method, and
   ``ar`` with a second seed (seed-to-seed noise) and the real-vs-real floor;
 - ``acceptance``: ``cspd-exact``'s acceptance rate and target forwards against the heads' sampling steps on the
-  causal pair (in-process task);
+  causal pair;
 - ``lossless``: ``cspd-exact`` against plain AR on the causal pair (two-sample KS tests on scalar views of the
   tokens), with a second AR set as the null and the draft's own samples as the planted-bug control.
 """
@@ -33,12 +26,12 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from figure_runner import Bench, Declaration, Fid, Option, Page, Stage, Suite, load_record
+from figure_tables import fids_by_seed
+
 if TYPE_CHECKING:
     import numpy as np
     import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from figures import Job, _load, bench_job, fid_job, list_jobs, run_missing_jobs  # noqa: E402  (the shared job helpers)
 
 MODEL = "arvis/weights/mar-photos"
 CAUSAL_MODEL = "arvis/weights/mar-causal-photos"
@@ -62,48 +55,27 @@ ANCHORS = [
 ]
 
 
-class Task(Job):
-    """A job run by a Python script (this file's tasks, the parity script)."""
-
-    def command(self) -> list[str]:
-        return [sys.executable, *self.args]
-
-
-def _prefixed(job: Job, prefix: str) -> Job:
-    job.name = f"{prefix}/{job.name}"
-    return job
-
-
-def jobs(out: Path, fid_num: int, reference: Path | None, model: str = MODEL, causal_model: str = CAUSAL_MODEL,
-         samples: int = 8, repeats: int = 5, head_steps: tuple[int, ...] = HEAD_STEPS, lossless_num: int = 1000
-         ) -> list[Job]:
-    """Every job, in the order they run; their records live under ``out/mar``."""
-    here = Path(__file__).resolve().parent
-    root = out / "mar"
-    me = [str(here / "mar_figures.py"), "--out", str(out), "--model", model, "--causal-model", causal_model]
-    found: list[Job] = []
-    if reference is not None:
-        found.append(Task("parity", "task", [*me, "--task", "parity", "--reference-repo", str(reference)],
-                          root / "parity.json"))
-    for kind, name, b1, b8 in (("masked", model, MASKED_METHODS, MASKED_METHODS[:2]),
-                               ("causal", causal_model, CAUSAL_BENCH, CAUSAL_BENCH_B8)):
-        found += [bench_job(root, kind, "bench-b1", b1, model=name, samples=samples, threads=1, repeats=repeats),
-                  bench_job(root, kind, "bench-b8", b8, model=name, samples=2 * samples, batch_size=8, threads=1,
-                            repeats=repeats)]
-    for kind, name, methods in (("masked", model, MASKED_METHODS), ("causal", causal_model, CAUSAL_FID)):
-        fid_root = root / kind
-        fid = dict(model=name, num=fid_num, threads=1, batch_size=FID_BATCH)
-        found.append(_prefixed(fid_job(fid_root, "ar", floor=True, **fid), kind))
-        found.append(_prefixed(fid_job(fid_root, "ar", seed=1, **fid), kind))
-        found += [_prefixed(fid_job(fid_root, spec, **fid), kind) for spec in methods if spec != "ar"]
-    found.append(Task("acceptance", "task", [*me, "--task", "acceptance", "--head-steps", *map(str, head_steps)],
-                      root / "acceptance.json"))
-    found.append(Task("lossless", "task", [*me, "--task", "lossless", "--lossless-num", str(lossless_num)],
-                      root / "lossless.json"))
+def mar_jobs(s: argparse.Namespace) -> list[Declaration]:
+    """Every job, in the order they run; their records live under ``<out>/mar``."""
+    found: list[Declaration] = []
+    if s.reference_repo is not None:
+        found.append(Stage("parity", "mar/parity.json", lambda s: task_parity(s.out, s.reference_repo, s.model)))
+    for kind, model, b1, b8 in (("masked", s.model, MASKED_METHODS, MASKED_METHODS[:2]),
+                                ("causal", s.causal_model, CAUSAL_BENCH, CAUSAL_BENCH_B8)):
+        found += [Bench(f"mar/{kind}/bench-b1", tuple(b1), model=model, threads=1, name=f"{kind}/bench-b1"),
+                  Bench(f"mar/{kind}/bench-b8", tuple(b8), model=model, samples=2 * s.samples, batch=8, threads=1,
+                        name=f"{kind}/bench-b8")]
+    for kind, model, methods in (("masked", s.model, MASKED_METHODS), ("causal", s.causal_model, CAUSAL_FID)):
+        fid = dict(model=model, threads=1, batch=FID_BATCH, folder=f"mar/{kind}", prefix=f"{kind}/")
+        found += [Fid("ar", floor=True, **fid), Fid("ar", seed=1, **fid),
+                  *(Fid(spec, **fid) for spec in methods if spec != "ar")]
+    found.append(Stage("acceptance", "mar/acceptance.json",
+                       lambda s: task_acceptance(s.out, s.causal_model, head_steps=tuple(s.head_steps))))
+    found.append(Stage("lossless", "mar/lossless.json", lambda s: task_lossless(s.out, s.causal_model, num=s.lossless_num)))
     return found
 
 
-# ----------------------------------------------------------------------------- in-process tasks
+# ----------------------------------------------------------------------------- stages (run by the suite's command)
 def task_parity(out: Path, reference: Path, model: str | None = None) -> None:
     """Run ``eval/compare_mar_reference.py`` and keep its result lines (max |diff| of every compared output); with
     ``model`` (a masked pipeline folder that exists) the checks also run on its trained weights."""
@@ -144,7 +116,7 @@ def task_acceptance(out: Path, causal_model: str, num_images: int = 8, head_step
                      "acceptance_rate": sum(s.extra["acceptance_rate"] for s in samples) / len(samples),
                      "target_forwards": sum(s.target_forwards for s in samples) / len(samples),
                      "tokens": base.transformer.seq_len, "fallbacks": sum(s.extra.get("fallbacks", 0) for s in samples)})
-    trained = _load(Path(causal_model) / "metrics.json")  # how close the pair is: their held-out losses
+    trained = load_record(Path(causal_model) / "metrics.json")  # how close the pair is: their held-out losses
     losses = ({name: trained[part]["validation_loss"] for name, part in (("target", "transformer"),
                                                                          ("draft", "draft_transformer"))}
               if isinstance(trained, dict) and "draft_transformer" in trained else None)
@@ -228,25 +200,13 @@ def task_lossless(out: Path, causal_model: str, num: int = 1000, final_std: floa
 
 
 # ----------------------------------------------------------------------------- report
-def _fids(root: Path) -> dict[tuple[str, int], dict]:
-    from arvis.methods.spec import MethodSpec
-
-    found = {}
-    for path in sorted((root / "fid").glob("*.json")):
-        rec = _load(path)
-        if isinstance(rec, dict):
-            label = MethodSpec(rec["method"], tuple(rec.get("options", {}).items())).label
-            found[(label, rec["seed"])] = rec
-    return found
-
-
 def _section(root: Path, kind: str, title: str) -> list[str]:
-    fids = _fids(root / kind)
+    fids = fids_by_seed(root / kind)
     ar = {seed: rec for (label, seed), rec in fids.items() if label == "ar"}
     noise = abs(ar[0]["fid"] - ar[1]["fid"]) if 0 in ar and 1 in ar else None
     lines = [f"## {title}", ""]
     for b in (1, 8):
-        recs = _load(root / kind / f"bench-b{b}.json")
+        recs = load_record(root / kind / f"bench-b{b}.json")
         lines += [f"### Batch {b}", ""]
         if not isinstance(recs, list) or not recs:
             lines += ["(not run yet)", ""]
@@ -284,7 +244,7 @@ def _section(root: Path, kind: str, title: str) -> list[str]:
 
 def _schedule_section(root: Path) -> list[str]:
     """The records of ``eval/mar_sampling_schedule.py`` (why the shipped heads sample on the linear schedule)."""
-    recs = [r for r in (_load(p) for p in sorted(root.glob("sampling-schedule-*.json"))) if isinstance(r, dict)]
+    recs = [r for r in (load_record(p) for p in sorted(root.glob("sampling-schedule-*.json"))) if isinstance(r, dict)]
     lines = ["## The heads' sampling schedule", ""]
     if not recs:
         return lines + ["(run `python eval/mar_sampling_schedule.py --model <folder> --json "
@@ -302,16 +262,16 @@ def _schedule_section(root: Path) -> list[str]:
                     "The shipped folders sample on the linear schedule (docs/mar.md).", ""]
 
 
-def write_report(out: Path) -> Path:
-    """``out/mar.md`` from the records under ``out/mar`` only (missing records say so)."""
-    root = out / "mar"
+def mar_page(page: Page) -> list[str]:
+    """docs/figures/mar.md from the records under ``mar/`` only (missing records say so)."""
+    root = page.out / "mar"
     lines = ["# Figures: MAR (continuous tokens) and continuous speculative decoding", "",
-             "Generated by `python eval/mar_figures.py` from the JSON records in `mar/` (`--list` prints every "
+             "Generated by `python eval/figures.py --suite mar` from the JSON records in `mar/` (`--list` prints every "
              "command; `--reference-repo` adds the parity record). The masked pair runs `ar` and the published, "
              "lossy `cspd`; the causal raster pair runs `ar` and the exact `cspd-exact` (docs: [../mar.md](../mar.md)). "
              "FID uses the domain network on held-out crops; a method is within seed noise when |ΔFID| ≤ the "
              "baseline's seed-to-seed |ΔFID|.", "", "## Parity with the official code", ""]
-    parity = _load(root / "parity.json")
+    parity = load_record(root / "parity.json")
     if isinstance(parity, dict):
         lines += [f"`eval/compare_mar_reference.py` against {parity['reference']} (a tiny configuration with perturbed "
                   "random weights; lines tagged with a folder name: the shipped masked pair's trained weights, exported "
@@ -325,7 +285,7 @@ def write_report(out: Path) -> Path:
     lines += [f"`cspd-exact:final_std=0` is exact for MAR's sampler (deterministic last step) but ends each window "
               f"at an accepted trajectory; with `final_std={FINAL_STD}` whole windows commit and the sampler it is "
               "exact for is `ar` with the same `final_std`.", "", "## Acceptance against the heads' sampling steps", ""]
-    acc = _load(root / "acceptance.json")
+    acc = load_record(root / "acceptance.json")
     if isinstance(acc, dict):
         losses = acc.get("validation_loss")
         close = (f" How close the pair is: held-out diffusion loss of the target {losses['target']:.4f}, of the "
@@ -338,7 +298,7 @@ def write_report(out: Path) -> Path:
     else:
         lines.append("(not run yet)")
     lines += ["", "## Lossless test of `cspd-exact` on the trained causal pair", ""]
-    ll = _load(root / "lossless.json")
+    ll = load_record(root / "lossless.json")
     if isinstance(ll, dict):
         views = ", ".join(next(iter(ll["p_values"].values())))
         lines += [f"{ll['num']} samples per arm (labels cycling over the classes, CFG {ll['sampling']['guidance_scale']} "
@@ -353,52 +313,12 @@ def write_report(out: Path) -> Path:
                   "every draft unverified would produce, so the test must fail them for it to have power.", ""]
     else:
         lines += ["(not run yet)", ""]
-    lines += ["", "## Published anchors", "", *(f"- {a}" for a in ANCHORS), ""]
-    path = out / "mar.md"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("\n".join(lines))
-    return path
+    return lines + ["", "## Published anchors", "", *(f"- {a}" for a in ANCHORS), ""]
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--out", default="docs/figures", type=Path)
-    p.add_argument("--model", default=MODEL, help="the masked MAR pipeline folder (target + draft)")
-    p.add_argument("--causal-model", default=CAUSAL_MODEL, help="the causal MAR pipeline folder (target + draft)")
-    p.add_argument("--fid-num", type=int, default=1000)
-    p.add_argument("--samples", type=int, default=8, help="bench samples at batch 1 (twice as many at batch 8)")
-    p.add_argument("--repeats", type=int, default=5, help="interleaved timing rounds of every bench")
-    p.add_argument("--head-steps", type=int, nargs="+", default=list(HEAD_STEPS),
-                   help="the heads' sampling steps of the acceptance job")
-    p.add_argument("--reference-repo", type=Path, default=None, help="an LTH14/mar checkout")
-    p.add_argument("--lossless-num", type=int, default=1000, help="samples per arm of the lossless test")
-    p.add_argument("--only", default=None, help="run only jobs whose name starts with this")
-    p.add_argument("--list", action="store_true")
-    p.add_argument("--report-only", action="store_true")
-    p.add_argument("--task", default=None, help=argparse.SUPPRESS)
-    args = p.parse_args(argv)
-    if args.task == "parity":
-        task_parity(args.out, args.reference_repo, args.model)
-        return 0
-    if args.task == "acceptance":
-        task_acceptance(args.out, args.causal_model, head_steps=tuple(args.head_steps))
-        return 0
-    if args.task == "lossless":
-        task_lossless(args.out, args.causal_model, num=args.lossless_num)
-        return 0
-    todo = [j for j in jobs(args.out, args.fid_num, args.reference_repo, args.model, args.causal_model, args.samples,
-                          args.repeats, tuple(args.head_steps), args.lossless_num)
-            if args.only is None or j.name.startswith(args.only)]
-    if args.list:
-        list_jobs(todo)
-        return 0
-    if not args.report_only:
-        rc = run_missing_jobs(todo)
-        if rc != 0:
-            return rc
-    print(f"wrote {write_report(args.out)}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+SUITE = Suite("mar", MODEL, mar_jobs, (mar_page,), samples=8, options=(
+    Option("--causal-model", CAUSAL_MODEL, help="mar: the causal MAR pipeline folder (target + draft)"),
+    Option("--head-steps", list(HEAD_STEPS), type=int, nargs="+", help="mar: the heads' sampling steps of the "
+           "acceptance job"),
+    Option("--reference-repo", type=Path, help="mar: an LTH14/mar checkout"),
+    Option("--lossless-num", 1000, type=int, help="mar: samples per arm of the lossless test")))

@@ -1,50 +1,44 @@
-#!/usr/bin/env python
-"""The video figures (docs/figures/video.md), reproducible from JSON records by one command per stage.
+"""The video page (docs/figures/video.md, ``--suite video``): temporal drafting on the shipped video model.
 
-    python eval/video_figures.py bench --group gumbel     # timed: run each group on a quiet machine
-    python eval/video_figures.py quality                  # per-frame FID, domain FVD, temporal consistency
-    python eval/video_figures.py lossless                 # the temporal lossless verdicts (exact enumeration)
-    python eval/video_figures.py report                   # docs/figures/video.md from the records
-    python eval/video_figures.py all                      # every missing record, then the report
+Stages (one JSON record each under ``docs/figures/video/``; ``--list`` prints their commands):
 
-Stages write one JSON record each under ``--records`` (default ``docs/figures/video``); a stage whose record
-exists is skipped unless ``--force``, so an interrupted run resumes. The report is built from the records
-only — nothing is typed in by hand.
-
-- ``bench``: :func:`arvis.eval.bench.run_bench` on the shipped video model (``--model video``), batch 1, fp32,
-  the same seeds for every method, AR first, interleaved repeats, median latency. Groups (one record each,
-  AR in every group so that speedups are same-process ratios): ``sjd`` (SJD with random / previous-frame
-  initial drafts), ``mc`` (MC-SJD with maximal coupling), ``gumbel`` (MC-SJD with Gumbel coupling at
+- ``bench-<group>``: :func:`arvis.eval.bench.run_bench` on the shipped video model (``--model video``), batch 1,
+  fp32, the same seeds for every method, AR first, interleaved repeats, median latency; time them on a quiet machine.
+  Groups (one record each, AR in every group so that speedups are same-process ratios): ``sjd`` (SJD with random /
+  previous-frame initial drafts), ``mc`` (MC-SJD with maximal coupling), ``gumbel`` (MC-SJD with Gumbel coupling at
   windows 16 ... 512, previous-frame distribution drafts; random drafts at 128 for comparison), ``zipar``
   (ZipAR across rows and frames, lossy; the staircase window as a lossless composition). The clips are
   one class of each kind and motion family (``BENCH_CLASSES``).
+- ``lossless``: the verdicts of tests/pipelines/video/test_video_lossless.py's cases (chi-square p and TV against the
+  exact distribution of a 2 x 2 x 2 table model, vocabulary 3), and the planted bug's.
 - ``quality``: ``--num`` clips per method and seed set (:data:`SEED_SETS`, three; the model's classes round robin):
   AR, MC-SJD with maximal coupling and with Gumbel coupling (lossless: their figures must match AR's within AR's
   seed-to-seed spread; Gumbel with the same per-clip generators reproduces AR's clips, counted), ZipAR at each
   row lag (lossy). Per-frame FID (the image domain network of the model's data) and domain FVD (video feature
   network), each with its real-vs-real floor, and temporal consistency beside that of real held-out clips; a
-  model of the moving named emoji is compared with held-out clips of them. Resumable row by row.
-- ``lossless``: the verdicts of tests/pipelines/video/test_video_lossless.py's cases (chi-square p and TV against the
-  exact distribution of a 2 x 2 x 2 table model, vocabulary 3), and the planted bug's.
+  model of the moving named emoji is compared with held-out clips of them. Resumable row by row; a record
+  measured before the seed sets is listed as to do.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+from figure_runner import Declaration, Option, Page, Stage, Suite
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+from arvis.eval.files import write_bytes_atomic, write_json_atomic
 
-from arvis.eval.files import write_bytes_atomic, write_json_atomic  # noqa: E402
+
+def records(args: argparse.Namespace) -> Path:
+    """The folder of the video records."""
+    return args.out / "video"
+
 
 #: One class per kind and motion family: camera zoom in, emoji slide up, emoji orbit, digit 3.
 BENCH_CLASSES = (4, 8, 12, 17)
@@ -97,13 +91,10 @@ def stage_bench(args: argparse.Namespace, group: str) -> Path:
     from arvis.engine.sampling import SamplingConfig
     from arvis.eval.bench import format_markdown, parse_method_specs, run_bench
 
-    out = args.records / f"bench-{group}.json"
-    if out.exists() and not args.force:
-        print(f"skip {out} (exists)")
-        return out
+    out = records(args) / f"bench-{group}.json"
     pipe, defaults, path = load_pipe(args.model, args.threads)
     sampling = SamplingConfig(guidance_scale=defaults.get("guidance_scale", 3.0), top_k=defaults.get("top_k", 0))
-    classes = BENCH_CLASSES[: args.bench_samples]
+    classes = BENCH_CLASSES[: args.samples]
     inputs = pipe.bench_inputs(classes, len(classes), 1)  # sample i: class classes[i], one per decode call
     result = run_bench(inputs, parse_method_specs([";".join(GROUPS[group])]), sampling,
                        repeats=args.repeats, warmup=1, forward_cost_sizes=(1, 16, 64, 128, 256),
@@ -157,10 +148,7 @@ def stage_quality(args: argparse.Namespace) -> Path:
     from arvis.eval import video_metrics as vm
     from arvis.eval.fid import load_extractor
 
-    out = args.records / "quality.json"
-    if out.exists() and not args.force and "seed_sets" in json.loads(out.read_text()):
-        print(f"skip {out} (exists)")
-        return out
+    out = records(args) / "quality.json"
     partial = out.with_suffix(".partial.json")
     pipe, defaults, path = load_pipe(args.model, args.threads)
     named = _is_named(pipe)
@@ -171,7 +159,7 @@ def stage_quality(args: argparse.Namespace) -> Path:
                               "reference_frames": args.reference_frames, "seed_sets": list(SEED_SETS),
                               "reference": "held-out moving named emoji" if named else "held-out clips of every kind",
                               "frame_network": "domain-emoji" if named else "domain", "rows": []}
-    if partial.exists() and not args.force:
+    if partial.exists() and "quality" not in (args.force or ""):  # a forced run starts afresh
         saved = json.loads(partial.read_text())
         if saved.get("seed_sets") == record["seed_sets"] and saved.get("model") == record["model"]:
             record = saved
@@ -269,14 +257,11 @@ def quality_lines(q: dict[str, Any]) -> list[str]:
 
 # ----------------------------------------------------------------------------- lossless
 def stage_lossless(args: argparse.Namespace) -> Path:
-    out = args.records / "lossless.json"
-    if out.exists() and not args.force:
-        print(f"skip {out} (exists)")
-        return out
+    out = records(args) / "lossless.json"
     import pytest
 
-    from tests import test_video_lossless as t
     from tests.lossless_harness import check, run_method
+    from tests.pipelines.video import test_video_lossless as t
 
     table = t.VideoTableBackbone(seed=3)
     rows = []
@@ -317,10 +302,12 @@ def _fmt(x: Any, digits: int = 2) -> str:
     return "-" if x is None else f"{x:.{digits}f}"
 
 
-def write_report(records: Path, doc: Path) -> Path:
+def video_page(page: Page) -> list[str]:
+    """docs/figures/video.md from the records under ``video/``."""
+    records = page.out / "video"
     lines = ["# Video: temporal drafting on the shipped video model", "",
-             "Built by `python eval/video_figures.py report` from the JSON records in `docs/figures/video/`; "
-             "the commands that made them are in the module docstring of `eval/video_figures.py`.", "",
+             "Built by `python eval/figures.py --suite video` from the JSON records in `docs/figures/video/`; "
+             "`--list` prints the command that made each.", "",
              f"Anchor: {ANCHOR}", ""]
     benches = [json.loads(p.read_text()) for p in sorted(records.glob("bench-*.json"))]
     if benches:
@@ -407,37 +394,20 @@ def write_report(records: Path, doc: Path) -> Path:
                          f"{ps.get('camera', 0):.2f} / {ps.get('emoji', 0):.2f} / {ps.get('digits', 0):.2f} / "
                          f"{ps['all']:.2f} | {c['per_frame_fid']['fid']:.2f} | {_fmt(fvd)} |")
         lines.append("")
-    write_bytes_atomic(doc, "\n".join(lines).encode())
-    print(f"wrote {doc}")
-    return doc
+    return lines
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("stage", choices=["bench", "quality", "lossless", "report", "all"])
-    p.add_argument("--group", choices=[*GROUPS, "all"], default="all", help="bench group")
-    p.add_argument("--model", default="video")
-    p.add_argument("--records", type=Path, default=Path("docs/figures/video"))
-    p.add_argument("--doc", type=Path, default=Path("docs/figures/video.md"))
-    p.add_argument("--bench-samples", type=int, default=len(BENCH_CLASSES))
-    p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--num", type=int, default=96, help="clips per method (quality; 4 per class)")
-    p.add_argument("--batch", type=int, default=16, help="clips per pipeline call (quality)")
-    p.add_argument("--reference-frames", type=int, default=4000)
-    p.add_argument("--reference-clips", type=int, default=1000)
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--force", action="store_true", help="redo stages whose record exists")
-    args = p.parse_args(argv)
-    if args.stage in ("bench", "all"):
-        for group in (GROUPS if args.group == "all" else [args.group]):
-            stage_bench(args, group)
-    if args.stage in ("lossless", "all"):
-        stage_lossless(args)
-    if args.stage in ("quality", "all"):
-        stage_quality(args)
-    write_report(args.records, args.doc)
-    return 0
+def video_jobs(s: argparse.Namespace) -> list[Declaration]:
+    return [*(Stage(f"bench-{group}", f"video/bench-{group}.json", lambda s, group=group: stage_bench(s, group))
+              for group in GROUPS),
+            Stage("lossless", "video/lossless.json", stage_lossless),
+            Stage("quality", "video/quality.json", stage_quality,
+                  complete=lambda path: "seed_sets" in json.loads(path.read_text()))]
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+SUITE = Suite("video", "video", video_jobs, (video_page,), samples=len(BENCH_CLASSES), options=(
+    Option("--num", 96, type=int, help="video: clips per method (quality; 4 per class)"),
+    Option("--batch", 16, type=int, help="video: clips per pipeline call (quality)"),
+    Option("--reference-frames", 4000, type=int, help="video: reference frames of the per-frame FID"),
+    Option("--reference-clips", 1000, type=int, help="video: reference clips of the domain FVD"),
+    Option("--threads", 1, type=int, help="video: torch threads of the stages")))

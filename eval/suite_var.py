@@ -1,19 +1,13 @@
-#!/usr/bin/env python
-"""Every VAR figure, reproducible by one command: jobs write JSON records, the tables are built from them.
+"""The VAR page (docs/figures/var.md, ``--suite var``): next-scale decoding's methods on the shipped pair.
 
-    python eval/var_figures.py                                   # run missing jobs, write docs/figures/var.md
-    python eval/var_figures.py --reference-repo <VAR checkout> --reference-commit 78b9539   # + official parity
-    python eval/var_figures.py --report-only                     # rebuild the page from the records
-    python eval/var_figures.py --list                            # print every job and its command
-
-Jobs (records under ``docs/figures/var/``; a job whose record exists is skipped, so a run resumes):
+Jobs (records under ``docs/figures/var/``):
 
 - ``layout``: the shipped transformer and tokenizer written in the official layout and read back
   (``torch.load(weights_only=True)``): key sets, tensors and logits compared;
 - ``reference-b1`` / ``reference-b8``: ``eval/compare_var_reference.py`` against a FoundationVision/VAR checkout
   (tokenizer ids and reconstructions, logits, same-noise tokens, official sampler vs arvis timed
-  interleaved); only with ``--reference-repo``;
-- ``bench-b1`` / ``bench-b8``: ``arvis bench --model var`` over every method (latency speedup over plain
+  interleaved); only with ``--reference-repo`` (and ``--reference-commit``);
+- ``var/bench-b1`` / ``var/bench-b8``: ``arvis bench --model var`` over every method (latency speedup over plain
   next-scale decoding, median of interleaved rounds);
 - ``timeline-b1`` / ``timeline-b8``: where the time goes — per scale, forward time and positions evaluated,
   for every method (median of interleaved rounds), and the plot ``var/per-scale.png``;
@@ -25,12 +19,23 @@ Jobs (records under ``docs/figures/var/``; a job whose record exists is skipped,
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from figures import Job, _load, bench_job, fid_job, list_jobs, run_missing_jobs  # noqa: E402  (the shared job helpers)
+from figure_runner import (
+    Bench,
+    Declaration,
+    Fid,
+    Option,
+    Page,
+    Script,
+    Stage,
+    Suite,
+    current_model_sha256,
+    load_record,
+)
+from figure_tables import fids_by_seed
 
 MODEL = "var"
 # Every method once, plus the compositions the target asks about (≥ 1.7x at FID within seed noise).
@@ -46,33 +51,20 @@ ANCHORS = [
 ]
 
 
-class Task(Job):
-    """A job run in this process (not a CLI command)."""
-
-    def command(self) -> list[str]:
-        return [sys.executable, *self.args]
-
-
-def jobs(out: Path, fid_num: int, reference: Path | None, commit: str | None, model: str = MODEL) -> list[Job]:
-    here = Path(__file__).resolve().parent
-    me = [str(here / "var_figures.py"), "--out", str(out), "--model", model]
-    found: list[Job] = [Task("layout", "task", [*me, "--task", "layout"], out / "var" / "layout.json")]
-    if reference is not None:
-        for b in (1, 8):
-            path = out / "var" / f"reference-b{b}.json"
-            found.append(Task(f"reference-b{b}", "task", [str(here / "compare_var_reference.py"), "--reference-repo",
-                                                          str(reference), "--reference-commit", commit or "unknown",
-                                                          "--model", model, "--batch", str(b), "--json", str(path)], path))
-    found += [bench_job(out, "var", "bench-b1", METHODS, model=model, samples=8),
-              bench_job(out, "var", "bench-b8", METHODS, model=model, samples=16, batch_size=8)]
-    for b in (1, 8):
-        found.append(Task(f"timeline-b{b}", "task", [*me, "--task", f"timeline-b{b}"], out / "var" / f"timeline-b{b}.json"))
-    found.append(fid_job(out / "var", "ar", model=model, num=fid_num, floor=True))
-    found.append(fid_job(out / "var", "ar", model=model, num=fid_num, seed=1))
-    found += [fid_job(out / "var", spec, model=model, num=fid_num) for spec in METHODS if spec != "ar"]
-    found.append(Task("acceptance", "task", [str(here / "var_acceptance.py"), "--model", model, "--samples", "64",
-                                             "--json", str(out / "var" / "acceptance.json")],
-                      out / "var" / "acceptance.json"))
+def var_jobs(s: argparse.Namespace) -> list[Declaration]:
+    found: list[Declaration] = [Stage("layout", "var/layout.json", lambda s: task_layout(s.out, s.model))]
+    for b in (1, 8) if s.reference_repo else ():
+        record = f"var/reference-b{b}.json"
+        found.append(Script(f"reference-b{b}", record, (
+            "eval/compare_var_reference.py", "--reference-repo", str(s.reference_repo), "--reference-commit",
+            s.reference_commit or "unknown", "--model", s.model, "--batch", str(b), "--json", str(s.out / record))))
+    found += [Bench("var/bench-b1", tuple(METHODS), samples=8), Bench("var/bench-b8", tuple(METHODS), samples=16, batch=8)]
+    found += [Stage(f"timeline-b{b}", f"var/timeline-b{b}.json", lambda s, b=b: task_timeline(s.out, b, model_name=s.model))
+              for b in (1, 8)]
+    found += [Fid("ar", floor=True, folder="var"), Fid("ar", seed=1, folder="var"),
+              *(Fid(spec, folder="var") for spec in METHODS if spec != "ar")]
+    found.append(Script("acceptance", "var/acceptance.json", ("eval/var_acceptance.py", "--model", s.model, "--samples",
+                                                             "64", "--json", str(s.out / "var" / "acceptance.json"))))
     return found
 
 
@@ -98,7 +90,7 @@ def _verdict(recs: list[dict], fids: dict, ar_fids: dict, noise: float | None) -
             f"`{best['spec']}` at {best['speedup']:.2f}x (ΔFID {d:+.2f}, {side}).")
 
 
-# ----------------------------------------------------------------------------- in-process tasks
+# ----------------------------------------------------------------------------- stages (run by the suite's command)
 def task_layout(out: Path, model_name: str = MODEL) -> None:
     """Official layout round trip of the shipped transformer, draft and tokenizer."""
     import tempfile
@@ -180,27 +172,17 @@ def task_timeline(out: Path, batch: int, repeats: int = 5, model_name: str = MOD
 
 
 # ----------------------------------------------------------------------------- report
-def _fid(out: Path) -> dict[tuple[str, int], dict]:
-    from arvis.eval.bench import MethodSpec
-
-    found = {}
-    for path in sorted((out / "var" / "fid").glob("*.json")):
-        rec = _load(path)
-        if isinstance(rec, dict):
-            label = MethodSpec(rec["method"], tuple(rec.get("options", {}).items())).label
-            found[(label, rec["seed"])] = rec
-    return found
-
-
-def plot_timeline(out: Path) -> Path | None:
+def plot_timeline(page: Page) -> list[Path]:
+    """var/per-scale.png: forward time and positions per scale of every method, from the timeline records."""
+    out = page.out
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    recs = [r for b in (1, 8) if isinstance(r := _load(out / "var" / f"timeline-b{b}.json"), dict)]
+    recs = [r for b in (1, 8) if isinstance(r := load_record(out / "var" / f"timeline-b{b}.json"), dict)]
     if not recs:
-        return None
+        return []
     fig, axes = plt.subplots(2, len(recs), figsize=(7 * len(recs), 7.5), squeeze=False)
     colors = plt.get_cmap("tab10").colors
     for col, rec in enumerate(recs):
@@ -227,23 +209,44 @@ def plot_timeline(out: Path) -> Path | None:
     path = out / "var" / "per-scale.png"
     fig.savefig(path, dpi=110)
     plt.close(fig)
-    return path
+    return [path]
 
 
-def _shipped_folder(alias: str) -> str:
-    from arvis.hub import SHIPPED_PIPELINES
+def _model_words(page: Page) -> str:
+    """Which weights the records were measured on: the model's folder now, or — when a record's ``model_sha256``
+    says the alias has moved since — the shipped folder with those weights."""
+    from arvis.hub import SHIPPED_PIPELINES, WEIGHTS_DIR
 
-    return SHIPPED_PIPELINES.get(alias, alias)
+    alias = page.settings.model
+    folder = SHIPPED_PIPELINES.get(alias, alias)
+    bench = load_record(page.out / "var" / "bench-b1.json")
+    measured_sha = bench[0].get("model_sha256") if isinstance(bench, list) and bench else None
+    if measured_sha is None or current_model_sha256(alias) in (None, measured_sha):
+        return f"The model is the shipped pair `{alias}` (`arvis/weights/{folder}`, see its model card)"
+    kind = json.loads((WEIGHTS_DIR / folder / "model_index.json").read_text())["_class_name"]
+    measured = next((f.name for f in sorted(WEIGHTS_DIR.iterdir()) if (f / "model_index.json").is_file()
+                     and json.loads((f / "model_index.json").read_text())["_class_name"] == kind
+                     and current_model_sha256(str(f)) == measured_sha), None)
+    if measured is None:
+        return (f"The records were measured on weights no shipped folder has now (`{measured_sha}`); `{alias}` is "
+                f"`arvis/weights/{folder}`")
+    card = WEIGHTS_DIR / folder / "README.md"
+    naming = card.is_file() and "naming" in card.read_text()
+    return (f"The model is `arvis/weights/{measured}` (the `{alias}` alias when these records were measured; "
+            f"`{alias}` is now `{folder}`, not re-measured here yet: "
+            f"{'its model card has its naming figures' if naming else 'see its model card'})")
 
 
-def write_report(out: Path) -> Path:
-    fids = _fid(out)
+def var_page(page: Page) -> list[str]:
+    """docs/figures/var.md from the records under ``var/``."""
+    out = page.out
+    fids = fids_by_seed(out / "var")
     lines = ["# Figures: VAR (next-scale decoding)", "",
-             "Generated by `python eval/var_figures.py` from the JSON records in `var/` (`--list` prints every "
-             "command; `--reference-repo` adds the parity records). The model is the shipped pair `var` "
-             f"(`arvis/weights/{_shipped_folder(MODEL)}`, see its model card); the math is in [../var.md](../var.md).",
+             "Generated by `python eval/figures.py --suite var` from the JSON records in `var/` (`--list` prints every "
+             f"command; `--reference-repo` adds the parity records). {_model_words(page)}; the math is in "
+             "[../var.md](../var.md).",
              ""]
-    layout = _load(out / "var" / "layout.json")
+    layout = load_record(out / "var" / "layout.json")
     lines += ["## Official layout round trip", ""]
     if isinstance(layout, dict):
         lines += ["| part | keys | keys = official | rewrite identical | max |Δ| after reload |", "|---|---|---|---|---|"]
@@ -256,7 +259,7 @@ def write_report(out: Path) -> Path:
     else:
         lines.append("(not run yet)")
     lines += ["", "## Parity with the official code and speed against the official sampler", ""]
-    refs = [r for b in (1, 8) if isinstance(r := _load(out / "var" / f"reference-b{b}.json"), dict)]
+    refs = [r for b in (1, 8) if isinstance(r := load_record(out / "var" / f"reference-b{b}.json"), dict)]
     if refs:
         lines += ["| batch | tokenizer ids identical | max |Δ| reconstruction | max |Δ| logits (fp32) | same-noise token "
                   "mismatches | official `autoregressive_infer_cfg` s | arvis `ar` s | arvis speed-up |",
@@ -273,7 +276,7 @@ def write_report(out: Path) -> Path:
     ar_fids = {seed: rec for (label, seed), rec in fids.items() if label == "ar"}
     noise = abs(ar_fids[0]["fid"] - ar_fids[1]["fid"]) if 0 in ar_fids and 1 in ar_fids else None
     for b in (1, 8):
-        recs = _load(out / "var" / f"bench-b{b}.json")
+        recs = load_record(out / "var" / f"bench-b{b}.json")
         lines += ["", f"## Latency and FID, batch {b}", ""]
         if not isinstance(recs, list):
             lines.append("(not run yet)")
@@ -303,7 +306,7 @@ def write_report(out: Path) -> Path:
         lines.append("(not run yet)")
     lines += ["", "## Where the time goes (per scale)", ""]
     for b in (1, 8):
-        rec = _load(out / "var" / f"timeline-b{b}.json")
+        rec = load_record(out / "var" / f"timeline-b{b}.json")
         if not isinstance(rec, dict):
             continue
         pn = rec["patch_nums"]
@@ -322,7 +325,7 @@ def write_report(out: Path) -> Path:
         lines.append("")
     if (out / "var" / "per-scale.png").exists():
         lines += ["Plot: [var/per-scale.png](var/per-scale.png) (forward time and positions per scale, every method).", ""]
-    acc = _load(out / "var" / "acceptance.json")
+    acc = load_record(out / "var" / "acceptance.json")
     lines += ["## Would speculative verification of drafted scales pay?", ""]
     if isinstance(acc, dict):
         lines += [f"{acc['samples']} samples of the target, CFG {acc['guidance_scale']}, top-k {acc['top_k']}; per scale, "
@@ -337,45 +340,9 @@ def write_report(out: Path) -> Path:
                          f"{r['log10_tokenwise_median_of_batches']:.1f} | {r['joint']:.2e} |")
     else:
         lines.append("(not run yet)")
-    lines += ["", "## Published anchors", "", *(f"- {a}" for a in ANCHORS), ""]
-    path = out / "var.md"
-    path.write_text("\n".join(lines))
-    return path
+    return lines + ["", "## Published anchors", "", *(f"- {a}" for a in ANCHORS), ""]
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--out", default="docs/figures", type=Path)
-    p.add_argument("--model", default=MODEL, help="the VAR pipeline (alias or folder)")
-    p.add_argument("--fid-num", type=int, default=1000)
-    p.add_argument("--reference-repo", type=Path, default=None, help="a FoundationVision/VAR checkout")
-    p.add_argument("--reference-commit", default=None)
-    p.add_argument("--only", default=None, help="run only jobs whose name starts with this")
-    p.add_argument("--list", action="store_true")
-    p.add_argument("--report-only", action="store_true")
-    p.add_argument("--task", default=None, help=argparse.SUPPRESS)
-    args = p.parse_args(argv)
-    if args.task == "layout":
-        task_layout(args.out, args.model)
-        return 0
-    if args.task and args.task.startswith("timeline-b"):
-        task_timeline(args.out, int(args.task.removeprefix("timeline-b")), model_name=args.model)
-        return 0
-    todo = [j for j in jobs(args.out, args.fid_num, args.reference_repo, args.reference_commit, args.model)
-            if args.only is None or j.name.startswith(args.only)]
-    if args.list:
-        list_jobs(todo)
-        return 0
-    if not args.report_only:
-        rc = run_missing_jobs(todo)
-        if rc != 0:
-            return rc
-    plot = plot_timeline(args.out)
-    if plot:
-        print(f"wrote {plot}")
-    print(f"wrote {write_report(args.out)}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+SUITE = Suite("var", MODEL, var_jobs, (var_page,), extras=(plot_timeline,),
+              options=(Option("--reference-repo", type=Path, help="var: a FoundationVision/VAR checkout"),
+                       Option("--reference-commit", help="var: the checkout's commit (recorded)")))

@@ -1,9 +1,4 @@
-#!/usr/bin/env python
-"""Emu3 figures, reproducible: JSON records under docs/figures/emu3/, then docs/figures/emu3.md from them.
-
-    python eval/emu3_figures.py                      # run every missing stage, then write the report
-    python eval/emu3_figures.py --stages bench       # one stage (records that exist are kept unless --force)
-    python eval/emu3_figures.py --report-only        # rebuild docs/figures/emu3.md from the records
+"""The Emu3 page (docs/figures/emu3.md, ``--suite emu3``): JSON records under docs/figures/emu3/, the page from them.
 
 Stages (each writes ``<stage>.json``):
 
@@ -27,7 +22,7 @@ Stages (each writes ``<stage>.json``):
 
 The bench stage also times draft-model speculative decoding when the pipeline ships a ``draft_transformer``.
 
-The report step also writes the shipped model's card (``arvis/weights/emu3-emoji/README.md``) from its training
+Building the page also writes the shipped model's card (``arvis/weights/emu3-emoji/README.md``) from its training
 records and these figures.
 
 Nothing is typed in by hand: every number in the report comes from a record.
@@ -36,25 +31,34 @@ Nothing is typed in by hand: every number in the report comes from a record.
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import statistics
-import sys
-import textwrap
 import time
 from pathlib import Path
 from typing import Any
 
 import torch
+from figure_runner import Option, Page, Stage, Suite
+from text_to_image_stages import (
+    REPO_ROOT,
+    bench_prompt_by_prompt,
+    clip_scorer,
+    forward_cost_lines,
+    load_shipped,
+    lossless_record,
+    model_card_writer,
+    model_context,
+    read_record,
+    records,
+    sample_grid,
+    sample_images,
+    training_records,
+    write_record,
+)
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-RECORDS = ROOT / "docs" / "figures" / "emu3"
-REPORT = ROOT / "docs" / "figures" / "emu3.md"
 MODEL = "arvis/weights/emu3-emoji"  # the shipped model (alias emu3), written by train_emu3 assemble
 STAGES = ("parity", "lossless", "bench", "quality", "memory", "samples", "tokens", "recognition")
-SAMPLE_GRID = ROOT / "docs" / "emu3-emoji-samples.png"
+SAMPLE_GRID = "emu3-emoji-samples.png"  # beside the figures folder (docs/)
 
 BENCH_METHODS = ["sjd:window=16", "mc-sjd:window=16", "mc-sjd:window=32", "mc-sjd:window=64",
                  "mc-sjd:window=32,coupling=gumbel", "mc-sjd:window=16,window_shape=staircase",
@@ -72,28 +76,10 @@ ANCHORS = [
 ]
 
 
-def write_record(name: str, data: Any) -> Path:
-    from arvis.eval.files import write_json_atomic
-
-    path = RECORDS / f"{name}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(path, data)
-    print(f"wrote {path}")
-    return path
-
-
-def read_record(name: str) -> Any:
-    path = RECORDS / f"{name}.json"
-    return json.loads(path.read_text()) if path.is_file() else None
-
-
-def shipped_pipeline(dtype: torch.dtype = torch.float32):
-    from arvis.hub import resolve_model
+def shipped_pipeline(model: str) -> Any:
     from arvis.pipelines import Emu3Pipeline
 
-    pipe = Emu3Pipeline.from_pretrained(str(resolve_model(MODEL)), dtype=dtype)
-    pipe.set_progress_bar_config(disable=True)
-    return pipe
+    return load_shipped(Emu3Pipeline, model)
 
 
 def sampling_defaults(pipe) -> dict[str, Any]:
@@ -107,12 +93,6 @@ def heldout_captions(n: int | None = None) -> list[str]:
 
     names = [e.name for e in emoji_split(load_catalog(), "heldout")]
     return names if n is None else names[:n]
-
-
-def model_context() -> dict[str, Any]:
-    from arvis.eval.provenance import provenance
-
-    return {"model": MODEL, **provenance("cpu", torch.float32)}
 
 
 # ============================================================================================== parity
@@ -186,7 +166,7 @@ def stage_parity(args: argparse.Namespace) -> None:
             print(f"tiny {shape} {height}x{width} cfg {guidance}: {case['identical']}")
     shipped = []
     try:
-        pipe = shipped_pipeline()
+        pipe = shipped_pipeline(args.model)
     except ValueError as err:
         print(f"parity: no shipped model ({err})")
         pipe = None
@@ -199,78 +179,42 @@ def stage_parity(args: argparse.Namespace) -> None:
                                                                      "zipar:row_lag=64"])
             shipped.append(case)
             print(f"shipped cfg {guidance}: {case['identical']}")
-    write_record("parity", {"tiny": tiny, "shipped": shipped, **model_context()})
+    write_record(records(args), "parity", {"tiny": tiny, "shipped": shipped, **model_context(args.model)})
 
 
 # ============================================================================================== lossless
 def stage_lossless(args: argparse.Namespace) -> None:
     import tests.pipelines.emu3.test_emu3_lossless as lt
     from arvis.models.emu3 import Emu3Backbone
-    from tests.lossless_harness import ALPHA, check
 
     tiny = lt.tiny_emu3(num_codes=lt.K, seed=4, head_std=0.6)
     backbone, condition = lt.backbone_for(*tiny, ["red apple"], lt.H, lt.W, negative=lt.NEGATIVE)
-    exact = lt.exact_distribution(*tiny, backbone)
     draft_model, _ = lt.tiny_emu3(num_codes=lt.K, seed=9, hidden=16, layers=1, heads=2, kv_heads=1, tokenizer=tiny[1])
     draft = Emu3Backbone(draft_model, backbone.vocabulary, lt.H, lt.W, backbone.layout.condition_length,
                          backbone.negative)
-    cases = [(*param.values, 1) for param in lt.METHODS] + [("speculative", {"draft_model": draft, "window": 2}, 2)]
-    rows = []
-    for method, options, seed in cases:
-        verdict = check(exact, lt.draw(backbone, condition, method, seed=seed, **options), lt.N_SAMPLES)
-        shown = {k: ("tiny Emu3, 1 layer" if k == "draft_model" else v) for k, v in options.items()}
-        rows.append({"method": method, "options": shown, "tv": verdict.tv, "tv_bound": verdict.tv_bound,
-                     "chi2_p": verdict.p_value, "passes": verdict.passed})
-        print(method, shown, verdict)
     broken = lt.StaleSlotsBackbone(backbone.model, backbone.vocabulary, lt.H, lt.W, backbone.layout.condition_length,
                                    backbone.negative)
-    bug = check(exact, lt.draw(broken, condition, "sjd", seed=1, window=3), lt.N_SAMPLES)
-    write_record("lossless", {"samples": lt.N_SAMPLES, "outcomes": lt.K ** (lt.H * lt.W), "grid": [lt.H, lt.W],
-                              "codes": lt.K, "guidance_scale": lt.GUIDANCE, "top_k": lt.TOP_K, "alpha": ALPHA,
-                              "methods": rows,
-                              "planted_bug": {"what": "queries read invalidated slots (no rollback)",
-                                              "method": "sjd:window=3", "tv": bug.tv, "tv_bound": bug.tv_bound,
-                                              "chi2_p": bug.p_value, "fails": not bug.passed}})
+    record = lossless_record(lt, backbone, condition, lt.exact_distribution(*tiny, backbone), draft,
+                             "tiny Emu3, 1 layer", broken, "queries read invalidated slots (no rollback)")
+    write_record(records(args), "lossless", {"outcomes": lt.K ** (lt.H * lt.W), "grid": [lt.H, lt.W], **record})
 
 
 # ============================================================================================== bench
 def stage_bench(args: argparse.Namespace) -> None:
     from arvis.engine.sampling import SamplingConfig
-    from arvis.eval.bench import parse_method_specs, run_bench
 
     torch.set_num_threads(1)
-    pipe = shipped_pipeline()
+    pipe = shipped_pipeline(args.model)
     defaults = sampling_defaults(pipe)
     sampling = SamplingConfig(guidance_scale=defaults["guidance_scale"], top_k=defaults["top_k"])
-    prompts = heldout_captions(args.bench_samples)
+    prompts = heldout_captions(args.samples)
     h, w = pipe.config.default_height, pipe.config.default_width
-    # A backbone is built for one prompt length: bench prompt by prompt, then average.
-    records, curve = [], []
     methods = BENCH_METHODS + (DRAFT_METHODS if pipe.draft_transformer is not None else [])
-    for i, prompt in enumerate(prompts):
-        inputs = pipe.bench_inputs([prompt], 1, 1, h, w)
-        result = run_bench(inputs, parse_method_specs(methods), sampling, seed=args.seed + i, repeats=args.repeats,
-                           forward_cost_sizes=(1, 2, 4, 8, 16, 32, 64) if i == 0 else (),
-                           context={**model_context(), "prompt": prompt}, progress=True)
-        records.append(result.records)
-        curve = curve or result.forward_cost
-    merged = []
-    for j, first in enumerate(records[0]):
-        rows = [r[j] for r in records]
-        merged.append({"spec": first["spec"], "method": first["method"], "lossless": first["lossless"],
-                       "options": first["options"],
-                       "target_forwards": statistics.mean(r["target_forwards"] for r in rows),
-                       "draft_forwards": statistics.mean(r["draft_forwards"] for r in rows),
-                       "tokens": statistics.mean(r["tokens"] for r in rows),
-                       "step_compression": statistics.mean(r["step_compression"] for r in rows),
-                       "accepted_per_forward": statistics.mean(r["accepted_per_forward"] for r in rows),
-                       "latency_s": statistics.mean(r["latency_s"] for r in rows),
-                       "speedup": statistics.mean(r["speedup"] for r in rows),
-                       "peak_memory_mb": max(r["peak_memory_mb"] for r in rows),
-                       "deterministic": all(r["deterministic"] for r in rows)})
-    write_record("bench", {"prompts": prompts, "sampling": sampling.__dict__, "repeats": args.repeats,
-                           "grid": [h, w], "methods": merged, "forward_cost": curve, "per_prompt": records,
-                           "zipar_emu3_gen": zipar_schedule_counts(), **model_context()})
+    merged, curve, records_ = bench_prompt_by_prompt(pipe, prompts, methods, sampling,
+                                                     lambda prompt: pipe.bench_inputs([prompt], 1, 1, h, w), args)
+    write_record(records(args), "bench", {"prompts": prompts, "sampling": sampling.__dict__, "repeats": args.repeats,
+                                          "grid": [h, w], "methods": merged, "forward_cost": curve, "per_prompt": records_,
+                                          "zipar_emu3_gen": zipar_schedule_counts(), **model_context(args.model)})
 
 
 def zipar_schedule_counts(height: int = 90, width: int = 90, windows: tuple[int, ...] = (2, 4, 8, 16)
@@ -288,32 +232,6 @@ def zipar_schedule_counts(height: int = 90, width: int = 90, windows: tuple[int,
 
 
 # ============================================================================================== quality
-def sample_images(pipe, prompts: list[str], seed: int, batch_size: int, **call: Any):
-    """``uint8 [N, H, W, 3]`` samples of ``prompts``, ``batch_size`` per call; image ``i`` draws from
-    ``image_generator(seed, i)`` whatever the batching."""
-    import numpy as np
-
-    from arvis.eval.jobs import image_generator
-
-    images = []
-    for start in range(0, len(prompts), batch_size):
-        batch = prompts[start:start + batch_size]
-        out = pipe(batch, generator=[image_generator(seed, start + i) for i in range(len(batch))], output_type="np",
-                   **call)
-        images.append((out.images * 255).round().astype(np.uint8))
-    return np.concatenate(images)
-
-
-def _clip_scorer():
-    from arvis.eval.clip_score import load_clip
-
-    for name in ("clip-emoji", "clip-emoji-captions"):
-        folder = ROOT / "arvis" / "weights" / name
-        if (folder / "open_clip_config.json").is_file():
-            return load_clip(str(folder)), name
-    return None, None
-
-
 def stage_quality(args: argparse.Namespace) -> None:
     """Samples for held-out emoji captions per method: CLIP score (matched vs shuffled captions) with the emoji
     CLIP when installed, and FID against held-out emoji with the emoji domain network (floor at the same N)."""
@@ -321,12 +239,12 @@ def stage_quality(args: argparse.Namespace) -> None:
     from arvis.eval.bench import parse_method_specs
     from arvis.eval.fid import compute_fid
 
-    scorer, clip_name = _clip_scorer()
-    has_fid = (ROOT / "arvis" / "weights" / "domain-emoji").is_dir()
+    scorer, clip_name = clip_scorer()
+    has_fid = (REPO_ROOT / "arvis" / "weights" / "domain-emoji").is_dir()
     if scorer is None and not has_fid:
         print("quality: neither an emoji CLIP nor the emoji domain network is installed; skipped")
         return
-    pipe = shipped_pipeline()
+    pipe = shipped_pipeline(args.model)
     defaults = sampling_defaults(pipe)
     names = heldout_captions()
     prompts = [names[i % len(names)] for i in range(args.quality_samples)]  # past the 216 held-out names, cycle
@@ -350,9 +268,9 @@ def stage_quality(args: argparse.Namespace) -> None:
             row.update(fid=fid.fid, fid_floor=fid.floor, fid_reference=fid.reference.count)
         rows.append(row)
         print(row)
-    write_record("quality", {"clip_model": clip_name, "fid_extractor": "domain-emoji" if has_fid else None,
-                             "samples": len(prompts), "seed": args.seed, "sampling": defaults, "methods": rows,
-                             **model_context()})
+    write_record(records(args), "quality", {"clip_model": clip_name, "fid_extractor": "domain-emoji" if has_fid else None,
+                                            "samples": len(prompts), "seed": args.seed, "sampling": defaults, "methods": rows,
+                                            **model_context(args.model)})
 
 
 # ============================================================================================== memory
@@ -364,7 +282,7 @@ def stage_memory(args: argparse.Namespace) -> None:
 
     cases = []
     try:
-        pipe = shipped_pipeline()
+        pipe = shipped_pipeline(args.model)
         target, _, cond = pipe.backbones(heldout_captions(1), [pipe.config.default_negative_prompt],
                                          pipe.config.default_height, pipe.config.default_width)
         cases.append(("shipped emu3", target, cond, SamplingConfig(guidance_scale=3.0)))
@@ -388,39 +306,23 @@ def stage_memory(args: argparse.Namespace) -> None:
                          "target_forwards": stats.samples[0].target_forwards, "seconds": time.time() - t0})
             print(rows[-1])
     emu3_gen = 90 * 91 + 2
-    write_record("memory", {"cases": rows, "emu3_gen_dense_mb": emu3_gen * (32768 + 3) * 4 / 2**20,
-                            "emu3_gen_tokens": emu3_gen, **model_context()})
+    write_record(records(args), "memory", {"cases": rows, "emu3_gen_dense_mb": emu3_gen * (32768 + 3) * 4 / 2**20,
+                                           "emu3_gen_tokens": emu3_gen, **model_context(args.model)})
 
 
 # ============================================================================================== samples
 def stage_samples(args: argparse.Namespace) -> None:
-    from PIL import Image, ImageDraw
-
     from arvis.data.emoji import emoji_split, load_catalog
-    from arvis.eval.files import write_bytes_atomic
-    from arvis.eval.jobs import image_generator
 
-    pipe = shipped_pipeline()
+    pipe = shipped_pipeline(args.model)
     defaults = sampling_defaults(pipe)
     heldout = heldout_captions(16)
     train = [e.name for e in emoji_split(load_catalog(), "train")][:: max(1, 1700 // 16)][:16]
     prompts = heldout + train
-    gens = [image_generator(args.seed, i) for i in range(len(prompts))]
-    images = pipe(prompts, generator=gens, **defaults).images
-    cell, label, cols = 128, 30, 8
-    rows = (len(images) + cols - 1) // cols
-    grid = Image.new("RGB", (cols * cell, rows * (cell + label)), "white")
-    draw = ImageDraw.Draw(grid)
-    for i, (image, caption) in enumerate(zip(images, prompts, strict=True)):
-        x, y = (i % cols) * cell, (i // cols) * (cell + label)
-        grid.paste(image.resize((cell, cell)), (x, y))
-        draw.multiline_text((x + 2, y + cell + 1), "\n".join(textwrap.wrap(caption, 21)[:2]), fill="black",
-                            spacing=1)
-
-    grid.save(buffer := io.BytesIO(), format="PNG")
-    write_bytes_atomic(SAMPLE_GRID, buffer.getvalue())
-    write_record("samples", {"grid": SAMPLE_GRID.name, "prompts": prompts, "heldout": len(heldout),
-                             "seed": args.seed, "sampling": defaults, "method": "ar", **model_context()})
+    sample_grid(pipe, prompts, args.seed, defaults, args.out.parent / SAMPLE_GRID)
+    write_record(records(args), "samples", {"grid": SAMPLE_GRID, "prompts": prompts, "heldout": len(heldout),
+                                                           "seed": args.seed, "sampling": defaults, "method": "ar",
+                                                           **model_context(args.model)})
 
 
 # ============================================================================================== recognition
@@ -444,11 +346,11 @@ def stage_recognition(args: argparse.Namespace) -> None:
     from arvis.data.emoji import openmoji_svg_dir, render_emoji
     from arvis.models.clip import retrieval
 
-    scorer, clip_name = _clip_scorer()
+    scorer, clip_name = clip_scorer()
     if scorer is None:
         print("recognition: no emoji CLIP installed; skipped")
         return
-    pipe = shipped_pipeline()
+    pipe = shipped_pipeline(args.model)
     defaults = sampling_defaults(pipe)
     svg = openmoji_svg_dir()
 
@@ -465,14 +367,14 @@ def stage_recognition(args: argparse.Namespace) -> None:
                "seconds": time.time() - t0}
         rows.append(row)
         print(row)
-    write_record("recognition", {"clip_model": clip_name, "seed": args.seed, "sampling": defaults, "method": "ar",
-                                 "resolution": int(fake.shape[1]), "sets": rows, **model_context()})
+    write_record(records(args), "recognition", {"clip_model": clip_name, "seed": args.seed, "sampling": defaults, "method": "ar",
+                                                "resolution": int(fake.shape[1]), "sets": rows, **model_context(args.model)})
 
 
 # ============================================================================================== tokens
 #: The class-conditional models' next-token statistics (their model-card records), shown beside Emu3's.
-TOKEN_STATS_BESIDE = {"llamagen-c2i-emoji": ROOT / "docs" / "figures" / "emoji" / "model_card_emoji.json",
-                      "llamagen-c2i-photos": ROOT / "docs" / "figures" / "model_card_c2i.json"}
+TOKEN_STATS_BESIDE = {"llamagen-c2i-emoji": REPO_ROOT / "docs" / "figures" / "emoji" / "model_card_emoji.json",
+                      "llamagen-c2i-photos": REPO_ROOT / "docs" / "figures" / "model_card_c2i.json"}
 
 
 def stage_tokens(args: argparse.Namespace) -> None:
@@ -480,7 +382,7 @@ def stage_tokens(args: argparse.Namespace) -> None:
     from arvis.eval.token_stats import token_statistics
 
     torch.set_num_threads(1)
-    pipe = shipped_pipeline()
+    pipe = shipped_pipeline(args.model)
     defaults = sampling_defaults(pipe)
     sampling = SamplingConfig(guidance_scale=defaults["guidance_scale"], top_k=defaults["top_k"])
     h, w = pipe.config.default_height, pipe.config.default_width
@@ -490,7 +392,7 @@ def stage_tokens(args: argparse.Namespace) -> None:
         target, _, cond = pipe.backbones(prompts[start:start + 8], [pipe.config.default_negative_prompt], h, w)
         requests.append((target, cond))
     stats = token_statistics(requests, sampling, seed=args.seed)
-    write_record("tokens", {"prompts": "held-out emoji names", **stats, **model_context()})
+    write_record(records(args), "tokens", {"prompts": "held-out emoji names", **stats, **model_context(args.model)})
 
 
 def token_stats_table(own: dict[str, Any]) -> list[str]:
@@ -509,12 +411,13 @@ def _fmt(x: float, d: int = 2) -> str:
     return f"{x:.{d}f}"
 
 
-def report() -> str:
+def report(folder: Path) -> list[str]:
+    """The page from the records in ``folder``."""
     lines = ["# Emu3 through arvis: parity with transformers, losslessness, speed and quality", "",
-             "Built by `python eval/emu3_figures.py` from the JSON records in `docs/figures/emu3/` "
+             "Built by `python eval/figures.py --suite emu3` from the JSON records in `docs/figures/emu3/` "
              "(nothing typed by hand). The shipped model is `emu3` (`arvis/weights/emu3-emoji`, see its model "
              "card): an Emu3-architecture text-to-image model trained here on OpenMoji emoji.", ""]
-    parity = read_record("parity")
+    parity = read_record(folder, "parity")
     if parity:
         lines += ["## Greedy token identity with transformers' `generate()`", "",
                   "arvis's adapter (`arvis.models.emu3.Emu3Backbone`) against `Emu3ForConditionalGeneration.generate()` "
@@ -529,7 +432,7 @@ def report() -> str:
         for case in parity["shipped"]:
             lines.append(_parity_row("shipped `emu3`", case))
         lines.append("")
-    lossless = read_record("lossless")
+    lossless = read_record(folder, "lossless")
     if lossless:
         lines += ["## Lossless on a tiny Emu3 layout", "",
                   f"Exact distribution over all {lossless['outcomes']} images of a {lossless['grid'][0]}x"
@@ -545,8 +448,8 @@ def report() -> str:
         bug = lossless["planted_bug"]
         lines += ["", f"Planted bug ({bug['what']}, {bug['method']}): TV {bug['tv']:.4f}, p {bug['chi2_p']:.3g} — "
                   f"{'fails the test, as it must' if bug['fails'] else 'NOT caught'}.", ""]
-    bench = read_record("bench")
-    quality = {r["spec"]: r for r in (read_record("quality") or {}).get("methods", [])}
+    bench = read_record(folder, "bench")
+    quality = {r["spec"]: r for r in (read_record(folder, "quality") or {}).get("methods", [])}
     if bench:
         ar = next(m for m in bench["methods"] if m["spec"] == "ar")
         lines += ["## Speed on the shipped model", "",
@@ -566,7 +469,7 @@ def report() -> str:
                          f"{m.get('draft_forwards', 0):.1f} | {100 * (1 - m['target_forwards'] / ar['target_forwards']):.0f}% | "
                          f"{_fmt(m['step_compression'])}x | {_fmt(m['latency_s'], 3)} | {_fmt(m['speedup'])}x | "
                          f"{clip} | {fid} |")
-        qrec = read_record("quality")
+        qrec = read_record(folder, "quality")
         if qrec:
             floor = next((r.get("fid_floor") for r in qrec["methods"] if r.get("fid_floor") is not None), None)
             lines += ["", f"Quality columns: {qrec['samples']} images per method for held-out emoji captions (seed "
@@ -597,18 +500,13 @@ def report() -> str:
                       f"no model run; AR: {rows[0]['ar_forwards']} forwards): "
                       + "; ".join(f"w = {r['window']}: {r['forwards']} forwards ({100 * r['fewer']:.0f}% fewer)"
                                   for r in rows) + ".", ""]
-        if bench["forward_cost"]:
-            lines += ["Forward cost on this machine (ms per target forward vs positions evaluated):", "",
-                      "| positions | ms | vs 1 |", "|---|---|---|"]
-            lines += [f"| {c['positions']} | {c['ms']:.2f} | {'-' if c['ratio'] is None else _fmt(c['ratio'])} |"
-                      for c in bench["forward_cost"]]
-            lines.append("")
+        lines += forward_cost_lines(bench["forward_cost"])
     if quality and not bench:
         lines += ["## Quality", ""] + [f"- {k}: CLIP {v['clip_score']:.1f}" for k, v in quality.items()] + [""]
-    recognition = read_record("recognition")
+    recognition = read_record(folder, "recognition")
     if recognition:
         lines += ["## Can a sample be named from its picture?", ""] + recognition_table(recognition) + [""]
-    binding = read_record("caption_binding")  # written by eval/emu3_caption_binding.py
+    binding = read_record(folder, "caption_binding")  # written by eval/emu3_caption_binding.py
     if binding:
         lines += ["## How much the model reads its caption", "",
                   "`python eval/emu3_caption_binding.py --model emu3 --json docs/figures/emu3/caption_binding.json`: "
@@ -623,7 +521,7 @@ def report() -> str:
             lines.append(f"| {split} | {r['images']} | {r['nll_true']:.3f} | {r['nll_shuffled']:.3f} | "
                          f"{r['gain']:.3f} | {r['gain_first']:.3f} | {100 * r['own_name_more_likely']:.0f}% |")
         lines.append("")
-    tokens = read_record("tokens")
+    tokens = read_record(folder, "tokens")
     if tokens:
         lines += ["## Next-token statistics: how predictable the model is", "",
                   "`arvis.eval.token_stats` over AR samples (the sampling distribution recomputed teacher-forced at "
@@ -633,7 +531,7 @@ def report() -> str:
                   "less often): read the speed figures above as figures of this distribution, not of natural "
                   "images.", ""]
         lines += token_stats_table(tokens) + [""]
-    memory = read_record("memory")
+    memory = read_record(folder, "memory")
     if memory:
         lines += ["## Memory of the per-position draft state", "",
                   "What SJD / MC-SJD keep per sample to draft and verify (`draft_state_mb`, measured by the method) "
@@ -648,26 +546,22 @@ def report() -> str:
             lines.append(f"| {r['layout']} | {r['tokens']} | {r['vocabulary']} | {r['method']} "
                          f"`{json.dumps(r['options'])}` | {state} | {r['dense_mb']:.1f} |")
         lines.append("")
-    return "\n".join(lines)
+    return lines
 
 
-def model_card(folder: Path) -> str | None:
+def model_card(folder: Path, figures: Path) -> str | None:
     """The shipped model's README from its training records and the figures' records (``None`` before training)."""
-    vq_file, lm_file = folder / "training" / "vq_training_metrics.json", folder / "training" / "lm_training_metrics.json"
-    if not (vq_file.is_file() and lm_file.is_file()):
+    trained = training_records(folder)
+    if trained is None:
         return None
     from arvis.data.emoji import OPENMOJI_CREDIT
 
-    vq, lm = json.loads(vq_file.read_text()), json.loads(lm_file.read_text())
-    draft_file = folder / "training" / "draft_training_metrics.json"
-    draft = json.loads(draft_file.read_text()) if draft_file.is_file() else None
-    config = json.loads((folder / "transformer" / "config.json").read_text())
+    vq, lm, draft, config = trained.vq, trained.lm, trained.draft, trained.config
     text, vqc = config["text_config"], config["vq_config"]
-    size_mb = sum(f.stat().st_size for f in folder.rglob("*.safetensors")) / 1e6
-    defaults = json.loads((folder / "sampling_defaults.json").read_text())
+    size_mb, defaults = trained.size_mb, trained.defaults
     lmc, vqt = lm["config"], vq["config"]
     grid = lmc["resolution"] // 2 ** (len(vqc["channel_multiplier"]) - 1)
-    bench, quality, parity = read_record("bench"), read_record("quality"), read_record("parity")
+    bench, quality, parity = read_record(figures, "bench"), read_record(figures, "quality"), read_record(figures, "parity")
     vq_final = {k: v for k, v in vq["final_train_losses"].items() if k in ("l1", "l2", "codebook", "commit")}
     lines = [
         "# emu3-emoji: an Emu3-architecture text-to-image model trained on emoji", "",
@@ -758,10 +652,10 @@ def model_card(folder: Path) -> str | None:
         ok = all(all(c["identical"].values()) for c in parity["shipped"])
         lines += [f"Greedy decoding through arvis gives {'exactly' if ok else 'NOT exactly'} the tokens of "
                   "transformers' `generate()` with Emu3's prefix constraint (with and without CFG).", ""]
-    recognition = read_record("recognition")
+    recognition = read_record(figures, "recognition")
     if recognition:
         lines += recognition_table(recognition) + [""]
-    lines += [f"Sample grid (captions of held-out emoji, then training emoji): `docs/{SAMPLE_GRID.name}`.", ""]
+    lines += [f"Sample grid (captions of held-out emoji, then training emoji): `docs/{SAMPLE_GRID}`.", ""]
     return "\n".join(lines)
 
 
@@ -785,54 +679,19 @@ def _parity_row(name: str, case: dict[str, Any]) -> str:
             f"{'yes' if case['left_padded'] else 'no'} | {ident} |")
 
 
-def main(argv: list[str] | None = None) -> int:
-    global MODEL, RECORDS, REPORT, SAMPLE_GRID
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--stages", default=",".join(STAGES), help=f"comma-separated, from {STAGES}")
-    p.add_argument("--force", action="store_true", help="rerun stages whose record exists")
-    p.add_argument("--report-only", action="store_true")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--bench-samples", type=int, default=4, help="held-out captions timed in the bench stage")
-    p.add_argument("--parity-prompts", type=int, default=3)
-    p.add_argument("--quality-samples", type=int, default=1000, help="images per method (the published figures: 1000)")
-    p.add_argument("--quality-batch", type=int, default=16)
-    p.add_argument("--token-samples", type=int, default=64, help="held-out captions of the tokens stage")
-    p.add_argument("--model", default=MODEL, help="the Emu3 pipeline (alias or folder; records name it by this)")
-    p.add_argument("--records", default=None, help="records folder (default docs/figures/emu3); the report goes "
-                                                    "beside it as <folder>.md")
-    args = p.parse_args(argv)
-    MODEL = args.model
-    if args.records:
-        RECORDS = Path(args.records).resolve()
-        REPORT = RECORDS.with_suffix(".md")
-        SAMPLE_GRID = RECORDS.parent / SAMPLE_GRID.name
-    stages = [s.strip() for s in args.stages.split(",") if s.strip()]
-    unknown = sorted(set(stages) - set(STAGES))
-    if unknown:
-        raise SystemExit(f"--stages: unknown {unknown}; choose from {STAGES}")
-    if not args.report_only:
-        for stage in stages:
-            if read_record(stage) is not None and not args.force:
-                print(f"{stage}: record exists (use --force to rerun)")
-                continue
-            globals()[f"stage_{stage}"](args)
-    from arvis.eval.files import write_bytes_atomic
-
-    write_bytes_atomic(REPORT, report().encode())
-    print(f"wrote {REPORT}")
-    from arvis.hub import resolve_model
-
-    try:
-        folder = resolve_model(MODEL)
-    except ValueError:
-        return 0
-    card = model_card(folder)
-    if card is not None:
-        write_bytes_atomic(folder / "README.md", card.encode())
-        print(f"wrote {folder / 'README.md'}")
-    return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def emu3_jobs(s: argparse.Namespace) -> list[Stage]:
+    return [Stage(stage, f"emu3/{stage}.json", globals()[f"stage_{stage}"]) for stage in STAGES]
+
+
+def emu3_page(page: Page) -> list[str]:
+    return report(page.out / "emu3")
+
+
+SUITE = Suite("emu3", MODEL, emu3_jobs, (emu3_page,), extras=(model_card_writer(model_card),), options=(
+    Option("--seed", 0, type=int, help="emu3: the seed of every stage's samples"),
+    Option("--parity-prompts", 3, type=int, help="emu3: prompts of the parity stage"),
+    Option("--quality-samples", 1000, type=int, help="emu3: images per method (the published figures: 1000)"),
+    Option("--quality-batch", 16, type=int, help="emu3: images per pipeline call"),
+    Option("--token-samples", 64, type=int, help="emu3: held-out captions of the tokens stage")))

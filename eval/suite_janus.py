@@ -1,9 +1,5 @@
-#!/usr/bin/env python
-"""Janus figures, reproducible: JSON records under docs/figures/janus/, then docs/figures/janus.md from them.
-
-    python eval/janus_figures.py                      # run every missing stage, then write the report
-    python eval/janus_figures.py --stages bench       # one stage (records that exist are kept unless --force)
-    python eval/janus_figures.py --report-only        # rebuild docs/figures/janus.md from the records
+"""The Janus page (docs/figures/janus.md, ``--suite janus``): JSON records under docs/figures/janus/, the page
+from them.
 
 Stages (each writes ``<stage>.json``):
 
@@ -22,33 +18,40 @@ Stages (each writes ``<stage>.json``):
 - ``recognition``: the emoji CLIP's naming rate: one AR sample per emoji name, top-1 caption retrieval among the
   set's names, beside the real renders (its ceiling).
 
-The report step also writes the shipped model's card (``arvis/weights/janus-emoji/README.md``) from its training
+Building the page also writes the shipped model's card (``arvis/weights/janus-emoji/README.md``) from its training
 records and these figures. Nothing is typed in by hand: every number in the report comes from a record.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
-import io
 import json
-import statistics
-import sys
-import textwrap
 import time
 from pathlib import Path
 from typing import Any
 
 import torch
+from figure_runner import Option, Page, Stage, Suite
+from text_to_image_stages import (
+    REPO_ROOT,
+    bench_prompt_by_prompt,
+    clip_scorer,
+    forward_cost_lines,
+    load_shipped,
+    lossless_record,
+    model_card_writer,
+    model_context,
+    read_record,
+    records,
+    sample_grid,
+    sample_images,
+    training_records,
+    write_record,
+)
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-RECORDS = ROOT / "docs" / "figures" / "janus"
-REPORT = ROOT / "docs" / "figures" / "janus.md"
 MODEL = "arvis/weights/janus-emoji"  # the shipped model (alias janus), written by train_janus assemble
 STAGES = ("parity", "lossless", "memory", "bench", "samples", "recognition")
-SAMPLE_GRID = ROOT / "docs" / "janus-emoji-samples.png"
+SAMPLE_GRID = "janus-emoji-samples.png"  # beside the figures folder (docs/)
 
 BENCH_METHODS = ["sjd:window=16", "mc-sjd:window=16", "mc-sjd:window=32", "mc-sjd:window=32,coupling=gumbel",
                  "mc-sjd:window=16,window_shape=staircase", "zipar:row_lag=2", "zipar:row_lag=4",
@@ -64,37 +67,10 @@ ANCHORS = [
 ]
 
 
-def emu3_figures():
-    """eval/emu3_figures.py as a module (its sampling and CLIP helpers serve both families)."""
-    spec = importlib.util.spec_from_file_location("arvis_eval_emu3_figures", ROOT / "eval" / "emu3_figures.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault(spec.name, module)
-    spec.loader.exec_module(module)
-    return module
-
-
-def write_record(name: str, data: Any) -> Path:
-    from arvis.eval.files import write_json_atomic
-
-    path = RECORDS / f"{name}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(path, data)
-    print(f"wrote {path}")
-    return path
-
-
-def read_record(name: str) -> Any:
-    path = RECORDS / f"{name}.json"
-    return json.loads(path.read_text()) if path.is_file() else None
-
-
-def shipped_pipeline(dtype: torch.dtype = torch.float32):
-    from arvis.hub import resolve_model
+def shipped_pipeline(model: str) -> Any:
     from arvis.pipelines import JanusPipeline
 
-    pipe = JanusPipeline.from_pretrained(str(resolve_model(MODEL)), dtype=dtype)
-    pipe.set_progress_bar_config(disable=True)
-    return pipe
+    return load_shipped(JanusPipeline, model)
 
 
 def sampling_defaults(pipe) -> dict[str, Any]:
@@ -107,12 +83,6 @@ def named_captions(n: int | None = None) -> list[str]:
 
     names = [e.name for e in named_emoji(load_catalog())]
     return names if n is None else names[:n]
-
-
-def model_context() -> dict[str, Any]:
-    from arvis.eval.provenance import provenance
-
-    return {"model": MODEL, **provenance("cpu", torch.float32)}
 
 
 # ============================================================================================== parity
@@ -147,7 +117,7 @@ def stage_parity(args: argparse.Namespace) -> None:
             print(f"tiny {name} cfg {guidance}: {case['identical']}")
     shipped = []
     try:
-        pipe = shipped_pipeline()
+        pipe = shipped_pipeline(args.model)
     except ValueError as err:
         print(f"parity: no shipped model ({err})")
         pipe = None
@@ -157,38 +127,24 @@ def stage_parity(args: argparse.Namespace) -> None:
                                ["sjd:window=16", "mc-sjd:window=32", "zipar:row_lag=64"])
             shipped.append(case)
             print(f"shipped cfg {guidance}: {case['identical']}")
-    write_record("parity", {"tiny": tiny, "shipped": shipped, **model_context()})
+    write_record(records(args), "parity", {"tiny": tiny, "shipped": shipped, **model_context(args.model)})
 
 
 # ============================================================================================== lossless
 def stage_lossless(args: argparse.Namespace) -> None:
     import tests.pipelines.janus.test_janus_lossless as lt
     from arvis.models.janus import JanusBackbone
-    from tests.lossless_harness import ALPHA, check
 
     tiny = lt.tiny_janus(num_codes=lt.K, grid=lt.SIDE, seed=4, head_std=3.0)
     backbone, condition = lt.backbone_for(*tiny, [lt.PROMPT])
-    exact = lt.exact_distribution(*tiny, condition.token_ids[0])
     draft_model, _ = lt.tiny_janus(num_codes=lt.K, grid=lt.SIDE, seed=9, hidden=16, layers=1, heads=2, kv_heads=1,
                                    tokenizer=tiny[1])
     draft = JanusBackbone(draft_model, backbone.tokens, backbone.layout.condition_length)
-    cases = [(*param.values, 1) for param in lt.METHODS] + [("speculative", {"draft_model": draft, "window": 2}, 2)]
-    rows = []
-    for method, options, seed in cases:
-        verdict = check(exact, lt.draw(backbone, condition, method, seed=seed, **options), lt.N_SAMPLES)
-        shown = {k: ("tiny Janus, 1 layer" if k == "draft_model" else v) for k, v in options.items()}
-        rows.append({"method": method, "options": shown, "tv": verdict.tv, "tv_bound": verdict.tv_bound,
-                     "chi2_p": verdict.p_value, "passes": verdict.passed})
-        print(method, shown, verdict)
     broken = lt.StaleSlotsBackbone(backbone.model, backbone.tokens, backbone.layout.condition_length)
-    bug = check(exact, lt.draw(broken, condition, "sjd", seed=1, window=3), lt.N_SAMPLES)
-    write_record("lossless", {"samples": lt.N_SAMPLES, "outcomes": lt.K ** (lt.SIDE ** 2), "grid": [lt.SIDE, lt.SIDE],
-                              "codes": lt.K, "guidance_scale": lt.GUIDANCE, "top_k": lt.TOP_K, "alpha": ALPHA,
-                              "methods": rows,
-                              "planted_bug": {"what": "queries read draft slots ahead of them written by earlier "
-                                                      "forwards", "method": "sjd:window=3", "tv": bug.tv,
-                                              "tv_bound": bug.tv_bound, "chi2_p": bug.p_value,
-                                              "fails": not bug.passed}})
+    record = lossless_record(lt, backbone, condition, lt.exact_distribution(*tiny, condition.token_ids[0]), draft,
+                             "tiny Janus, 1 layer", broken,
+                             "queries read draft slots ahead of them written by earlier forwards")
+    write_record(records(args), "lossless", {"outcomes": lt.K ** (lt.SIDE ** 2), "grid": [lt.SIDE, lt.SIDE], **record})
 
 
 # ============================================================================================== memory
@@ -208,7 +164,7 @@ def stage_memory(args: argparse.Namespace) -> None:
         cases.append((f"Janus-Pro's codebook, {side}x{side} (tiny random decoder)", backbone, cond,
                       SamplingConfig(guidance_scale=5.0)))
     try:
-        pipe = shipped_pipeline()
+        pipe = shipped_pipeline(args.model)
         target, _, cond = pipe.backbones(named_captions(1))
         cases.append(("shipped janus", target, cond, SamplingConfig(**sampling_defaults(pipe))))
     except ValueError as err:
@@ -226,66 +182,36 @@ def stage_memory(args: argparse.Namespace) -> None:
                          "kv_cache_mb": backbone.cache_bytes_per_row() * (2 if sampling.uses_cfg else 1) / 2**20,
                          "target_forwards": stats.samples[0].target_forwards, "seconds": time.time() - t0})
             print(rows[-1])
-    write_record("memory", {"cases": rows, "janus_pro": {"tokens": JANUS_PRO_GRID ** 2, "codes": JANUS_PRO_CODES},
-                            **model_context()})
+    write_record(records(args), "memory", {"cases": rows, "janus_pro": {"tokens": JANUS_PRO_GRID ** 2, "codes": JANUS_PRO_CODES},
+                                           **model_context(args.model)})
 
 
 # ============================================================================================== bench
 def stage_bench(args: argparse.Namespace) -> None:
     from arvis.engine.sampling import SamplingConfig
-    from arvis.eval.bench import parse_method_specs, run_bench
 
     torch.set_num_threads(1)
-    pipe = shipped_pipeline()
+    pipe = shipped_pipeline(args.model)
     defaults = sampling_defaults(pipe)
     sampling = pipe.sampling_config(**defaults)
     assert isinstance(sampling, SamplingConfig)
-    prompts = named_captions()[:: max(1, 123 // args.bench_samples)][: args.bench_samples]
+    prompts = named_captions()[:: max(1, 123 // args.samples)][: args.samples]
     methods = BENCH_METHODS + (DRAFT_METHODS if pipe.draft_transformer is not None else [])
-    records, curve = [], []
-    for i, prompt in enumerate(prompts):  # a backbone is built for one prompt length: bench prompt by prompt
-        result = run_bench(pipe.bench_inputs([prompt], 1, 1), parse_method_specs(methods), sampling,
-                           seed=args.seed + i, repeats=args.repeats,
-                           forward_cost_sizes=(1, 2, 4, 8, 16, 32, 64) if i == 0 else (),
-                           context={**model_context(), "prompt": prompt}, progress=True)
-        records.append(result.records)
-        curve = curve or result.forward_cost
-    merged = []
-    for j, first in enumerate(records[0]):
-        rows = [r[j] for r in records]
-        merged.append({"spec": first["spec"], "method": first["method"], "lossless": first["lossless"],
-                       **{k: statistics.mean(r[k] for r in rows) for k in
-                          ("target_forwards", "draft_forwards", "tokens", "step_compression", "accepted_per_forward",
-                           "latency_s", "speedup")},
-                       "peak_memory_mb": max(r["peak_memory_mb"] for r in rows),
-                       "deterministic": all(r["deterministic"] for r in rows)})
-    write_record("bench", {"prompts": prompts, "sampling": defaults, "repeats": args.repeats,
-                           "grid": list(pipe.token_layout.grid), "methods": merged, "forward_cost": curve,
-                           "per_prompt": records, **model_context()})
+    merged, curve, per_prompt = bench_prompt_by_prompt(pipe, prompts, methods, sampling,
+                                                       lambda prompt: pipe.bench_inputs([prompt], 1, 1), args)
+    write_record(records(args), "bench", {"prompts": prompts, "sampling": defaults, "repeats": args.repeats,
+                                          "grid": list(pipe.token_layout.grid), "methods": merged, "forward_cost": curve,
+                                          "per_prompt": per_prompt, **model_context(args.model)})
 
 
 # ============================================================================================== samples
 def stage_samples(args: argparse.Namespace) -> None:
-    from PIL import Image, ImageDraw
-
-    from arvis.eval.files import write_bytes_atomic
-    from arvis.eval.jobs import image_generator
-
-    pipe = shipped_pipeline()
+    pipe = shipped_pipeline(args.model)
     defaults = sampling_defaults(pipe)
     prompts = named_captions()[:: max(1, 123 // 32)][:32]
-    images = pipe(prompts, generator=[image_generator(args.seed, i) for i in range(len(prompts))], **defaults).images
-    cell, label, cols = 128, 30, 8
-    grid = Image.new("RGB", (cols * cell, (len(images) + cols - 1) // cols * (cell + label)), "white")
-    draw = ImageDraw.Draw(grid)
-    for i, (image, caption) in enumerate(zip(images, prompts, strict=True)):
-        x, y = (i % cols) * cell, (i // cols) * (cell + label)
-        grid.paste(image.resize((cell, cell)), (x, y))
-        draw.multiline_text((x + 2, y + cell + 1), "\n".join(textwrap.wrap(caption, 21)[:2]), fill="black", spacing=1)
-    grid.save(buffer := io.BytesIO(), format="PNG")
-    write_bytes_atomic(SAMPLE_GRID, buffer.getvalue())
-    write_record("samples", {"grid": SAMPLE_GRID.name, "prompts": prompts, "seed": args.seed, "sampling": defaults,
-                             "method": "ar", **model_context()})
+    sample_grid(pipe, prompts, args.seed, defaults, args.out.parent / SAMPLE_GRID)
+    write_record(records(args), "samples", {"grid": SAMPLE_GRID, "prompts": prompts, "seed": args.seed,
+                                                           "sampling": defaults, "method": "ar", **model_context(args.model)})
 
 
 # ============================================================================================== recognition
@@ -297,17 +223,16 @@ def stage_recognition(args: argparse.Namespace) -> None:
     from arvis.data.emoji import load_catalog, named_emoji, openmoji_svg_dir, render_emoji
     from arvis.models.clip import retrieval
 
-    helpers = emu3_figures()
-    scorer, clip_name = helpers._clip_scorer()
+    scorer, clip_name = clip_scorer()
     if scorer is None:
         print("recognition: no emoji CLIP installed; skipped")
         return
-    pipe = shipped_pipeline()
+    pipe = shipped_pipeline(args.model)
     defaults = sampling_defaults(pipe)
     emoji = named_emoji(load_catalog())
     names = [e.name for e in emoji]
     t0 = time.time()
-    fake = helpers.sample_images(pipe, names, args.seed, args.quality_batch, **defaults)
+    fake = sample_images(pipe, names, args.seed, args.quality_batch, **defaults)
     real = np.stack([render_emoji(openmoji_svg_dir() / f"{e.code}.svg", fake.shape[1]) for e in emoji])
     x = torch.from_numpy(real).permute(0, 3, 1, 2).float() / 127.5 - 1
     with torch.no_grad():
@@ -317,14 +242,14 @@ def stage_recognition(args: argparse.Namespace) -> None:
     text = scorer.text_embeddings(names)
     top1 = {name: retrieval(scorer.image_embeddings(images), text, len(names))["image_to_text_top1"]
             for name, images in (("generated", fake), ("real", real), ("vq_round_trip", round_trip))}
-    beside = ROOT / "docs" / "figures" / "emoji" / "model_card_emoji_names.json"
+    beside = REPO_ROOT / "docs" / "figures" / "emoji" / "model_card_emoji_names.json"
     other = json.loads(beside.read_text()) if beside.is_file() else {}
-    write_record("recognition", {"clip_model": clip_name, "seed": args.seed, "sampling": defaults, "method": "ar",
-                                 "resolution": int(fake.shape[1]), "emoji": len(names), "chance": 1 / len(names),
-                                 "generated_top1": top1["generated"], "real_top1": top1["real"],
-                                 "vq_round_trip_top1": top1["vq_round_trip"], "seconds": time.time() - t0,
-                                 "beside_emoji_names_class_model": other.get("class_consistency"),
-                                 **model_context()})
+    write_record(records(args), "recognition", {"clip_model": clip_name, "seed": args.seed, "sampling": defaults, "method": "ar",
+                                                "resolution": int(fake.shape[1]), "emoji": len(names), "chance": 1 / len(names),
+                                                "generated_top1": top1["generated"], "real_top1": top1["real"],
+                                                "vq_round_trip_top1": top1["vq_round_trip"], "seconds": time.time() - t0,
+                                                "beside_emoji_names_class_model": other.get("class_consistency"),
+                                                **model_context(args.model)})
 
 
 # ============================================================================================== report
@@ -347,12 +272,13 @@ def recognition_lines(r: dict[str, Any]) -> list[str]:
     return lines
 
 
-def report() -> str:
+def report(folder: Path) -> list[str]:
+    """The page from the records in ``folder``."""
     lines = ["# Janus through arvis: parity with transformers, losslessness, memory, speed", "",
-             "Built by `python eval/janus_figures.py` from the JSON records in `docs/figures/janus/` (nothing typed "
+             "Built by `python eval/figures.py --suite janus` from the JSON records in `docs/figures/janus/` (nothing typed "
              "by hand). The shipped model is `janus` (`arvis/weights/janus-emoji`, see its model card): a "
              "Janus-architecture text-to-image model trained here on OpenMoji emoji names.", ""]
-    parity = read_record("parity")
+    parity = read_record(folder, "parity")
     if parity:
         lines += ["## Greedy token identity with transformers' `generate()`", "",
                   "arvis's adapter (`arvis.models.janus.JanusBackbone`) against "
@@ -367,7 +293,7 @@ def report() -> str:
             lines.append(_parity_row(f"tiny random {c['name']}: hidden {c['hidden']}, {c['layers']} layer(s), "
                                      f"{c['heads']}/{c['kv_heads']} heads", case))
         lines += [_parity_row("shipped `janus`", case) for case in parity["shipped"]] + [""]
-    lossless = read_record("lossless")
+    lossless = read_record(folder, "lossless")
     if lossless:
         lines += ["## Lossless on a tiny Janus", "",
                   f"Exact distribution over all {lossless['outcomes']} images of a {lossless['grid'][0]}x"
@@ -383,7 +309,7 @@ def report() -> str:
                   "shorter lag)."]
         lines += ["", f"Planted bug ({bug['what']}, {bug['method']}): TV {bug['tv']:.4f}, p {bug['chi2_p']:.3g} — "
                   f"{'fails the test, as it must' if bug['fails'] else 'NOT caught'}.", ""]
-    memory = read_record("memory")
+    memory = read_record(folder, "memory")
     if memory:
         pro = memory["janus_pro"]
         lines += ["## Memory: the drafting state at Janus-Pro's size", "",
@@ -397,7 +323,7 @@ def report() -> str:
         lines += ["", "The state is the window's reach (a ring of drafts and distributions; Gumbel coupling adds its "
                   "fixed noise for the same positions), so it does not grow with N: the 12x12 and 24x24 rows differ "
                   "by the token ids only.", ""]
-    bench = read_record("bench")
+    bench = read_record(folder, "bench")
     if bench:
         ar = next(m for m in bench["methods"] if m["spec"] == "ar")
         lines += ["## Speed on the shipped model (batch 1)", "",
@@ -411,34 +337,25 @@ def report() -> str:
                   f"{100 * (1 - m['target_forwards'] / ar['target_forwards']):.0f}% | {m['step_compression']:.2f}x | "
                   f"{m['latency_s']:.3f} | {m['speedup']:.2f}x |" for m in bench["methods"]]
         lines += ["", "Anchors (other models and hardware):", *[f"- {a}" for a in ANCHORS], ""]
-        if bench["forward_cost"]:
-            lines += ["Forward cost on this machine (ms per target forward vs positions evaluated):", "",
-                      "| positions | ms | vs 1 |", "|---|---|---|"]
-            lines += [f"| {c['positions']} | {c['ms']:.2f} | {'-' if c['ratio'] is None else format(c['ratio'], '.2f')} |"
-                      for c in bench["forward_cost"]]
-            lines.append("")
-    recognition = read_record("recognition")
+        lines += forward_cost_lines(bench["forward_cost"])
+    recognition = read_record(folder, "recognition")
     if recognition:
         lines += ["## Can a sample be named from its picture?", "", *recognition_lines(recognition), ""]
-    if read_record("samples"):
-        lines += [f"Sample grid: `docs/{SAMPLE_GRID.name}`.", ""]
-    return "\n".join(lines)
+    if read_record(folder, "samples"):
+        lines += [f"Sample grid: `docs/{SAMPLE_GRID}`.", ""]
+    return lines
 
 
-def model_card(folder: Path) -> str | None:
+def model_card(folder: Path, figures: Path) -> str | None:
     """The shipped model's README from its training records and the figures' records (``None`` before training)."""
-    vq_file, lm_file = folder / "training" / "vq_training_metrics.json", folder / "training" / "lm_training_metrics.json"
-    if not (vq_file.is_file() and lm_file.is_file()):
+    trained = training_records(folder)
+    if trained is None:
         return None
     from arvis.data.emoji import OPENMOJI_CREDIT
 
-    vq, lm = json.loads(vq_file.read_text()), json.loads(lm_file.read_text())
-    draft_file = folder / "training" / "draft_training_metrics.json"
-    draft = json.loads(draft_file.read_text()) if draft_file.is_file() else None
-    config = json.loads((folder / "transformer" / "config.json").read_text())
+    vq, lm, draft, config = trained.vq, trained.lm, trained.draft, trained.config
     text, vqc = config["text_config"], config["vq_config"]
-    size_mb = sum(f.stat().st_size for f in folder.rglob("*.safetensors")) / 1e6
-    defaults = json.loads((folder / "sampling_defaults.json").read_text())
+    size_mb, defaults = trained.size_mb, trained.defaults
     lmc, vqt = lm["config"], vq["config"]
     grid = vqc["num_patches"]
     parts = lm["params_by_part"]
@@ -491,7 +408,7 @@ def model_card(folder: Path) -> str | None:
         "python -m arvis.training.train_janus assemble --lm <lm export> --vq <vq export> "
         + ("--draft-lm <draft export> " if draft else "")
         + f"--guidance-scale {defaults['guidance_scale']} --top-k {defaults['top_k']} --out arvis/weights/janus-emoji",
-        "python eval/janus_figures.py", "```", "",
+        "python eval/figures.py --suite janus", "```", "",
         f"- VQ: L1 + L2 + codebook + {vqt['commit_beta']} x commitment on l2-normalised vectors, AdamW lr {vqt['lr']}, "
         f"cosine, dead-code restarts, EMA {vqt['ema_decay']}; {vq['steps']} steps, {vq['train_hours']:.2f} h of wall "
         "time on a shared 2-core CPU.",
@@ -509,10 +426,10 @@ def model_card(folder: Path) -> str | None:
         f"dB, L1 {vq['l1']:.4f}, codebook usage {100 * vq['usage']:.1f}%, code perplexity {vq['perplexity']:.0f}.", "",
         f"Sampling defaults (`sampling_defaults.json`): {json.dumps(defaults)} (Janus's CFG: the unconditional rows "
         "are the masked prompt).", ""]
-    recognition = read_record("recognition")
+    recognition = read_record(figures, "recognition")
     if recognition:
         lines += [*recognition_lines(recognition), ""]
-    bench, parity = read_record("bench"), read_record("parity")
+    bench, parity = read_record(figures, "bench"), read_record(figures, "parity")
     if bench:
         best = {m["spec"]: m for m in bench["methods"]}
         lines += ["Decoding speed (batch 1, fp32, CPU; every method in `docs/figures/janus.md`): "
@@ -522,56 +439,19 @@ def model_card(folder: Path) -> str | None:
         ok = all(all(c["identical"].values()) for c in parity["shipped"])
         lines += [f"Greedy decoding through arvis gives {'exactly' if ok else 'NOT exactly'} the codes of transformers' "
                   "image `generate()` (with and without CFG).", ""]
-    lines += [f"Sample grid (emoji names as prompts): `docs/{SAMPLE_GRID.name}`.", ""]
+    lines += [f"Sample grid (emoji names as prompts): `docs/{SAMPLE_GRID}`.", ""]
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    global MODEL, RECORDS, REPORT, SAMPLE_GRID
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--stages", default=",".join(STAGES), help=f"comma-separated, from {STAGES}")
-    p.add_argument("--force", action="store_true", help="rerun stages whose record exists")
-    p.add_argument("--report-only", action="store_true")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--bench-samples", type=int, default=4, help="emoji names timed in the bench stage")
-    p.add_argument("--parity-prompts", type=int, default=3)
-    p.add_argument("--quality-batch", type=int, default=16)
-    p.add_argument("--model", default=MODEL, help="the Janus pipeline (alias or folder; records name it by this)")
-    p.add_argument("--records", default=None, help="records folder (default docs/figures/janus); the report goes "
-                                                    "beside it as <folder>.md")
-    args = p.parse_args(argv)
-    MODEL = args.model
-    if args.records:
-        RECORDS = Path(args.records).resolve()
-        REPORT = RECORDS.with_suffix(".md")
-        SAMPLE_GRID = RECORDS.parent / SAMPLE_GRID.name
-    stages = [s.strip() for s in args.stages.split(",") if s.strip()]
-    unknown = sorted(set(stages) - set(STAGES))
-    if unknown:
-        raise SystemExit(f"--stages: unknown {unknown}; choose from {STAGES}")
-    if not args.report_only:
-        for stage in stages:
-            if read_record(stage) is not None and not args.force:
-                print(f"{stage}: record exists (use --force to rerun)")
-                continue
-            globals()[f"stage_{stage}"](args)
-    from arvis.eval.files import write_bytes_atomic
-
-    write_bytes_atomic(REPORT, report().encode())
-    print(f"wrote {REPORT}")
-    from arvis.hub import resolve_model
-
-    try:
-        folder = resolve_model(MODEL)
-    except ValueError:
-        return 0
-    card = model_card(folder)
-    if card is not None:
-        write_bytes_atomic(folder / "README.md", card.encode())
-        print(f"wrote {folder / 'README.md'}")
-    return 0
+def janus_page(page: Page) -> list[str]:
+    return report(page.out / "janus")
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def janus_jobs(s: argparse.Namespace) -> list[Stage]:
+    return [Stage(stage, f"janus/{stage}.json", globals()[f"stage_{stage}"]) for stage in STAGES]
+
+
+SUITE = Suite("janus", MODEL, janus_jobs, (janus_page,), extras=(model_card_writer(model_card),), options=(
+    Option("--seed", 0, type=int, help="janus: the seed of every stage's samples"),
+    Option("--parity-prompts", 3, type=int, help="janus: prompts of the parity stage"),
+    Option("--quality-batch", 16, type=int, help="janus: images per pipeline call")))
