@@ -89,7 +89,7 @@ def vq_card(folder: Path, args: argparse.Namespace) -> ModelCard:
 
 def _video_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--records", type=Path, default=Path("docs/figures/video"),
-                        help="the records of eval/video_figures.py the card reads")
+                        help="the records of eval/figures.py --suite video the card reads")
 
 
 def video_card(folder: Path, args: argparse.Namespace) -> ModelCard:
@@ -150,8 +150,8 @@ def card_kind(folder: Path) -> CardKind:
         if kind.matches(folder):
             return kind
     raise SystemExit(f"{folder}: no card writer for this folder (cards of the Emu3 and Janus pipelines and of the "
-                     f"low-resolution drafter are written by eval/emu3_figures.py, eval/janus_figures.py and "
-                     f"eval/mulo.py; the photo and scene LlamaGen cards are edited by hand)")
+                     f"low-resolution drafter are written by `eval/figures.py --suite emu3`, `--suite janus` and "
+                     f"`--suite mulo`; the photo and scene LlamaGen cards are edited by hand)")
 
 
 def render(folder: str | Path, argv: list[str] | None = None) -> str:

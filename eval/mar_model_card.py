@@ -8,7 +8,7 @@
 
 ``--train-metrics`` (re)writes the folder's ``metrics.json`` (both runs' training records and the assemble
 command); the card is then built from it, the folder's ``sampling_defaults.json`` and the records of
-``eval/mar_figures.py`` (``docs/figures/mar/<pair>/``), and for a one-class-per-emoji pair the naming record of
+``eval/figures.py --suite mar`` (``docs/figures/mar/<pair>/``), and for a one-class-per-emoji pair the naming record of
 ``eval/naming_card.py`` (``docs/figures/naming/<folder>.json``, with its captioned grid). Nothing is typed in by
 hand: a missing record shows as "not measured".
 """
@@ -125,7 +125,7 @@ warm-up + cosine, EMA {tc['ema_decay']}; the better of raw and EMA weights on va
     row('exported weights', lambda p: p['exported_weights'])])}
 
 (The draft trains with the same recipe at {dc['width']} width; its steps and losses are above.)"""),
-        evaluation=Section("Evaluation", f"""Commands: `python eval/mar_figures.py` (every figure: docs/figures/mar.md). FID with the shipped domain network
+        evaluation=Section("Evaluation", f"""Commands: `python eval/figures.py --suite mar` (every figure: docs/figures/mar.md). FID with the shipped domain network
 against held-out {what}{naming_command}.
 
 {metrics}

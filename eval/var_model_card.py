@@ -8,7 +8,7 @@ kinds of ``eval/cards.py``).
 
 A pair's card reads ``arvis/weights/<pipeline>/metrics.json`` (target and draft training; ``--train-metrics``
 (re)writes it), the naming record of ``eval/naming_card.py`` (``docs/figures/naming/<pipeline>.json``, with its
-captioned grid) and the FID records of ``eval/var_figures.py`` (``<records>/fid/``). A tokenizer's card reads its
+captioned grid) and the FID records of ``eval/figures.py --suite var`` (``<records>/fid/``). A tokenizer's card reads its
 ``metrics.json`` (tokenizer training + held-out reconstruction), the rFID record ``docs/figures/var/vq_rfid.json``
 when it names this tokenizer, and the naming record of the pipeline whose ``vqvae`` links to it. Photo-trained
 pipelines (no naming record) get an uncaptioned grid with ``--grid``. Nothing is typed in by hand: a missing record
@@ -281,7 +281,7 @@ warm-up + cosine; EMA {t['config']['ema_decay']}; the better of raw and EMA weig
     row("exported weights", "exported_weights")])}
 
 Run history — transformer: {_history_text(t)}; draft_transformer: {_history_text(d)}."""),
-        evaluation=Section("Evaluation", f"""Commands: `python eval/var_figures.py` (all figures: docs/figures/var.md); FID with the shipped domain network
+        evaluation=Section("Evaluation", f"""Commands: `python eval/figures.py --suite var` (all figures: docs/figures/var.md); FID with the shipped domain network
 against {reference}; `python eval/naming_card.py --model var --samples-dir <scratch>/naming-var --json
 docs/figures/naming/{name}.json --grid docs/{name}-samples.png` (naming).
 

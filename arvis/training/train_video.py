@@ -122,7 +122,7 @@ def assemble(transformer: str, vq: str, out: str, sampling_defaults: dict[str, A
 
 def model_card(folder: Path, records: Path) -> ModelCard:
     """The model card of an assembled video pipeline folder, from its ``training_metrics.json`` and the figure
-    records (``eval/video_figures.py``) when present."""
+    records (``eval/figures.py --suite video``) when present."""
     m = json.loads((folder / "training_metrics.json").read_text())
     c = m["preset_config"]
     config = json.loads((folder / "transformer" / "config.json").read_text())
@@ -175,7 +175,7 @@ def model_card(folder: Path, records: Path) -> ModelCard:
         evaluation = (f"Held-out validation loss {m['validation_loss']:.3f} (perplexity "
                       f"{m['validation_perplexity']:.1f}; a uniform model scores {math.log(config['vocab_size']):.2f}) "
                       f"on {c['num_val']} held-out clips. Per-frame FID and domain FVD are not measured yet: "
-                      "`python eval/video_figures.py quality` writes them (docs/figures/video.md), and this card picks "
+                      "`python eval/figures.py --suite video --only quality` writes them (docs/figures/video.md), and this card picks "
                       f"them up when rebuilt (`python eval/cards.py --model arvis/weights/{folder.name}`).")
     naming_path = Path("docs/figures/naming") / f"{folder.name}.json"
     if named and naming_path.is_file():
