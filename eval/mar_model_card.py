@@ -21,7 +21,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from figures import fid_slug
+from figure_runner import fid_slug
 from var_model_card import _load, naming_rows
 
 from arvis.data.sources import class_names, data_recipe

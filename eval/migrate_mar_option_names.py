@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from figures import fid_slug  # noqa: E402
+from figure_runner import fid_slug  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 RENAMES = {"cspd-exact": {"gamma": "window"}, "cspd": {"window": "verify_every"}}
