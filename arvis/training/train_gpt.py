@@ -165,8 +165,12 @@ def build_models(cfg: GPTTrainConfig, vocab_size: int, grid: int) -> tuple[Llama
     else:
         model = LlamaGenTransformer(model_type="t2i", caption_dim=cfg.text_dim, cls_token_num=cfg.caption_length,
                                     **common)
-        text = WordTextEncoder(vocabulary=list(VOCABULARY[1:]), dim=cfg.text_dim, num_layers=cfg.text_layers,
-                               num_heads=max(1, cfg.text_dim // 32), max_length=cfg.caption_length)
+        # nn.Module default initialisation draws from the global RNG: seed it for this build only, so that the
+        # same command trains the same text encoder (it was unseeded before, the shipped t2i model included).
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(cfg.data_seed)
+            text = WordTextEncoder(vocabulary=list(VOCABULARY[1:]), dim=cfg.text_dim, num_layers=cfg.text_layers,
+                                   num_heads=max(1, cfg.text_dim // 32), max_length=cfg.caption_length)
     model.init_weights(g)
     return model, text
 

@@ -57,6 +57,15 @@ def test_dropout_is_a_setting_in_range():
             dataclasses.replace(cfg, dropout=bad)
 
 
+def test_the_same_config_builds_the_same_text_encoder_whatever_the_global_rng():
+    cfg = train_gpt.PRESETS["smoke-t2i"]
+    torch.manual_seed(1)
+    _, first = train_gpt.build_models(cfg, 64, 16)
+    torch.manual_seed(2)
+    _, second = train_gpt.build_models(cfg, 64, 16)
+    assert all(torch.equal(a, b) for a, b in zip(first.state_dict().values(), second.state_dict().values()))
+
+
 def test_init_from_warm_starts_from_exported_weights_and_checks_the_architecture(tmp_path, tiny_vq_folder,
                                                                                 monkeypatch):
     monkeypatch.setenv("ARVIS_CACHE", str(tmp_path / "cache"))
