@@ -56,7 +56,9 @@ SAMPLE_GRID = "janus-emoji-samples.png"  # beside the figures folder (docs/)
 BENCH_METHODS = ["sjd:window=16", "mc-sjd:window=16", "mc-sjd:window=32", "mc-sjd:window=32,coupling=gumbel",
                  "mc-sjd:window=16,window_shape=staircase", "zipar:row_lag=2", "zipar:row_lag=4",
                  "mc-sjd:window=32,acceptance=lantern,k=10,delta=0.1", "mc-sjd:window=32,acceptance=lantern++,k=10",
-                 "mc-sjd:window=32,acceptance=bounded,k=10,delta=0.1"]
+                 "mc-sjd:window=32,acceptance=bounded,k=10,delta=0.1",
+                 # the 2025-26 methods and the cost-aware window
+                 "sjd-pac:window=16", "pjd:row_lag=2", "gsd:window=16", "mc-sjd:window=auto"]
 DRAFT_METHODS = ["speculative:window=2", "speculative:window=4"]  # timed when the pipeline ships a draft model
 PARITY_METHODS = ["sjd:window=4", "mc-sjd:window=8", "mc-sjd:window=4,coupling=gumbel",
                   "mc-sjd:window=4,window_shape=staircase,staircase_rows=1,staircase_step=2", "zipar:row_lag=64"]
