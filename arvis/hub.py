@@ -35,6 +35,7 @@ SHIPPED_PIPELINES: dict[str, str] = {
     "emoji": "llamagen-c2i-emoji",
     "video": "video-clips",
     "emu3": "emu3-emoji",
+    "janus": "janus-emoji",
     "mar": "mar-photos",
     "mar-causal": "mar-causal-photos",
 }

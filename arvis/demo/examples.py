@@ -36,6 +36,7 @@ MODEL_EXAMPLES: dict[str, dict[str, tuple[str, ...] | str]] = {
         "a medium green star in the center over bricks",
     )},
     "emu3-emoji": {"prompts": ("an emoji of a red apple", "penguin emoji", "a whale")},
+    "janus-emoji": {"prompts": ("lemon", "red apple", "tomato")},  # trained on the bare emoji names
 }
 
 LANDING_METHODS: dict[str, tuple[str, ...]] = {
