@@ -45,7 +45,7 @@ from tqdm.auto import tqdm
 
 from arvis.engine import SamplingConfig
 from arvis.engine.cost import FORWARD_COST_SIZES, curve_cost, forward_cost_curve
-from arvis.engine.stats import BatchStats, summarize
+from arvis.engine.stats import BatchStats, summarize, summarize_extra
 from arvis.eval.defaults import (
     FORWARD_COST_REPEATS,
     FORWARD_COST_WARMUP,
@@ -308,7 +308,7 @@ def measured_tv(inputs: BenchInputs, spec: MethodSpec, method: DecodingMethod, s
     measuring = inputs.build(spec.name, {**options, "tv": True})
     idx, cond = inputs.batches[0]
     _, stats = inputs.decode(cond, sampling, measuring, [image_generator(seed, i, inputs.device) for i in idx])
-    extra = summarize([stats], details=True)["extra"]
+    extra = summarize_extra(stats.samples)
     return {k: extra[k] for k in ("tv_kind", "mean_tv_per_token", "max_tv_per_token") if k in extra}
 
 
