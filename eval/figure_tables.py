@@ -75,16 +75,18 @@ def cost_table(curve: list[dict]) -> list[str]:
 
 
 def survival_table(records: list[dict], points: tuple[int, ...] = (2, 3, 5, 9, 17, 33, 65)) -> list[str]:
-    """P(a forward commits >= j tokens) per method, from the accepted-per-forward histograms of all samples:
-    how far into the window acceptance survives (with the forward's own token, j - 1 drafts accepted)."""
-    head = ["method", *(f">= {j}" for j in points)]
+    """P(a forward commits exactly 1 token) and P(it commits >= j tokens) per method, from the accepted-per-forward
+    histograms of all samples: the single-token forwards SJD-PAC targets, and how far into the window acceptance
+    survives (with the forward's own token, j - 1 drafts accepted)."""
+    head = ["method", "= 1", *(f">= {j}" for j in points)]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in records:
         hist = {int(k): v for k, v in r.get("accepted_per_forward_histogram", {}).items()}
         total = sum(hist.values())
         if not total or r["method"] == "ar":
             continue
-        cells = [f"{sum(v for k, v in hist.items() if k >= j) / total:.3f}" for j in points]
+        cells = [f"{hist.get(1, 0) / total:.3f}", *(f"{sum(v for k, v in hist.items() if k >= j) / total:.3f}"
+                                                     for j in points)]
         lines.append(f"| `{r['spec']}` | " + " | ".join(cells) + " |")
     return lines
 

@@ -272,8 +272,8 @@ def bench_sections(extra_cols: bool = False, survival: bool = False):
         for job, records in _bench_headings(page.jobs, lines):
             lines += bench_table(records, fids, extra_cols=extra_cols)
             if survival:
-                lines += ["", "Acceptance by window position — share of target forwards that commit at least j "
-                              "tokens (all samples):", ""]
+                lines += ["", "Acceptance by window position — share of target forwards that commit exactly one "
+                              "token (`= 1`) and at least j tokens (all samples):", ""]
                 lines += survival_table(records)
             lines += ["", "Forward cost on this machine (same model, batch and guidance):", ""]
             lines += cost_table(records[0].get("forward_cost", [])) + [""]
@@ -423,6 +423,7 @@ SUITES = (
     Suite("relaxed", "c2i", relaxed_jobs, (method_intro, bench_sections(extra_cols=True), fid_section, token_section,
                                             anchors_section)),
     Suite("latency", "c2i", latency_jobs, (latency_page,), options=REFERENCE_OPTIONS),
-    Suite("methods2026", "c2i", methods2026_jobs, METHOD_PAGE),
+    Suite("methods2026", "c2i", methods2026_jobs, (method_intro, bench_sections(extra_cols=True, survival=True),
+                                                   fid_section, token_section, anchors_section)),
     Suite("windows", "c2i", window_jobs, (windows_page,)),
 )
