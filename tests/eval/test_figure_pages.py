@@ -16,7 +16,7 @@ PAGES = [
     *((f"emoji/{suite}.md", ["--suite", suite, "--model", "arvis/weights/llamagen-c2i-emoji", "--out",
                              str(FIGURES / "emoji")]) for suite in ("sjd", "zipar", "relaxed")),
     *((f"emoji-names/{suite}.md", ["--suite", suite, "--model", "emoji-names", "--out", str(FIGURES / "emoji-names"),
-                                   "--fid-num", "246"]) for suite in ("sjd", "zipar", "relaxed")),
+                                   "--fid-num", "246"]) for suite in ("sjd", "zipar", "relaxed", "methods2026")),
 ]
 
 
