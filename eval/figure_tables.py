@@ -42,6 +42,13 @@ def best_fid(fids: dict[tuple[str, int, int], dict], label: str) -> dict | None:
     return max(recs, key=lambda r: r["num_generated"]) if recs else None
 
 
+def same_model(a: str | None, b: str | None) -> bool:
+    """Whether two records name the same model (an alias and its shipped folder name are the same model)."""
+    from arvis.hub import SHIPPED_PIPELINES
+
+    return a is not None and SHIPPED_PIPELINES.get(a, a) == SHIPPED_PIPELINES.get(b, b)
+
+
 def bench_table(records: list[dict], fids: dict[tuple[str, int, int], dict], extra_cols: bool = False) -> list[str]:
     """Per method of a bench record: forwards, step compression, tokens per forward, latency, speedup, FID
     (``extra_cols``: the relaxed rules' realised total variation per token)."""
@@ -52,6 +59,8 @@ def bench_table(records: list[dict], fids: dict[tuple[str, int, int], dict], ext
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in records:
         fid = best_fid(fids, r["spec"])
+        if fid is not None and not same_model(fid.get("model"), r.get("model")):
+            fid = None  # a figure set's FIDs are of its own model; a bench of another model (Emu3 beside c2i) has none
         fid_s = f"{fid['fid']:.2f} ({fid['num_generated']})" if fid else "–"
         row = [f"`{r['spec']}`", "yes" if r["lossless"] else "no", f"{r['target_forwards']:.1f}",
                f"{r['draft_forwards']:.1f}", f"{r['step_compression']:.2f}x", f"{r['accepted_per_forward']:.2f}",

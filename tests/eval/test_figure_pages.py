@@ -32,3 +32,15 @@ def test_committed_page_is_rebuilt_from_its_records(page, argv):
 
 def test_every_suite_has_its_page_checked():
     assert {page.removesuffix(".md") for page, _ in PAGES if "/" not in page} == set(eval_module("figures").SUITES)
+
+
+def test_a_bench_row_shows_only_its_own_models_fid():
+    """A page's FID records belong to its figure set's model: a bench of another model on the same page (Emu3 beside
+    c2i) shows none of them, and an alias and its shipped folder name are the same model."""
+    tables = eval_module("figure_tables")
+    fids = {("ar", 0, 1000): {"model": "c2i", "fid": 12.05, "num_generated": 1000, "seed": 0}}
+    row = {"spec": "ar", "lossless": True, "target_forwards": 256.0, "draft_forwards": 0.0, "step_compression": 1.0,
+           "accepted_per_forward": 1.0, "latency_s": 1.0, "speedup": 1.0}
+    ar_row = lambda model: tables.bench_table([{**row, "model": model}], fids)[-1]  # noqa: E731
+    assert "12.05 (1000)" in ar_row("c2i") and "12.05 (1000)" in ar_row("llamagen-c2i-photos")
+    assert "12.05" not in ar_row("emu3")
