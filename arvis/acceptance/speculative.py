@@ -56,7 +56,7 @@ def accept_drafts(p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor, unifor
 
 def leading_accepted(accepted: torch.Tensor) -> torch.Tensor:
     """Number of accepted drafts before the first rejection: ``[..., L]`` bool → ``[...]`` int64."""
-    return accepted.long().cumprod(-1).sum(-1)
+    return accepted.cummin(-1).values.sum(-1)  # the running minimum stays true up to the first rejection (2 ops)
 
 
 def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:

@@ -86,11 +86,11 @@ def verify(p: torch.Tensor, drafts: torch.Tensor, q: torch.Tensor, has_draft: to
     else:
         if uniform is None or noise is None:
             raise ValueError("verify: exact and relaxed acceptance need uniform and noise")
-        coupled, accepted = maximal_coupling(p, q, drafts, uniform, noise)
+        coupled, accepted = maximal_coupling(p, q, drafts, uniform, noise)  # never accepts where q = 0 (no draft)
         tokens = coupled
         if not rule.lossless:
             tokens, accepted, tv = relaxed_step(rule, p, q, drafts, uniform, noise, neighbours)
-        accepted = accepted & has_draft
+            accepted = accepted & has_draft
     accepted_count = leading_accepted(accepted[:, :verified])
     commit_count = torch.minimum(accepted_count + 1, limit)
     return Verification(tokens, accepted, accepted_count, commit_count, coupled, tv)

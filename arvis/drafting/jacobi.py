@@ -169,6 +169,11 @@ class JacobiSession:
         self._uniform_q = torch.zeros(V, device=dev)
         self._uniform_q[lo:hi] = 1.0 / (hi - lo)
         self._columns: dict[tuple[int, int], tuple[torch.Tensor, ...]] = {}
+        # Constants of store(): the scratch index and slot as tensors (a Python number in torch.where costs one
+        # more op per call), and the row ids expanded per shape.
+        self._scratch_index = torch.tensor(N, device=dev)
+        self._scratch_slot = torch.tensor(self.capacity, device=dev)
+        self._row_ids: dict[torch.Size, torch.Tensor] = {}
         # Final positions ahead of the first uncommitted index (commit policies with holes only).
         self.final = torch.zeros(A, N + 1, dtype=torch.bool, device=dev) if drafter.holes else None
 
@@ -189,10 +194,12 @@ class JacobiSession:
     def store(self, index: torch.Tensor, mask: torch.Tensor, tokens: torch.Tensor, dist: torch.Tensor) -> None:
         """Set the token and distribution of sequence ``index [A, M]`` where ``mask``: ``tokens [A, M]``,
         ``dist [A, M, V]`` (or ``[V]``, broadcast). No host synchronisation (masked entries go to scratch)."""
-        rows = self._rows.expand_as(index)
-        self.tokens.index_put_((rows, torch.where(mask, index, self.N)), tokens)
-        slot = torch.where(mask, index % self.capacity, self.capacity)
-        self.dist.index_put_((rows, slot), dist.expand(*index.shape, self.V))
+        rows = self._row_ids.get(index.shape)
+        if rows is None:
+            rows = self._row_ids[index.shape] = self._rows.expand_as(index)
+        self.tokens.index_put_((rows, torch.where(mask, index, self._scratch_index)), tokens)
+        slot = torch.where(mask, index % self.capacity, self._scratch_slot)
+        self.dist.index_put_((rows, slot), dist if dist.dim() == 3 else dist.expand(*index.shape, self.V))
 
     def distribution_at(self, index: torch.Tensor) -> torch.Tensor:
         """``[A, M, V]``: the stored distribution of ``index [A, M]`` (valid inside the ring's reach)."""
@@ -278,7 +285,9 @@ class JacobiSession:
         column, raster, not_bonus, first_of_band = self._window_columns(T, K)
         after = targets >= committed[:, None]
         final = self.final.gather(1, targets) if self.final is not None else None
-        want = real & after & not_bonus & (~final if final is not None else True)
+        want = real & after & not_bonus
+        if final is not None:
+            want = want & ~final
         # Draft every position this forward reads or predicts (drafted positions keep their drafts). Each
         # call writes distinct positions (deterministic): the raster inputs are its targets shifted by one,
         # a band's inputs are its targets shifted by one except the input of its first column.
@@ -314,7 +323,10 @@ class JacobiSession:
             update = update & ~proposal.final
             self.final.index_put_((self._rows.expand_as(targets), torch.where(commit_mask, targets, self.N)),
                                   torch.ones((), dtype=torch.bool, device=targets.device))
-        self.store(targets, update, torch.where(commit_mask, verification.tokens, refreshed), p)
+        # Exact rules with maximal or Gumbel coupling commit the coupled tokens themselves: nothing to merge.
+        merged = refreshed if refreshed is verification.tokens else torch.where(commit_mask, verification.tokens,
+                                                                                   refreshed)
+        self.store(targets, update, merged, p)
 
     def retire(self, kept: Sequence[int], kept_index: torch.Tensor) -> None:
         self.tokens = self.tokens.index_select(0, kept_index)
@@ -322,6 +334,7 @@ class JacobiSession:
         if self.final is not None:
             self.final = self.final.index_select(0, kept_index)
         self._rows = self._rows[: len(kept)]
+        self._row_ids.clear()
         if self.initial is not None:
             self.initial = self.initial.select(kept_index)
         if self.noise is not None:

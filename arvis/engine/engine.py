@@ -25,7 +25,8 @@ scratch slot for padding: ragged windows pad with ``index = N - 1``; those queri
 
 Host synchronisation: none of the verbs reads a tensor value on the host except :meth:`retire`'s
 caller-provided list and :meth:`finish`. Methods synchronise once per iteration, on purpose, through
-:meth:`DecodeEngine.status`.
+:meth:`DecodeEngine.status`; :meth:`finish` reads once more, unless the method's last status read carried its
+values (``closing``).
 
 Non-finite numbers: every forward checks its logits and its target distribution for NaN / inf
 (vectorised, flags kept on the device); the flags are read at the method's once-per-iteration
@@ -36,6 +37,7 @@ of the batch were never affected (rows do not mix), so re-running them alone rep
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -135,6 +137,10 @@ class DecodeEngine:
         self._health_index = self._health_slots()
         self._t0 = time.perf_counter()
         self._prefilled = False
+        self._scratch_column = torch.tensor(N, device=self.device)  # where masked-out commits go
+        self._active_rows: dict[torch.Size, torch.Tensor] = {}  # active sample ids expanded per commit shape
+        self._commits = 0  # commits so far (a read's version, see _version)
+        self._closing: tuple[tuple[int, int, int], list[float]] | None = None  # the last closing status read
 
     # ------------------------------------------------------------------ forwards
     @property
@@ -247,7 +253,9 @@ class DecodeEngine:
         # condition, so its attention row is never empty.
         self.slot_valid.scatter_(1, slots, True)
         width = self._mask_width(extent)
-        mask = (self._slot_ids[:width] <= slots[..., None]) & self.slot_valid[:, None, :width]  # [R, T, W]
+        ids, valid = ((self._slot_ids, self.slot_valid) if width == self.cache.slots else
+                      (self._slot_ids[:width], self.slot_valid[:, :width]))
+        mask = (ids <= slots[..., None]) & valid[:, None]  # [R, T, W]
         logits = self._forward(self.backbone.forward_tokens, self._rows(inputs), slots, self.cache, mask)
         return self._probs(logits, input_index + 1)
 
@@ -303,9 +311,13 @@ class DecodeEngine:
         Commits are attributed to the latest target forward (the one that produced them). No host
         synchronisation: masked-out entries are written to a scratch column.
         """
+        self._commits += 1
         if mask is not None:
-            index = torch.where(mask, index, self.num_tokens)
-        where = (self.active[:, None].expand_as(index), index)
+            index = torch.where(mask, index, self._scratch_column)
+        rows = self._active_rows.get(index.shape)
+        if rows is None:
+            rows = self._active_rows[index.shape] = self.active[:, None].expand_as(index)
+        where = (rows, index)
         self._tokens.index_put_(where, values)
         self.stats.commit_forward.index_put_(where, torch.full((), self.stats.forward_index - 1,
                                                                dtype=torch.long, device=self.device))
@@ -342,28 +354,52 @@ class DecodeEngine:
         self.cache.rollback(rows + self.condition_length)
 
     # ------------------------------------------------------------------ the once-per-iteration sync
-    def status(self, *values: torch.Tensor, extra: torch.Tensor | None = None) -> list[list[int]]:
+    def status(self, *values: torch.Tensor, extra: torch.Tensor | None = None, closing: bool = False
+               ) -> list[list[Any]]:
         """Read small per-active-sample integer tensors (``[A]`` each) on the host in ONE synchronisation,
         and raise :class:`NonFiniteError` if a sample's distribution was non-finite so far.
 
         Returns one list of ``A`` ints per tensor given; with ``extra`` (a small float tensor read in the same
         synchronisation, e.g. a window policy's estimates), its values follow as one more list of floats.
+
+        ``closing``: this read may find every sample done (the caller's host-side bound says so). It then also
+        carries what :meth:`finish` reads, so that a decode ending here needs no read of its own.
         """
+        # One flat fp64 transfer (exact for these integers): the values, the per-sample health sums (their
+        # NaN / inf tests run on the host: no device ops for them), then the extras and the closing payload.
+        parts = [v.double() for v in values] + [self._health.double()]
+        if extra is not None:
+            parts.append(extra.double().flatten())
+        if closing:
+            parts.append(self._closing_payload())
+        host = self.to_host(torch.cat(parts))
+        A, B = self.num_active, self.batch_size
+        out: list[list[Any]] = [[int(x) for x in host[i * A:(i + 1) * A]] for i in range(len(values))]
+        at = len(values) * A
+        self._check_health(host[at:at + 2 * B])
+        at += 2 * B
+        if extra is not None:
+            out.append(host[at:at + extra.numel()])
+            at += extra.numel()
+        self._closing = (self._version(), host[at:]) if closing else None
+        return out
+
+    def _version(self) -> tuple[int, int, int]:
+        """Changes with every forward and every commit: a read taken at one version is current while it holds."""
+        return self.stats.forward_index, self.stats.draft_forwards, self._commits
+
+    def _closing_payload(self) -> torch.Tensor:
+        """What :meth:`finish` reads, flat fp64: the count of uncommitted tokens, then the decode order ``[B, N]``."""
+        missing = (self.tokens == NO_TOKEN).sum().double()[None]
+        return torch.cat([missing, self.stats.commit_forward[:, : self.num_tokens].flatten().double()])
+
+    def _check_health(self, health: Sequence[float]) -> None:
+        """Raise :class:`NonFiniteError` from the health sums read on the host (``[2B]``: logits, then p)."""
         B = self.batch_size
-        health = self._health.view(2, B).index_select(1, self.active)  # [2, A]
-        flags = torch.stack([torch.isnan(health[0]), ~torch.isfinite(health[1])]).long()
-        ints = torch.cat([torch.stack([v.long() for v in values]), flags]) if values else flags
-        if extra is None:
-            stacked = self.to_host(ints)
-        else:
-            host = self.to_host(torch.cat([ints.double().flatten(), extra.double().flatten()]))
-            A = ints.shape[1]
-            stacked = [[int(x) for x in host[i * A:(i + 1) * A]] for i in range(ints.shape[0])]
-            stacked.append(host[ints.numel():])
-            self._raise_nonfinite(stacked[-3], stacked[-2], self.active_list)
-            return stacked[:-3] + stacked[-1:]
-        self._raise_nonfinite(stacked[-2], stacked[-1], self.active_list)
-        return stacked[:-2]
+        bad_logits = [math.isnan(h) for h in health[:B]]
+        bad_probs = [not math.isfinite(h) for h in health[B:]]
+        if any(bad_logits) or any(bad_probs):
+            self._raise_nonfinite(bad_logits, bad_probs, range(B))
 
     @staticmethod
     def to_host(tensor: torch.Tensor) -> Any:
@@ -400,6 +436,7 @@ class DecodeEngine:
         self.cache.select_rows(rows)
         self.slot_valid = self.slot_valid.index_select(0, rows)
         self.active = self.active.index_select(0, kept_t)
+        self._active_rows.clear()
         self.active_list = [self.active_list[p] for p in kept]
         self._health_index = self._health_slots()
         return kept_t
@@ -412,15 +449,21 @@ class DecodeEngine:
 
     def finish(self, extra: dict[str, Any] | None = None) -> BatchStats:
         """Stop the clock and return the statistics (raises if a token was never committed, or
-        :class:`NonFiniteError` if a sample's distribution was non-finite)."""
+        :class:`NonFiniteError` if a sample's distribution was non-finite).
+
+        One host read (the health sums, the count of uncommitted tokens and the decode order together), or none
+        when the method's last :meth:`status` was a ``closing`` one and nothing changed since."""
         latency = time.perf_counter() - self._t0
-        DecodeEngine.host_syncs_total += 1  # the statistics' own read (StatsRecorder.finish)
-        health = self._health.view(2, self.batch_size)
-        bad_logits, bad_probs = self.to_host(torch.stack([torch.isnan(health[0]), ~torch.isfinite(health[1])]))
-        self._raise_nonfinite(bad_logits, bad_probs, range(self.batch_size))
-        missing = int((~self.known).sum())
+        if self._closing is not None and self._closing[0] == self._version():
+            payload = self._closing[1]  # health already checked by that status
+        else:
+            host = self.to_host(torch.cat([self._health.double(), self._closing_payload()]))
+            self._check_health(host[: 2 * self.batch_size])
+            payload = host[2 * self.batch_size:]
+        missing = int(payload[0])
         if missing:
             raise RuntimeError(f"method {self.method!r} left {missing} tokens uncommitted")
         if extra:
             self.stats.extra.update(extra)
-        return self.stats.finish(self.method, latency, peak_memory_mb(self.device), self.clock)
+        commit = torch.tensor(payload[1:], dtype=torch.long).view(self.batch_size, self.num_tokens)
+        return self.stats.finish(self.method, latency, peak_memory_mb(self.device), self.clock, commit=commit)

@@ -23,6 +23,7 @@ waits for row 0 to finish (as in the reference LlamaGen code). Forwards, prefill
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 import torch
@@ -184,9 +185,10 @@ class WindowPlan:
     extent: int
     tree: TreeShape | None = None
 
-    @property
+    @functools.cached_property
     def inputs_index(self) -> torch.Tensor:
-        """``[A, T]`` sequence index of each query's input (``targets − 1``, 0 for padding at index 0)."""
+        """``[A, T]`` sequence index of each query's input (``targets − 1``, 0 for padding at index 0); computed
+        once per plan (the drafter and the forward both read it)."""
         return (self.targets - 1).clamp_min(0)
 
 

@@ -272,8 +272,12 @@ class StatsRecorder:
         """Record that ``forward`` committed ``positions`` (``[B, k]`` sequence indices, every sample)."""
         self._commit_forward.scatter_(1, positions, forward)
 
-    def finish(self, method: str, latency_s: float, peak_mb: float, clock: ForwardClock | None = None) -> BatchStats:
-        commit = self._commit_forward[:, :-1].cpu()
+    def finish(self, method: str, latency_s: float, peak_mb: float, clock: ForwardClock | None = None,
+               commit: torch.Tensor | None = None) -> BatchStats:
+        """The batch's statistics; ``commit``: the decode order ``[B, N]`` already on the host (the caller read it
+        with other values in one transfer), else it is read here."""
+        if commit is None:
+            commit = self._commit_forward[:, :-1].cpu()
         B = commit.shape[0]
         F = max(self.forward_index, 1)
         # Tokens committed by each forward, for every sample at once: [B, F].

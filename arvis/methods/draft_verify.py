@@ -3,7 +3,10 @@
 One iteration is six named steps:
 
 1. **sync** — the one host synchronisation of the iteration: the committed lengths (and the engine's
-   non-finite flags) come to the host; finished samples leave the batch (ragged batches);
+   non-finite flags) come to the host; finished samples leave the batch (ragged batches). The first iteration
+   needs no read (every sample holds index 0), and the read that may find every sample done also carries the
+   decode's closing figures (:meth:`DecodeEngine.finish`'s and the loop's own), so a decode reads the host once per
+   iteration in all;
 2. **schedule** — which positions the forward evaluates (:mod:`arvis.engine.schedules`);
 3. **draft** — the drafter proposes the inputs and drafts there (:mod:`arvis.drafting`);
 4. **evaluate** — one target forward (:meth:`arvis.engine.DecodeEngine.evaluate`);
@@ -66,6 +69,10 @@ class WindowPolicy(Protocol):
 
     def expected_tokens(self) -> torch.Tensor:
         """Small device tensor read at the iteration's sync and handed to :meth:`choose`."""
+        ...
+
+    def prior_tokens(self) -> list[float]:
+        """What :meth:`expected_tokens` reads before any forward was observed (the first iteration has no sync)."""
         ...
 
     def choose(self, expected: list[float], committed: list[int], advanced: float) -> int:
@@ -150,6 +157,9 @@ class DraftVerifyLoop:
         self.tv_max = torch.zeros((), device=dev)
         self.iterations = 0
         self.state_bytes = 0
+        self._started = False  # between start() and the first sync
+        self._host_committed: list[int] = []  # the active samples' committed lengths at the last sync
+        self._totals_host: list[float] | None = None  # _totals() as read by the last (closing) sync
 
     # ------------------------------------------------------------------ the loop
     @torch.no_grad()
@@ -192,16 +202,28 @@ class DraftVerifyLoop:
         self._committed_before, self._advanced = e.batch_size, 0.0
         self.session = self.start_drafter(p0, self.noise)
         self.state_bytes = self.session.nbytes()
+        self._started = True
 
     def sync(self) -> list[int] | None:
         """The iteration's one host synchronisation: committed lengths on the host; finished samples
         retire. Returns the active samples' committed lengths, or ``None`` when every sample is done."""
-        if self.window_policy is None:
-            (committed,) = self.engine.status(self.committed)
-        else:  # the policy's estimates come to the host in the same synchronisation
-            committed, self._expected = self.engine.status(self.committed,
-                                                           extra=self.window_policy.expected_tokens())
         N = self.engine.num_tokens
+        if self._started:  # right after start every sample holds index 0 alone: nothing to read
+            self._started = False
+            self._expected = self.window_policy.prior_tokens() if self.window_policy is not None else []
+            self._host_committed = [1] * self.engine.num_active
+            return self._host_committed
+        # A host-side bound: no sample commits more than the verified window per forward. When every sample may
+        # be done now, the read also carries the closing figures (no read of their own when the decode ends).
+        closing = min(self._host_committed) + self.schedule.verified >= N
+        extra = [self.window_policy.expected_tokens()] if self.window_policy is not None else []
+        if closing:
+            extra.append(self._totals())
+        committed, *floats = self.engine.status(self.committed, extra=torch.cat(extra) if extra else None,
+                                                closing=closing)
+        values = floats[0] if floats else []
+        C = len(values) - (self._totals_size if closing else 0)
+        self._expected, self._totals_host = values[:C], (values[C:] if closing else None)
         # Tokens per sample the last iteration committed (over the samples it decoded, finished ones included).
         self._advanced = (sum(committed) - self._committed_before) / len(committed)
         kept = [a for a, n in enumerate(committed) if n < N]
@@ -215,6 +237,7 @@ class DraftVerifyLoop:
             committed = [committed[a] for a in kept]
         self._committed_before = sum(committed)
         self.state_bytes = max(self.state_bytes, self.session.nbytes())
+        self._host_committed = committed
         return committed
 
     def verify(self, plan: WindowPlan, proposal: Proposal, p: torch.Tensor) -> Verification:
@@ -256,7 +279,9 @@ class DraftVerifyLoop:
         if plan.tree is not None:  # committed path nodes evaluated in scratch slots move to their own slots
             self.engine.settle(plan.tree.scratch, plan.inputs_index, commit_mask)
         self.engine.truncate(self.committed - 1)  # slots after the last committed input hold rejected drafts
-        self.accepted_hist.index_add_(0, verification.accepted_count, self._ones[: self.committed.shape[0]])
+        A = self.committed.shape[0]
+        self.accepted_hist.index_add_(0, verification.accepted_count, self._ones if A == len(self._ones) else
+                                      self._ones[:A])
         if verification.tv is not None:  # the realised TV of relaxed rules
             tv = verification.tv * commit_mask
             self.tv_sum += tv.sum()
@@ -264,10 +289,19 @@ class DraftVerifyLoop:
             self.tv_max = torch.maximum(self.tv_max, tv.max())
         return commit_mask
 
+    @property
+    def _totals_size(self) -> int:
+        return self.accepted_hist.shape[0] + 2
+
+    def _totals(self) -> torch.Tensor:
+        """The loop's own figures, flat fp64: the accepted-drafts histogram, the mean and the max realised TV."""
+        tv = torch.stack([self.tv_sum / self.tv_count.clamp_min(1), self.tv_max])
+        return torch.cat([self.accepted_hist.double(), tv.double()])
+
     def report(self) -> dict[str, Any]:
         K = self.accepted_hist.shape[0]
-        tv = torch.stack([self.tv_sum / self.tv_count.clamp_min(1), self.tv_max])
-        values = self.engine.to_host(torch.cat([self.accepted_hist.double(), tv.double()]))
+        # Read by the last sync when it was a closing one (it found every sample done), else read now.
+        values = self._totals_host if self._totals_host is not None else self.engine.to_host(self._totals())
         hist, (mean_tv, max_tv) = values[:K], values[K:]
         # P(the draft at window offset k is accepted | the drafts before it were): from the histogram of
         # accepted drafts per forward (forwards near the end of a sequence have shorter windows).

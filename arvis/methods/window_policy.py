@@ -133,11 +133,20 @@ class AutoWindow:
     # ------------------------------------------------------------------ on the device
     def expected_tokens(self) -> torch.Tensor:
         """``[C]``: modelled committed tokens per sample of each candidate window (read at the loop's sync)."""
-        pooled = (self.accepted.sum() + 1) / (self.tested.sum() + 2)
-        alpha = (self.accepted + self.prior * pooled) / (self.tested + self.prior)
+        return self._expected(self.accepted, self.tested, self._candidates)
+
+    def prior_tokens(self) -> list[float]:
+        """:meth:`expected_tokens` before anything was observed, computed on the host (the loop's first iteration
+        has no sync to read it with)."""
+        zeros = torch.zeros_like(self.tested, device="cpu")
+        return self._expected(zeros, zeros, self._candidates.cpu()).double().tolist()
+
+    def _expected(self, accepted: torch.Tensor, tested: torch.Tensor, candidates: torch.Tensor) -> torch.Tensor:
+        pooled = (accepted.sum() + 1) / (tested.sum() + 2)
+        alpha = (accepted + self.prior * pooled) / (tested + self.prior)
         survive = torch.cumprod(alpha, 0)  # [j]: the first j + 1 drafts accepted
         expected = 1 + torch.cat([survive.new_zeros(1), torch.cumsum(survive, 0)])  # [L]: E(L)
-        return expected.index_select(0, self._candidates)
+        return expected.index_select(0, candidates)
 
     def observe(self, plan: WindowPlan, proposal: Proposal, verification: Verification) -> None:
         """Count the drafts this forward tested and accepted, per offset (no host synchronisation)."""

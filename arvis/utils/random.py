@@ -98,6 +98,10 @@ class RandomStreams:
             self._fill(out, kind, self.shared)
             return out.to(self.device)
         rows = range(self.batch_size) if rows is None else rows
+        if len(rows) == 1:  # one sample: fill its row in place (no stack)
+            out = torch.empty((1, *shape), device=self.per_sample[rows[0]].device)
+            self._fill(out, kind, self.per_sample[rows[0]])
+            return out.to(self.device)
         parts = []
         for b in rows:
             g = self.per_sample[b]

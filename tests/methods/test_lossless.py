@@ -551,6 +551,9 @@ class HistoryWindow(AutoWindow):
     def expected_tokens(self):
         return self.last.double()[None]
 
+    def prior_tokens(self):
+        return [0.0]  # expected_tokens() before any forward
+
     def observe(self, plan, proposal, verification):
         super().observe(plan, proposal, verification)
         self.last = verification.accepted_count[0]
