@@ -217,8 +217,8 @@ def _residual_from_p(monkeypatch):
 
 def _keep_old_q(monkeypatch):
     """After the draft refresh, keep the old draft's distribution (the reference Lumina/Janus MC-SJD bug)."""
-    plant(monkeypatch, JacobiSession, "update", "verification.tokens, refreshed), p)",
-          "verification.tokens, refreshed), proposal.q)")
+    plant(monkeypatch, JacobiSession, "update", "self.store(targets, update, merged, p)",
+          "self.store(targets, update, merged, proposal.q)")
 
 
 def _claim_uniform_q(monkeypatch):
@@ -235,8 +235,8 @@ def _drafter_misreports_q(monkeypatch):
 
 def _band_keeps_old_q(monkeypatch):
     """A staircase band redraws its drafts from its approximate p but leaves the old q recorded for them."""
-    plant(monkeypatch, JacobiSession, "update", "verification.tokens, refreshed), p)",
-          "verification.tokens, refreshed), torch.where(self._window_columns(targets.shape[1], K)[1][:, None], "
+    plant(monkeypatch, JacobiSession, "update", "self.store(targets, update, merged, p)",
+          "self.store(targets, update, merged, torch.where(self._window_columns(targets.shape[1], K)[1][:, None], "
           "p, proposal.q))")
 
 
