@@ -208,14 +208,14 @@ class DraftVerifyLoop:
         """The iteration's one host synchronisation: committed lengths on the host; finished samples
         retire. Returns the active samples' committed lengths, or ``None`` when every sample is done."""
         N = self.engine.num_tokens
-        if self._started:  # right after start every sample holds index 0 alone: nothing to read
-            self._started = False
+        started, self._started = self._started, False
+        if started and N > 1:  # right after start every sample holds index 0 alone: nothing to read (N = 1: done)
             self._expected = self.window_policy.prior_tokens() if self.window_policy is not None else []
             self._host_committed = [1] * self.engine.num_active
             return self._host_committed
         # A host-side bound: no sample commits more than the verified window per forward. When every sample may
         # be done now, the read also carries the closing figures (no read of their own when the decode ends).
-        closing = min(self._host_committed) + self.schedule.verified >= N
+        closing = not self._host_committed or min(self._host_committed) + self.schedule.verified >= N
         extra = [self.window_policy.expected_tokens()] if self.window_policy is not None else []
         if closing:
             extra.append(self._totals())
