@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> dict:
     from arvis.hub import load_pipeline
     from arvis.methods.next_scale import measure_scale_agreement
 
-    pipe, defaults, _ = load_pipeline(args.model, torch.float32, "cpu")
+    pipe, defaults, loaded = load_pipeline(args.model, torch.float32, "cpu")
     if pipe.draft_transformer is None:
         raise ValueError(f"--model: {args.model!r} has no draft_transformer to measure")
     guidance = args.guidance_scale if args.guidance_scale is not None else defaults.get("guidance_scale", 1.5)
@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> dict:
         row["log10_tokenwise_median_of_batches"] = sorted(rows[s]["log10_tokenwise"] for _, rows in per_batch)[
             len(per_batch) // 2]
         scales.append(row)
-    result = {"model": args.model, "samples": args.samples, "seed": args.seed, "guidance_scale": guidance,
+    result = {**loaded.record(), "samples": args.samples, "seed": args.seed, "guidance_scale": guidance,
               "top_k": top_k, "joint_draws": args.joint_draws, "scales": scales}
     print(f"{'scale':>5} {'side':>4} {'tokens':>6} {'mean TV':>8} {'P(all tokens accepted)':>23} "
           f"{'log10 (median)':>14} {'joint 1-TV':>10}")
