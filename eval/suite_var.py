@@ -229,10 +229,8 @@ def _record(page: Page, name: str) -> Any:
 
 
 def _left_out(page: Page) -> list[str]:
-    """The records under ``var/`` that exist but were measured on other weights (or name none)."""
-    folder = page.out / "var"
-    paths = sorted([*folder.glob("*.json"), *(folder / "fid").glob("*.json")])
-    return [str(p.relative_to(page.out)) for p in paths if not _measured_here(page, load_record(p))]
+    """The page's jobs whose record exists but was measured on other weights (or names none)."""
+    return [job.name for job in page.jobs if job.output.exists() and not _measured_here(page, load_record(job.output))]
 
 
 def _model_words(page: Page) -> str:
@@ -245,11 +243,11 @@ def _model_words(page: Page) -> str:
     where = f"`arvis/weights/{folder}`" if alias in SHIPPED_PIPELINES else f"`{alias}`"
     classes = model_capabilities(alias).num_classes
     words = (f"The model is the pair `{alias}` ({where}, {classes} classes; see its model card): every figure below "
-             f"comes from a record measured on these weights (`model_sha256` {current_model_sha256(alias)})")
+             f"comes from a record measured on these weights (content hash `{current_model_sha256(alias)}`)")
     stale = _left_out(page)
     if stale:
-        words += (f"; records of other weights are left out until their jobs run again on these: "
-                  f"{', '.join(f'`{s}`' for s in stale)}")
+        words += (f"; the records of these jobs were measured on other weights and are left out until they run "
+                  f"again (`--force`): {', '.join(f'`{s}`' for s in stale)}")
     return words
 
 
