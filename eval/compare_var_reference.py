@@ -176,7 +176,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     from arvis.methods.next_scale import decode_scales
 
     ref = load_reference(args.reference_repo)
-    pipe, defaults, _ = load_pipeline(args.model, torch.float32, "cpu")
+    pipe, defaults, loaded = load_pipeline(args.model, torch.float32, "cpu")
     pipe.set_progress_bar_config(disable=True)
     model, vq = pipe.transformer.float().eval(), pipe.vqvae.float().eval()
     cfg_scale = args.guidance_scale if args.guidance_scale is not None else defaults.get("guidance_scale", 1.5)
@@ -220,7 +220,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             fn()
             times[name].append(time.perf_counter() - t)
     result = {
-        "model": args.model, "reference": f"FoundationVision/VAR@{args.reference_commit or 'unknown'}",
+        **loaded.record(), "reference": f"FoundationVision/VAR@{args.reference_commit or 'unknown'}",
         "patch_nums": list(model.scale_layout.patch_nums), "batch": B, "guidance_scale": cfg_scale, "top_k": args.top_k,
         "top_p": args.top_p, "threads": torch.get_num_threads(), "dtype": "fp32", "crops": args.crops,
         "tokenizer_ids_identical": ids_equal, "max_abs_reconstruction_diff": recon_diff,

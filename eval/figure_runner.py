@@ -69,8 +69,13 @@ def load_record(path: Path) -> Any:
 
 
 def recorded_model_sha256(path: Path) -> str | None:
-    """The ``model_sha256`` a record was measured on (a bench record's first row), ``None`` when it names none."""
-    record = load_record(path)
+    """The ``model_sha256`` the record at ``path`` was measured on, ``None`` when it names none."""
+    return record_model_sha256(load_record(path))
+
+
+def record_model_sha256(record: Any) -> str | None:
+    """The ``model_sha256`` a loaded record was measured on (a bench record's first row), ``None`` when it names
+    none."""
     row = record[0] if isinstance(record, list) and record else record
     return row.get("model_sha256") if isinstance(row, dict) else None
 

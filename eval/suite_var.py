@@ -19,9 +19,9 @@ Jobs (records under ``docs/figures/var/``):
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 from pathlib import Path
+from typing import Any
 
 from figure_runner import (
     Bench,
@@ -34,6 +34,7 @@ from figure_runner import (
     Suite,
     current_model_sha256,
     load_record,
+    record_model_sha256,
 )
 from figure_tables import fids_by_seed
 
@@ -61,8 +62,9 @@ def var_jobs(s: argparse.Namespace) -> list[Declaration]:
     found += [Bench("var/bench-b1", tuple(METHODS), samples=8), Bench("var/bench-b8", tuple(METHODS), samples=16, batch=8)]
     found += [Stage(f"timeline-b{b}", f"var/timeline-b{b}.json", lambda s, b=b: task_timeline(s.out, b, model_name=s.model))
               for b in (1, 8)]
-    found += [Fid("ar", floor=True, folder="var"), Fid("ar", seed=1, folder="var"),
-              *(Fid(spec, folder="var") for spec in METHODS if spec != "ar")]
+    # One thread: on a shared two-core machine a second thread stalls (docs/evaluation.md).
+    found += [Fid("ar", floor=True, folder="var", threads=1), Fid("ar", seed=1, folder="var", threads=1),
+              *(Fid(spec, folder="var", threads=1) for spec in METHODS if spec != "ar")]
     found.append(Script("acceptance", "var/acceptance.json", ("eval/var_acceptance.py", "--model", s.model, "--samples",
                                                              "64", "--json", str(s.out / "var" / "acceptance.json"))))
     return found
@@ -102,8 +104,8 @@ def task_layout(out: Path, model_name: str = MODEL) -> None:
     from arvis.models.var import export_var_checkpoint, load_var_checkpoint, official_state_dict
     from arvis.tokenizers.var_vq import VARVQModel
 
-    pipe, _, _ = load_pipeline(model_name, torch.float32, "cpu")
-    record: dict = {"model": model_name}
+    pipe, _, loaded = load_pipeline(model_name, torch.float32, "cpu")
+    record: dict = loaded.record()
     with tempfile.TemporaryDirectory() as tmp:
         for name, component in (("transformer", pipe.transformer), ("draft_transformer", pipe.draft_transformer)):
             model = component.float()
@@ -145,7 +147,7 @@ def task_timeline(out: Path, batch: int, repeats: int = 5, model_name: str = MOD
     from arvis.hub import load_pipeline
 
     torch.set_num_threads(1)
-    pipe, _, _ = load_pipeline(model_name, torch.float32, "cpu")
+    pipe, _, loaded = load_pipeline(model_name, torch.float32, "cpu")
     sampling = pipe.sampling_config()  # the folder's defaults, VAR's guidance rule
     specs = parse_method_specs(METHODS)
     methods = {s.label: pipe.build_method(s.name, **s.options_dict) for s in specs}
@@ -156,7 +158,7 @@ def task_timeline(out: Path, batch: int, repeats: int = 5, model_name: str = MOD
             _, stats = pipe.decode(labels, sampling, methods[s.label], [image_generator(0, i) for i in range(batch)])
             if r:  # the first round warms up
                 runs[s.label].append(stats.samples[0].extra | {"latency_s": stats.latency_s})
-    record = {"model": model_name, "batch": batch, "repeats": repeats, "sampling": {"guidance_scale": sampling.guidance_scale,
+    record = {**loaded.record(), "batch": batch, "repeats": repeats, "sampling": {"guidance_scale": sampling.guidance_scale,
                                                                               "top_k": sampling.top_k},
               "patch_nums": list(pipe.transformer.scale_layout.patch_nums), **provenance("cpu", torch.float32),
               "methods": {}}
@@ -180,7 +182,7 @@ def plot_timeline(page: Page) -> list[Path]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    recs = [r for b in (1, 8) if isinstance(r := load_record(out / "var" / f"timeline-b{b}.json"), dict)]
+    recs = [r for b in (1, 8) if isinstance(r := _record(page, f"timeline-b{b}.json"), dict)]
     if not recs:
         return []
     fig, axes = plt.subplots(2, len(recs), figsize=(7 * len(recs), 7.5), squeeze=False)
@@ -212,41 +214,57 @@ def plot_timeline(page: Page) -> list[Path]:
     return [path]
 
 
+def _measured_here(page: Page, record: Any) -> bool:
+    """Whether a record was measured on the weights the page's model names now (its ``model_sha256``; a bench
+    record's first row). A record naming no weights, or others, is left out: a replaced model's figures never
+    stand under its successor's name."""
+    current = current_model_sha256(page.settings.model)
+    return current is not None and record_model_sha256(record) == current
+
+
+def _record(page: Page, name: str) -> Any:
+    """The record ``var/<name>`` when it was measured on the page's model now, else ``None``."""
+    record = load_record(page.out / "var" / name)
+    return record if _measured_here(page, record) else None
+
+
+def _left_out(page: Page) -> list[str]:
+    """The page's jobs whose record exists but was measured on other weights (or names none)."""
+    return [job.name for job in page.jobs if job.output.exists() and not _measured_here(page, load_record(job.output))]
+
+
 def _model_words(page: Page) -> str:
-    """Which weights the records were measured on: the model's folder now, or — when a record's ``model_sha256``
-    says the alias has moved since — the shipped folder with those weights."""
-    from arvis.hub import SHIPPED_PIPELINES, WEIGHTS_DIR
+    """Which weights the page's figures were measured on: the model's folder now (each record shown names its
+    content hash), and the records left out because they were measured on other weights."""
+    from arvis.hub import SHIPPED_PIPELINES, model_capabilities
 
     alias = page.settings.model
     folder = SHIPPED_PIPELINES.get(alias, alias)
-    bench = load_record(page.out / "var" / "bench-b1.json")
-    measured_sha = bench[0].get("model_sha256") if isinstance(bench, list) and bench else None
-    if measured_sha is None or current_model_sha256(alias) in (None, measured_sha):
-        return f"The model is the shipped pair `{alias}` (`arvis/weights/{folder}`, see its model card)"
-    kind = json.loads((WEIGHTS_DIR / folder / "model_index.json").read_text())["_class_name"]
-    measured = next((f.name for f in sorted(WEIGHTS_DIR.iterdir()) if (f / "model_index.json").is_file()
-                     and json.loads((f / "model_index.json").read_text())["_class_name"] == kind
-                     and current_model_sha256(str(f)) == measured_sha), None)
-    if measured is None:
-        return (f"The records were measured on weights no shipped folder has now (`{measured_sha}`); `{alias}` is "
-                f"`arvis/weights/{folder}`")
-    card = WEIGHTS_DIR / folder / "README.md"
-    naming = card.is_file() and "naming" in card.read_text()
-    return (f"The model is `arvis/weights/{measured}` (the `{alias}` alias when these records were measured; "
-            f"`{alias}` is now `{folder}`, not re-measured here yet: "
-            f"{'its model card has its naming figures' if naming else 'see its model card'})")
+    where = f"`arvis/weights/{folder}`" if alias in SHIPPED_PIPELINES else f"`{alias}`"
+    classes = model_capabilities(alias).num_classes
+    words = (f"The model is the pair `{alias}` ({where}, {classes} classes; see its model card): every figure below "
+             f"comes from a record measured on these weights (content hash `{current_model_sha256(alias)}`)")
+    stale = _left_out(page)
+    if stale:
+        words += (f"; the records of these jobs were measured on other weights and are left out until they run "
+                  f"again (`--force`): {', '.join(f'`{s}`' for s in stale)}")
+    return words
+
+
+def _not_run(job: str, timed: bool = False) -> str:
+    how = f"`python eval/figures.py --suite var --only {job}`"
+    return f"(not measured on this model yet: {how}" + (", timed: run it on an otherwise idle machine)" if timed else ")")
 
 
 def var_page(page: Page) -> list[str]:
-    """docs/figures/var.md from the records under ``var/``."""
-    out = page.out
-    fids = fids_by_seed(out / "var")
+    """docs/figures/var.md from the records under ``var/`` measured on the page's model."""
+    fids = {key: rec for key, rec in fids_by_seed(page.out / "var").items() if _measured_here(page, rec)}
     lines = ["# Figures: VAR (next-scale decoding)", "",
              "Generated by `python eval/figures.py --suite var` from the JSON records in `var/` (`--list` prints every "
-             f"command; `--reference-repo` adds the parity records). {_model_words(page)}; the math is in "
+             f"command; `--reference-repo` adds the parity records). {_model_words(page)}. The math is in "
              "[../var.md](../var.md).",
              ""]
-    layout = load_record(out / "var" / "layout.json")
+    layout = _record(page, "layout.json")
     lines += ["## Official layout round trip", ""]
     if isinstance(layout, dict):
         lines += ["| part | keys | keys = official | rewrite identical | max |Δ| after reload |", "|---|---|---|---|---|"]
@@ -257,9 +275,9 @@ def var_page(page: Page) -> list[str]:
         lines.append(f"| vqvae | {layout['vqvae']['keys']} | (its state dict is the official one) | – | "
                      f"{layout['vqvae']['max_abs_decode_diff_after_reload']:.1e} (pixels) |")
     else:
-        lines.append("(not run yet)")
+        lines.append(_not_run("layout"))
     lines += ["", "## Parity with the official code and speed against the official sampler", ""]
-    refs = [r for b in (1, 8) if isinstance(r := load_record(out / "var" / f"reference-b{b}.json"), dict)]
+    refs = [r for b in (1, 8) if isinstance(r := _record(page, f"reference-b{b}.json"), dict)]
     if refs:
         lines += ["| batch | tokenizer ids identical | max |Δ| reconstruction | max |Δ| logits (fp32) | same-noise token "
                   "mismatches | official `autoregressive_infer_cfg` s | arvis `ar` s | arvis speed-up |",
@@ -272,19 +290,20 @@ def var_page(page: Page) -> list[str]:
                       f"returning images, {refs[0]['threads']} thread(s), CFG {refs[0]['guidance_scale']}, top-k "
                       f"{refs[0]['top_k']}."]
     else:
-        lines.append("(run with `--reference-repo` to produce it)")
+        lines.append("(not measured on this model yet: run with `--reference-repo` (a FoundationVision/VAR checkout) "
+                     "to produce it; timed: on an otherwise idle machine)")
     ar_fids = {seed: rec for (label, seed), rec in fids.items() if label == "ar"}
     noise = abs(ar_fids[0]["fid"] - ar_fids[1]["fid"]) if 0 in ar_fids and 1 in ar_fids else None
     for b in (1, 8):
-        recs = load_record(out / "var" / f"bench-b{b}.json")
+        recs = _record(page, f"bench-b{b}.json")
         lines += ["", f"## Latency and FID, batch {b}", ""]
         if not isinstance(recs, list):
-            lines.append("(not run yet)")
+            lines.append(_not_run(f"var/bench-b{b}", timed=True))
             continue
         r0 = recs[0]
-        lines += [f"{r0['samples']} samples (class i mod 22), batch {b}, {r0.get('dtype')}, {r0.get('threads')} thread(s), "
-                  f"VAR CFG {r0['sampling']['guidance_scale']} (ramped), top-k {r0['sampling']['top_k']}; median of "
-                  f"{r0['repeats']} interleaved rounds; commit `{str(r0.get('git_commit'))[:12]}`.", "",
+        lines += [f"{r0['samples']} samples (class i mod classes), batch {b}, {r0.get('dtype')}, {r0.get('threads')} "
+                  f"thread(s), VAR CFG {r0['sampling']['guidance_scale']} (ramped), top-k {r0['sampling']['top_k']}; "
+                  f"median of {r0['repeats']} interleaved rounds; commit `{str(r0.get('git_commit'))[:12]}`.", "",
                   "| method | lossless | large-model fwd | small-model fwd | latency s / image | speed-up | FID (N) | "
                   "ΔFID vs `ar` |", "|---|---|---|---|---|---|---|---|"]
         for r in recs:
@@ -294,24 +313,37 @@ def var_page(page: Page) -> list[str]:
             lines.append(f"| `{r['spec']}` | {'yes' if r['lossless'] else 'no'} | {r['target_forwards']:.0f} | "
                          f"{r['draft_forwards']:.0f} | {r['latency_s']:.4f} | {r['speedup']:.2f}x | {fid_s} | {delta} |")
         lines += ["", _verdict(recs, fids, ar_fids, noise)]
-    lines += ["", "## FID: baseline seed noise and floor", ""]
+    lines += ["", "## FID: every method, baseline seed noise and floor", ""]
     if 0 in ar_fids:
-        floor = ar_fids[0].get("real_vs_real_floor")
-        lines.append(f"`ar`: FID {ar_fids[0]['fid']:.2f} (seed 0), "
+        a0 = ar_fids[0]
+        floor = a0.get("real_vs_real_floor")
+        lines.append(f"`ar`: FID {a0['fid']:.2f} (seed 0), "
                      f"{ar_fids[1]['fid']:.2f} (seed 1) → seed-to-seed noise |ΔFID| = {noise:.2f}; real-vs-real floor "
                      f"at the same N {floor:.2f}." if noise is not None and floor is not None else
-                     f"`ar`: FID {ar_fids[0]['fid']:.2f} (seed 0); second seed not run yet.")
+                     f"`ar`: FID {a0['fid']:.2f} (seed 0); second seed not run yet.")
         lines.append("A method is 'within seed noise' when |ΔFID| ≤ the seed-to-seed |ΔFID| of the baseline.")
+        lines += ["", f"{a0['num_generated']} images per method (seed 0, class i mod classes) against "
+                      f"{a0['num_reference']} held-out images ({a0['reference']}), {a0['extractor']} feature network, "
+                      f"{a0['threads']} thread(s):", "",
+                  "| method | FID (N) | ΔFID vs `ar` | within seed noise |", "|---|---|---|---|"]
+        for spec in METHODS:
+            fid = fids.get((spec, 0))
+            if fid is None:
+                lines.append(f"| `{spec}` | – | – | – |")
+                continue
+            d = fid["fid"] - a0["fid"]
+            within = "–" if spec == "ar" or noise is None else ("yes" if abs(d) <= noise else
+                                                                 "no (better)" if d < 0 else "no (worse)")
+            lines.append(f"| `{spec}` | {fid['fid']:.2f} ({fid['num_generated']}) | "
+                         f"{'–' if spec == 'ar' else f'{d:+.2f}'} | {within} |")
     else:
-        lines.append("(not run yet)")
+        lines.append(_not_run("fid"))
     lines += ["", "## Where the time goes (per scale)", ""]
-    for b in (1, 8):
-        rec = load_record(out / "var" / f"timeline-b{b}.json")
-        if not isinstance(rec, dict):
-            continue
+    timelines = [r for b in (1, 8) if isinstance(r := _record(page, f"timeline-b{b}.json"), dict)]
+    for rec in timelines:
         pn = rec["patch_nums"]
-        lines += [f"Batch {b}, median of {rec['repeats']} interleaved rounds, ms per scale step (forward + sampling; "
-                  "`*` = small model; positions evaluated in brackets when pruned or prefilled):", "",
+        lines += [f"Batch {rec['batch']}, median of {rec['repeats']} interleaved rounds, ms per scale step (forward + "
+                  "sampling; `*` = small model; positions evaluated in brackets when pruned or prefilled):", "",
                   "| method | " + " | ".join(f"{p}x{p}" for p in pn) + " | total s |", "|---|" + "---|" * (len(pn) + 1)]
         for label, m in rec["methods"].items():
             cells = []
@@ -323,9 +355,11 @@ def var_page(page: Page) -> list[str]:
                 cells.append(f"{m['scale_ms'][i]:.1f}{mark}{extra}")
             lines.append(f"| `{label}` | " + " | ".join(cells) + f" | {m['latency_s']:.3f} |")
         lines.append("")
-    if (out / "var" / "per-scale.png").exists():
+    if not timelines:
+        lines += [_not_run("timeline", timed=True), ""]
+    elif (page.out / "var" / "per-scale.png").exists():
         lines += ["Plot: [var/per-scale.png](var/per-scale.png) (forward time and positions per scale, every method).", ""]
-    acc = load_record(out / "var" / "acceptance.json")
+    acc = _record(page, "acceptance.json")
     lines += ["## Would speculative verification of drafted scales pay?", ""]
     if isinstance(acc, dict):
         lines += [f"{acc['samples']} samples of the target, CFG {acc['guidance_scale']}, top-k {acc['top_k']}; per scale, "
@@ -339,7 +373,7 @@ def var_page(page: Page) -> list[str]:
             lines.append(f"| {r['side']}x{r['side']} | {r['tokens']} | {r['tv']:.3f} | {r['tokenwise']:.2e} | "
                          f"{r['log10_tokenwise_median_of_batches']:.1f} | {r['joint']:.2e} |")
     else:
-        lines.append("(not run yet)")
+        lines.append(_not_run("acceptance"))
     return lines + ["", "## Published anchors", "", *(f"- {a}" for a in ANCHORS), ""]
 
 

@@ -33,18 +33,17 @@ def main(argv: list[str] | None = None) -> dict:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 1")
     torch.set_num_threads(args.threads)
 
-    from arvis.engine.sampling import SamplingConfig
     from arvis.eval.files import write_json_atomic
     from arvis.eval.jobs import image_generator
     from arvis.hub import load_pipeline
     from arvis.methods.next_scale import measure_scale_agreement
 
-    pipe, defaults, _ = load_pipeline(args.model, torch.float32, "cpu")
+    pipe, _, loaded = load_pipeline(args.model, torch.float32, "cpu")
     if pipe.draft_transformer is None:
         raise ValueError(f"--model: {args.model!r} has no draft_transformer to measure")
-    guidance = args.guidance_scale if args.guidance_scale is not None else defaults.get("guidance_scale", 1.5)
-    top_k = args.top_k if args.top_k is not None else defaults.get("top_k", 0)
-    sampling = SamplingConfig(guidance_scale=guidance, top_k=top_k)
+    # The pipeline's sampling settings (its defaults, VAR's guidance rule), the options given replacing them.
+    sampling = pipe.sampling_config(guidance_scale=args.guidance_scale, top_k=args.top_k)
+    guidance, top_k = sampling.guidance_scale, sampling.top_k
     n_classes = pipe.transformer.num_classes
     per_batch = []
     for start in range(0, args.samples, args.batch_size):
@@ -62,7 +61,7 @@ def main(argv: list[str] | None = None) -> dict:
         row["log10_tokenwise_median_of_batches"] = sorted(rows[s]["log10_tokenwise"] for _, rows in per_batch)[
             len(per_batch) // 2]
         scales.append(row)
-    result = {"model": args.model, "samples": args.samples, "seed": args.seed, "guidance_scale": guidance,
+    result = {**loaded.record(), "samples": args.samples, "seed": args.seed, "guidance_scale": guidance,
               "top_k": top_k, "joint_draws": args.joint_draws, "scales": scales}
     print(f"{'scale':>5} {'side':>4} {'tokens':>6} {'mean TV':>8} {'P(all tokens accepted)':>23} "
           f"{'log10 (median)':>14} {'joint 1-TV':>10}")

@@ -28,9 +28,10 @@ from arvis.utils.model_card import ModelCard, Section, Training, measured, table
 
 WEIGHTS = Path("arvis/weights")
 FIGS = Path("docs/figures/var")
-#: The FID records of a pair: docs/figures/var.md was measured on var-photos (then the `var` alias); no other pair's
-#: card may show them, so the others have none until they are measured into their own folder (``--figures``).
-PAIR_RECORDS = {"var-photos": FIGS}
+#: The FID records of a pair: docs/figures/var.md measures the `var` alias, var-emoji; no other pair's card may show
+#: them, so the others have none until they are measured into their own folder (``--figures``). A card shows only
+#: the records measured on its folder's weights now (their ``model_sha256``).
+PAIR_RECORDS = {"var-emoji": FIGS}
 NO_RECORDS = Path("docs/figures/var-unmeasured")
 
 
@@ -57,9 +58,12 @@ def _load(path: Path) -> Any:
         return None
 
 
-def _fid(records: Path, spec_method: str, seed: int) -> dict | None:
+def _fid(records: Path, spec_method: str, seed: int, sha256: str | None = None) -> dict | None:
+    """The FID record of a method and seed under ``records``; with ``sha256``, only one measured on those weights."""
     for path in sorted((records / "fid").glob(f"{spec_method}-seed{seed}-n*.json")):
-        return _load(path)
+        rec = _load(path)
+        if isinstance(rec, dict) and (sha256 is None or rec.get("model_sha256") == sha256):
+            return rec
     return None
 
 
@@ -219,13 +223,14 @@ def _alias_sentence(name: str) -> str:
 
 
 def pipeline_model_card(m: dict, defaults: dict, name: str, vq_name: str, naming: dict | None = None,
-                        records: Path = NO_RECORDS) -> ModelCard:
-    """The card of the VAR pair folder ``name`` (tokenizer ``vq_name``; FID records under ``records``)."""
+                        records: Path = NO_RECORDS, sha256: str | None = None) -> ModelCard:
+    """The card of the VAR pair folder ``name`` (tokenizer ``vq_name``; FID records under ``records``, those measured
+    on the weights of content hash ``sha256`` when given)."""
     t, d = m["transformer"], m["draft_transformer"]
     for part in (t, d):
         c = part["preset_config"]
         part["arch"], part["config"] = f"{c['depth']} / {c['num_heads']} / {c['embed_dim']}", c
-    ar0, ar1 = _fid(records, "ar", 0), _fid(records, "ar", 1)
+    ar0, ar1 = _fid(records, "ar", 0, sha256), _fid(records, "ar", 1, sha256)
     noise = abs(ar0["fid"] - ar1["fid"]) if ar0 and ar1 else None
     from arvis.data.sources import class_names
 
@@ -318,9 +323,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--train-logs", nargs=2, default=None, metavar=("TARGET", "DRAFT"),
                         help="the two runs' scratch train.log (with --train-metrics): their starts and resumes")
     parser.add_argument("--figures", default=None, type=Path,
-                        help="where the pair's FID records are (default: docs/figures/var for var-photos, whose "
-                             "records they are; none for another pair, so that no other model's records reach its "
-                             "card)")
+                        help="where the pair's FID records are (default: docs/figures/var for var-emoji, the `var` "
+                             "alias whose records they are; none for another pair, so that no other model's records "
+                             "reach its card); only records measured on the folder's weights are shown")
     parser.add_argument("--grid", default=None, help="also write an uncaptioned sample grid PNG here (photo models)")
 
 
@@ -343,7 +348,7 @@ def _merge_training(folder: Path, train_metrics: list[str], assemble_command: st
 
 def pipeline_card(folder: Path, args: argparse.Namespace) -> ModelCard:
     """The card of a VAR pair folder from its records (``add_arguments``' options)."""
-    vq_name = Path(os.readlink(folder / "vqvae")).name if (folder / "vqvae").is_symlink() else "var-vq-photos"
+    vq_name = Path(os.readlink(folder / "vqvae")).name if (folder / "vqvae").is_symlink() else f"{folder.name}/vqvae"
     if args.train_metrics:
         _merge_training(folder, args.train_metrics, args.assemble_command, args.train_logs)
     metrics = _portable_record(_load(folder / "metrics.json"))
@@ -352,8 +357,11 @@ def pipeline_card(folder: Path, args: argparse.Namespace) -> ModelCard:
     if args.grid:
         write_grid(Path(args.grid), folder.name)
     records = args.figures or PAIR_RECORDS.get(folder.name, NO_RECORDS)
+    from arvis.hub import folder_sha256
+
     return pipeline_model_card(metrics, _load(folder / "sampling_defaults.json") or {}, folder.name, vq_name,
-                               _load(Path("docs/figures/naming") / f"{folder.name}.json"), records)
+                               _load(Path("docs/figures/naming") / f"{folder.name}.json"), records,
+                               folder_sha256(folder))
 
 
 def add_vq_arguments(parser: argparse.ArgumentParser) -> None:

@@ -1,7 +1,7 @@
 """rFID and PSNR of a VQ tokenizer: FID (domain network) of reconstructed held-out images.
 
     python eval/vq_rfid.py --vq arvis/weights/vq-photos --num 1000 --json docs/figures/vq_rfid.json
-    python eval/vq_rfid.py --vq arvis/weights/var-vq-photos --num 1000 --json docs/figures/var/vq_rfid.json
+    python eval/vq_rfid.py --vq arvis/weights/var-vq-emoji --data emoji --num 1000 --json docs/figures/var/vq_rfid.json
     python eval/vq_rfid.py --data emoji --vq arvis/weights/vq-emoji --num 1000 --json docs/figures/emoji/vq_rfid.json
 
 Reconstructions of ``num`` held-out images (seed 7; photos: crops disjoint from training pixels; emoji:

@@ -11,9 +11,10 @@ block-causal attention, cross-entropy averaged over all tokens of the pyramid, 1
 the null class (CFG), AdamW (betas 0.9/0.95, weight decay 0.05), gradient clipping at 2.0 and VAR's
 initialisation; plus a warm-up + cosine schedule and an EMA of the weights. The better of the raw and
 EMA weights on held-out validation loss is exported (fp16 safetensors). Checkpoints are atomic and a
-rerun with the same ``--scratch`` resumes. Example::
+rerun with the same ``--scratch`` resumes. Example (the shipped ``var-emoji`` target: its card has the exact
+commands; the retired photo pair ``var-photos`` is rebuilt by the commands docs/models.md names)::
 
-    python -m arvis.training.train_var --preset target --vq arvis/weights/var-vq-photos \\
+    python -m arvis.training.train_var --preset target --data emoji-names --vq arvis/weights/var-vq-emoji \\
         --out /tmp/var-target --scratch /tmp/var-target-scratch --threads 1
 """
 
@@ -208,7 +209,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--scratch", required=True, help="checkpoints and log")
     p.add_argument("--data-cache", default=None,
                    help="tokenised data cache folder (default: --scratch; share it between runs on one tokenizer)")
-    p.add_argument("--vq", default="arvis/weights/var-vq-photos", help="the multi-scale tokenizer folder")
+    p.add_argument("--vq", default="arvis/weights/var-vq-emoji",
+                   help="the multi-scale tokenizer folder (default: the shipped one, trained on emoji: pair it with "
+                        "--data emoji-names)")
     p.add_argument("--steps", type=int, default=None)
     p.add_argument("--batch-size", type=int, default=None)
     p.add_argument("--num-train", type=int, default=None)

@@ -1,4 +1,5 @@
-"""Train the small multi-scale VQ tokenizer of arvis's shipped VAR pair (``arvis/weights/var-vq-photos``).
+"""Train the small multi-scale VQ tokenizers of arvis's VAR pairs (``arvis/weights/var-vq-emoji``, shipped; its
+defaults rebuild the retired photo tokenizer ``var-vq-photos``).
 
 A :class:`~arvis.tokenizers.var_vq.VARVQModel` (VAR's residual multi-scale quantiser, shared codebook,
 partially shared φ convolutions) at reduced width: 64 px → an 8x8 latent, quantised at
@@ -24,7 +25,9 @@ stream, evaluation and export helpers are reused):
 
 Usage::
 
-    python -m arvis.training.train_var_vq --out arvis/weights/var-vq-photos --scratch /tmp/var-vq --steps 900
+    python -m arvis.training.train_var_vq --data emoji --warm-start arvis/weights/vq-emoji --steps 300 \\
+        --out /tmp/var-vq-emoji --scratch /tmp/var-vq-emoji-scratch      # var-vq-emoji: its card has the full command
+    python -m arvis.training.train_var_vq --out /tmp/var-vq-photos --scratch /tmp/var-vq   # the retired var-vq-photos
     python -m arvis.training.train_var_vq --out /tmp/var-vq-smoke --smoke      # seconds
 """
 

@@ -484,7 +484,7 @@ def test_demo_runs_a_var_model_side_by_side():
 
 
 # ----------------------------------------------------------------------------- the shipped pair
-SHIPPED = __import__("arvis.hub", fromlist=["x"]).WEIGHTS_DIR / "var-photos"
+SHIPPED = __import__("arvis.hub", fromlist=["x"]).WEIGHTS_DIR / "var-emoji"  # the `var` alias
 
 
 @pytest.mark.skipif(not (SHIPPED / "model_index.json").is_file(), reason="the VAR pair is not shipped")
@@ -496,7 +496,8 @@ def test_shipped_var_pair_is_trained_and_every_method_runs():
     metrics = json.loads((SHIPPED / "metrics.json").read_text())
     for part in ("transformer", "draft_transformer"):  # trained: far below the uniform loss ln V
         assert metrics[part]["val_loss"] < 0.8 * math.log(layout.vocab_size), part
-    kw = dict(class_labels=["coffee", 3], output_type="latent")
+    assert len(pipe.class_names) == pipe.transformer.num_classes == 123  # one class per named emoji
+    kw = dict(class_labels=[pipe.class_names[0], 3], output_type="latent")  # a class by its name, one by its id
     for method, options in (("ar", {}), ("code", {"draft_scales": 4}), ("cfg-cutoff", {"guided_scales": 4}),
                             ("fastvar", {"prune_ratios": [0.5]})):
         out = pipe(**kw, method=method, generator=torch.Generator().manual_seed(0), **options)
