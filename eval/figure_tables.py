@@ -43,10 +43,11 @@ def best_fid(fids: dict[tuple[str, int, int], dict], label: str) -> dict | None:
 
 
 def same_model(a: str | None, b: str | None) -> bool:
-    """Whether two records name the same model (an alias and its shipped folder name are the same model)."""
+    """Whether two records may be of the same model: an alias and its shipped folder name are the same model, and a
+    record that names no model is not contradicted."""
     from arvis.hub import SHIPPED_PIPELINES
 
-    return a is not None and SHIPPED_PIPELINES.get(a, a) == SHIPPED_PIPELINES.get(b, b)
+    return a is None or b is None or SHIPPED_PIPELINES.get(a, a) == SHIPPED_PIPELINES.get(b, b)
 
 
 def bench_table(records: list[dict], fids: dict[tuple[str, int, int], dict], extra_cols: bool = False) -> list[str]:
