@@ -63,6 +63,10 @@ NOT_RUN = [
      "tests/training/test_mar_training.py (the losses it times, on smoke presets)"),
     (r"^python eval/figures\.py --suite mar (--model|--reference-repo)", "needs the trained MAR pairs or an LTH14/mar checkout",
      "tests/eval/test_mar_figures.py (job list, acceptance task on a tiny folder, page from records)"),
+    (r"^python -m arvis\.training\.(train_var_vq|train_var)\b|--out arvis/weights/var-photos\b",
+     "trains the retired photo VAR tokenizer and pair (hours on this CPU) and assembles them",
+     "tests/training/test_var_training.py (tokenizer then transformer smoke runs) and "
+     "tests/training/test_emoji_training.py::test_assemble_records_the_data_set"),
     (r"--suite latency", "times every method for about 25 minutes and needs reference checkouts",
      "tests/eval/test_eval_bench.py (the figures script on a tiny model)"),
 ]
