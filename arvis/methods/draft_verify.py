@@ -75,6 +75,10 @@ class WindowPolicy(Protocol):
         """What :meth:`expected_tokens` reads before any forward was observed (the first iteration has no sync)."""
         ...
 
+    def retire(self, kept_index: torch.Tensor) -> None:
+        """Active samples were compacted (per-sample state follows them)."""
+        ...
+
     def choose(self, expected: list[float], committed: list[int], advanced: float) -> int:
         """The next forward's window (0: a plain AR step), given the tokens per sample the last one committed."""
         ...
@@ -234,6 +238,8 @@ class DraftVerifyLoop:
             self.committed = self.committed.index_select(0, kept_index)
             self.session.retire(kept, kept_index)
             self.policy.retire(kept_index)
+            if self.window_policy is not None:
+                self.window_policy.retire(kept_index)
             committed = [committed[a] for a in kept]
         self._committed_before = sum(committed)
         self.state_bytes = max(self.state_bytes, self.session.nbytes())

@@ -1,22 +1,29 @@
 """Cost-aware windows (``window="auto"``): every forward's window chosen from this machine's forward-cost curve
-and the tokens each window has been committing in this decode.
+and the acceptance measured so far in this decode.
 
 An iteration with ``L`` drafts costs ``cost(L + 1)`` (the curve: :func:`arvis.engine.cost.measured_curve`, measured
 once per model, batch, dtype, device and thread count; each size priced by its fastest timed forward, since other
 work on the machine only adds time) plus the loop's own time per iteration (measured as it runs), and commits
 ``m(L)`` tokens per sample on average. Each iteration takes the window with the most expected tokens per second.
 
-Two estimates of ``m(L)`` are combined:
+How ``m(L)`` is estimated depends on the drafts:
 
-- *Measured*: the tokens per sample each window actually committed while it was played (decayed, so an estimate
-  follows the image; an iteration right after a change of window is not counted: its drafts were made for the
-  previous window). This is what matters for Jacobi drafts, whose acceptance depends on the window itself: a
-  draft far ahead is only worth verifying after wide windows have refined it several times, so the acceptance seen
-  at small windows under-predicts a wide window (measured on ``c2i``: 0.55 per offset at window 4, 0.8 at 16).
-- *Modelled* (the prior, and the whole answer for a draft model whose drafts do not depend on the window):
-  ``E(L) = 1 + Σ_{j=1..L} Π_{k<j} α_k`` from the acceptance ``α_k`` per offset, counted on the device.
+- *Jacobi drafts* (SJD, MC-SJD and the methods built on them): a draft's acceptance depends on how often it was
+  refined before it was verified — its *age*, the forwards whose window covered its position — and the window
+  sets the ages: at window ``L`` committing ``m`` tokens per iteration, the draft at offset ``j`` entered the
+  window's far end about ``(L − 1 − j) / m`` iterations ago. So the loop counts, on the device, the drafts tested
+  and accepted per age, pooled over every window played, and each window's steady state is modelled from them:
+  ``m = 1 + Σ_{j<L} Π_{k≤j} α(age_k)``, solved by a few fixed-point steps. The acceptance per age is made
+  non-decreasing (a draft refined more is no worse), so ages no window has reached yet are priced at the best
+  rate seen. A policy that compared windows by what each committed while it was played (an earlier version of
+  this module) settled on narrow ones: a window measured right after it widened sees fresh drafts, and narrow
+  windows never refine drafts long enough to show what a wide one gets (measured on ``c2i``: 0.55 accepted per
+  offset at window 4, 0.8 at 16).
+- *A draft model's drafts* do not depend on the window: ``E(L) = 1 + Σ_{j=1..L} Π_{k<j} α_k`` from the
+  acceptance ``α_k`` per offset, blended with the tokens each window actually committed while it was played.
 
-Windows are played in short blocks on a doubling ladder (0 — a plain AR step —, 1, 2, 4, 8, …, ``max_window``).
+Windows are played in blocks (8 iterations; 4 with a draft model; longer after a widening, until the new far
+drafts were refined) on a doubling ladder (0 — a plain AR step —, 1, 2, 4, 8, …, ``max_window``).
 After each block the best-scoring window is played, unless a ladder neighbour of it has hardly been measured
 lately and could, optimistically (its model estimate × ``optimism``), beat it: then that neighbour is tried for
 a block. The first window is the widest whose forward costs at most twice a single-token forward. With a
@@ -46,7 +53,7 @@ from arvis.engine.engine import DecodeEngine
 from arvis.engine.schedules import WindowPlan
 
 # What decodes measured per window, kept for later decodes with the same key (per process, like the cost curves).
-_LEARNED: dict[Hashable, tuple[list[float], list[float]]] = {}
+_LEARNED: dict[Hashable, tuple[list[float], list[float], torch.Tensor | None]] = {}
 
 
 def window_ladder(max_window: int) -> list[int]:
@@ -82,15 +89,18 @@ class AutoWindow:
     """
 
     def __init__(self, engine: DecodeEngine, max_window: int, curve: Sequence[Mapping[str, float]] | None = None,
-                 decay: float = 0.8, window_decay: float = 0.99, prior: float = 2.0, block: int = 4,
+                 decay: float = 0.8, window_decay: float = 0.99, prior: float = 2.0, block: int | None = None,
                  optimism: float = 1.5,
                  overhead_ms: float | None = None, drafting_ms: Callable[[int], float] | None = None,
-                 memory_key: Hashable | None = None):
-        for name, value in (("decay", decay), ("window_decay", window_decay)):
+                 memory_key: Hashable | None = None, max_age: int = 16, age_decay: float = 0.99):
+        for name, value in (("decay", decay), ("window_decay", window_decay), ("age_decay", age_decay)):
             if not 0 < value <= 1:
                 raise ValueError(f"{name} must be in (0, 1], got {value}")
+        block = block if block is not None else (8 if drafting_ms is None else 4)
         if block < 1:
             raise ValueError(f"block must be >= 1, got {block}")
+        if max_age < 1:
+            raise ValueError(f"max_age must be >= 1, got {max_age}")
         # With a draft model (drafting_ms: its time to propose L drafts) there is no plain AR step: its cache
         # catches up on at most two committed tokens per forward.
         # The curve is timed inside the sequence: windows up to N - 2 (a longer one never fits anyway).
@@ -112,6 +122,11 @@ class AutoWindow:
         self.tested = torch.zeros(max_window, device=dev)
         self.accepted = torch.zeros(max_window, device=dev)
         self._offsets = torch.arange(max_window, device=dev)
+        # Jacobi drafts (no draft model): acceptance by the draft's age, the forwards that refined it before.
+        self.by_age, self.max_age, self.age_decay = drafting_ms is None, max_age, age_decay
+        if self.by_age:
+            self.seen = torch.zeros(engine.batch_size, engine.num_tokens, dtype=torch.long, device=dev)
+            self.age_counts = torch.zeros(2, max_age, device=dev)  # [tested, accepted] per age
         self._candidates = torch.tensor(self.candidates, device=dev)
         # The loop's time per iteration outside the forward, unless given.
         # Its least disturbed recent value: other work on the machine only adds time (as for the curve).
@@ -124,6 +139,8 @@ class AutoWindow:
         learned = _LEARNED.get(self.memory_key) if self.memory_key is not None else None
         self.committed_sum = list(learned[0]) if learned else [0.0] * len(self.candidates)
         self.played = list(learned[1]) if learned else [0.0] * len(self.candidates)
+        if self.by_age and learned and learned[2] is not None:
+            self.age_counts.copy_(learned[2])
         self._current: int | None = None  # candidate index being played, and for how many more iterations
         self._left = 0
         self._warming = 0  # iterations still not counted after widening the window
@@ -132,14 +149,52 @@ class AutoWindow:
 
     # ------------------------------------------------------------------ on the device
     def expected_tokens(self) -> torch.Tensor:
-        """``[C]``: modelled committed tokens per sample of each candidate window (read at the loop's sync)."""
+        """What the loop's sync reads for :meth:`choose`: Jacobi drafts, the tested and accepted counts per age
+        (``[2 · max_age]``, modelled on the host when a block ends); a draft model's, ``[C]`` modelled committed
+        tokens per sample of each candidate window."""
+        if self.by_age:
+            return self.age_counts.flatten()
         return self._expected(self.accepted, self.tested, self._candidates)
 
     def prior_tokens(self) -> list[float]:
         """:meth:`expected_tokens` before anything was observed, computed on the host (the loop's first iteration
         has no sync to read it with)."""
+        if self.by_age:
+            return [0.0] * (2 * self.max_age)
         zeros = torch.zeros_like(self.tested, device="cpu")
         return self._expected(zeros, zeros, self._candidates.cpu()).double().tolist()
+
+    def retire(self, kept_index: torch.Tensor) -> None:
+        """Active samples were compacted: the per-sample ages follow them."""
+        if self.by_age:
+            self.seen = self.seen.index_select(0, kept_index)
+
+    def _expected_by_age(self, counts: Sequence[float]) -> list[float]:
+        """Steady-state committed tokens per sample of each candidate window, from the acceptance per draft age.
+
+        At window ``L`` committing ``m`` tokens per iteration, the draft at offset ``j`` entered the window at its
+        far end about ``(L − 1 − j) / m`` iterations ago and was refined that many times; so
+        ``m = 1 + Σ_j Π_{k≤j} α(age_k)``, solved by a few fixed-point steps. ``α(age)`` is smoothed towards the
+        pooled rate and made non-decreasing in age (a draft refined more is no worse), which also prices ages no
+        window has reached yet at the best rate seen: a narrow window's acceptance does not hide a wide one's.
+        """
+        tested, accepted = counts[: self.max_age], counts[self.max_age:]
+        pooled = (sum(accepted) + 1.0) / (sum(tested) + 2.0)
+        alpha, best = [], 0.0
+        for t, a in zip(tested, accepted, strict=True):
+            best = max(best, (a + self.prior * pooled) / (t + self.prior))
+            alpha.append(best)
+        out = []
+        for L in self.candidates:
+            m = 1.0 + L * pooled
+            for _ in range(4):
+                survive, total = 1.0, 1.0
+                for j in range(L):
+                    survive *= alpha[min(self.max_age - 1, round((L - 1 - j) / m))]
+                    total += survive
+                m = total
+            out.append(m)
+        return out
 
     def _expected(self, accepted: torch.Tensor, tested: torch.Tensor, candidates: torch.Tensor) -> torch.Tensor:
         pooled = (accepted.sum() + 1) / (tested.sum() + 2)
@@ -158,6 +213,14 @@ class AutoWindow:
         offsets = self._offsets[:L]
         accepted_count = verification.accepted_count[:, None]
         tested = proposal.has_draft[:, :L] & (offsets <= accepted_count)
+        if self.by_age:
+            self.age_counts.mul_(self.age_decay)
+            positions = plan.targets[:, :L].clamp_max(self.seen.shape[1] - 1)
+            age = self.seen.gather(1, positions).clamp_max_(self.max_age - 1).flatten()
+            self.age_counts[0].scatter_add_(0, age, tested.flatten().float())
+            self.age_counts[1].scatter_add_(0, age, (tested & (offsets < accepted_count)).flatten().float())
+            self.seen.scatter_add_(1, positions, plan.real[:, :L].long())
+            return
         self.tested[:L] += tested.sum(0)
         self.accepted[:L] += (offsets < accepted_count).sum(0)
 
@@ -165,6 +228,8 @@ class AutoWindow:
     def estimates(self, expected: Sequence[float]) -> list[float]:
         """Tokens per sample each candidate is expected to commit: its measurements, with ``prior``
         pseudo-iterations of the model (a plain AR step commits exactly one)."""
+        if self.by_age:
+            return [1.0 if L == 0 else e for L, e in zip(self.candidates, self._expected_by_age(expected), strict=True)]
         return [1.0 if L == 0 else (s + self.prior * e) / (n + self.prior)
                 for L, s, n, e in zip(self.candidates, self.committed_sum, self.played, expected, strict=True)]
 
@@ -189,10 +254,12 @@ class AutoWindow:
         else:
             previous = self._current
             self._current = self._next(expected)
-            # A wider window's new far drafts are fresh: not counted until the window has slid past them once.
-            widened = 0 if previous is None else self.candidates[self._current] - self.candidates[previous]
+            # A wider window's new far drafts are fresh: not counted until the window has slid past them once (the
+            # first window's drafts are all fresh).
+            before = 0 if previous is None else self.candidates[previous]
+            widened = self.candidates[self._current] - before
             if widened > 0:
-                pace = max(self.estimates(expected)[previous], 1.0)
+                pace = max(self.estimates(expected)[self._current if previous is None else previous], 1.0)
                 self._warming = min(math.ceil(widened / pace), 2 * self.block)
             self._left = self.block - 1 + self._warming
         self._last_time = now
@@ -221,13 +288,20 @@ class AutoWindow:
 
     def report(self) -> dict[str, Any]:
         if self.memory_key is not None:
-            _LEARNED[self.memory_key] = (list(self.committed_sum), list(self.played))
+            _LEARNED[self.memory_key] = (list(self.committed_sum), list(self.played),
+                                         self.age_counts.clone() if self.by_age else None)
         chosen: dict[int, int] = {}
         for _, w in self.trace:
             chosen[w] = chosen.get(w, 0) + 1
         measured = {str(L): round(s / n, 3) for L, s, n in zip(self.candidates, self.committed_sum, self.played,
                                                                  strict=True) if n > 0}
-        return {"window_policy": "auto", "max_window": self.max_window,
+        by_age = {}
+        if self.by_age:
+            counts = self.age_counts.double().tolist()
+            by_age = {"acceptance_by_age": [round(a / t, 3) if t > 1e-9 else None for t, a in zip(*counts, strict=True)],
+                      "modelled_tokens_by_window": {str(L): round(m, 3) for L, m in zip(
+                          self.candidates, self._expected_by_age([*counts[0], *counts[1]]), strict=True)}}
+        return {"window_policy": "auto", "max_window": self.max_window, **by_age,
                 "windows_chosen": {str(w): n for w, n in sorted(chosen.items())},
                 "window_trace": [list(t) for t in self.trace],
                 "mean_window": sum(w for _, w in self.trace) / max(len(self.trace), 1),

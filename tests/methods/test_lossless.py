@@ -566,8 +566,8 @@ class HistoryWindow(AutoWindow):
 
 
 AUTO_CASES = [
-    ("sjd", {"window": "auto", "max_window": 4}, NO_CFG, 0.3),
-    ("mc-sjd", {"window": "auto", "max_window": 3}, CFG_TOPK, 0.1),
+    ("sjd", {"window": "auto", "max_window": 4}, NO_CFG, 0.9),
+    ("mc-sjd", {"window": "auto", "max_window": 3}, CFG_TOPK, 0.9),
     ("mc-sjd", {"window": "auto", "max_window": 8, "coupling": "gumbel"}, CFG, 0.2),
     ("mc-sjd", {"window": "auto", "max_window": 3, "init": "neighbour_distribution"}, CFG, None),  # history policy
     ("sjd", {"window": "auto", "max_window": 3}, CFG_TOPK, None),
@@ -591,7 +591,7 @@ def test_adaptive_windows_match_exact_distribution(table, exact, monkeypatch, me
     import arvis.methods.speculative
 
     policy = (HistoryWindow if slope is None else
-              functools.partial(AutoWindow, curve=_synthetic_curve(slope), overhead_ms=0.0))
+              functools.partial(AutoWindow, curve=_synthetic_curve(slope), overhead_ms=0.0, block=1))
     for module in (arvis.methods.sjd, arvis.methods.speculative):
         monkeypatch.setattr(module, "AutoWindow", policy)
     # The draft model's cost (speculative): fixed too (timing the table model outside a prefix is not allowed).
@@ -603,25 +603,58 @@ def test_adaptive_windows_match_exact_distribution(table, exact, monkeypatch, me
     assert verdict.passed, str(verdict)
 
 
-def test_auto_window_follows_the_cost_curve_and_the_commits(table):
-    """The window that commits the most tokens per unit of cost wins after a few blocks, whatever the
-    curve: flat cost and good windows → the widest; cost growing with positions and little acceptance →
-    plain AR steps; a hump → the window at the hump (the commits measured, not the offset model, decide)."""
-    def played(slope, tokens, iterations=80):
-        engine = DecodeEngine(table, Condition(class_labels=torch.ones(2, dtype=torch.long)), NO_CFG)
-        policy = AutoWindow(engine, 4, curve=_synthetic_curve(slope), overhead_ms=0.0)
-        assert policy.candidates == [0, 1, 2, 4]
-        windows, advanced = [], 0.0
-        for _ in range(iterations):
-            window = policy.choose(policy.expected_tokens().tolist(), [1], advanced)
-            windows.append(window)
-            advanced = tokens(window)
+def _auto_policy(table, slope: float, **kwargs) -> AutoWindow:
+    engine = DecodeEngine(table, Condition(class_labels=torch.ones(2, dtype=torch.long)), NO_CFG)
+    return AutoWindow(engine, 4, curve=_synthetic_curve(slope), overhead_ms=0.0, **kwargs)
+
+
+def test_auto_window_follows_the_cost_curve_and_the_acceptance_by_age(table):
+    """Jacobi drafts: the window modelled to commit the most tokens per unit of cost wins, whatever the curve —
+    flat cost and good drafts → the widest; cost growing with positions and little acceptance → plain AR steps; a
+    cost jump → the window before it. Acceptance that rises with a draft's age lets a wide window win even when
+    only the young drafts of narrow windows were ever seen."""
+    def chosen(policy, alpha_by_age, iterations=40):
+        assert policy.candidates == [0, 1, 2, 4] and policy.by_age
+        policy.age_counts = torch.tensor([[100.0] * policy.max_age,
+                                          [100.0 * alpha_by_age(a) for a in range(policy.max_age)]])
+        windows = [policy.choose(policy.expected_tokens().tolist(), [1], 1.0) for _ in range(iterations)]
         late = windows[iterations // 2:]
         return max(set(late), key=late.count), windows
 
-    assert played(0.0, lambda L: 1 + 0.9 * L)[0] == 4
-    assert played(1.0, lambda L: 1 + 0.1 * L)[0] == 0
-    assert played(0.2, lambda L: 1 + 0.6 * min(L, 2))[0] == 2
-    first = played(0.0, lambda L: 1 + 0.9 * L)[1][0]
-    assert first == 4  # flat cost: the widest window costs no more than a single-token forward
-    assert played(1.0, lambda L: 1.0)[1][0] == 1  # the widest window costing at most two single-token forwards
+    assert chosen(_auto_policy(table, 0.0), lambda age: 0.9)[0] == 4
+    assert chosen(_auto_policy(table, 1.0), lambda age: 0.1)[0] == 0
+    jump = [{"positions": t, "ms": 1.0 + 0.1 * (t - 1) + (5.0 if t > 3 else 0.0)} for t in range(1, 40)]
+    engine = DecodeEngine(table, Condition(class_labels=torch.ones(2, dtype=torch.long)), NO_CFG)
+    assert chosen(AutoWindow(engine, 4, curve=jump, overhead_ms=0.0), lambda age: 0.8)[0] == 2
+    assert chosen(_auto_policy(table, 0.0), lambda age: 0.9)[1][0] == 4  # flat cost: the widest costs one step
+    assert chosen(_auto_policy(table, 1.0), lambda age: 1.0)[1][0] == 1  # the widest costing at most two steps
+    # Young drafts rarely accepted, refined ones mostly: the only ages ever counted are those narrow windows reach
+    # (0 and 1), yet the model prices the older ages of a wide window at the best rate seen.
+    policy = _auto_policy(table, 0.3)
+    policy.age_counts = torch.zeros(2, policy.max_age)
+    policy.age_counts[:, :2] = torch.tensor([[100.0, 100.0], [20.0, 90.0]])
+    modelled = policy._expected_by_age(policy.expected_tokens().tolist())
+    assert modelled[-1] > modelled[-2] > modelled[1] > 1.0, modelled
+
+
+def test_auto_window_counts_acceptance_by_draft_age(table):
+    """A draft's age is the forwards whose window covered its position before; tested drafts are those up to the
+    first rejection, counted per age, and the ages follow retired samples."""
+    from types import SimpleNamespace
+
+    policy = _auto_policy(table, 0.0, age_decay=1.0)
+
+    def forward(targets, accepted):
+        targets = torch.tensor(targets)
+        plan = SimpleNamespace(verified=targets.shape[1], targets=targets, real=torch.ones_like(targets, dtype=torch.bool))
+        proposal = SimpleNamespace(has_draft=torch.ones(targets.shape[0], targets.shape[1] - 1, dtype=torch.bool))
+        policy.observe(plan, proposal, SimpleNamespace(accepted_count=torch.tensor(accepted)))
+
+    assert policy.seen.shape[1] >= 5
+    forward([[1, 2, 3], [1, 2, 3]], [1, 0])  # drafts at 1 and 2, both fresh
+    assert policy.age_counts[:, :2].tolist() == [[2.0 + 1.0, 0.0], [1.0, 0.0]]
+    forward([[2, 3, 4], [1, 2, 3]], [2, 1])  # sample 0: 2 refined once, 3 fresh; sample 1: 1 and 2 refined once
+    assert policy.age_counts[:, :2].tolist() == [[3.0 + 1.0, 1.0 + 2.0], [1.0 + 1.0, 1.0 + 1.0]]
+    assert policy.seen[0, 1:5].tolist() == [1, 2, 1, 0] and policy.seen[1, 1:5].tolist() == [2, 2, 0, 0]
+    policy.retire(torch.tensor([1]))
+    assert policy.seen.shape[0] == 1 and policy.seen[0, 1:5].tolist() == [2, 2, 0, 0]
