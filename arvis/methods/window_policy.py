@@ -13,9 +13,9 @@ How ``m(L)`` is estimated depends on the drafts:
   sets the ages: at window ``L`` committing ``m`` tokens per iteration, the draft at offset ``j`` entered the
   window's far end about ``(L − 1 − j) / m`` iterations ago. So the loop counts, on the device, the drafts tested
   and accepted per age, pooled over every window played, and each window's steady state is modelled from them:
-  ``m = 1 + Σ_{j<L} Π_{k≤j} α(age_k)``, solved by a few fixed-point steps. The acceptance per age is fitted
-  non-decreasing (a draft refined more is no worse), and ages no window has reached yet take the oldest tested
-  age's rate. A policy that compared windows by what each committed while it was played (an earlier version of
+  ``m = 1 + Σ_{j<L} Π_{k≤j} α(age_k)``, solved by a few fixed-point steps. The acceptance per age is made
+  non-decreasing (a draft refined more is no worse), so ages no window has reached yet are priced at the best
+  rate seen. A policy that compared windows by what each committed while it was played (an earlier version of
   this module) settled on narrow ones: a window measured right after it widened sees fresh drafts, and narrow
   windows never refine drafts long enough to show what a wide one gets (measured on ``c2i``: 0.55 accepted per
   offset at window 4, 0.8 at 16).
@@ -63,18 +63,6 @@ def window_ladder(max_window: int) -> list[int]:
         raise ValueError(f"max_window must be >= 1, got {max_window}")
     ladder = [0] + [2**i for i in range(max_window.bit_length()) if 2**i < max_window]
     return [*ladder, max_window]
-
-
-def nondecreasing_fit(values: Sequence[float], weights: Sequence[float]) -> list[float]:
-    """The weighted least-squares non-decreasing fit of ``values`` (pool adjacent violators): a rate measured on
-    few drafts cannot lift the rates after it, as a running maximum would let it."""
-    blocks: list[list[float]] = []  # [mean, weight, length]
-    for v, w in zip(values, weights, strict=True):
-        blocks.append([v, w, 1])
-        while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
-            (v2, w2, n2), (v1, w1, n1) = blocks.pop(), blocks.pop()
-            blocks.append([(v1 * w1 + v2 * w2) / (w1 + w2), w1 + w2, n1 + n2])
-    return [mean for mean, _, n in blocks for _ in range(int(n))]
 
 
 class AutoWindow:
@@ -187,20 +175,15 @@ class AutoWindow:
         At window ``L`` committing ``m`` tokens per iteration, the draft at offset ``j`` entered the window at its
         far end about ``(L − 1 − j) / m`` iterations ago and was refined that many times; so
         ``m = 1 + Σ_j Π_{k≤j} α(age_k)``, solved by a few fixed-point steps. ``α(age)`` is smoothed towards the
-        pooled rate and fitted non-decreasing in age (a draft refined more is no worse); an age no window has
-        reached yet takes the oldest tested age's rate, so a narrow window's acceptance does not hide a wide one's.
+        pooled rate and made non-decreasing in age (a draft refined more is no worse), which also prices ages no
+        window has reached yet at the best rate seen: a narrow window's acceptance does not hide a wide one's.
         """
         tested, accepted = counts[: self.max_age], counts[self.max_age:]
         pooled = (sum(accepted) + 1.0) / (sum(tested) + 2.0)
-        # Fitted over the ages drafts were tested at; an age never tested takes the fit of the age before it.
-        seen = [i for i, t in enumerate(tested) if t > 1e-6]
-        fitted = dict(zip(seen, nondecreasing_fit(
-            [(accepted[i] + self.prior * pooled) / (tested[i] + self.prior) for i in seen],
-            [tested[i] + self.prior for i in seen]), strict=True))
-        alpha, last = [], pooled
-        for i in range(self.max_age):
-            last = fitted.get(i, last)
-            alpha.append(last)
+        alpha, best = [], 0.0
+        for t, a in zip(tested, accepted, strict=True):
+            best = max(best, (a + self.prior * pooled) / (t + self.prior))
+            alpha.append(best)
         out = []
         for L in self.candidates:
             m = 1.0 + L * pooled

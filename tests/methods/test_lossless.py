@@ -658,14 +658,3 @@ def test_auto_window_counts_acceptance_by_draft_age(table):
     assert policy.seen[0, 1:5].tolist() == [1, 2, 1, 0] and policy.seen[1, 1:5].tolist() == [2, 2, 0, 0]
     policy.retire(torch.tensor([1]))
     assert policy.seen.shape[0] == 1 and policy.seen[0, 1:5].tolist() == [2, 2, 0, 0]
-
-
-def test_acceptance_by_age_is_fitted_non_decreasing():
-    """The fit pools violators by weight: a high rate measured on one draft does not lift the well-measured rates
-    after it (a running maximum would), and an already ordered sequence is kept."""
-    from arvis.methods.window_policy import nondecreasing_fit
-
-    assert nondecreasing_fit([0.3, 0.5, 0.7], [5, 5, 5]) == [0.3, 0.5, 0.7]
-    fitted = nondecreasing_fit([0.3, 0.95, 0.5, 0.6], [100, 1, 100, 100])
-    assert fitted[0] == 0.3 and fitted[1] == fitted[2] == pytest.approx((0.95 + 50) / 101) and fitted[3] == 0.6
-    assert all(a <= b for a, b in zip(fitted, fitted[1:]))
