@@ -202,6 +202,9 @@ def export(result: dict[str, Any], cfg: VARTrainConfig, out: Path, command: str)
     return metrics
 
 
+SHIPPED_VQ = "arvis/weights/var-vq-emoji"
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = argparse.ArgumentParser(prog="python -m arvis.training.train_var", description=__doc__.split("\n\n")[0])
     p.add_argument("--preset", choices=sorted(PRESETS), default="target")
@@ -209,7 +212,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--scratch", required=True, help="checkpoints and log")
     p.add_argument("--data-cache", default=None,
                    help="tokenised data cache folder (default: --scratch; share it between runs on one tokenizer)")
-    p.add_argument("--vq", default="arvis/weights/var-vq-emoji",
+    p.add_argument("--vq", default=SHIPPED_VQ,
                    help="the multi-scale tokenizer folder (default: the shipped one, trained on emoji: pair it with "
                         "--data emoji-names)")
     p.add_argument("--steps", type=int, default=None)
@@ -219,9 +222,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--lr", type=float, default=None)
     p.add_argument("--eval-every", type=int, default=None)
     p.add_argument("--data", choices=DATA_CHOICES, default=None,
-                   help="class-conditional training images (arvis.data.sources; default photos)")
+                   help="class-conditional training images (arvis.data.sources; default: emoji-names with the "
+                        "default --vq, the preset's otherwise)")
     p.add_argument("--threads", type=int, default=1)
     args = p.parse_args(argv)
+    if args.data is None and args.vq == SHIPPED_VQ:  # the shipped tokenizer was fitted on emoji: train on them
+        args.data = "emoji-names"
     overrides = {k: v for k, v in (("steps", args.steps), ("batch_size", args.batch_size), ("num_train", args.num_train),
                                    ("num_val", args.num_val), ("lr", args.lr), ("eval_every", args.eval_every),
                                    ("data", args.data)) if v is not None}
