@@ -206,8 +206,9 @@ class AutoWindow:
     def observe(self, plan: WindowPlan, proposal: Proposal, verification: Verification) -> None:
         """Count the drafts this forward tested and accepted, per offset (no host synchronisation)."""
         L = plan.verified - 1
-        self.tested.mul_(self.decay)
-        self.accepted.mul_(self.decay)
+        if not self.by_age:  # the per-offset counts are a draft model's alone
+            self.tested.mul_(self.decay)
+            self.accepted.mul_(self.decay)
         if L == 0:
             return
         offsets = self._offsets[:L]
@@ -253,13 +254,14 @@ class AutoWindow:
             self._left -= 1
         else:
             previous = self._current
-            self._current = self._next(expected)
+            estimate = self.estimates(expected)  # once per block (the age model is solved on the host)
+            self._current = self._next(estimate)
             # A wider window's new far drafts are fresh: not counted until the window has slid past them once (the
             # first window's drafts are all fresh).
             before = 0 if previous is None else self.candidates[previous]
             widened = self.candidates[self._current] - before
             if widened > 0:
-                pace = max(self.estimates(expected)[self._current if previous is None else previous], 1.0)
+                pace = max(estimate[self._current if previous is None else previous], 1.0)
                 self._warming = min(math.ceil(widened / pace), 2 * self.block)
             self._left = self.block - 1 + self._warming
         self._last_time = now
@@ -267,12 +269,11 @@ class AutoWindow:
         self.trace.append((committed[0], window))
         return window
 
-    def _next(self, expected: Sequence[float]) -> int:
-        """The candidate index of the next block."""
+    def _next(self, estimate: Sequence[float]) -> int:
+        """The candidate index of the next block, from :meth:`estimates`."""
         if self._current is None and not any(self.played):  # nothing measured: the widest window costing ≤ 2 steps
             cheap = [i for i, c in enumerate(self.cost_ms) if c <= 2 * self.cost_ms[0]]
             return max(cheap, default=0)
-        estimate = self.estimates(expected)
         cost = [c + self.overhead_ms for c in self.cost_ms]
         scores = [e / c for e, c in zip(estimate, cost, strict=True)]
         best = max(range(len(scores)), key=scores.__getitem__)
