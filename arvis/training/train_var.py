@@ -202,7 +202,14 @@ def export(result: dict[str, Any], cfg: VARTrainConfig, out: Path, command: str)
     return metrics
 
 
-SHIPPED_VQ = "arvis/weights/var-vq-emoji"
+def tokenizer_data(vq: str | Path) -> str | None:
+    """The class-conditional data set matching what the tokenizer at ``vq`` was fitted on (its ``metrics.json``:
+    emoji → the named emoji, one class each), ``None`` when it records none."""
+    try:
+        data = json.loads((Path(vq) / "metrics.json").read_text())["config"]["data"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return {"emoji": "emoji-names"}.get(data, data)
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -212,9 +219,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--scratch", required=True, help="checkpoints and log")
     p.add_argument("--data-cache", default=None,
                    help="tokenised data cache folder (default: --scratch; share it between runs on one tokenizer)")
-    p.add_argument("--vq", default=SHIPPED_VQ,
-                   help="the multi-scale tokenizer folder (default: the shipped one, trained on emoji: pair it with "
-                        "--data emoji-names)")
+    p.add_argument("--vq", default="arvis/weights/var-vq-emoji",
+                   help="the multi-scale tokenizer folder (default: the shipped one, fitted on emoji)")
     p.add_argument("--steps", type=int, default=None)
     p.add_argument("--batch-size", type=int, default=None)
     p.add_argument("--num-train", type=int, default=None)
@@ -222,12 +228,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--lr", type=float, default=None)
     p.add_argument("--eval-every", type=int, default=None)
     p.add_argument("--data", choices=DATA_CHOICES, default=None,
-                   help="class-conditional training images (arvis.data.sources; default: emoji-names with the "
-                        "default --vq, the preset's otherwise)")
+                   help="class-conditional training images (arvis.data.sources; default: what --vq was fitted on, "
+                        "emoji → emoji-names; else the preset's)")
     p.add_argument("--threads", type=int, default=1)
     args = p.parse_args(argv)
-    if args.data is None and args.vq == SHIPPED_VQ:  # the shipped tokenizer was fitted on emoji: train on them
-        args.data = "emoji-names"
+    if args.data is None:  # a tokenizer meets the images it was fitted on
+        args.data = tokenizer_data(args.vq)
     overrides = {k: v for k, v in (("steps", args.steps), ("batch_size", args.batch_size), ("num_train", args.num_train),
                                    ("num_val", args.num_val), ("lr", args.lr), ("eval_every", args.eval_every),
                                    ("data", args.data)) if v is not None}

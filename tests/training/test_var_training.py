@@ -9,6 +9,7 @@ import torch
 from arvis.models.var import VARTransformer
 from arvis.tokenizers.var_vq import VARVQModel
 from arvis.training import train_var, train_var_vq
+from tests import REPO_ROOT
 
 
 def test_tokenizer_then_transformer_smoke_runs(tmp_path):
@@ -18,6 +19,11 @@ def test_tokenizer_then_transformer_smoke_runs(tmp_path):
     vq = VARVQModel.from_pretrained(vq_out)
     assert vq.patch_nums == (1, 2, 4) and metrics["steps"] == 4 and 0 < metrics["usage"] <= 1
     assert json.loads((vq_out / "metrics.json").read_text())["command"].startswith("python -m arvis.training.train_var_vq")
+
+    # Without --data the transformer trains on what its tokenizer was fitted on (the smoke tokenizer: photos).
+    assert train_var.tokenizer_data(vq_out) == "photos"
+    assert train_var.tokenizer_data(REPO_ROOT / "arvis/weights/var-vq-emoji") == "emoji-names"  # one class per named emoji
+    assert train_var.tokenizer_data(tmp_path / "no-such-folder") is None
 
     out = tmp_path / "var"
     args = ["--preset", "smoke", "--vq", str(vq_out), "--out", str(out), "--scratch", str(tmp_path / "s"), "--threads", "1"]
