@@ -67,6 +67,11 @@ class DraftSession(Protocol):
         sample now has ``committed [A]`` tokens."""
         ...
 
+    def absorb(self, index: torch.Tensor, tokens: torch.Tensor, p: torch.Tensor) -> None:
+        """The loop committed ``tokens [A, M]`` at ``index [A, M]`` outside a verification (plain AR steps), each
+        drawn from its ``p [A, M, V]``: they are inputs from now on, as committed tokens of a verification are."""
+        ...
+
     def retire(self, kept: Sequence[int], kept_index: torch.Tensor) -> None:
         """Active samples were compacted to positions ``kept`` (same call as ``DecodeEngine.retire``)."""
         ...

@@ -50,6 +50,12 @@ class DraftModelSession:
     def window_needed(self, committed: Sequence[int]) -> bool:
         return True
 
+    def absorb(self, index: torch.Tensor, tokens: torch.Tensor, p: torch.Tensor) -> None:
+        # Its cache reads at most two committed tokens per forward (propose's catch-up), so the loop never runs
+        # plain AR steps past it (the window policy offers no window 0 with a draft model).
+        raise ValueError("a draft model's session reads committed tokens itself: plain AR steps outside a "
+                         "verification are for Jacobi drafts")
+
     def propose(self, committed: torch.Tensor, plan: WindowPlan) -> Proposal:
         e, A, dev = self.engine, committed.shape[0], committed.device
         gamma = plan.verified - 1

@@ -328,6 +328,12 @@ class JacobiSession:
                                                                                    refreshed)
         self.store(targets, update, merged, p)
 
+    def absorb(self, index: torch.Tensor, tokens: torch.Tensor, p: torch.Tensor) -> None:
+        if self.final is not None:
+            raise ValueError("plain AR steps outside a verification would overwrite positions a commit policy with "
+                             "holes has already made final")
+        self.store(index, torch.ones_like(index, dtype=torch.bool), tokens, p)
+
     def retire(self, kept: Sequence[int], kept_index: torch.Tensor) -> None:
         self.tokens = self.tokens.index_select(0, kept_index)
         self.dist = self.dist.index_select(0, kept_index)

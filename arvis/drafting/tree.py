@@ -65,6 +65,9 @@ class TreeSession:
     def window_needed(self, committed: Sequence[int]) -> bool:
         return self.chain.window_needed(committed)
 
+    def absorb(self, index: torch.Tensor, tokens: torch.Tensor, p: torch.Tensor) -> None:
+        self.chain.absorb(index, tokens, p)
+
     def propose(self, committed: torch.Tensor, plan: WindowPlan) -> Proposal:
         if plan.tree is None:  # a plain AR step (outside the Jacobi interval)
             return self.chain.propose(committed, plan)

@@ -206,6 +206,11 @@ class ForwardClock:
         yield
         self.seconds[role] = self.seconds.get(role, 0.0) + time.perf_counter() - t0
 
+    def seconds_so_far(self) -> float | None:
+        """Seconds inside forwards so far (every role), without a synchronisation: on the CPU (exact); ``None`` on
+        CUDA (its events are read at the end)."""
+        return None if self.cuda else sum(self.seconds.values())
+
     def totals(self) -> dict[str, float]:
         """Seconds per role (synchronises once on CUDA)."""
         if self._events:

@@ -80,7 +80,15 @@ class WindowPolicy(Protocol):
         ...
 
     def choose(self, expected: list[float], committed: list[int], advanced: float) -> int:
-        """The next forward's window (0: a plain AR step), given the tokens per sample the last one committed."""
+        """The next forward's window (0: plain AR steps), given the tokens per sample the last iteration committed."""
+        ...
+
+    def take_ar_block(self) -> int:
+        """After :meth:`choose` returned 0: how many plain AR steps the loop runs in a row now (at least 1)."""
+        ...
+
+    def played_ar_run(self, steps: int, first: int) -> None:
+        """The loop ran ``steps`` plain AR steps in a row (``first``: sample 0's first uncommitted index before)."""
         ...
 
     def observe(self, plan: WindowPlan, proposal: Proposal, verification: Verification) -> None:
@@ -175,6 +183,9 @@ class DraftVerifyLoop:
                 plan = self.schedule.plan(self.committed, max(committed), single=single)
             else:
                 window = self.window_policy.choose(self._expected, committed, self._advanced)
+                if window == 0 and not self.policy.holes:
+                    self.ar_run(self.window_policy.take_ar_block(), committed)
+                    continue
                 plan = self.schedule.plan(self.committed, max(committed), single=single or window == 0, window=window)
             if self.noise is not None:
                 self.noise.advance([min(n + self.schedule.reach, self.engine.num_tokens) for n in committed])
@@ -190,6 +201,32 @@ class DraftVerifyLoop:
             self.session.update(self.committed, plan, p, verification, proposal, commit_mask)
             self.iterations += 1
         return self.report()
+
+    def ar_run(self, steps: int, committed: list[int]) -> None:
+        """Plain AR steps in a row, without the iteration's sync, drafts or verification: each forward feeds every
+        sample's last committed token and commits the next one from ``p`` (the Gumbel-max with the position's fixed
+        noise under Gumbel coupling), exactly as :mod:`arvis.methods.ar` does; the drafter keeps the tokens and
+        their ``p`` as if a verification had committed them. At most ``steps``, and never past a sample's end.
+
+        Lossless: each token is a sample of its conditional, and the drafts ahead stay samples of their ``q``
+        (the forwards see committed tokens only)."""
+        e = self.engine
+        steps = max(1, min(steps, e.num_tokens - max(committed)))
+        index = (self.committed - 1)[:, None]  # [A, 1]: the last committed index
+        token = e.tokens[e.active[:, None], index]
+        for step in range(steps):
+            p = e.evaluate(token, index, extent=max(committed) + step)
+            index = index + 1
+            if self.noise is not None:
+                self.noise.advance([min(n + step + self.schedule.reach, e.num_tokens) for n in committed])
+                token = gumbel_argmax(p, self.noise.at(index))
+            else:
+                token = e.sample(p)
+            e.commit(index, token)
+            self.session.absorb(index, token, p)
+        self.committed = self.committed + steps
+        self.iterations += steps
+        self.window_policy.played_ar_run(steps, committed[0])
 
     def start(self) -> None:
         """Prefill and commit index 0 (Gumbel: the Gumbel-max with index 0's fixed noise), open the drafter."""

@@ -23,7 +23,11 @@ How ``m(L)`` is estimated depends on the drafts:
   acceptance ``α_k`` per offset, blended with the tokens each window actually committed while it was played.
 
 Windows are played in blocks (8 iterations; 4 with a draft model; longer after a widening, until the new far
-drafts were refined) on a doubling ladder (0 — a plain AR step —, 1, 2, 4, 8, …, ``max_window``).
+drafts were refined) on a doubling ladder (0 — plain AR steps —, 1, 2, 4, 8, …, ``max_window``). Window 0 is
+played as a *run*: the loop runs the block's plain AR steps in a row, without its iteration's sync, drafts and
+verification (:meth:`arvis.methods.draft_verify.DraftVerifyLoop.ar_run`), and its price is the run's own time per
+step beyond the forward, timed as runs are played; until then it is tried once if, with no such time at all, it
+would beat the best window.
 After each block the best-scoring window is played, unless a ladder neighbour of it has hardly been measured
 lately and could, optimistically (its model estimate × ``optimism``), beat it: then that neighbour is tried for
 a block. The first window is the widest whose forward costs at most twice a single-token forward. With a
@@ -53,7 +57,7 @@ from arvis.engine.engine import DecodeEngine
 from arvis.engine.schedules import WindowPlan
 
 # What decodes measured per window, kept for later decodes with the same key (per process, like the cost curves).
-_LEARNED: dict[Hashable, tuple[list[float], list[float], torch.Tensor | None]] = {}
+_LEARNED: dict[Hashable, tuple[list[float], list[float], torch.Tensor | None, float | None]] = {}
 
 
 def window_ladder(max_window: int) -> list[int]:
@@ -79,9 +83,9 @@ class AutoWindow:
             of the modelled ``E(L)`` in a window's estimate.
         block: iterations a window is played before the next choice.
         optimism: how much a little-measured window may beat its model estimate when deciding to try it.
-        overhead_ms: the loop's time per iteration outside the forward; default ``None``: measured as it runs (the
-            least of the last 16 iterations)
-            (a fixed value makes the choices a function of the commits alone: the lossless tests use it).
+        overhead_ms: the loop's time per iteration outside the forward (and, for window 0, a run's time per plain
+            AR step outside its forwards); default ``None``: measured as it runs (the least of the last 16), a fixed
+            value makes the choices a function of the commits alone (the lossless tests use it).
         drafting_ms: the time a draft model takes to propose ``L`` drafts (speculative decoding's draft length);
             ``None`` for drafts that cost no forward (Jacobi drafts).
         memory_key: what decodes with this key measured seeds this one (see the module docstring); ``None``: a
@@ -141,10 +145,20 @@ class AutoWindow:
         self.played = list(learned[1]) if learned else [0.0] * len(self.candidates)
         if self.by_age and learned and learned[2] is not None:
             self.age_counts.copy_(learned[2])
+        # A plain AR step played as a run of them (:meth:`take_ar_block`) costs the forward plus the run's own time
+        # per step, far less than the loop's; measured as runs are played (until then priced at the loop's).
+        self.ar_overhead_ms: float | None = learned[3] if learned else None
+        self._ar_overheads: deque[float] = deque(maxlen=16)
+        self._ar_run = 0  # steps of the run of plain AR steps the last block was (0: it was not one)
+        self.ar_runs = 0
         self._current: int | None = None  # candidate index being played, and for how many more iterations
         self._left = 0
         self._warming = 0  # iterations still not counted after widening the window
         self._last_time: float | None = None
+        # Time inside forwards so far (target and draft; CPU: exact, no sync), so that the time outside them is measured,
+        # not inferred from the curve: a forward early in the sequence costs less than the curve's (narrow masks).
+        self._clock = engine.clock
+        self._last_forward_s: float | None = None
         self.trace: list[tuple[int, int]] = []  # (first uncommitted index of the first active sample, window)
 
     # ------------------------------------------------------------------ on the device
@@ -239,17 +253,20 @@ class AutoWindow:
         tokens per sample the last iteration ``advanced``."""
         now = time.perf_counter()
         if self._current is not None:
-            if self._measure_overhead and self._last_time is not None:  # the last iteration beyond its forward
-                spent = max((now - self._last_time) * 1e3 - self.cost_ms[self._current], 0.0)
-                self._overheads.append(spent)
+            # The last iteration beyond its forward (a run of AR steps was timed by played_ar_run).
+            if self._measure_overhead and self._last_time is not None and not self._ar_run:
+                self._overheads.append(self._outside_ms(now, self.cost_ms[self._current]))
                 self.overhead_ms = min(self._overheads)
-            self.committed_sum = [s * self.window_decay for s in self.committed_sum]
-            self.played = [n * self.window_decay for n in self.played]
+            steps = self._ar_run or 1  # a run of AR steps counts as one iteration per step
+            decay = self.window_decay ** steps
+            self.committed_sum = [s * decay for s in self.committed_sum]
+            self.played = [n * decay for n in self.played]
             if self._warming > 0:
                 self._warming -= 1
             else:
                 self.committed_sum[self._current] += advanced
-                self.played[self._current] += 1.0
+                self.played[self._current] += float(steps)
+            self._ar_run = 0
         if self._left > 0:
             self._left -= 1
         else:
@@ -264,7 +281,7 @@ class AutoWindow:
                 pace = max(estimate[self._current if previous is None else previous], 1.0)
                 self._warming = min(math.ceil(widened / pace), 2 * self.block)
             self._left = self.block - 1 + self._warming
-        self._last_time = now
+        self._last_time, self._last_forward_s = now, self._clock.seconds_so_far()
         window = self.candidates[self._current]
         self.trace.append((committed[0], window))
         return window
@@ -275,8 +292,15 @@ class AutoWindow:
             cheap = [i for i, c in enumerate(self.cost_ms) if c <= 2 * self.cost_ms[0]]
             return max(cheap, default=0)
         cost = [c + self.overhead_ms for c in self.cost_ms]
+        if self.candidates[0] == 0:  # plain AR steps are played as runs: their own time per step
+            cost[0] = self.cost_ms[0] + min(self.overhead_ms, self.ar_overhead_ms if self.ar_overhead_ms is not None
+                                            else self.overhead_ms)
         scores = [e / c for e, c in zip(estimate, cost, strict=True)]
         best = max(range(len(scores)), key=scores.__getitem__)
+        # Runs of plain AR steps not timed yet: tried once if, with no time outside the forward, they would win.
+        if self.candidates[0] == 0 and best != 0 and self.ar_overhead_ms is None and \
+                1.0 / self.cost_ms[0] > scores[best]:
+            return 0
         # Try a ladder neighbour if, optimistically, it could beat the best: the less it has been measured
         # lately, the more it may exceed its estimate (up to ``optimism`` times when never measured).
         for neighbour in (best + 1, best - 1):
@@ -287,10 +311,36 @@ class AutoWindow:
                     return neighbour
         return best
 
+    def _outside_ms(self, now: float, forward_ms: float) -> float:
+        """Milliseconds since the last choice outside every forward: measured by the engine's clock where it needs no
+        synchronisation (CPU), else the elapsed time less ``forward_ms`` (the curve's price, drafting included)."""
+        elapsed = (now - self._last_time) * 1e3
+        forwards = self._clock.seconds_so_far()
+        if forwards is not None and self._last_forward_s is not None:
+            forward_ms = (forwards - self._last_forward_s) * 1e3
+        return max(elapsed - forward_ms, 0.0)
+
+    def take_ar_block(self) -> int:
+        """Right after :meth:`choose` returned 0: how many plain AR steps to run now, in a row, without returning to
+        the loop's iteration (the rest of the block). The loop reports the run with :meth:`played_ar_run`."""
+        steps, self._left = self._left + 1, 0
+        return steps
+
+    def played_ar_run(self, steps: int, first: int) -> None:
+        """The loop ran ``steps`` plain AR steps in a row since :meth:`choose` (``first``: the first sample's first
+        uncommitted index before them); their time beyond the forwards prices the next runs."""
+        if self._last_time is not None and self._measure_overhead:
+            self._ar_overheads.append(self._outside_ms(time.perf_counter(), steps * self.cost_ms[0]) / steps)
+            self.ar_overhead_ms = min(self._ar_overheads)
+        elif not self._measure_overhead:
+            self.ar_overhead_ms = self.overhead_ms
+        self.trace.extend((first + i, 0) for i in range(1, steps))
+        self._ar_run, self.ar_runs = steps, self.ar_runs + 1
+
     def report(self) -> dict[str, Any]:
         if self.memory_key is not None:
             _LEARNED[self.memory_key] = (list(self.committed_sum), list(self.played),
-                                         self.age_counts.clone() if self.by_age else None)
+                                         self.age_counts.clone() if self.by_age else None, self.ar_overhead_ms)
         chosen: dict[int, int] = {}
         for _, w in self.trace:
             chosen[w] = chosen.get(w, 0) + 1
@@ -308,7 +358,8 @@ class AutoWindow:
                 "mean_window": sum(w for _, w in self.trace) / max(len(self.trace), 1),
                 "tokens_per_iteration_by_window": measured,
                 "cost_curve_ms": {str(c["positions"]): c.get("ms_min", c["ms"]) for c in self.curve},
-                "loop_overhead_ms": self.overhead_ms}
+                "loop_overhead_ms": self.overhead_ms, "ar_step_overhead_ms": self.ar_overhead_ms,
+                "ar_runs": self.ar_runs}
 
 
 __all__ = ["AutoWindow", "window_ladder"]

@@ -540,8 +540,8 @@ def _synthetic_curve(slope: float, sizes=range(1, 40)) -> list[dict[str, float]]
 
 class HistoryWindow(AutoWindow):
     """An adversarial policy: each forward's window is 1 + (drafts sample 0 accepted last time) mod 3, so the
-    window sequence is a function of the random acceptance history itself (and 0 — a plain AR step — every
-    fourth forward)."""
+    window sequence is a function of the random acceptance history itself (and 0 — a run of 1 to 3 plain AR
+    steps, as many as that count says — every other choice)."""
 
     def __init__(self, engine, max_window, drafting_ms=None, **_):
         super().__init__(engine, max_window, curve=_synthetic_curve(0.0), overhead_ms=0.0, drafting_ms=drafting_ms)
@@ -560,9 +560,13 @@ class HistoryWindow(AutoWindow):
 
     def choose(self, expected, committed, advanced):
         self.step += 1
-        window = 0 if self.step % 4 == 0 and 0 in self.candidates else 1 + int(expected[0]) % 3
+        window = 0 if self.step % 2 == 0 and 0 in self.candidates else 1 + int(expected[0]) % 3
         self.trace.append((committed[0], window))
+        self.run = 1 + int(expected[0]) % 3
         return window
+
+    def take_ar_block(self):
+        return self.run
 
 
 AUTO_CASES = [
@@ -571,6 +575,8 @@ AUTO_CASES = [
     ("mc-sjd", {"window": "auto", "max_window": 8, "coupling": "gumbel"}, CFG, 0.2),
     ("mc-sjd", {"window": "auto", "max_window": 3, "init": "neighbour_distribution"}, CFG, None),  # history policy
     ("sjd", {"window": "auto", "max_window": 3}, CFG_TOPK, None),
+    # Runs of several plain AR steps (a lockstep batch: a ragged one's runs stop at its most advanced sample's end).
+    ("mc-sjd", {"window": "auto", "max_window": 4, "coupling": "gumbel", "batch_mode": "lockstep"}, NO_CFG, None),
     # Draft-model speculative decoding's draft length (no plain AR step: the draft must catch up).
     ("speculative", {"window": "auto", "max_window": 3, "draft_model": TableBackbone(seed=5)}, CFG, 0.1),
     ("speculative", {"window": "auto", "max_window": 3, "draft_model": TableBackbone(seed=6, scale=1.0)}, NO_CFG,
@@ -597,8 +603,13 @@ def test_adaptive_windows_match_exact_distribution(table, exact, monkeypatch, me
     # The draft model's cost (speculative): fixed too (timing the table model outside a prefix is not allowed).
     monkeypatch.setattr(arvis.methods.speculative, "measured_curve", lambda *a, **k: _synthetic_curve(0.5, (1, 2)))
     tokens, stats = decode_table(table, sampling, method, N_SAMPLES, seed=17, **options)
-    chosen = stats.samples[0].extra["windows_chosen"]
+    extra = stats.samples[0].extra
+    chosen = extra["windows_chosen"]
     assert len(chosen) > 1, chosen  # the window really changed between forwards
+    if slope is None and method != "speculative":  # window 0: runs of plain AR steps
+        assert extra["ar_runs"] > 0, extra
+        if options.get("batch_mode") == "lockstep":  # some longer than one step
+            assert extra["ar_runs"] < chosen["0"], extra
     verdict = check(exact(sampling), empirical(tokens, table.V), N_SAMPLES)
     assert verdict.passed, str(verdict)
 
@@ -635,6 +646,50 @@ def test_auto_window_follows_the_cost_curve_and_the_acceptance_by_age(table):
     policy.age_counts[:, :2] = torch.tensor([[100.0, 100.0], [20.0, 90.0]])
     modelled = policy._expected_by_age(policy.expected_tokens().tolist())
     assert modelled[-1] > modelled[-2] > modelled[1] > 1.0, modelled
+
+
+class AlwaysAR(AutoWindow):
+    """Window 0 at every choice, each a run of up to 5 plain AR steps."""
+
+    def __init__(self, engine, max_window, **_):
+        super().__init__(engine, max_window, curve=_synthetic_curve(0.0), overhead_ms=0.0)
+
+    def choose(self, expected, committed, advanced):
+        self.trace.append((committed[0], 0))
+        return 0
+
+    def take_ar_block(self):
+        return 5
+
+
+@pytest.mark.parametrize("coupling", ["maximal", "gumbel"])
+def test_auto_window_runs_of_ar_steps_are_plain_ar(monkeypatch, coupling):
+    """A decode whose window policy plays window 0 throughout runs plain AR steps in a row, outside the loop's
+    iteration: token for token what ``ar`` draws with the same generator (Gumbel coupling: what every position's
+    Gumbel-max with its fixed noise gives, the output of a window-0 iteration in the loop), one forward per
+    token, and one host read per run instead of per token."""
+    import arvis.methods.sjd
+
+    model = tiny_llamagen("c2i")
+    condition = Condition(class_labels=torch.tensor([0, 1]))
+    N = model.layout.num_tokens
+
+    def run(method, **options):
+        return decode(model, condition, CFG, method, [torch.Generator().manual_seed(s) for s in (1, 2)], **options)
+
+    monkeypatch.setattr(arvis.methods.sjd, "AutoWindow", AlwaysAR)
+    syncs = DecodeEngine.host_syncs_total
+    tokens, stats = run("mc-sjd", window="auto", max_window=4, coupling=coupling)
+    extra, runs = stats.samples[0].extra, -(-(N - 1) // 5)
+    assert extra["windows_chosen"] == {"0": N - 1} and extra["ar_runs"] == runs
+    assert DecodeEngine.host_syncs_total - syncs <= runs + 1
+    assert stats.samples[0].target_forwards == N
+    if coupling == "maximal":
+        reference, _ = run("ar")
+    else:  # the loop's own window-0 iteration (a policy that runs one step at a time) commits the Gumbel-max too
+        monkeypatch.setattr(AlwaysAR, "take_ar_block", lambda self: 1)
+        reference, _ = run("mc-sjd", window="auto", max_window=4, coupling=coupling)
+    assert torch.equal(tokens, reference)
 
 
 def test_auto_window_counts_acceptance_by_draft_age(table):
