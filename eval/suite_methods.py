@@ -392,9 +392,19 @@ def windows_page(page: Page) -> list[str]:
             fixed = [r for r in records if r["method"] == family and r["spec"] != f"{family}:window=auto"]
             if auto and fixed:
                 best = max(fixed, key=lambda r: r["speedup"])
+                extra = auto.get("extra", {})
+                chosen = ", ".join(f"{w}: {n:.0f}" for w, n in extra.get("windows_chosen", {}).items())
+                overheads = ""
+                if extra.get("loop_overhead_ms") is not None:
+                    overheads = f"; time outside the forwards {extra['loop_overhead_ms']:.2f} ms per loop iteration"
+                    if extra.get("ar_step_overhead_ms") is not None:
+                        overheads += f", {extra['ar_step_overhead_ms']:.2f} ms per step of a run of plain AR steps"
                 lines += ["", f"* `{family}:window=auto`: {auto['speedup']:.2f}x AR, {100 * auto['speedup'] / best['speedup']:.0f}% "
                           f"of the best fixed window's speed (`{best['spec']}`, {best['speedup']:.2f}x); mean window "
-                          f"{auto.get('extra', {}).get('mean_window', float('nan')):.1f}."]
+                          f"{extra.get('mean_window', float('nan')):.1f}"
+                          + (f"; forwards per window {chosen}" if chosen else "")
+                          + (f"; {extra['ar_runs']:.1f} runs of plain AR steps per decode" if "ar_runs" in extra else "")
+                          + overheads + "."]
         lines += ["", "Forward cost on this machine (ms inside one target forward, same model, batch and guidance):", ""]
         lines += cost_table(records[0].get("forward_cost", [])) + [""]
     trace_job = next((j for j in page.jobs if j.kind == "script"), None)

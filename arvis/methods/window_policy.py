@@ -90,13 +90,18 @@ class AutoWindow:
             ``None`` for drafts that cost no forward (Jacobi drafts).
         memory_key: what decodes with this key measured seeds this one (see the module docstring); ``None``: a
             decode learns alone.
+        max_age: draft ages counted apart (older drafts count as this age less one).
+        age_decay: weight kept by the counts per age at each forward.
+        reliable_tests: (decayed) tests an age needs before its acceptance may raise the rate that older ages are
+            priced at (a few lucky tests at an old age otherwise price every wider window at that luck).
     """
 
     def __init__(self, engine: DecodeEngine, max_window: int, curve: Sequence[Mapping[str, float]] | None = None,
                  decay: float = 0.8, window_decay: float = 0.99, prior: float = 2.0, block: int | None = None,
                  optimism: float = 1.5,
                  overhead_ms: float | None = None, drafting_ms: Callable[[int], float] | None = None,
-                 memory_key: Hashable | None = None, max_age: int = 16, age_decay: float = 0.99):
+                 memory_key: Hashable | None = None, max_age: int = 16, age_decay: float = 0.99,
+                 reliable_tests: float = 8.0):
         for name, value in (("decay", decay), ("window_decay", window_decay), ("age_decay", age_decay)):
             if not 0 < value <= 1:
                 raise ValueError(f"{name} must be in (0, 1], got {value}")
@@ -128,6 +133,7 @@ class AutoWindow:
         self._offsets = torch.arange(max_window, device=dev)
         # Jacobi drafts (no draft model): acceptance by the draft's age, the forwards that refined it before.
         self.by_age, self.max_age, self.age_decay = drafting_ms is None, max_age, age_decay
+        self.reliable_tests = reliable_tests
         if self.by_age:
             self.seen = torch.zeros(engine.batch_size, engine.num_tokens, dtype=torch.long, device=dev)
             self.age_counts = torch.zeros(2, max_age, device=dev)  # [tested, accepted] per age
@@ -196,7 +202,8 @@ class AutoWindow:
         pooled = (sum(accepted) + 1.0) / (sum(tested) + 2.0)
         alpha, best = [], 0.0
         for t, a in zip(tested, accepted, strict=True):
-            best = max(best, (a + self.prior * pooled) / (t + self.prior))
+            if t >= self.reliable_tests or not alpha:  # a handful of tests at an old age does not raise the rest
+                best = max(best, (a + self.prior * pooled) / (t + self.prior))
             alpha.append(best)
         out = []
         for L in self.candidates:

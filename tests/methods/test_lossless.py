@@ -646,6 +646,14 @@ def test_auto_window_follows_the_cost_curve_and_the_acceptance_by_age(table):
     policy.age_counts[:, :2] = torch.tensor([[100.0, 100.0], [20.0, 90.0]])
     modelled = policy._expected_by_age(policy.expected_tokens().tolist())
     assert modelled[-1] > modelled[-2] > modelled[1] > 1.0, modelled
+    # Two lucky tests at an older age (both accepted) do not price every older age at their rate; fifty do.
+    policy.age_counts = torch.zeros(2, policy.max_age)
+    policy.age_counts[:, :2] = torch.tensor([[100.0, 100.0], [20.0, 20.0]])
+    modelled = policy._expected_by_age(policy.expected_tokens().tolist())
+    policy.age_counts[:, 2] = torch.tensor([2.0, 2.0])
+    assert policy._expected_by_age(policy.expected_tokens().tolist()) == pytest.approx(modelled, rel=0.02)
+    policy.age_counts[:, 2] = torch.tensor([50.0, 50.0])
+    assert policy._expected_by_age(policy.expected_tokens().tolist())[-1] > 1.2 * modelled[-1]
 
 
 class AlwaysAR(AutoWindow):
