@@ -15,7 +15,7 @@ How ``m(L)`` is estimated depends on the drafts:
   and accepted per age, pooled over every window played, and each window's steady state is modelled from them:
   ``m = 1 + Σ_{j<L} Π_{k≤j} α(age_k)``, solved by a few fixed-point steps. The acceptance per age is made
   non-decreasing (a draft refined more is no worse), so ages no window has reached yet are priced at the best
-  rate seen. A policy that compared windows by what each committed while it was played (an earlier version of
+  rate seen among ages tested often enough (``reliable_tests``). A policy that compared windows by what each committed while it was played (an earlier version of
   this module) settled on narrow ones: a window measured right after it widened sees fresh drafts, and narrow
   windows never refine drafts long enough to show what a wide one gets (measured on ``c2i``: 0.55 accepted per
   offset at window 4, 0.8 at 16).
