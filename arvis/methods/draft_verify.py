@@ -210,12 +210,12 @@ class DraftVerifyLoop:
 
         Lossless: each token is a sample of its conditional, and the drafts ahead stay samples of their ``q``
         (the forwards see committed tokens only)."""
-        e = self.engine
-        steps = max(1, min(steps, e.num_tokens - max(committed)))
+        e, furthest = self.engine, max(committed)
+        steps = max(1, min(steps, e.num_tokens - furthest))
         index = (self.committed - 1)[:, None]  # [A, 1]: the last committed index
         token = e.tokens[e.active[:, None], index]
         for step in range(steps):
-            p = e.evaluate(token, index, extent=max(committed) + step)
+            p = e.evaluate(token, index, extent=furthest + step)
             index = index + 1
             if self.noise is not None:
                 self.noise.advance([min(n + step + self.schedule.reach, e.num_tokens) for n in committed])

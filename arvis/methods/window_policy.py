@@ -15,10 +15,10 @@ How ``m(L)`` is estimated depends on the drafts:
   and accepted per age, pooled over every window played, and each window's steady state is modelled from them:
   ``m = 1 + Σ_{j<L} Π_{k≤j} α(age_k)``, solved by a few fixed-point steps. The acceptance per age is made
   non-decreasing (a draft refined more is no worse), so ages no window has reached yet are priced at the best
-  rate seen among ages tested often enough (``reliable_tests``). A policy that compared windows by what each committed while it was played (an earlier version of
-  this module) settled on narrow ones: a window measured right after it widened sees fresh drafts, and narrow
-  windows never refine drafts long enough to show what a wide one gets (measured on ``c2i``: 0.55 accepted per
-  offset at window 4, 0.8 at 16).
+  rate seen among ages tested often enough (``reliable_tests``). A policy that compared windows by what each
+  committed while it was played (an earlier version of this module) settled on narrow ones: a window measured
+  right after it widened sees fresh drafts, and narrow windows never refine drafts long enough to show what a wide
+  one gets (measured on ``c2i``: 0.55 accepted per offset at window 4, 0.8 at 16).
 - *A draft model's drafts* do not depend on the window: ``E(L) = 1 + Σ_{j=1..L} Π_{k<j} α_k`` from the
   acceptance ``α_k`` per offset, blended with the tokens each window actually committed while it was played.
 
@@ -161,8 +161,8 @@ class AutoWindow:
         self._left = 0
         self._warming = 0  # iterations still not counted after widening the window
         self._last_time: float | None = None
-        # Time inside forwards so far (target and draft; CPU: exact, no sync), so that the time outside them is measured,
-        # not inferred from the curve: a forward early in the sequence costs less than the curve's (narrow masks).
+        # Time inside forwards so far (target and draft; CPU: exact, no sync), so that the time outside them is
+        # measured, not inferred from the curve: a forward early in the sequence costs less than the curve's.
         self._clock = engine.clock
         self._last_forward_s: float | None = None
         self.trace: list[tuple[int, int]] = []  # (first uncommitted index of the first active sample, window)
