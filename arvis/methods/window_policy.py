@@ -5,6 +5,9 @@ An iteration with ``L`` drafts costs ``cost(L + 1)`` (the curve: :func:`arvis.en
 once per model, batch, dtype, device and thread count; each size priced by its fastest timed forward, since other
 work on the machine only adds time) plus the loop's own time per iteration (measured as it runs), and commits
 ``m(L)`` tokens per sample on average. Each iteration takes the window with the most expected tokens per second.
+A batch decodes until its slowest sample ends, so its pace is its least advanced sample's: each window's ``m(L)`` is
+divided by its *ragged factor*, the mean sample's advance over the least advanced sample's while it was played
+(measured at batch 4 on ``c2i``: 1.07 at window 4, 1.20 at 16; plain AR steps keep a batch in lockstep: 1).
 
 How ``m(L)`` is estimated depends on the drafts:
 
@@ -57,7 +60,7 @@ from arvis.engine.engine import DecodeEngine
 from arvis.engine.schedules import WindowPlan
 
 # What decodes measured per window, kept for later decodes with the same key (per process, like the cost curves).
-_LEARNED: dict[Hashable, tuple[list[float], list[float], torch.Tensor | None, float | None]] = {}
+_LEARNED: dict[Hashable, tuple[list[float], list[float], list[float], torch.Tensor | None, float | None]] = {}
 
 
 def window_ladder(max_window: int) -> list[int]:
@@ -149,14 +152,18 @@ class AutoWindow:
         learned = _LEARNED.get(self.memory_key) if self.memory_key is not None else None
         self.committed_sum = list(learned[0]) if learned else [0.0] * len(self.candidates)
         self.played = list(learned[1]) if learned else [0.0] * len(self.candidates)
-        if self.by_age and learned and learned[2] is not None:
-            self.age_counts.copy_(learned[2])
+        # The batch's least advanced sample's advance while each window was played (decayed sums): a batch
+        # decodes until its slowest sample ends, so a window is priced at its laggard's pace, not the mean's.
+        self.laggard_sum = list(learned[2]) if learned else [0.0] * len(self.candidates)
+        if self.by_age and learned and learned[3] is not None:
+            self.age_counts.copy_(learned[3])
         # A plain AR step played as a run of them (:meth:`take_ar_block`) costs the forward plus the run's own time
         # per step, far less than the loop's; measured as runs are played (until then priced at the loop's).
-        self.ar_overhead_ms: float | None = learned[3] if learned else None
+        self.ar_overhead_ms: float | None = learned[4] if learned else None
         self._ar_overheads: deque[float] = deque(maxlen=16)
         self._ar_run = 0  # steps of the run of plain AR steps the last block was (0: it was not one)
         self.ar_runs = 0
+        self._laggard: int | None = None  # the least advanced active sample's committed length at the last choice
         self._current: int | None = None  # candidate index being played, and for how many more iterations
         self._left = 0
         self._warming = 0  # iterations still not counted after widening the window
@@ -255,10 +262,23 @@ class AutoWindow:
         return [1.0 if L == 0 else (s + self.prior * e) / (n + self.prior)
                 for L, s, n, e in zip(self.candidates, self.committed_sum, self.played, expected, strict=True)]
 
+    def ragged_factors(self) -> list[float]:
+        """Per candidate: the mean sample's tokens per iteration over the least advanced sample's, measured while it
+        was played (1 for plain AR steps, which keep a batch in lockstep, and at batch 1). A window not measured
+        yet takes the pooled factor of the windows played; ``prior`` pseudo-iterations pull towards it."""
+        drafted = [i for i, L in enumerate(self.candidates) if L > 0]
+        pooled = ((sum(self.committed_sum[i] for i in drafted) + self.prior)
+                  / (sum(self.laggard_sum[i] for i in drafted) + self.prior))
+        return [1.0 if L == 0 else max(1.0, (s + self.prior * pooled) / (lag + self.prior))
+                for L, s, lag in zip(self.candidates, self.committed_sum, self.laggard_sum, strict=True)]
+
     def choose(self, expected: Sequence[float], committed: Sequence[int], advanced: float) -> int:
-        """The window of the next forward, from :meth:`expected_tokens` read at this iteration's sync and the
-        tokens per sample the last iteration ``advanced``."""
+        """The window of the next forward, from :meth:`expected_tokens` read at this iteration's sync, the active
+        samples' ``committed`` lengths and the tokens per sample the last iteration ``advanced``."""
         now = time.perf_counter()
+        laggard = min(committed)
+        lagged = 0.0 if self._laggard is None else float(laggard - self._laggard)
+        self._laggard = laggard
         if self._current is not None:
             # The last iteration beyond its forward (a run of AR steps was timed by played_ar_run).
             if self._measure_overhead and self._last_time is not None and not self._ar_run:
@@ -267,11 +287,13 @@ class AutoWindow:
             steps = self._ar_run or 1  # a run of AR steps counts as one iteration per step
             decay = self.window_decay ** steps
             self.committed_sum = [s * decay for s in self.committed_sum]
+            self.laggard_sum = [s * decay for s in self.laggard_sum]
             self.played = [n * decay for n in self.played]
             if self._warming > 0:
                 self._warming -= 1
             else:
                 self.committed_sum[self._current] += advanced
+                self.laggard_sum[self._current] += lagged
                 self.played[self._current] += float(steps)
             self._ar_run = 0
         if self._left > 0:
@@ -302,6 +324,8 @@ class AutoWindow:
         if self.candidates[0] == 0:  # plain AR steps are played as runs: their own time per step
             cost[0] = self.cost_ms[0] + min(self.overhead_ms, self.ar_overhead_ms if self.ar_overhead_ms is not None
                                             else self.overhead_ms)
+        # the batch's pace: its least advanced sample's tokens per iteration
+        estimate = [e / r for e, r in zip(estimate, self.ragged_factors(), strict=True)]
         scores = [e / c for e, c in zip(estimate, cost, strict=True)]
         best = max(range(len(scores)), key=scores.__getitem__)
         # Runs of plain AR steps not timed yet: tried once if, with no time outside the forward, they would win.
@@ -346,7 +370,7 @@ class AutoWindow:
 
     def report(self) -> dict[str, Any]:
         if self.memory_key is not None:
-            _LEARNED[self.memory_key] = (list(self.committed_sum), list(self.played),
+            _LEARNED[self.memory_key] = (list(self.committed_sum), list(self.played), list(self.laggard_sum),
                                          self.age_counts.clone() if self.by_age else None, self.ar_overhead_ms)
         chosen: dict[int, int] = {}
         for _, w in self.trace:
@@ -364,6 +388,8 @@ class AutoWindow:
                 "window_trace": [list(t) for t in self.trace],
                 "mean_window": sum(w for _, w in self.trace) / max(len(self.trace), 1),
                 "tokens_per_iteration_by_window": measured,
+                "ragged_factor_by_window": {str(L): round(r, 3) for L, r, n in zip(
+                    self.candidates, self.ragged_factors(), self.played, strict=True) if n > 0},
                 "cost_curve_ms": {str(c["positions"]): c.get("ms_min", c["ms"]) for c in self.curve},
                 "loop_overhead_ms": self.overhead_ms, "ar_step_overhead_ms": self.ar_overhead_ms,
                 "ar_runs": self.ar_runs}

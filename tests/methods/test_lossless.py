@@ -628,7 +628,8 @@ def test_auto_window_follows_the_cost_curve_and_the_acceptance_by_age(table):
         assert policy.candidates == [0, 1, 2, 4] and policy.by_age
         policy.age_counts = torch.tensor([[100.0] * policy.max_age,
                                           [100.0 * alpha_by_age(a) for a in range(policy.max_age)]])
-        windows = [policy.choose(policy.expected_tokens().tolist(), [1], 1.0) for _ in range(iterations)]
+        # each iteration commits one token per sample, in lockstep (no ragged batch)
+        windows = [policy.choose(policy.expected_tokens().tolist(), [1 + i, 1 + i], 1.0) for i in range(iterations)]
         late = windows[iterations // 2:]
         return max(set(late), key=late.count), windows
 
@@ -655,6 +656,34 @@ def test_auto_window_follows_the_cost_curve_and_the_acceptance_by_age(table):
     policy.age_counts[:, 2] = torch.tensor([50.0, 50.0])
     assert policy._expected_by_age(policy.expected_tokens().tolist())[-1] > 1.2 * modelled[-1]
 
+
+
+def test_auto_window_prices_a_batch_at_its_slowest_sample(table):
+    """A batch decodes until its slowest sample ends: when one sample commits 5 tokens per iteration and the other
+    1, the windows played are priced at the laggard's pace (ragged factor 3) and plain AR steps, which keep the
+    batch in lockstep, win; the same commits in lockstep keep the widest window."""
+    def late_windows(lockstep: bool, iterations: int = 48) -> tuple[list[int], AutoWindow]:
+        policy = _auto_policy(table, 0.3)
+        policy.age_counts = torch.tensor([[100.0] * policy.max_age, [90.0] * policy.max_age])
+        ahead = behind = 1
+        advanced, windows = 0.0, []
+        for _ in range(iterations):
+            window = policy.choose(policy.expected_tokens().tolist(), [ahead, behind], advanced)
+            windows.append(window)
+            step = 1 if window == 0 else 3 if lockstep else 5
+            lag = step if window == 0 or lockstep else 1
+            ahead, behind, advanced = ahead + step, behind + lag, (step + lag) / 2
+        return windows[iterations // 2:], policy
+
+    windows, policy = late_windows(lockstep=True)
+    assert max(set(windows), key=windows.count) == 4, windows
+    assert all(r == pytest.approx(1.0) for r in policy.ragged_factors())
+    windows, policy = late_windows(lockstep=False)
+    assert max(set(windows), key=windows.count) == 0, windows
+    played = [r for L, r, n in zip(policy.candidates, policy.ragged_factors(), policy.played, strict=True)
+              if L > 0 and n > 4]
+    assert played and all(2.0 < r <= 3.0 for r in played), policy.report()["ragged_factor_by_window"]
+    assert policy.ragged_factors()[0] == 1.0
 
 class AlwaysAR(AutoWindow):
     """Window 0 at every choice, each a run of up to 5 plain AR steps."""
