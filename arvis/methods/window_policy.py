@@ -49,7 +49,7 @@ import math
 import time
 from collections import deque
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -59,8 +59,19 @@ from arvis.engine.cost import curve_cost, measured_curve
 from arvis.engine.engine import DecodeEngine
 from arvis.engine.schedules import WindowPlan
 
-# What decodes measured per window, kept for later decodes with the same key (per process, like the cost curves).
-_LEARNED: dict[Hashable, tuple[list[float], list[float], list[float], torch.Tensor | None, float | None]] = {}
+class _Learned(NamedTuple):
+    """What a decode measured, seeding the next decode with the same key (:class:`AutoWindow`'s attributes)."""
+
+    committed_sum: list[float]
+    played: list[float]
+    laggard_sum: list[float]
+    age_counts: torch.Tensor | None
+    ar_overhead_ms: float | None
+    overhead_ms: float
+
+
+# Per process, like the cost curves.
+_LEARNED: dict[Hashable, _Learned] = {}
 
 
 def window_ladder(max_window: int) -> list[int]:
@@ -150,16 +161,19 @@ class AutoWindow:
             memory_key, id(engine.backbone), repr(engine.sampling), engine.batch_size, tuple(self.candidates),
             next(engine.backbone.parameters()).dtype, torch.get_num_threads())
         learned = _LEARNED.get(self.memory_key) if self.memory_key is not None else None
-        self.committed_sum = list(learned[0]) if learned else [0.0] * len(self.candidates)
-        self.played = list(learned[1]) if learned else [0.0] * len(self.candidates)
+        self.committed_sum = list(learned.committed_sum) if learned else [0.0] * len(self.candidates)
+        self.played = list(learned.played) if learned else [0.0] * len(self.candidates)
         # The batch's least advanced sample's advance while each window was played (decayed sums): a batch
         # decodes until its slowest sample ends, so a window is priced at its laggard's pace, not the mean's.
-        self.laggard_sum = list(learned[2]) if learned else [0.0] * len(self.candidates)
-        if self.by_age and learned and learned[3] is not None:
-            self.age_counts.copy_(learned[3])
+        self.laggard_sum = list(learned.laggard_sum) if learned else [0.0] * len(self.candidates)
+        if self.by_age and learned and learned.age_counts is not None:
+            self.age_counts.copy_(learned.age_counts)
         # A plain AR step played as a run of them (:meth:`take_ar_block`) costs the forward plus the run's own time
         # per step, far less than the loop's; measured as runs are played (until then priced at the loop's).
-        self.ar_overhead_ms: float | None = learned[4] if learned else None
+        self.ar_overhead_ms: float | None = learned.ar_overhead_ms if learned else None
+        if learned and self._measure_overhead:  # else a decode's first blocks price the loop's time at 0
+            self.overhead_ms = learned.overhead_ms
+            self._overheads.append(learned.overhead_ms)
         self._ar_overheads: deque[float] = deque(maxlen=16)
         self._ar_run = 0  # steps of the run of plain AR steps the last block was (0: it was not one)
         self.ar_runs = 0
@@ -370,8 +384,9 @@ class AutoWindow:
 
     def report(self) -> dict[str, Any]:
         if self.memory_key is not None:
-            _LEARNED[self.memory_key] = (list(self.committed_sum), list(self.played), list(self.laggard_sum),
-                                         self.age_counts.clone() if self.by_age else None, self.ar_overhead_ms)
+            _LEARNED[self.memory_key] = _Learned(list(self.committed_sum), list(self.played), list(self.laggard_sum),
+                                                 self.age_counts.clone() if self.by_age else None,
+                                                 self.ar_overhead_ms, self.overhead_ms)
         chosen: dict[int, int] = {}
         for _, w in self.trace:
             chosen[w] = chosen.get(w, 0) + 1

@@ -685,6 +685,21 @@ def test_auto_window_prices_a_batch_at_its_slowest_sample(table):
     assert played and all(2.0 < r <= 3.0 for r in played), policy.report()["ragged_factor_by_window"]
     assert policy.ragged_factors()[0] == 1.0
 
+
+def test_auto_window_seeds_a_decode_with_what_the_last_one_measured(table):
+    """With a memory key, a decode starts from the last one's measurements, the loop's time per iteration included
+    (else its first blocks price that time at 0 and play windows wider than the machine pays for)."""
+    engine = DecodeEngine(table, Condition(class_labels=torch.ones(2, dtype=torch.long)), NO_CFG)
+    first = AutoWindow(engine, 4, curve=_synthetic_curve(0.3), memory_key=("seeded", object()))
+    first.overhead_ms, first.ar_overhead_ms = 2.5, 0.7
+    first.played[2], first.committed_sum[2], first.laggard_sum[2] = 8.0, 12.0, 10.0
+    first.report()
+    second = AutoWindow(engine, 4, curve=_synthetic_curve(0.3), memory_key=first.memory_key[0])
+    assert (second.overhead_ms, second.ar_overhead_ms) == (2.5, 0.7)
+    assert second.ragged_factors()[2] == first.ragged_factors()[2] > 1.0
+    fresh = AutoWindow(engine, 4, curve=_synthetic_curve(0.3), memory_key=("other", object()))
+    assert (fresh.overhead_ms, fresh.ar_overhead_ms, sum(fresh.played)) == (0.0, None, 0.0)
+
 class AlwaysAR(AutoWindow):
     """Window 0 at every choice, each a run of up to 5 plain AR steps."""
 
