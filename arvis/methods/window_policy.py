@@ -33,7 +33,7 @@ step beyond the forward, timed as runs are played; until then it is tried once i
 would beat the best window.
 After each block the best-scoring window is played, unless a ladder neighbour of it has hardly been measured
 lately and could, optimistically (its model estimate × ``optimism``), beat it: then that neighbour is tried for
-a block. The first window is the widest whose forward costs at most twice a single-token forward. With a
+a quarter of a block (counted as a whole one when deciding the next try). The first window is the widest whose forward costs at most twice a single-token forward. With a
 ``memory_key``, what a decode measured seeds the next decode of the same model, batch, settings and method in
 this process (a bench's warm-up round teaches its timed rounds, as the cost curve is measured once).
 
@@ -64,8 +64,9 @@ class _Learned(NamedTuple):
 
     committed_sum: list[float]
     played: list[float]
+    tried: list[float]
     laggard_sum: list[float]
-    age_counts: torch.Tensor | None
+    age_counts: list[float] | None  # flattened [tested, accepted] per age, on the host
     ar_overhead_ms: float | None
     overhead_ms: float
 
@@ -163,11 +164,17 @@ class AutoWindow:
         learned = _LEARNED.get(self.memory_key) if self.memory_key is not None else None
         self.committed_sum = list(learned.committed_sum) if learned else [0.0] * len(self.candidates)
         self.played = list(learned.played) if learned else [0.0] * len(self.candidates)
+        # Iterations a window counts as measured when deciding whether to try it (decayed): a try is a short block
+        # but counts as a whole one, so windows are retried no more often than if tries were whole blocks.
+        self.tried = list(learned.tried) if learned else [0.0] * len(self.candidates)
         # The batch's least advanced sample's advance while each window was played (decayed sums): a batch
         # decodes until its slowest sample ends, so a window is priced at its laggard's pace, not the mean's.
         self.laggard_sum = list(learned.laggard_sum) if learned else [0.0] * len(self.candidates)
-        if self.by_age and learned and learned.age_counts is not None:
-            self.age_counts.copy_(learned.age_counts)
+        # The counts per age the decode starts from, on the host (the loop's first choice has no sync to read them).
+        self._seeded_counts = (list(learned.age_counts) if self.by_age and learned and learned.age_counts is not None
+                               else [0.0] * (2 * max_age))
+        if self.by_age:
+            self.age_counts.copy_(torch.tensor(self._seeded_counts).view(2, max_age))
         # A plain AR step played as a run of them (:meth:`take_ar_block`) costs the forward plus the run's own time
         # per step, far less than the loop's; measured as runs are played (until then priced at the loop's).
         self.ar_overhead_ms: float | None = learned.ar_overhead_ms if learned else None
@@ -201,7 +208,7 @@ class AutoWindow:
         """:meth:`expected_tokens` before anything was observed, computed on the host (the loop's first iteration
         has no sync to read it with)."""
         if self.by_age:
-            return [0.0] * (2 * self.max_age)
+            return list(self._seeded_counts)
         zeros = torch.zeros_like(self.tested, device="cpu")
         return self._expected(zeros, zeros, self._candidates.cpu()).double().tolist()
 
@@ -303,6 +310,7 @@ class AutoWindow:
             self.committed_sum = [s * decay for s in self.committed_sum]
             self.laggard_sum = [s * decay for s in self.laggard_sum]
             self.played = [n * decay for n in self.played]
+            self.tried = [n * decay for n in self.tried]
             if self._warming > 0:
                 self._warming -= 1
             else:
@@ -315,7 +323,7 @@ class AutoWindow:
         else:
             previous = self._current
             estimate = self.estimates(expected)  # once per block (the age model is solved on the host)
-            self._current = self._next(estimate)
+            self._current, trial = self._next(estimate)
             # A wider window's new far drafts are fresh: not counted until the window has slid past them once (the
             # first window's drafts are all fresh).
             before = 0 if previous is None else self.candidates[previous]
@@ -323,17 +331,22 @@ class AutoWindow:
             if widened > 0:
                 pace = max(estimate[self._current if previous is None else previous], 1.0)
                 self._warming = min(math.ceil(widened / pace), 2 * self.block)
-            self._left = self.block - 1 + self._warming
+            length = self.block
+            if trial:  # a short block, counted as a whole one when deciding the next try
+                length = max(1, self.block // 4)
+                self.tried[self._current] += float(self.block - length)
+            self._left = length - 1 + self._warming
         self._last_time, self._last_forward_s = now, self._clock.seconds_so_far()
         window = self.candidates[self._current]
         self.trace.append((committed[0], window))
         return window
 
-    def _next(self, estimate: Sequence[float]) -> int:
-        """The candidate index of the next block, from :meth:`estimates`."""
+    def _next(self, estimate: Sequence[float]) -> tuple[int, bool]:
+        """The candidate index of the next block, from :meth:`estimates`, and whether it is a try of a neighbour
+        of the best (played for a short block)."""
         if self._current is None and not any(self.played):  # nothing measured: the widest window costing ≤ 2 steps
             cheap = [i for i, c in enumerate(self.cost_ms) if c <= 2 * self.cost_ms[0]]
-            return max(cheap, default=0)
+            return max(cheap, default=0), False
         cost = [c + self.overhead_ms for c in self.cost_ms]
         if self.candidates[0] == 0:  # plain AR steps are played as runs: their own time per step
             cost[0] = self.cost_ms[0] + min(self.overhead_ms, self.ar_overhead_ms if self.ar_overhead_ms is not None
@@ -345,16 +358,16 @@ class AutoWindow:
         # Runs of plain AR steps not timed yet: tried once if, with no time outside the forward, they would win.
         if self.candidates[0] == 0 and best != 0 and self.ar_overhead_ms is None and \
                 1.0 / self.cost_ms[0] > scores[best]:
-            return 0
+            return 0, False
         # Try a ladder neighbour if, optimistically, it could beat the best: the less it has been measured
         # lately, the more it may exceed its estimate (up to ``optimism`` times when never measured).
         for neighbour in (best + 1, best - 1):
             if 0 <= neighbour < len(scores) and self.candidates[neighbour] > 0:
-                L, n = self.candidates[neighbour], self.played[neighbour]
+                L, n = self.candidates[neighbour], self.played[neighbour] + self.tried[neighbour]
                 hopeful = min(L + 1.0, estimate[neighbour] * (1 + (self.optimism - 1) * self.prior / (n + self.prior)))
                 if hopeful / cost[neighbour] > scores[best]:
-                    return neighbour
-        return best
+                    return neighbour, True
+        return best, False
 
     def _outside_ms(self, now: float, forward_ms: float) -> float:
         """Milliseconds since the last choice outside every forward: measured by the engine's clock where it needs no
@@ -383,21 +396,22 @@ class AutoWindow:
         self._ar_run, self.ar_runs = steps, self.ar_runs + 1
 
     def report(self) -> dict[str, Any]:
+        counts = self.age_counts.flatten().tolist() if self.by_age else None  # [tested…, accepted…] per age
         if self.memory_key is not None:
-            _LEARNED[self.memory_key] = _Learned(list(self.committed_sum), list(self.played), list(self.laggard_sum),
-                                                 self.age_counts.clone() if self.by_age else None,
-                                                 self.ar_overhead_ms, self.overhead_ms)
+            _LEARNED[self.memory_key] = _Learned(list(self.committed_sum), list(self.played), list(self.tried),
+                                                 list(self.laggard_sum), counts, self.ar_overhead_ms, self.overhead_ms)
         chosen: dict[int, int] = {}
         for _, w in self.trace:
             chosen[w] = chosen.get(w, 0) + 1
         measured = {str(L): round(s / n, 3) for L, s, n in zip(self.candidates, self.committed_sum, self.played,
                                                                  strict=True) if n > 0}
         by_age = {}
-        if self.by_age:
-            counts = self.age_counts.double().tolist()
-            by_age = {"acceptance_by_age": [round(a / t, 3) if t > 1e-9 else None for t, a in zip(*counts, strict=True)],
+        if counts is not None:
+            tested, accepted = counts[: self.max_age], counts[self.max_age:]
+            by_age = {"acceptance_by_age": [round(a / t, 3) if t > 1e-9 else None
+                                            for t, a in zip(tested, accepted, strict=True)],
                       "modelled_tokens_by_window": {str(L): round(m, 3) for L, m in zip(
-                          self.candidates, self._expected_by_age([*counts[0], *counts[1]]), strict=True)}}
+                          self.candidates, self._expected_by_age(counts), strict=True)}}
         return {"window_policy": "auto", "max_window": self.max_window, **by_age,
                 "windows_chosen": {str(w): n for w, n in sorted(chosen.items())},
                 "window_trace": [list(t) for t in self.trace],

@@ -693,10 +693,13 @@ def test_auto_window_seeds_a_decode_with_what_the_last_one_measured(table):
     first = AutoWindow(engine, 4, curve=_synthetic_curve(0.3), memory_key=("seeded", object()))
     first.overhead_ms, first.ar_overhead_ms = 2.5, 0.7
     first.played[2], first.committed_sum[2], first.laggard_sum[2] = 8.0, 12.0, 10.0
+    first.age_counts[0, :3], first.age_counts[1, :3] = 50.0, torch.tensor([10.0, 30.0, 40.0])
     first.report()
     second = AutoWindow(engine, 4, curve=_synthetic_curve(0.3), memory_key=first.memory_key[0])
     assert (second.overhead_ms, second.ar_overhead_ms) == (2.5, 0.7)
     assert second.ragged_factors()[2] == first.ragged_factors()[2] > 1.0
+    # the first choice, made before any sync, reads the seeded counts per age
+    assert second.prior_tokens() == first.age_counts.flatten().tolist() == second.expected_tokens().tolist()
     fresh = AutoWindow(engine, 4, curve=_synthetic_curve(0.3), memory_key=("other", object()))
     assert (fresh.overhead_ms, fresh.ar_overhead_ms, sum(fresh.played)) == (0.0, None, 0.0)
 
