@@ -659,9 +659,9 @@ def test_auto_window_follows_the_cost_curve_and_the_acceptance_by_age(table):
 
 
 def test_auto_window_prices_a_batch_at_its_slowest_sample(table):
-    """A batch decodes until its slowest sample ends: when one sample commits 5 tokens per iteration and the other
-    1, the windows played are priced at the laggard's pace (ragged factor 3) and plain AR steps, which keep the
-    batch in lockstep, win; the same commits in lockstep keep the widest window."""
+    """A batch decodes until its slowest sample ends: when one sample accepts every draft and the other none, the
+    windows played are priced at the laggard's pace (ragged factor 3 at window 4) and plain AR steps, which keep
+    the batch in lockstep, win; both samples accepting every draft keep the widest window."""
     def late_windows(lockstep: bool, iterations: int = 48) -> tuple[list[int], AutoWindow]:
         policy = _auto_policy(table, 0.3)
         policy.age_counts = torch.tensor([[100.0] * policy.max_age, [90.0] * policy.max_age])
@@ -670,8 +670,8 @@ def test_auto_window_prices_a_batch_at_its_slowest_sample(table):
         for _ in range(iterations):
             window = policy.choose(policy.expected_tokens().tolist(), [ahead, behind], advanced)
             windows.append(window)
-            step = 1 if window == 0 else 3 if lockstep else 5
-            lag = step if window == 0 or lockstep else 1
+            step = window + 1
+            lag = step if lockstep else 1
             ahead, behind, advanced = ahead + step, behind + lag, (step + lag) / 2
         return windows[iterations // 2:], policy
 
@@ -682,7 +682,7 @@ def test_auto_window_prices_a_batch_at_its_slowest_sample(table):
     assert max(set(windows), key=windows.count) == 0, windows
     played = [r for L, r, n in zip(policy.candidates, policy.ragged_factors(), policy.played, strict=True)
               if L > 0 and n > 4]
-    assert played and all(2.0 < r <= 3.0 for r in played), policy.report()["ragged_factor_by_window"]
+    assert played and all(1.2 < r <= 3.0 for r in played), policy.report()["ragged_factor_by_window"]
     assert policy.ragged_factors()[0] == 1.0
 
 
