@@ -19,9 +19,12 @@ How ``m(L)`` is estimated depends on the drafts:
   ``m = 1 + Σ_{j<L} Π_{k≤j} α(age_k)``, solved by a few fixed-point steps. The acceptance per age is made
   non-decreasing (a draft refined more is no worse), so ages no window has reached yet are priced at the best
   rate seen among ages tested often enough (``reliable_tests``). A policy that compared windows by what each
-  committed while it was played (an earlier version of this module) settled on narrow ones: a window measured
+  committed while it was played alone (an earlier version of this module) settled on narrow ones: a window measured
   right after it widened sees fresh drafts, and narrow windows never refine drafts long enough to show what a wide
-  one gets (measured on ``c2i``: 0.55 accepted per offset at window 4, 0.8 at 16).
+  one gets (measured on ``c2i``: 0.55 accepted per offset at window 4, 0.8 at 16). The model alone errs the other
+  way where old ages are thinly tested (batch 1: window 16 priced at 2.2 tokens per iteration, 3.5 measured). So a
+  window's estimate is what it committed while it was played (not counting the iterations after a widening) with
+  ``block`` pseudo-iterations of the model: the model prices the windows not played lately.
 - *A draft model's drafts* do not depend on the window: ``E(L) = 1 + Σ_{j=1..L} Π_{k<j} α_k`` from the
   acceptance ``α_k`` per offset, blended with the tokens each window actually committed while it was played.
 
