@@ -109,7 +109,7 @@ class AutoWindow:
         memory_key: what decodes with this key measured seeds this one (see the module docstring); ``None``: a
             decode learns alone.
         max_age: draft ages counted apart (older drafts count as this age less one).
-        age_decay: weight kept by the counts per age at each forward.
+        age_decay: weight kept by an age's counts at each forward that tests drafts of that age.
         reliable_tests: (decayed) tests an age needs before its acceptance may raise the rate that older ages are
             priced at (a few lucky tests at an old age otherwise price every wider window at that luck).
     """
@@ -267,11 +267,16 @@ class AutoWindow:
         accepted_count = verification.accepted_count[:, None]
         tested = proposal.has_draft[:, :L] & (offsets <= accepted_count)
         if self.by_age:
-            self.age_counts.mul_(self.age_decay)
             positions = plan.targets[:, :L].clamp_max(self.seen.shape[1] - 1)
             age = self.seen.gather(1, positions).clamp_max_(self.max_age - 1).flatten()
-            self.age_counts[0].scatter_add_(0, age, tested.flatten().float())
-            self.age_counts[1].scatter_add_(0, age, (tested & (offsets < accepted_count)).flatten().float())
+            new = torch.zeros_like(self.age_counts)
+            new[0].scatter_add_(0, age, tested.flatten().float())
+            new[1].scatter_add_(0, age, (tested & (offsets < accepted_count)).flatten().float())
+            # Only the ages this forward tested forget: tries of narrow windows would otherwise wear the old ages'
+            # counts below ``reliable_tests`` and price every wide window at the young drafts' rate, a state runs
+            # of AR steps never left (batch 1 on ``c2i``: AR runs throughout, against 1.5x at window 16).
+            self.age_counts.mul_(torch.where(new[0] > 0, self.age_decay, 1.0))
+            self.age_counts.add_(new)
             self.seen.scatter_add_(1, positions, plan.real[:, :L].long())
             return
         self.tested[:L] += tested.sum(0)

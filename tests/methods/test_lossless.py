@@ -768,3 +768,14 @@ def test_auto_window_counts_acceptance_by_draft_age(table):
     assert policy.seen[0, 1:5].tolist() == [1, 2, 1, 0] and policy.seen[1, 1:5].tolist() == [2, 2, 0, 0]
     policy.retire(torch.tensor([1]))
     assert policy.seen.shape[0] == 1 and policy.seen[0, 1:5].tolist() == [2, 2, 0, 0]
+
+    # Only the ages a forward tests forget (age_decay): fresh drafts tested again and again leave the older ages'
+    # counts as they were, so they stay reliable and keep pricing the wide windows.
+    policy = _auto_policy(table, 0.0, age_decay=0.5)
+    policy.age_counts[:, 3] = torch.tensor([40.0, 30.0])
+    for _ in range(8):
+        policy.seen.zero_()
+        forward([[1, 2], [1, 2]], [0, 0])  # one fresh draft per sample, rejected
+    assert policy.age_counts[:, 3].tolist() == [40.0, 30.0]
+    assert policy.age_counts[0, 0].item() == pytest.approx(2 * sum(0.5**k for k in range(8)))
+    assert policy.age_counts[1, 0].item() == 0.0
