@@ -36,9 +36,11 @@ step beyond the forward, timed as runs are played; until then it is tried once i
 would beat the best window.
 After each block the best-scoring window is played, unless a ladder neighbour of it has hardly been measured
 lately and could, optimistically (its model estimate × ``optimism``), beat it: then that neighbour is tried for
-a quarter of a block (counted as a whole one when deciding the next try). The first window is the widest whose forward costs at most twice a single-token forward. With a
-``memory_key``, what a decode measured seeds the next decode of the same model, batch, settings and method in
-this process (a bench's warm-up round teaches its timed rounds, as the cost curve is measured once).
+a quarter of a block (counted as a whole one when deciding the next try). The first window is the widest whose
+forward costs at most twice a single-token forward. With a ``memory_key``, what a decode measured seeds the next
+decode of the same model, batch, settings and method in this process (a bench's warm-up round teaches its timed
+rounds, as the cost curve is measured once): its counts per age, its tokens and laggard advance per window and
+both measured overheads.
 
 Lossless: iteration ``i``'s window is a function of what iterations before it observed (their commits, accepted
 counts and times), never of iteration ``i``'s own drafts or coins, and exact acceptance commits every token as a
@@ -61,6 +63,7 @@ from arvis.drafting.base import Proposal
 from arvis.engine.cost import curve_cost, measured_curve
 from arvis.engine.engine import DecodeEngine
 from arvis.engine.schedules import WindowPlan
+
 
 class _Learned(NamedTuple):
     """What a decode measured, seeding the next decode with the same key (:class:`AutoWindow`'s attributes)."""

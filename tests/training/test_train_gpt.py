@@ -63,7 +63,8 @@ def test_the_same_config_builds_the_same_text_encoder_whatever_the_global_rng():
     _, first = train_gpt.build_models(cfg, 64, 16)
     torch.manual_seed(2)
     _, second = train_gpt.build_models(cfg, 64, 16)
-    assert all(torch.equal(a, b) for a, b in zip(first.state_dict().values(), second.state_dict().values()))
+    pairs = zip(first.state_dict().values(), second.state_dict().values(), strict=True)
+    assert all(torch.equal(a, b) for a, b in pairs)
 
 
 def test_init_from_warm_starts_from_exported_weights_and_checks_the_architecture(tmp_path, tiny_vq_folder,
