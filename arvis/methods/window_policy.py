@@ -323,10 +323,8 @@ class AutoWindow:
                 self.overhead_ms = min(self._overheads)
             steps = self._ar_run or 1  # a run of AR steps counts as one iteration per step
             decay = self.window_decay ** steps
-            self.committed_sum = [s * decay for s in self.committed_sum]
-            self.laggard_sum = [s * decay for s in self.laggard_sum]
-            self.played = [n * decay for n in self.played]
-            self.tried = [n * decay for n in self.tried]
+            self.committed_sum, self.laggard_sum, self.played, self.tried = (
+                [x * decay for x in sums] for sums in (self.committed_sum, self.laggard_sum, self.played, self.tried))
             if self._warming > 0:
                 self._warming -= 1
             else:
