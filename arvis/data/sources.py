@@ -7,8 +7,8 @@ draw them.
   Unicode names; held-out = emoji never rendered for training);
 * ``emoji-names``: one class per emoji (:func:`arvis.data.emoji.named_emoji`: 123 fruit, vegetable and animal
   emoji; labels = the emoji, class names = their Unicode names; held-out = fresh views of the same emoji). For
-  models a reader can check by naming what they drew; GPT training only (the VQ and the domain network use
-  ``emoji``).
+  models a reader can check by naming what they drew; its training stream (a tokenizer fine-tuned on the
+  emoji a model must draw) reads a pool of :data:`EMOJI_NAMES_POOL` views of them.
 
 Training streams draw fresh random crops for photos. For emoji they draw from a cached *pool* of
 :data:`EMOJI_POOL` augmented training views (zoom 0.85-1.0, shift up to 5%; rendered once by resvg, shared by
@@ -25,12 +25,14 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["DATA_CHOICES", "EMOJI_POOL", "MODEL_DATA_FILE", "check_data", "class_names", "data_recipe",
+__all__ = ["DATA_CHOICES", "EMOJI_NAMES_POOL", "EMOJI_POOL", "MODEL_DATA_FILE", "check_data", "class_names", "data_recipe",
            "heldout_images_fn", "labelled_images", "model_data", "stream_batch"]
 
 DATA_CHOICES: tuple[str, ...] = ("photos", "emoji", "emoji-names")
 #: Augmented training views rendered once for the emoji streams (about 5 per training emoji).
 EMOJI_POOL = 8192
+#: Augmented views of the 123 named emoji in the ``emoji-names`` stream (about 17 per emoji).
+EMOJI_NAMES_POOL = 2048
 _POOL_SEED = 0
 
 
@@ -53,11 +55,11 @@ def class_names(data: str) -> tuple[str, ...]:
 
 
 @functools.lru_cache(maxsize=2)
-def _emoji_pool(resolution: int, size: int) -> Any:
+def _emoji_pool(resolution: int, size: int, named: bool = False) -> Any:
     """The pool, loaded once per process (it is read on every training step)."""
     from arvis.data.emoji import build_emoji
 
-    return build_emoji(size, "train", resolution, seed=_POOL_SEED, cache=True)
+    return build_emoji(size, "train", resolution, seed=_POOL_SEED, cache=True, named=named)
 
 
 def stream_batch(data: str, rng: np.random.Generator, n: int, resolution: int,
@@ -72,10 +74,8 @@ def stream_batch(data: str, rng: np.random.Generator, n: int, resolution: int,
         specs = sample_crop_specs(n, "train", rng, crop_scale, flip=True)
         return (render_crops(specs, resolution, progress=False), specs.labels,
                 [PHOTO_CLASSES[k] for k in specs.labels])
-    if data == "emoji-names":
-        raise ValueError("data 'emoji-names' has no training stream (GPTs read labelled_images); the VQ and "
-                         "domain trainers use 'emoji'")
-    pool = _emoji_pool(resolution, EMOJI_POOL)
+    named = data == "emoji-names"
+    pool = _emoji_pool(resolution, EMOJI_NAMES_POOL if named else EMOJI_POOL, named)
     index = rng.integers(0, len(pool), size=n)
     return pool.images[index], pool.labels[index], [str(c) for c in pool.captions[index]]
 

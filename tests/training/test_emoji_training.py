@@ -62,9 +62,19 @@ def test_named_set_is_one_class_per_training_emoji():
     assert list(every[1]) == list(range(len(names))) and list(every[2]) == list(names)
     held = sources.heldout_images_fn("emoji-names")(8, 32, 0)  # other views of the same emoji
     assert held.shape == images.shape and not np.array_equal(held, images)
-    with pytest.raises(ValueError, match="no training stream"):
-        sources.stream_batch("emoji-names", np.random.default_rng(0), 2, 32)
     assert "one class per emoji" in sources.data_recipe("emoji-names", 128)
+
+
+def test_emoji_names_stream_draws_views_of_the_named_emoji(monkeypatch):
+    """The stream a tokenizer fine-tunes on: only the named emoji, labelled and captioned as themselves, and the
+    same batch again from the same generator state (what a resumed run relies on)."""
+    monkeypatch.setattr(sources, "EMOJI_NAMES_POOL", 16)  # a small pool keeps the test fast
+    names = sources.class_names("emoji-names")
+    images, labels, captions = sources.stream_batch("emoji-names", np.random.default_rng(3), 6, 32)
+    assert images.shape == (6, 32, 32, 3) and images.dtype == np.uint8 and labels.max() < len(names)
+    assert all(names[k] in c for k, c in zip(labels, captions, strict=True))
+    again = sources.stream_batch("emoji-names", np.random.default_rng(3), 6, 32)
+    assert np.array_equal(again[0], images) and list(again[1]) == list(labels)
 
 
 def test_model_data_reads_the_folder_and_defaults_to_photos(tmp_path):

@@ -155,3 +155,30 @@ def test_vae_fine_tune_starts_from_the_given_folder(trained, tmp_path):
     metrics = train_mar_vae.main(args)
     assert metrics["config"]["init_from"] == str(root / "vae")
     assert f"initialised from `{root / 'vae'}`" in (out / "README.md").read_text()
+
+
+def test_chroma_term_weighs_colour_only_and_reaches_the_card(trained, tmp_path):
+    """The opponent-colour channels vanish on greys and see a hue change that keeps the mean intensity; the loss
+    term is added only when weighted, and --chroma-weight is recorded in the config and the card."""
+    from arvis.training.train_mar_vae import PRESETS, opponent_chroma, vae_loss
+
+    grey = torch.rand(2, 1, 4, 4).expand(2, 3, 4, 4)
+    assert torch.equal(opponent_chroma(grey), torch.zeros(2, 2, 4, 4))
+    red, green = torch.tensor([1.0, 0.0, 0.0]), torch.tensor([0.0, 1.0, 0.0])  # same sum, another hue
+    assert not torch.equal(opponent_chroma(red.view(1, 3, 1, 1)), opponent_chroma(green.view(1, 3, 1, 1)))
+    root, _, _ = trained
+    vae = AutoencoderKL.from_pretrained(root / "vae", torch_dtype=torch.float32)
+    x = torch.rand(2, 3, 32, 32) * 2 - 1
+    cfg0 = PRESETS["smoke"]
+    cfg2 = cfg0.__class__(**{**cfg0.__dict__, "chroma_weight": 2.0})
+    loss0, terms0 = vae_loss(vae, x, cfg0, torch.Generator().manual_seed(0))
+    loss2, terms2 = vae_loss(vae, x, cfg2, torch.Generator().manual_seed(0))
+    assert "chroma" not in terms0 and terms2["chroma"] > 0
+    torch.testing.assert_close(loss2, loss0 + 2.0 * terms2["chroma"])
+    with pytest.raises(ValueError, match="chroma_weight"):
+        cfg0.__class__(**{**cfg0.__dict__, "chroma_weight": -1.0})
+    out = tmp_path / "chroma"
+    metrics = train_mar_vae.main(["--preset", "smoke", "--chroma-weight", "2", "--out", str(out),
+                                  "--scratch", str(tmp_path / "s")])
+    assert metrics["config"]["chroma_weight"] == 2.0
+    assert "2·L1 of the opponent-colour channels" in (out / "README.md").read_text()
