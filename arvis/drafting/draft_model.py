@@ -45,16 +45,16 @@ class DraftModelSession:
         dev = target.device
         self.fed = torch.zeros(target.num_active, dtype=torch.long, device=dev)  # indices < fed are in its cache
         self.drafted_upto = self.fed.clone()
-        self._catch_up = torch.arange(2, device=dev)
+        # Plain AR steps the loop ran since the last proposal (host count): the next catch-up reads them too.
+        self._ar_steps = 0
 
     def window_needed(self, committed: Sequence[int]) -> bool:
         return True
 
     def absorb(self, index: torch.Tensor, tokens: torch.Tensor, p: torch.Tensor) -> None:
-        # Its cache reads at most two committed tokens per forward (propose's catch-up), so the loop never runs
-        # plain AR steps past it (the window policy offers no window 0 with a draft model).
-        raise ValueError("a draft model's session reads committed tokens itself: plain AR steps outside a "
-                         "verification are for Jacobi drafts")
+        """The loop committed one plain AR step per sample (``window=auto`` playing window 0): the draft model does
+        not run; its next proposal reads the step's token in its catch-up forward."""
+        self._ar_steps += 1
 
     def propose(self, committed: torch.Tensor, plan: WindowPlan) -> Proposal:
         e, A, dev = self.engine, committed.shape[0], committed.device
@@ -62,13 +62,17 @@ class DraftModelSession:
         drafts = torch.zeros(A, gamma, dtype=torch.long, device=dev)
         q = torch.zeros(A, gamma, self.V, device=dev)
         # Catch up on committed tokens it has not read, [fed, committed): one after a rejection, two after a
-        # full acceptance (the last draft and the bonus token) — always a 2-wide forward, padded.
+        # full acceptance (the last draft and the bonus token), plus the plain AR steps run since — one forward,
+        # padded to the widest lag (known on the host: 2 + those steps).
+        width = 2 + self._ar_steps
+        self._ar_steps = 0
+        offsets = torch.arange(width, device=dev)
         lag = committed - self.fed
-        index = self.fed[:, None] + self._catch_up
-        pad = self._catch_up >= lag[:, None]
+        index = self.fed[:, None] + offsets
+        pad = offsets >= lag[:, None]
         tokens = self.target.tokens[self.target.active[:, None], index.clamp_max(self.N - 1)]
-        probs = e.evaluate(tokens.clamp_min(0), index, pad=pad, extent=plan.extent)  # [A, 2, V]
-        p = probs.gather(1, (lag - 1).clamp(0, 1)[:, None, None].expand(-1, 1, self.V))[:, 0]
+        probs = e.evaluate(tokens.clamp_min(0), index, pad=pad, extent=plan.extent)  # [A, width, V]
+        p = probs.gather(1, (lag - 1).clamp(0, width - 1)[:, None, None].expand(-1, 1, self.V))[:, 0]
         self.fed = committed.clone()
         self.drafted_upto = committed + gamma - 1  # drafts at [committed, drafted_upto) get fed below
         for j in range(gamma):

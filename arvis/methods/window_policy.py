@@ -131,11 +131,11 @@ class AutoWindow:
             raise ValueError(f"block must be >= 1, got {block}")
         if max_age < 1:
             raise ValueError(f"max_age must be >= 1, got {max_age}")
-        # With a draft model (drafting_ms: its time to propose L drafts) there is no plain AR step: its cache
-        # catches up on at most two committed tokens per forward.
-        # The curve is timed inside the sequence: windows up to N - 2 (a longer one never fits anyway).
+        # The curve is timed inside the sequence: windows up to N - 2 (a longer one never fits anyway). Window 0,
+        # plain AR steps, is a candidate with a draft model too: the draft model does not run during them, and its
+        # next proposal catches up on their tokens in its one catch-up forward.
         max_window = max(1, min(max_window, engine.num_tokens - 2))
-        self.candidates = [c for c in window_ladder(max_window) if c > 0 or drafting_ms is None]
+        self.candidates = window_ladder(max_window)
         sizes = [c + 1 for c in self.candidates]
         self.curve = (list(curve) if curve is not None
                       else measured_curve(engine.backbone, engine.condition, engine.sampling, sizes))
@@ -144,7 +144,7 @@ class AutoWindow:
         costs = [curve_cost(priced, t) for t in sizes]
         if any(c is None for c in costs):
             raise ValueError(f"the forward-cost curve must cover positions {sizes[0]} … {sizes[-1]}")
-        self.cost_ms: list[float] = [float(c) + (drafting_ms(L) if drafting_ms else 0.0)  # type: ignore[arg-type]
+        self.cost_ms: list[float] = [float(c) + (drafting_ms(L) if drafting_ms and L else 0.0)  # type: ignore[arg-type]
                                      for c, L in zip(costs, self.candidates, strict=True)]
         self.max_window, self.decay, self.window_decay, self.prior = max_window, decay, window_decay, prior
         self.block, self.optimism = block, optimism

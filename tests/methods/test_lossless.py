@@ -577,7 +577,7 @@ AUTO_CASES = [
     ("sjd", {"window": "auto", "max_window": 3}, CFG_TOPK, None),
     # Runs of several plain AR steps (a lockstep batch: a ragged one's runs stop at its most advanced sample's end).
     ("mc-sjd", {"window": "auto", "max_window": 4, "coupling": "gumbel", "batch_mode": "lockstep"}, NO_CFG, None),
-    # Draft-model speculative decoding's draft length (no plain AR step: the draft must catch up).
+    # Draft-model speculative decoding's draft length, and runs of plain AR steps the draft model catches up on.
     ("speculative", {"window": "auto", "max_window": 3, "draft_model": TableBackbone(seed=5)}, CFG, 0.1),
     ("speculative", {"window": "auto", "max_window": 3, "draft_model": TableBackbone(seed=6, scale=1.0)}, NO_CFG,
      None),
@@ -600,18 +600,53 @@ def test_adaptive_windows_match_exact_distribution(table, exact, monkeypatch, me
               functools.partial(AutoWindow, curve=_synthetic_curve(slope), overhead_ms=0.0, block=1))
     for module in (arvis.methods.sjd, arvis.methods.speculative):
         monkeypatch.setattr(module, "AutoWindow", policy)
-    # The draft model's cost (speculative): fixed too (timing the table model outside a prefix is not allowed).
-    monkeypatch.setattr(arvis.methods.speculative, "measured_curve", lambda *a, **k: _synthetic_curve(0.5, (1, 2)))
+    # The draft model's cost (speculative): fixed too (timing the table model outside a prefix is not allowed), a
+    # tenth of the target's, so that drafting can pay against plain AR steps.
+    monkeypatch.setattr(arvis.methods.speculative, "measured_curve",
+                        lambda *a, **k: [{**c, "ms": 0.1 * c["ms"]} for c in _synthetic_curve(0.5, (1, 2))])
     tokens, stats = decode_table(table, sampling, method, N_SAMPLES, seed=17, **options)
     extra = stats.samples[0].extra
     chosen = extra["windows_chosen"]
     assert len(chosen) > 1, chosen  # the window really changed between forwards
-    if slope is None and method != "speculative":  # window 0: runs of plain AR steps
+    if slope is None:  # window 0: runs of plain AR steps
         assert extra["ar_runs"] > 0, extra
         if options.get("batch_mode") == "lockstep":  # some longer than one step
             assert extra["ar_runs"] < chosen["0"], extra
     verdict = check(exact(sampling), empirical(tokens, table.V), N_SAMPLES)
     assert verdict.passed, str(verdict)
+
+
+def test_a_draft_model_catches_up_on_runs_of_ar_steps(monkeypatch):
+    """Runs of plain AR steps do not run the draft model; its next proposal reads their tokens. With the target as
+    its own draft model every draft's ``q`` is then exactly ``p``: every window of ``L`` drafts commits ``L + 1``
+    tokens per sample, after runs as before them (a draft model that skipped a run's tokens would draw from the
+    wrong prefix and be rejected)."""
+    import arvis.methods.speculative
+
+    choices: list[tuple[list[int], int]] = []
+
+    class Recording(HistoryWindow):
+        def choose(self, expected, committed, advanced):
+            window = super().choose(expected, committed, advanced)
+            choices.append((list(committed), window))
+            return window
+
+    monkeypatch.setattr(arvis.methods.speculative, "AutoWindow", Recording)
+    monkeypatch.setattr(arvis.methods.speculative, "measured_curve", lambda *a, **k: _synthetic_curve(0.5, (1, 2)))
+    model = tiny_llamagen("c2i", grid=8)  # 64 tokens: many windows before and after runs
+    N = model.layout.num_tokens
+    _, stats = decode(model, Condition(class_labels=torch.tensor([0, 1, 2])), CFG, "speculative",
+                      [torch.Generator().manual_seed(s) for s in (1, 2, 3)], window="auto", max_window=3,
+                      draft_model=model)
+    assert stats.samples[0].extra["ar_runs"] > 0
+    after_run = False
+    checked = {"after a run": 0, "otherwise": 0}
+    for (before, window), (after, _) in zip(choices[:-1], choices[1:], strict=True):
+        if window and len(after) == len(before) and max(before) + window + 1 < N:
+            assert [b + window + 1 for b in before] == after, (before, window, after)
+            checked["after a run" if after_run else "otherwise"] += 1
+        after_run = window == 0
+    assert min(checked.values()) > 0, checked
 
 
 def _auto_policy(table, slope: float, **kwargs) -> AutoWindow:
