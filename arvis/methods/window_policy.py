@@ -75,6 +75,7 @@ class _Learned(NamedTuple):
     age_counts: list[float] | None  # flattened [tested, accepted] per age, on the host
     ar_overhead_ms: float | None
     overhead_ms: float
+    overhead_by_window: list[float | None]  # a draft model's: each window's least time outside its forwards
 
 
 # Per process, like the cost curves.
@@ -163,6 +164,9 @@ class AutoWindow:
         # Its least disturbed recent value: other work on the machine only adds time (as for the curve).
         self.overhead_ms, self._measure_overhead = overhead_ms or 0.0, overhead_ms is None
         self._overheads: deque[float] = deque(maxlen=16)
+        # With a draft model the time outside the forwards grows with the window (each draft is sampled and handed
+        # to the next draft forward on the host): measured per window, as each window is played.
+        self._overheads_by: list[deque[float]] = [deque(maxlen=8) for _ in self.candidates]
         # Tokens per sample each window committed (decayed sums and counts), seeded from earlier decodes.
         self.memory_key = None if memory_key is None else (
             memory_key, id(engine.backbone), repr(engine.sampling), engine.batch_size, tuple(self.candidates),
@@ -187,6 +191,9 @@ class AutoWindow:
         if learned and self._measure_overhead:  # else a decode's first blocks price the loop's time at 0
             self.overhead_ms = learned.overhead_ms
             self._overheads.append(learned.overhead_ms)
+            for window, ms in zip(self._overheads_by, learned.overhead_by_window, strict=True):
+                if ms is not None:
+                    window.append(ms)
         self._ar_overheads: deque[float] = deque(maxlen=16)
         self._ar_run = 0  # steps of the run of plain AR steps the last block was (0: it was not one)
         self.ar_runs = 0
@@ -319,7 +326,9 @@ class AutoWindow:
         if self._current is not None:
             # The last iteration beyond its forward (a run of AR steps was timed by played_ar_run).
             if self._measure_overhead and self._last_time is not None and not self._ar_run:
-                self._overheads.append(self._outside_ms(now, self.cost_ms[self._current]))
+                outside = self._outside_ms(now, self.cost_ms[self._current])
+                self._overheads.append(outside)
+                self._overheads_by[self._current].append(outside)
                 self.overhead_ms = min(self._overheads)
             steps = self._ar_run or 1  # a run of AR steps counts as one iteration per step
             decay = self.window_decay ** steps
@@ -361,7 +370,7 @@ class AutoWindow:
         if self._current is None and not any(self.played):  # nothing measured: the widest window costing ≤ 2 steps
             cheap = [i for i, c in enumerate(self.cost_ms) if c <= 2 * self.cost_ms[0]]
             return max(cheap, default=0), False
-        cost = [c + self.overhead_ms for c in self.cost_ms]
+        cost = [c + o for c, o in zip(self.cost_ms, self.overheads_by_window(), strict=True)]
         if self.candidates[0] == 0:  # plain AR steps are played as runs: their own time per step
             cost[0] = self.cost_ms[0] + min(self.overhead_ms, self.ar_overhead_ms if self.ar_overhead_ms is not None
                                             else self.overhead_ms)
@@ -382,6 +391,32 @@ class AutoWindow:
                 if hopeful / cost[neighbour] > scores[best]:
                     return neighbour, True
         return best, False
+
+    def overheads_by_window(self) -> list[float]:
+        """Each candidate's time per iteration outside its forwards. Jacobi drafts: the loop's, one figure (its
+        drafts are refreshed in one vectorised step whatever the window). A draft model: each window's own least
+        recent time where it was played, else the line through the nearest played windows (flat beyond a single
+        one, and never below the least time measured), since each draft adds host work."""
+        if self.by_age:
+            return [self.overhead_ms] * len(self.candidates)
+        measured = {L: min(d) for L, d in zip(self.candidates, self._overheads_by, strict=True) if d}
+        if not measured:
+            return [self.overhead_ms] * len(self.candidates)
+        floor, played = min(measured.values()), sorted(measured)
+        out = []
+        for L in self.candidates:
+            if L in measured:
+                out.append(measured[L])
+                continue
+            below, above = [x for x in played if x < L], [x for x in played if x > L]
+            pair = (below[-1:] + above[:1]) if below and above else (below[-2:] or above[:2])
+            if len(pair) == 1:
+                out.append(measured[pair[0]])
+                continue
+            (l0, l1) = pair
+            slope = (measured[l1] - measured[l0]) / (l1 - l0)
+            out.append(max(floor, measured[l0] + slope * (L - l0)))
+        return out
 
     def _outside_ms(self, now: float, forward_ms: float) -> float:
         """Milliseconds since the last choice outside every forward: measured by the engine's clock where it needs no
@@ -413,7 +448,8 @@ class AutoWindow:
         counts = self.age_counts.flatten().tolist() if self.by_age else None  # [tested…, accepted…] per age
         if self.memory_key is not None:
             _LEARNED[self.memory_key] = _Learned(list(self.committed_sum), list(self.played), list(self.tried),
-                                                 list(self.laggard_sum), counts, self.ar_overhead_ms, self.overhead_ms)
+                                                 list(self.laggard_sum), counts, self.ar_overhead_ms, self.overhead_ms,
+                                                 [min(d) if d else None for d in self._overheads_by])
         chosen: dict[int, int] = {}
         for _, w in self.trace:
             chosen[w] = chosen.get(w, 0) + 1
@@ -435,6 +471,8 @@ class AutoWindow:
                     self.candidates, self.ragged_factors(), self.played, strict=True) if n > 0},
                 "cost_curve_ms": {str(c["positions"]): c.get("ms_min", c["ms"]) for c in self.curve},
                 "loop_overhead_ms": self.overhead_ms, "ar_step_overhead_ms": self.ar_overhead_ms,
+                **({} if self.by_age else {"overhead_ms_by_window": {
+                    str(L): round(o, 3) for L, o in zip(self.candidates, self.overheads_by_window(), strict=True)}}),
                 "ar_runs": self.ar_runs}
 
 

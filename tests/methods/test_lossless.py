@@ -738,6 +738,32 @@ def test_auto_window_seeds_a_decode_with_what_the_last_one_measured(table):
     fresh = AutoWindow(engine, 4, curve=_synthetic_curve(0.3), memory_key=("other", object()))
     assert (fresh.overhead_ms, fresh.ar_overhead_ms, sum(fresh.played)) == (0.0, None, 0.0)
 
+def test_auto_window_prices_a_draft_models_host_work_per_window(table):
+    """With a draft model each window is priced with its own time outside the forwards (every draft adds host
+    work): measured where played, on the line through the nearest played windows elsewhere (flat beyond a single
+    one, never below the least measured); Jacobi drafts keep one figure. What a decode measured seeds the next."""
+    engine = DecodeEngine(table, Condition(class_labels=torch.ones(2, dtype=torch.long)), NO_CFG)
+    key = ("per-window", object())
+    policy = AutoWindow(engine, 4, curve=_synthetic_curve(0.3), drafting_ms=lambda L: 0.1 * L, memory_key=key)
+    assert policy.candidates == [0, 1, 2, 4]  # plain AR steps are a candidate with a draft model too
+    by_window = dict(zip(policy.candidates, policy._overheads_by, strict=True))
+    by_window[4].extend([6.0, 5.0])  # the least recent time counts
+    assert policy.overheads_by_window()[1:] == [5.0, 5.0, 5.0]  # one window played: flat
+    by_window[1].append(2.0)
+    assert policy.overheads_by_window()[1:] == [2.0, 3.0, 5.0]  # between played windows: the line
+    by_window[4].clear()
+    by_window[2].append(3.0)
+    assert policy.overheads_by_window()[1:] == [2.0, 3.0, 5.0]  # beyond them: the line through the nearest two
+    by_window[2][0] = 1.0
+    assert policy.overheads_by_window()[1:] == [2.0, 1.0, 1.0]  # never below the least measured
+    policy.report()
+    seeded = AutoWindow(engine, 4, curve=_synthetic_curve(0.3), drafting_ms=lambda L: 0.1 * L, memory_key=key)
+    assert seeded.overheads_by_window()[1:] == [2.0, 1.0, 1.0]
+    jacobi = AutoWindow(engine, 4, curve=_synthetic_curve(0.3), overhead_ms=1.5)
+    jacobi._overheads_by[1].append(9.0)
+    assert jacobi.overheads_by_window() == [1.5] * len(jacobi.candidates)
+
+
 class AlwaysAR(AutoWindow):
     """Window 0 at every choice, each a run of up to 5 plain AR steps."""
 
