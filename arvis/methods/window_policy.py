@@ -76,6 +76,7 @@ class _Learned(NamedTuple):
     ar_overhead_ms: float | None
     overhead_ms: float
     overhead_by_window: list[float | None]  # a draft model's: each window's least time outside its forwards
+    iteration_by_window: list[float | None]  # a draft model's: each window's least time per iteration, in all
 
 
 # Per process, like the cost curves.
@@ -167,6 +168,10 @@ class AutoWindow:
         # With a draft model the time outside the forwards grows with the window (each draft is sampled and handed
         # to the next draft forward on the host): measured per window, as each window is played.
         self._overheads_by: list[deque[float]] = [deque(maxlen=8) for _ in self.candidates]
+        # And a played window is priced at what its iterations took in all (per step for window 0): the curves of two
+        # models, timed apart, misprice what the loop pays for them together (batch 4 on ``c2i``: a window-1
+        # iteration priced 4.5 ms took 6.7, and window 1 was played throughout at 0.93x AR).
+        self._iterations_by: list[deque[float]] = [deque(maxlen=8) for _ in self.candidates]
         # Tokens per sample each window committed (decayed sums and counts), seeded from earlier decodes.
         self.memory_key = None if memory_key is None else (
             memory_key, id(engine.backbone), repr(engine.sampling), engine.batch_size, tuple(self.candidates),
@@ -191,9 +196,11 @@ class AutoWindow:
         if learned and self._measure_overhead:  # else a decode's first blocks price the loop's time at 0
             self.overhead_ms = learned.overhead_ms
             self._overheads.append(learned.overhead_ms)
-            for window, ms in zip(self._overheads_by, learned.overhead_by_window, strict=True):
-                if ms is not None:
-                    window.append(ms)
+            for sums, learned_ms in ((self._overheads_by, learned.overhead_by_window),
+                                     (self._iterations_by, learned.iteration_by_window)):
+                for window, ms in zip(sums, learned_ms, strict=True):
+                    if ms is not None:
+                        window.append(ms)
         self._ar_overheads: deque[float] = deque(maxlen=16)
         self._ar_run = 0  # steps of the run of plain AR steps the last block was (0: it was not one)
         self.ar_runs = 0
@@ -329,6 +336,7 @@ class AutoWindow:
                 outside = self._outside_ms(now, self.cost_ms[self._current])
                 self._overheads.append(outside)
                 self._overheads_by[self._current].append(outside)
+                self._iterations_by[self._current].append((now - self._last_time) * 1e3)
                 self.overhead_ms = min(self._overheads)
             steps = self._ar_run or 1  # a run of AR steps counts as one iteration per step
             decay = self.window_decay ** steps
@@ -374,6 +382,8 @@ class AutoWindow:
         if self.candidates[0] == 0:  # plain AR steps are played as runs: their own time per step
             cost[0] = self.cost_ms[0] + min(self.overhead_ms, self.ar_overhead_ms if self.ar_overhead_ms is not None
                                             else self.overhead_ms)
+        if not self.by_age:  # a draft model: what played windows took
+            cost = [min(d) if d else c for c, d in zip(cost, self._iterations_by, strict=True)]
         # the batch's pace: its least advanced sample's tokens per iteration
         estimate = [e / r for e, r in zip(estimate, self.ragged_factors(), strict=True)]
         scores = [e / c for e, c in zip(estimate, cost, strict=True)]
@@ -437,8 +447,10 @@ class AutoWindow:
         """The loop ran ``steps`` plain AR steps in a row since :meth:`choose` (``first``: the first sample's first
         uncommitted index before them); their time beyond the forwards prices the next runs."""
         if self._last_time is not None and self._measure_overhead:
-            self._ar_overheads.append(self._outside_ms(time.perf_counter(), steps * self.cost_ms[0]) / steps)
+            now = time.perf_counter()
+            self._ar_overheads.append(self._outside_ms(now, steps * self.cost_ms[0]) / steps)
             self.ar_overhead_ms = min(self._ar_overheads)
+            self._iterations_by[0].append((now - self._last_time) * 1e3 / steps)
         elif not self._measure_overhead:
             self.ar_overhead_ms = self.overhead_ms
         self.trace.extend((first + i, 0) for i in range(1, steps))
@@ -449,7 +461,8 @@ class AutoWindow:
         if self.memory_key is not None:
             _LEARNED[self.memory_key] = _Learned(list(self.committed_sum), list(self.played), list(self.tried),
                                                  list(self.laggard_sum), counts, self.ar_overhead_ms, self.overhead_ms,
-                                                 [min(d) if d else None for d in self._overheads_by])
+                                                 [min(d) if d else None for d in self._overheads_by],
+                                                 [min(d) if d else None for d in self._iterations_by])
         chosen: dict[int, int] = {}
         for _, w in self.trace:
             chosen[w] = chosen.get(w, 0) + 1
@@ -471,8 +484,11 @@ class AutoWindow:
                     self.candidates, self.ragged_factors(), self.played, strict=True) if n > 0},
                 "cost_curve_ms": {str(c["positions"]): c.get("ms_min", c["ms"]) for c in self.curve},
                 "loop_overhead_ms": self.overhead_ms, "ar_step_overhead_ms": self.ar_overhead_ms,
-                **({} if self.by_age else {"overhead_ms_by_window": {
-                    str(L): round(o, 3) for L, o in zip(self.candidates, self.overheads_by_window(), strict=True)}}),
+                **({} if self.by_age else {
+                    "overhead_ms_by_window": {str(L): round(o, 3) for L, o in zip(
+                        self.candidates, self.overheads_by_window(), strict=True)},
+                    "iteration_ms_by_window": {str(L): round(min(d), 3) for L, d in zip(
+                        self.candidates, self._iterations_by, strict=True) if d}}),
                 "ar_runs": self.ar_runs}
 
 

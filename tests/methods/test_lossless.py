@@ -756,9 +756,19 @@ def test_auto_window_prices_a_draft_models_host_work_per_window(table):
     assert policy.overheads_by_window()[1:] == [2.0, 3.0, 5.0]  # beyond them: the line through the nearest two
     by_window[2][0] = 1.0
     assert policy.overheads_by_window()[1:] == [2.0, 1.0, 1.0]  # never below the least measured
-    policy.report()
+    # A played window is priced at what its iterations took in all (runs of AR steps: per step), not from the
+    # curves: window 2 scores best from them; timed at 40 ms an iteration it does not, and window 4 does.
+    policy.optimism, policy.ar_overhead_ms = 1.0, 2.0
+    policy.played[1], policy.committed_sum[1], policy.laggard_sum[1] = 8.0, 14.0, 14.0
+    iterations = dict(zip(policy.candidates, policy._iterations_by, strict=True))
+    iterations[0].append(3.0)
+    assert policy._next(policy.estimates([1.0, 1.9, 2.5, 3.0])) == (2, False)
+    iterations[2].append(40.0)
+    assert policy._next(policy.estimates([1.0, 1.9, 2.5, 3.0])) == (3, False)
+    assert policy.report()["iteration_ms_by_window"] == {"0": 3.0, "2": 40.0}
     seeded = AutoWindow(engine, 4, curve=_synthetic_curve(0.3), drafting_ms=lambda L: 0.1 * L, memory_key=key)
     assert seeded.overheads_by_window()[1:] == [2.0, 1.0, 1.0]
+    assert [list(d) for d in seeded._iterations_by] == [[3.0], [], [40.0], []]
     jacobi = AutoWindow(engine, 4, curve=_synthetic_curve(0.3), overhead_ms=1.5)
     jacobi._overheads_by[1].append(9.0)
     assert jacobi.overheads_by_window() == [1.5] * len(jacobi.candidates)
