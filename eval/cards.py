@@ -65,7 +65,9 @@ def mar_vae_card(folder: Path, args: argparse.Namespace) -> ModelCard:
     from arvis.training.train_mar_vae import MARVAETrainConfig, model_card
 
     m = _record(folder)
-    return model_card(config_from_record(MARVAETrainConfig, m["config"]), m, folder.name)
+    naming = HERE.parent / "docs" / "figures" / "naming" / f"{folder.name}.json"  # eval/tokenizer_naming.py
+    return model_card(config_from_record(MARVAETrainConfig, m["config"]), m, folder.name,
+                      json.loads(naming.read_text()) if naming.is_file() else None)
 
 
 def upsampler_card(folder: Path, args: argparse.Namespace) -> ModelCard:

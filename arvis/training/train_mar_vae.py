@@ -47,6 +47,7 @@ from arvis.tokenizers.mar_vae import build_kl_vae
 from arvis.training.common import (
     EMA,
     dumps,
+    portable_command,
     setup_logging,
     training_command,
 )
@@ -258,6 +259,8 @@ def export(vae: AutoencoderKL, cfg: MARVAETrainConfig, out: str | os.PathLike, s
     """Set ``scaling_factor``, write fp16 safetensors + ``metrics.json`` + ``README.md`` into ``out`` atomically;
     the metrics are those of the reloaded fp16 folder on held-out crops."""
     out = Path(out)
+    # The record and the card name the folder a fine-tune started from without this machine's absolute path.
+    recorded = dataclasses.replace(cfg, init_from=portable_command(cfg.init_from) if cfg.init_from else "")
     train_images = labelled_images(cfg.data, cfg.scale_crops, "train", cfg.resolution, cfg.data_seed)[0]
     scale = latent_scale(vae.float(), train_images, torch.Generator().manual_seed(cfg.data_seed))
     vae.register_to_config(scaling_factor=scale)
@@ -273,15 +276,27 @@ def export(vae: AutoencoderKL, cfg: MARVAETrainConfig, out: str | os.PathLike, s
             scaling_factor=scale, latent_grid=cfg.resolution // cfg.stride, eval_crops=cfg.final_eval_size,
             steps=summary["steps"], train_hours=summary["train_seconds"] / 3600, torch_threads=torch.get_num_threads(),
             final_train_losses={k: v for k, v in summary["final_train"].items() if k != "step"},
-            history=summary["history"], command=command, config=dataclasses.asdict(cfg),
+            history=summary["history"], command=command, init_commands=_init_commands(cfg.init_from),
+            config=dataclasses.asdict(recorded),
         )
         (Path(tmp) / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
-        write_card(tmp, model_card(cfg, metrics, out.name))
+        write_card(tmp, model_card(recorded, metrics, out.name))
     return metrics
 
 
-def model_card(cfg: MARVAETrainConfig, m: dict[str, Any], name: str) -> ModelCard:
-    """Model card of the exported VAE folder."""
+def _init_commands(init_from: str) -> list[str]:
+    """The commands that made the folder a run starts from (its own, after those of the folder it started from)."""
+    path = Path(init_from) / "metrics.json" if init_from else None
+    if path is None or not path.is_file():
+        return []
+    record = json.loads(path.read_text())
+    return [*record.get("init_commands", []), record["command"]] if "command" in record else []
+
+
+def model_card(cfg: MARVAETrainConfig, m: dict[str, Any], name: str, naming: dict[str, Any] | None = None
+               ) -> ModelCard:
+    """Model card of the exported VAE folder; ``naming``: its round trips' naming record
+    (``eval/tokenizer_naming.py``), when measured."""
     g, tl = m["latent_grid"], m["final_train_losses"]
     return ModelCard(
         title=f"{name}: KL VAE for arvis's MAR models",
@@ -296,7 +311,7 @@ latents = vae.encode(images).latent_dist.sample() * vae.config.scaling_factor   
 {m['params']:,} parameters, {m['safetensors_mb']:.1f} MB as fp16 safetensors."""),
         data=Section("Data", f"""{data_recipe(cfg.data, cfg.resolution)} Fresh random crops every step (crop side {cfg.crop_scale[0]}–{cfg.crop_scale[1]}
 of the region's short side, random flips), rendered at {cfg.resolution} px."""),
-        training=Training([m["command"]], f"""Steps on {cfg.patch_size} px patches (batch {cfg.batch_size}), the last {cfg.full_res_fraction:.0%} on whole crops (batch
+        training=Training([*m.get("init_commands", []), m["command"]], f"""Steps on {cfg.patch_size} px patches (batch {cfg.batch_size}), the last {cfg.full_res_fraction:.0%} on whole crops (batch
 {cfg.full_res_batch_size}). AdamW (betas 0.5/0.9, lr {cfg.lr}, {cfg.warmup} warm-up steps, cosine to {cfg.min_lr_ratio}x),
 grad-norm clip {cfg.grad_clip}, {_start_sentence(cfg)}loss = {cfg.l1_weight}·L1 + {cfg.l2_weight}·L2 + {_chroma_term(cfg)}{cfg.kl_weight:g}·KL (per pixel
 value), EMA {cfg.ema_decay} (shipped). No perceptual or adversarial loss. {m['steps']} steps,
@@ -304,7 +319,16 @@ value), EMA {cfg.ema_decay} (shipped). No perceptual or adversarial loss. {m['st
 Final training losses (last logging window): L1 {tl.get('l1', float('nan')):.4f}, L2 {tl.get('l2', float('nan')):.5f},
 KL {tl.get('kl', float('nan')):.4f}{f", chroma {tl['chroma']:.4f}" if 'chroma' in tl else ''}."""),
         evaluation=Section("Evaluation (the shipped fp16 weights, posterior means)", f"""{m['eval_crops']} held-out crops ({cfg.resolution} px, seed {cfg.data_seed + 2}): PSNR {m['psnr']:.2f} dB,
-L1 {m['l1']:.4f}, MSE {m['mse']:.5f} (on [-1, 1])."""))
+L1 {m['l1']:.4f}, MSE {m['mse']:.5f} (on [-1, 1]).{_naming_sentence(naming)}"""))
+
+
+def _naming_sentence(naming: dict[str, Any] | None) -> str:
+    if not naming:
+        return ""
+    return (f"""\n\nCan the emoji still be named after a round trip? The emoji CLIP names {naming['roundtrip_named']:.1%} of the
+{naming['emoji']} named emoji's {naming['resolution']} px renders passed through this VAE (posterior mean) among their names, the
+renders themselves {naming['real_renders_named']:.1%} (chance {naming['chance']:.1%}); the renders' PSNR {naming['renders_psnr_db']:.2f} dB
+(`python eval/tokenizer_naming.py --folder {naming['folder']} --resolution {naming['resolution']} --json <record>`).""")
 
 
 def _chroma_term(cfg: MARVAETrainConfig) -> str:

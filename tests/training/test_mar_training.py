@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 
 import pytest
 import torch
@@ -153,8 +154,14 @@ def test_vae_fine_tune_starts_from_the_given_folder(trained, tmp_path):
     vae, _ = train(cfg, tmp_path / "s0")
     assert all(torch.equal(v, start[k]) for k, v in vae.state_dict().items())  # lr 0: still the loaded weights
     metrics = train_mar_vae.main(args)
-    assert metrics["config"]["init_from"] == str(root / "vae")
-    assert f"initialised from `{root / 'vae'}`" in (out / "README.md").read_text()
+    # the record names the folder it started from without this machine's absolute path, and lists the command
+    # that made it before its own
+    start_from = os.path.relpath(root / "vae")
+    assert metrics["config"]["init_from"] == start_from and not os.path.isabs(start_from)
+    card = (out / "README.md").read_text()
+    assert f"initialised from `{start_from}`" in card
+    first = json.loads((root / "vae" / "metrics.json").read_text())["command"]
+    assert metrics["init_commands"] == [first] and card.index(first) < card.index("--init-from")
 
 
 def test_chroma_term_weighs_colour_only_and_reaches_the_card(trained, tmp_path):
