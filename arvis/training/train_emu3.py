@@ -18,7 +18,8 @@ Three stages, each a repo command with atomic checkpoints and automatic resume (
    some emoji classes only; ``--input-noise`` replaces a fraction of the image tokens the model reads by
    random codes (targets clean);
 3. ``assemble``: the two into one official-layout ``Emu3ForConditionalGeneration`` (config with the
-   vocabulary map, fp16 safetensors) plus the tokenizer, as an ``Emu3Pipeline`` folder.
+   vocabulary map, fp16 safetensors) plus the tokenizer, as an ``Emu3Pipeline`` folder whose ``evaluation.json``
+   names the language model's data (``emoji``, or ``emoji-names`` after ``lm --named``).
 
 ``extract`` turns an assembled folder back into the stages' exports, so that ``lm --init-from`` can continue a
 shipped model; ``lm --named`` trains on the one-class-per-emoji set (the 123 named emoji of
@@ -49,6 +50,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from arvis.data.sources import MODEL_DATA_FILE, check_data
 from arvis.tokenizers.emu3_vq import Emu3ImageTokenizer, quantized_forward
 from arvis.training.common import (
     EMA,
@@ -579,7 +581,9 @@ def export_lm(result: dict[str, Any], cfg: LMTrainConfig, out: Path, command: st
 def assemble(vq_dir: Path, lm_dir: Path, out: Path, sampling_defaults: dict[str, Any],
              draft_dir: Path | None = None) -> Path:
     """One official-layout ``Emu3ForConditionalGeneration`` (LM + VQ + vocabulary map, fp16) and the tokenizer,
-    saved as an :class:`~arvis.pipelines.Emu3Pipeline` folder; training records are copied beside it.
+    saved as an :class:`~arvis.pipelines.Emu3Pipeline` folder; training records are copied beside it, and
+    ``evaluation.json`` (:data:`~arvis.data.sources.MODEL_DATA_FILE`) names the language model's data: ``emoji-names``
+    when it was trained ``--named``, else ``emoji``.
     ``draft_dir``: a smaller language model trained with the same tokenizer (``lm --tokenizer``), shipped as the
     pipeline's ``draft_transformer`` (an ``Emu3ForCausalLM``) for ``method="speculative"``."""
     from transformers import (
@@ -603,7 +607,10 @@ def assemble(vq_dir: Path, lm_dir: Path, out: Path, sampling_defaults: dict[str,
     model.model.text_model.load_state_dict(lm.model.state_dict())
     model.lm_head.load_state_dict(lm.lm_head.state_dict())
     model.model.vqmodel.load_state_dict(vq.state_dict())
-    grid = int(json.loads((lm_dir / "training_metrics.json").read_text())["config"]["resolution"]) // vq.vision_spatial_factor
+    lm_config = json.loads((lm_dir / "training_metrics.json").read_text())["config"]
+    grid = int(lm_config["resolution"]) // vq.vision_spatial_factor
+    # What the language model was trained on (the suites evaluate it on that data's prompts and FID reference).
+    data = check_data("emoji-names" if lm_config.get("named") else "emoji")
     draft = None
     stages = [("vq", vq_dir), ("lm", lm_dir)]
     if draft_dir is not None:
@@ -616,6 +623,7 @@ def assemble(vq_dir: Path, lm_dir: Path, out: Path, sampling_defaults: dict[str,
     with atomic_directory(out, keep=("README.md", "metrics.json")) as staged:
         pipe.save_pretrained(staged)
         atomic_write_text(staged / "sampling_defaults.json", json.dumps(sampling_defaults, indent=2) + "\n")
+        atomic_write_text(staged / MODEL_DATA_FILE, json.dumps({"data": data}, indent=2) + "\n")
         records = staged / "training"
         records.mkdir()
         for stage, folder in stages:

