@@ -41,6 +41,7 @@ import dataclasses
 import hashlib
 import json
 import math
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -629,6 +630,8 @@ def assemble(vq_dir: Path, lm_dir: Path, out: Path, sampling_defaults: dict[str,
         for stage, folder in stages:
             metrics = json.loads((folder / "training_metrics.json").read_text())
             metrics["command"] = portable_command(metrics["command"])  # runs that predate portable records
+            if os.path.isabs(metrics.get("config", {}).get("init_from") or ""):  # a warm start's folder, likewise
+                metrics["config"]["init_from"] = portable_command(metrics["config"]["init_from"])
             atomic_write_text(records / f"{stage}_training_metrics.json", json.dumps(metrics, indent=2) + "\n")
     return out
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import shutil
 
 import pytest
@@ -179,6 +180,10 @@ def test_extract_then_a_named_warm_start_keeps_the_tokenizer_and_starts_from_the
     assert AutoTokenizer.from_pretrained(out / "tokenizer").get_vocab() == \
         AutoTokenizer.from_pretrained(root / "lm" / "tokenizer").get_vocab()
     assert "warm start from the language model" in (tmp_path / "named-run" / "train.log").read_text()
+    # the shipped record names the folder it started from without this machine's absolute path
+    train_emu3.main(["assemble", "--vq", parts["vq"], "--lm", str(out), "--out", str(tmp_path / "warm")])
+    shipped = json.loads((tmp_path / "warm" / "training" / "lm_training_metrics.json").read_text())
+    assert shipped["config"]["init_from"] == os.path.relpath(parts["lm"]) and os.path.isabs(parts["lm"]) is not False
 
 
 def test_an_assembled_named_model_names_its_data_and_the_suite_prompts_it_with_the_named_emoji(trained, tmp_path):
