@@ -183,7 +183,7 @@ def test_extract_then_a_named_warm_start_keeps_the_tokenizer_and_starts_from_the
     # the shipped record names the folder it started from without this machine's absolute path
     train_emu3.main(["assemble", "--vq", parts["vq"], "--lm", str(out), "--out", str(tmp_path / "warm")])
     shipped = json.loads((tmp_path / "warm" / "training" / "lm_training_metrics.json").read_text())
-    assert shipped["config"]["init_from"] == os.path.relpath(parts["lm"]) and os.path.isabs(parts["lm"]) is not False
+    assert os.path.isabs(parts["lm"]) and shipped["config"]["init_from"] == os.path.relpath(parts["lm"])
 
 
 def test_an_assembled_named_model_names_its_data_and_the_suite_prompts_it_with_the_named_emoji(trained, tmp_path):
