@@ -309,10 +309,8 @@ latents = vae.encode(images).latent_dist.sample() * vae.config.scaling_factor   
         architecture=Section("Architecture", f"""`block_out_channels` {list(cfg.block_out_channels)}, {cfg.layers_per_block} residual block(s) per level, GroupNorm
 {cfg.norm_num_groups}, encoder attention at {list(cfg.attn_resolutions)} px feature maps and in both middle blocks.
 {m['params']:,} parameters, {m['safetensors_mb']:.1f} MB as fp16 safetensors."""),
-        data=Section("Data", f"""{data_recipe(cfg.data, cfg.resolution)} Fresh random crops every step (crop side {cfg.crop_scale[0]}–{cfg.crop_scale[1]}
-of the region's short side, random flips), rendered at {cfg.resolution} px."""),
-        training=Training([*m.get("init_commands", []), m["command"]], f"""Steps on {cfg.patch_size} px patches (batch {cfg.batch_size}), the last {cfg.full_res_fraction:.0%} on whole crops (batch
-{cfg.full_res_batch_size}). AdamW (betas 0.5/0.9, lr {cfg.lr}, {cfg.warmup} warm-up steps, cosine to {cfg.min_lr_ratio}x),
+        data=Section("Data", f"""{data_recipe(cfg.data, cfg.resolution)} {_views_sentence(cfg)}"""),
+        training=Training([*m.get("init_commands", []), m["command"]], f"""{_steps_sentence(cfg)} AdamW (betas 0.5/0.9, lr {cfg.lr}, {cfg.warmup} warm-up steps, cosine to {cfg.min_lr_ratio}x),
 grad-norm clip {cfg.grad_clip}, {_start_sentence(cfg)}loss = {cfg.l1_weight}·L1 + {cfg.l2_weight}·L2 + {_chroma_term(cfg)}{cfg.kl_weight:g}·KL (per pixel
 value), EMA {cfg.ema_decay} (shipped). No perceptual or adversarial loss. {m['steps']} steps,
 {m['train_hours']:.2f} h of training wall time ({m['torch_threads']} CPU thread(s) at export, shared machine).
@@ -329,6 +327,20 @@ def _naming_sentence(naming: dict[str, Any] | None) -> str:
 {naming['emoji']} named emoji's {naming['resolution']} px renders passed through this VAE (posterior mean) among their names, the
 renders themselves {naming['real_renders_named']:.1%} (chance {naming['chance']:.1%}); the renders' PSNR {naming['renders_psnr_db']:.2f} dB
 (`python eval/tokenizer_naming.py --folder {naming['folder']} --resolution {naming['resolution']} --json <record>`).""")
+
+
+def _views_sentence(cfg: MARVAETrainConfig) -> str:
+    if cfg.data == "photos":
+        return (f"Fresh random crops every step (crop side {cfg.crop_scale[0]}–{cfg.crop_scale[1]}\nof the region's "
+                f"short side, random flips), rendered at {cfg.resolution} px.")
+    return f"Each step draws its images from the stream's pool of augmented views, rendered at {cfg.resolution} px."
+
+
+def _steps_sentence(cfg: MARVAETrainConfig) -> str:
+    if cfg.full_res_fraction == 0 and cfg.patch_size == cfg.resolution:
+        return f"Every step on whole {cfg.resolution} px images (batch {cfg.batch_size})."
+    return (f"Steps on {cfg.patch_size} px patches (batch {cfg.batch_size}), the last {cfg.full_res_fraction:.0%} on "
+            f"whole crops (batch\n{cfg.full_res_batch_size}).")
 
 
 def _chroma_term(cfg: MARVAETrainConfig) -> str:
