@@ -418,10 +418,12 @@ def recognition_sets(pset: PromptSet | None = None) -> dict[str, list[Any]]:
 def stage_recognition(args: argparse.Namespace) -> None:
     """Can a sample be named from its picture? One AR sample per emoji name, and the emoji CLIP's top-1 caption
     retrieval among the set's names, beside the same retrieval on the real renders at the model's resolution
-    (what a perfect model would score with this CLIP)."""
+    (what a perfect model would score with this CLIP) and on those renders after a round trip through the model's
+    VQ (what its decoder lets a sample look like at best)."""
     import numpy as np
 
     from arvis.data.emoji import openmoji_svg_dir, render_emoji
+    from arvis.eval.naming import tokenizer_roundtrip
     from arvis.models.clip import retrieval
 
     scorer, clip_name = clip_scorer()
@@ -440,10 +442,10 @@ def stage_recognition(args: argparse.Namespace) -> None:
         fake = sample_images(pipe, names, args.seed, args.quality_batch, **defaults)
         real = np.stack([render_emoji(svg / f"{e.code}.svg", fake.shape[1]) for e in emoji])
         text = scorer.text_embeddings(names)
-        row = {"split": split, "emoji": len(names), "chance": 1 / len(names),
-               "generated_top1": retrieval(scorer.image_embeddings(fake), text, len(names))["image_to_text_top1"],
-               "real_top1": retrieval(scorer.image_embeddings(real), text, len(names))["image_to_text_top1"],
-               "seconds": time.time() - t0}
+        top1 = {kind: retrieval(scorer.image_embeddings(images), text, len(names))["image_to_text_top1"]
+                for kind, images in (("generated", fake), ("real", real), ("roundtrip", tokenizer_roundtrip(pipe)(real)))}
+        row = {"split": split, "emoji": len(names), "chance": 1 / len(names), "generated_top1": top1["generated"],
+               "real_top1": top1["real"], "roundtrip_top1": top1["roundtrip"], "seconds": time.time() - t0}
         rows.append(row)
         print(row)
     write_record(records(args), "recognition", {"clip_model": clip_name, "seed": args.seed, "sampling": defaults, "method": "ar",
@@ -770,10 +772,18 @@ def recognition_table(record: dict[str, Any]) -> list[str]:
                 "each sample is named among all of their names." if record.get("prompt_set") == "named" else
                 "Training emoji were in the training images (their names are what a user would type); held-out emoji "
                 "never were."), "",
-             "| emoji | names | samples named right | real renders named right | chance |", "|---|---|---|---|---|"]
-    lines += [f"| {r['split']} | {r['emoji']} | {100 * r['generated_top1']:.1f}% | {100 * r['real_top1']:.1f}% | "
-              f"{100 * r['chance']:.2f}% |" for r in record["sets"]]
+             *_recognition_rows(record["sets"])]
     return lines
+
+
+def _recognition_rows(sets: list[dict[str, Any]]) -> list[str]:
+    """The recognition table; with the renders' VQ round trip where measured (earlier records lack it)."""
+    roundtrip = all("roundtrip_top1" in r for r in sets)
+    columns = ["emoji", "names", "samples named right", "real renders named right",
+               *(["renders after the VQ round trip named right"] if roundtrip else []), "chance"]
+    rows = [[r["split"], str(r["emoji"]), f"{100 * r['generated_top1']:.1f}%", f"{100 * r['real_top1']:.1f}%",
+             *([f"{100 * r['roundtrip_top1']:.1f}%"] if roundtrip else []), f"{100 * r['chance']:.2f}%"] for r in sets]
+    return ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns), *("| " + " | ".join(r) + " |" for r in rows)]
 
 
 def _parity_row(name: str, case: dict[str, Any]) -> str:

