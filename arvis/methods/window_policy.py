@@ -76,7 +76,7 @@ class _Learned(NamedTuple):
     ar_overhead_ms: float | None
     overhead_ms: float
     overhead_by_window: list[float | None]  # a draft model's: each window's least time outside its forwards
-    iteration_by_window: list[float | None]  # a draft model's: each window's least time per iteration, in all
+    iteration_by_window: list[float | None]  # each window's least time per iteration, in all
 
 
 # Per process, like the cost curves.
@@ -168,9 +168,9 @@ class AutoWindow:
         # With a draft model the time outside the forwards grows with the window (each draft is sampled and handed
         # to the next draft forward on the host): measured per window, as each window is played.
         self._overheads_by: list[deque[float]] = [deque(maxlen=8) for _ in self.candidates]
-        # And a played window is priced at what its iterations took in all (per step for window 0): the curves of two
-        # models, timed apart, misprice what the loop pays for them together (batch 4 on ``c2i``: a window-1
-        # iteration priced 4.5 ms took 6.7, and window 1 was played throughout at 0.93x AR).
+        # A played window is priced at what its iterations took in all (per step for window 0): a curve timed apart
+        # misprices what the loop pays (with a draft model, batch 4 on ``c2i``: a window-1 iteration priced 4.5 ms
+        # took 6.7, and window 1 was played throughout at 0.93x AR).
         self._iterations_by: list[deque[float]] = [deque(maxlen=8) for _ in self.candidates]
         # Tokens per sample each window committed (decayed sums and counts), seeded from earlier decodes.
         self.memory_key = None if memory_key is None else (
@@ -203,6 +203,8 @@ class AutoWindow:
                         window.append(ms)
         self._ar_overheads: deque[float] = deque(maxlen=16)
         self._ar_run = 0  # steps of the run of plain AR steps the last block was (0: it was not one)
+        self._ar_length = self.block  # steps of the last block of window 0 (doubling while window 0 keeps winning)
+        self.max_ar_run = 8 * self.block
         self.ar_runs = 0
         self._laggard: int | None = None  # the least advanced active sample's committed length at the last choice
         self._current: int | None = None  # candidate index being played, and for how many more iterations
@@ -366,6 +368,13 @@ class AutoWindow:
             if trial:  # a short block, counted as a whole one when deciding the next try
                 length = max(1, self.block // 4)
                 self.tried[self._current] += float(self.block - length)
+            # Runs of AR steps teach the policy nothing new about the windows, and each run ends in a loop iteration
+            # (its sync and this choice): while they keep winning, each run is twice the last (batch 8 on ``c2i``:
+            # runs of 4 steps throughout cost 8% against AR).
+            again = self.candidates[self._current] == 0 and previous is not None and self.candidates[previous] == 0
+            self._ar_length = min(2 * self._ar_length, self.max_ar_run) if again and not trial else self.block
+            if again and not trial:
+                length = self._ar_length
             self._left = length - 1 + self._warming
         self._last_time, self._last_forward_s = now, self._clock.seconds_so_far()
         window = self.candidates[self._current]
@@ -382,8 +391,8 @@ class AutoWindow:
         if self.candidates[0] == 0:  # plain AR steps are played as runs: their own time per step
             cost[0] = self.cost_ms[0] + min(self.overhead_ms, self.ar_overhead_ms if self.ar_overhead_ms is not None
                                             else self.overhead_ms)
-        if not self.by_age:  # a draft model: what played windows took
-            cost = [min(d) if d else c for c, d in zip(cost, self._iterations_by, strict=True)]
+        # What played windows took (a run of AR steps: per step), where measured.
+        cost = [min(d) if d else c for c, d in zip(cost, self._iterations_by, strict=True)]
         # the batch's pace: its least advanced sample's tokens per iteration
         estimate = [e / r for e, r in zip(estimate, self.ragged_factors(), strict=True)]
         scores = [e / c for e, c in zip(estimate, cost, strict=True)]
@@ -484,11 +493,10 @@ class AutoWindow:
                     self.candidates, self.ragged_factors(), self.played, strict=True) if n > 0},
                 "cost_curve_ms": {str(c["positions"]): c.get("ms_min", c["ms"]) for c in self.curve},
                 "loop_overhead_ms": self.overhead_ms, "ar_step_overhead_ms": self.ar_overhead_ms,
-                **({} if self.by_age else {
-                    "overhead_ms_by_window": {str(L): round(o, 3) for L, o in zip(
-                        self.candidates, self.overheads_by_window(), strict=True)},
-                    "iteration_ms_by_window": {str(L): round(min(d), 3) for L, d in zip(
-                        self.candidates, self._iterations_by, strict=True) if d}}),
+                **({} if self.by_age else {"overhead_ms_by_window": {str(L): round(o, 3) for L, o in zip(
+                    self.candidates, self.overheads_by_window(), strict=True)}}),
+                "iteration_ms_by_window": {str(L): round(min(d), 3) for L, d in zip(
+                    self.candidates, self._iterations_by, strict=True) if d},
                 "ar_runs": self.ar_runs}
 
 

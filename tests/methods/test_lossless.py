@@ -693,6 +693,29 @@ def test_auto_window_follows_the_cost_curve_and_the_acceptance_by_age(table):
 
 
 
+def test_auto_window_doubles_runs_of_ar_steps_while_they_keep_winning(table):
+    """Each run of plain AR steps ends in a loop iteration; while window 0 keeps winning, each run is twice the
+    last (up to eight blocks); a try of another window starts the doubling again."""
+    policy = _auto_policy(table, 1.0, block=4)
+    policy.age_counts = torch.tensor([[100.0] * policy.max_age, [10.0] * policy.max_age])  # drafts rarely accepted
+    runs, committed = [], 1
+    for _ in range(12):  # the first block plays window 1 (the widest costing at most two steps), then AR runs
+        window = policy.choose(policy.expected_tokens().tolist(), [committed, committed], 1.0)
+        if window == 0:
+            steps = policy.take_ar_block()
+            policy.played_ar_run(steps, committed)
+            runs.append(steps)
+            committed += steps
+        else:
+            runs.append(-window)
+            committed += 1
+    assert runs[runs.index(4):][:5] == [4, 8, 16, 32, 32], runs
+    assert policy.max_ar_run == 32
+    policy._current, policy._left = 1, 0  # a block of window 1 was played (a try): the next run is a block again
+    assert policy.choose(policy.expected_tokens().tolist(), [committed, committed], 1.0) == 0
+    assert policy.take_ar_block() == 4
+
+
 def test_auto_window_prices_a_batch_at_its_slowest_sample(table):
     """A batch decodes until its slowest sample ends: when one sample accepts every draft and the other none, the
     windows played are priced at the laggard's pace (ragged factor 3 at window 4) and plain AR steps, which keep
