@@ -1,9 +1,11 @@
 #!/usr/bin/env python
-"""How the one-class-per-emoji model's sampling defaults were chosen: CLIP naming at several CFG scales and
+"""How the one-class-per-emoji models' sampling defaults were chosen: CLIP naming at several CFG scales and
 temperatures.
 
     python eval/emoji_names_guidance.py --model emoji-names --scales 1.5,2,3,5,7,10 --temperatures 1 \
         --json docs/figures/emoji/guidance_emoji_names.json
+    python eval/emoji_names_guidance.py --model emu3 --scales 1,1.5,1.75,2,2.5,3,5,8 --seed 1000 \
+        --json docs/figures/emu3/guidance.json      # a text model: the emoji names are its prompts
 
 For each (scale, temperature): one plain-AR sample per class (generator seeds ``--seed + class``, disjoint from the model card's
 seed-0 samples, so the chosen scale is then measured on other draws) and how often the emoji CLIP picks the
@@ -21,15 +23,25 @@ import numpy as np
 import torch
 
 
+def emoji_names(pipe) -> list[str]:
+    """The named emoji a model draws: a class-conditional model's classes, or (a text model) the named set."""
+    from arvis.data.sources import class_names
+
+    conditional = getattr(pipe.transformer, "is_class_conditional", False)
+    return list(pipe.transformer.config.class_names if conditional else class_names("emoji-names"))
+
+
 def naming_at(pipe, clip, scale: float, temperature: float, seed: int, batch: int = 41) -> float:
     from arvis.models.clip import naming_top1
 
-    names = list(pipe.transformer.config.class_names)
+    names = emoji_names(pipe)
+    conditional = getattr(pipe.transformer, "is_class_conditional", False)
     text = clip.text_embeddings(names)
     images = []
     for start in range(0, len(names), batch):
         labels = list(range(start, min(start + batch, len(names))))
-        out = pipe(class_labels=labels, guidance_scale=scale, temperature=temperature, top_k=0, output_type="np",
+        condition = ({"class_labels": labels} if conditional else {"prompt": [names[k] for k in labels]})
+        out = pipe(**condition, guidance_scale=scale, temperature=temperature, top_k=0, output_type="np",
                    generator=[torch.Generator().manual_seed(seed + k) for k in labels])
         images.append((np.asarray(out.images) * 255).round().astype(np.uint8))
     return naming_top1(clip.image_embeddings(np.concatenate(images)), text, torch.arange(len(names)))
@@ -58,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
             rows.append({"guidance_scale": scale, "temperature": temperature,
                          "named_right": naming_at(pipe, clip, scale, temperature, args.seed)})
             print(json.dumps(rows[-1]), flush=True)
-    record = {"model": args.model, "classes": len(pipe.transformer.config.class_names), "seed": args.seed,
+    record = {"model": args.model, "classes": len(emoji_names(pipe)), "seed": args.seed,
               "clip": "clip-emoji", "method": "ar", "top_k": 0, "rows": rows, **provenance()}
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
