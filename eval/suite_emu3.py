@@ -657,7 +657,7 @@ def model_card(folder: Path, figures: Path) -> str | None:
         f"end-of-line token after each row, end-of-frame and end-of-image, exactly Emu3's layout).", "",
         "```python", "import torch", "from arvis import Emu3Pipeline",
         'pipe = Emu3Pipeline.from_pretrained("arvis/weights/emu3-emoji", dtype=torch.float32)  # fp16 file; fp32 on CPU',
-        'out = pipe("red apple", guidance_scale=3.0, method="mc-sjd", window=32)   # lossless, fewer forwards',
+        'out = pipe("red apple", method="mc-sjd", window=32)   # the folder\'s sampling defaults; lossless, fewer forwards',
         "```", "",
         "The `transformer/` folder is an official-layout Emu3 checkpoint (config with `vocabulary_map`, text and VQ "
         "configs, fp16 safetensors): `Emu3ForConditionalGeneration.from_pretrained` loads it, and so does "
@@ -701,11 +701,15 @@ def model_card(folder: Path, figures: Path) -> str | None:
         + (f"; {lmc['input_noise']:.0%} of the image tokens the model reads replaced by random codes (the targets "
            "stay clean), so that it must read the caption and sees slips like its own sampling's"
            if lmc.get("input_noise") else "") + ".", "",
-        "## Training", "", "```", vq["command"], lm["command"],
-        *([draft["command"]] if draft else []),
+        "## Training", "", "```", vq["command"], *lm.get("init_commands", []), lm["command"],
+        *([*draft.get("init_commands", []), draft["command"]] if draft else []),
         "python -m arvis.training.train_emu3 assemble --vq <vq export> --lm <lm export> "
         + ("--draft-lm <draft export> " if draft else "") + f"--top-k {defaults['top_k']} --out arvis/weights/emu3-emoji",
         "```", "",
+        *([f"The language model{' and the draft' if draft and draft.get('init_commands') else ''} continued the "
+           "runs of the commands before them (`--init-from`: their exports, taken back out of the previously "
+           "shipped folder by `python -m arvis.training.train_emu3 extract --folder arvis/weights/emu3-emoji --out "
+           "<parts>`).", ""] if lm.get("init_commands") else []),
         f"- VQ: L1 + L2 + codebook + {vqt['commit_beta']} x commitment (no perceptual or adversarial loss: no "
         f"pretrained feature network offline), AdamW lr {vqt['lr']}, cosine, dead-code restarts, EMA "
         f"{vqt['ema_decay']} (exported). {vq['steps']} steps, {vq['train_hours']:.2f} h of wall time on a shared "
@@ -726,7 +730,8 @@ def model_card(folder: Path, figures: Path) -> str | None:
         f"VQ reconstructions of the {vq['eval_images']} held-out emoji (fp16 weights as shipped): PSNR "
         f"{vq['psnr']:.2f} dB, L1 {vq['l1']:.4f}, codebook usage {100 * vq['usage']:.1f}%, code perplexity "
         f"{vq['perplexity']:.0f}.", "",
-        f"Sampling defaults (`sampling_defaults.json`): {json.dumps(defaults)}, negative prompt: the empty caption.", ""]
+        f"Sampling defaults (`sampling_defaults.json`): {json.dumps(defaults)}, negative prompt: the empty caption."
+        + _guidance_sentence(read_record(figures, "guidance")), ""]
     if quality:
         lines += [f"CLIP score ({quality['clip_model']}, {quality['samples']} {prompt_words(quality)}, one image each, "
                   "matched vs shuffled captions):", "", "| method | CLIP score | shuffled | own caption wins |",
@@ -753,6 +758,17 @@ def model_card(folder: Path, figures: Path) -> str | None:
             else "captions of held-out emoji, then training emoji")
     lines += [f"Sample grid ({grid}): `docs/{SAMPLE_GRID}`.", ""]
     return "\n".join(lines)
+
+
+def _guidance_sentence(record: dict[str, Any] | None) -> str:
+    """How the guidance scale was chosen (``eval/emoji_names_guidance.py``'s record, on other seeds than the
+    evaluation's), when that record exists."""
+    if not record:
+        return ""
+    rows = ", ".join(f"{r['guidance_scale']:g}: {100 * r['named_right']:.1f}%" for r in record["rows"])
+    return (f" The guidance scale is the one whose samples the emoji CLIP named most often among the "
+            f"{record['classes']} names on seeds {record['seed']}+ (`python eval/emoji_names_guidance.py --model emu3 "
+            f"--seed {record['seed']} --json docs/figures/emu3/guidance.json`): {rows}.")
 
 
 def _named_names() -> tuple[str, ...]:

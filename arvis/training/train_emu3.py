@@ -630,8 +630,12 @@ def assemble(vq_dir: Path, lm_dir: Path, out: Path, sampling_defaults: dict[str,
         for stage, folder in stages:
             metrics = json.loads((folder / "training_metrics.json").read_text())
             metrics["command"] = portable_command(metrics["command"])  # runs that predate portable records
-            if os.path.isabs(metrics.get("config", {}).get("init_from") or ""):  # a warm start's folder, likewise
-                metrics["config"]["init_from"] = portable_command(metrics["config"]["init_from"])
+            start = metrics.get("config", {}).get("init_from") or ""
+            if start and (Path(start) / "training_metrics.json").is_file():  # a warm start: what trained its start
+                earlier = json.loads((Path(start) / "training_metrics.json").read_text())
+                metrics["init_commands"] = [*earlier.get("init_commands", []), portable_command(earlier["command"])]
+            if os.path.isabs(start):  # a warm start's folder, named as the command names it
+                metrics["config"]["init_from"] = portable_command(start)
             atomic_write_text(records / f"{stage}_training_metrics.json", json.dumps(metrics, indent=2) + "\n")
     return out
 

@@ -6,6 +6,7 @@ import dataclasses
 import json
 import os
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -184,6 +185,9 @@ def test_extract_then_a_named_warm_start_keeps_the_tokenizer_and_starts_from_the
     train_emu3.main(["assemble", "--vq", parts["vq"], "--lm", str(out), "--out", str(tmp_path / "warm")])
     shipped = json.loads((tmp_path / "warm" / "training" / "lm_training_metrics.json").read_text())
     assert os.path.isabs(parts["lm"]) and shipped["config"]["init_from"] == os.path.relpath(parts["lm"])
+    # and the commands that trained the model it started from come before its own
+    start = json.loads((Path(parts["lm"]) / "training_metrics.json").read_text())
+    assert shipped["init_commands"] == [start["command"]] and "--init-from" in shipped["command"]
 
 
 def test_an_assembled_named_model_names_its_data_and_the_suite_prompts_it_with_the_named_emoji(trained, tmp_path):
