@@ -27,15 +27,14 @@ def emoji_names(pipe) -> list[str]:
     """The named emoji a model draws: a class-conditional model's classes, or (a text model) the named set."""
     from arvis.data.sources import class_names
 
-    conditional = getattr(pipe.transformer, "is_class_conditional", False)
-    return list(pipe.transformer.config.class_names if conditional else class_names("emoji-names"))
+    return list(pipe.class_names if pipe.capabilities.conditioning == "class" else class_names("emoji-names"))
 
 
 def naming_at(pipe, clip, scale: float, temperature: float, seed: int, batch: int = 41) -> float:
     from arvis.models.clip import naming_top1
 
     names = emoji_names(pipe)
-    conditional = getattr(pipe.transformer, "is_class_conditional", False)
+    conditional = pipe.capabilities.conditioning == "class"
     text = clip.text_embeddings(names)
     images = []
     for start in range(0, len(names), batch):

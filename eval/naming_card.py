@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     names = list(class_names("emoji-names"))
     num = args.num or len(names)
     video = type(pipe).__name__ == "VideoPipeline"  # clips: every frame is named
-    text = not video and not pipe.transformer.is_class_conditional
+    text = not video and pipe.capabilities.conditioning != "class"
     prompts = None
     if text:
         prompts = args.samples_dir.with_suffix(".prompts.txt")
