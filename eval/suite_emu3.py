@@ -682,7 +682,7 @@ def model_card(folder: Path, figures: Path) -> str | None:
         f"are rasterised offline (resvg) at {lmc['resolution']} px on white, with small zoom/shift augmentations and "
         "captions from their Unicode names in five phrasings (\"red apple\", \"an emoji of a red apple\", ...). "
         + (f"The language model is trained on the one-class-per-emoji set (`arvis.data.emoji.named_emoji`): the "
-           f"{len(_named_names())} single-code-point fruit, vegetable and animal emoji of the training split; its "
+           f"{len(prompt_set_of('emoji-names').names)} single-code-point fruit, vegetable and animal emoji of the training split; its "
            "validation images are other views of the same emoji (a class is one picture: there is no unseen-emoji "
            "split), and the evaluation below prompts it with these emoji's names. " if named else
            "About 10% of the emoji (stratified by class) are held out by emoji: never rendered into a training image; "
@@ -769,12 +769,6 @@ def _guidance_sentence(record: dict[str, Any] | None) -> str:
     return (f" The guidance scale is the one whose samples the emoji CLIP named most often among the "
             f"{record['classes']} names on seeds {record['seed']}+ (`python eval/emoji_names_guidance.py --model emu3 "
             f"--seed {record['seed']} --json docs/figures/emu3/guidance.json`): {rows}.")
-
-
-def _named_names() -> tuple[str, ...]:
-    from arvis.data.sources import class_names
-
-    return class_names("emoji-names")
 
 
 def recognition_table(record: dict[str, Any]) -> list[str]:

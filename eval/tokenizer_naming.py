@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     torch.set_num_threads(args.threads)
     from arvis.eval.naming import named_renders, naming_rates
     from arvis.eval.provenance import provenance
-    from arvis.utils.images import to_tensor, to_uint8
+    from arvis.utils.images import mean_psnr, to_tensor, to_uint8
     from arvis.utils.paths import display_path
 
     kind, roundtrip = load_roundtrip(args.folder)
@@ -66,12 +66,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         return np.concatenate([to_uint8(roundtrip(to_tensor(images[i:i + 32]))) for i in range(0, len(images), 32)])
 
     names, real = named_renders(args.resolution)
-    rates = naming_rates(real, np.arange(len(names)), names, roundtrip=through)
     recon = through(real)
-    err = (recon.astype(np.float64) - real.astype(np.float64)) / 255.0
-    psnr = float(np.mean(10 * np.log10(1.0 / np.maximum((err ** 2).mean(axis=(1, 2, 3)), 1e-10))))
+    rates = naming_rates(recon, np.arange(len(names)), names)  # the round trips are the samples named
+    psnr = mean_psnr(real, recon)
     record = {"folder": display_path(args.folder), "kind": kind, "resolution": args.resolution,
-              "emoji": len(names), "roundtrip_named": rates["clip_vq_reconstructions_named"],
+              "emoji": len(names), "roundtrip_named": rates["class_consistency"],
               "real_renders_named": rates["clip_real_renders_named"], "chance": rates["chance"],
               "named_by": rates["class_consistency_by"], "renders_psnr_db": round(psnr, 2),
               "provenance": provenance()}

@@ -32,6 +32,7 @@ def main(argv: list[str] | None = None) -> dict:
     from arvis.eval.fid import compute_fid, reference_images_fn
     from arvis.tokenizers.llamagen_vq import LlamaGenVQModel
     from arvis.tokenizers.var_vq import VARVQModel
+    from arvis.utils.images import mean_psnr
 
     kind = json.loads((Path(args.vq) / "config.json").read_text()).get("_class_name")
     cls = VARVQModel if kind == "VARVQModel" else LlamaGenVQModel  # VAR's multi-scale tokenizer, or LlamaGen's
@@ -46,10 +47,9 @@ def main(argv: list[str] | None = None) -> dict:
     recon = np.concatenate(recon)
     original = compute_fid(images, floor=True, data=args.data)
     rec = compute_fid(recon, floor=False, data=args.data)
-    mse = np.maximum(((recon.astype(np.float64) - images.astype(np.float64)) / 255.0) ** 2, 0).mean(axis=(1, 2, 3))
     result = {"vq": args.vq, "data": args.data, "num": args.num, "rfid": rec.fid, "fid_of_the_originals": original.fid,
               "real_vs_real_floor": original.floor, "extractor": rec.generated.extractor,
-              "psnr": float(np.mean(10 * np.log10(1.0 / np.maximum(mse, 1e-10))))}
+              "psnr": mean_psnr(images, recon)}
     print(json.dumps(result, indent=2))
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)

@@ -39,8 +39,9 @@ lately and could, optimistically (its model estimate × ``optimism``), beat it: 
 a quarter of a block (counted as a whole one when deciding the next try). The first window is the widest whose
 forward costs at most twice a single-token forward. With a ``memory_key``, what a decode measured seeds the next
 decode of the same model, batch, settings and method in this process (a bench's warm-up round teaches its timed
-rounds, as the cost curve is measured once): its counts per age, its tokens and laggard advance per window and
-both measured overheads.
+rounds, as the cost curve is measured once): its counts per age, its tokens and laggard advance per window, both
+measured overheads and each window's least measured time per iteration (and, with a draft model, outside its
+forwards).
 
 Lossless: iteration ``i``'s window is a function of what iterations before it observed (their commits, accepted
 counts and times), never of iteration ``i``'s own drafts or coins, and exact acceptance commits every token as a
@@ -371,10 +372,10 @@ class AutoWindow:
             # Runs of AR steps teach the policy nothing new about the windows, and each run ends in a loop iteration
             # (its sync and this choice): while they keep winning, each run is twice the last (batch 8 on ``c2i``:
             # runs of 4 steps throughout cost 8% against AR).
-            again = self.candidates[self._current] == 0 and previous is not None and self.candidates[previous] == 0
-            self._ar_length = min(2 * self._ar_length, self.max_ar_run) if again and not trial else self.block
-            if again and not trial:
-                length = self._ar_length
+            if self.candidates[self._current] == 0 and previous is not None and self.candidates[previous] == 0:
+                self._ar_length = length = min(2 * self._ar_length, self.max_ar_run)
+            else:
+                self._ar_length = self.block
             self._left = length - 1 + self._warming
         self._last_time, self._last_forward_s = now, self._clock.seconds_so_far()
         window = self.candidates[self._current]

@@ -32,6 +32,7 @@ __all__ = [
     "LogWindow",
     "restore_training_state",
     "setup_logging",
+    "warm_start_commands",
 ]
 
 
@@ -54,6 +55,16 @@ def portable_command(command: str, root: Path | None = None) -> str:
     base = Path(root or Path.cwd())
     return " ".join(shlex.quote(os.path.relpath(a, base)) if os.path.isabs(a) else shlex.quote(a)
                     for a in shlex.split(command))
+
+
+def warm_start_commands(start: str | os.PathLike, record: str = "training_metrics.json") -> list[str]:
+    """The commands that made the folder a run warm-starts from (``--init-from``), read from its ``record``: the
+    commands of the folder it started from in turn, then its own (empty without such a record)."""
+    path = Path(start) / record if start else None
+    if path is None or not path.is_file():
+        return []
+    earlier = json.loads(path.read_text())
+    return [*earlier.get("init_commands", []), portable_command(earlier["command"])] if "command" in earlier else []
 
 
 def export_modules(out: Path, modules: dict[str, Any], metrics: dict[str, Any]) -> None:

@@ -61,6 +61,7 @@ from arvis.training.common import (
     reseed_rows,
     setup_logging,
     training_command,
+    warm_start_commands,
 )
 from arvis.training.loop import LoopSettings, TrainingLoop
 from arvis.training.train_vq import evaluate
@@ -631,9 +632,8 @@ def assemble(vq_dir: Path, lm_dir: Path, out: Path, sampling_defaults: dict[str,
             metrics = json.loads((folder / "training_metrics.json").read_text())
             metrics["command"] = portable_command(metrics["command"])  # runs that predate portable records
             start = metrics.get("config", {}).get("init_from") or ""
-            if start and (Path(start) / "training_metrics.json").is_file():  # a warm start: what trained its start
-                earlier = json.loads((Path(start) / "training_metrics.json").read_text())
-                metrics["init_commands"] = [*earlier.get("init_commands", []), portable_command(earlier["command"])]
+            if earlier := warm_start_commands(start):  # a warm start: the commands that trained its start
+                metrics["init_commands"] = earlier
             if os.path.isabs(start):  # a warm start's folder, named as the command names it
                 metrics["config"]["init_from"] = portable_command(start)
             atomic_write_text(records / f"{stage}_training_metrics.json", json.dumps(metrics, indent=2) + "\n")

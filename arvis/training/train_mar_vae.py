@@ -50,10 +50,12 @@ from arvis.training.common import (
     portable_command,
     setup_logging,
     training_command,
+    warm_start_commands,
 )
 from arvis.training.loop import LoopSettings, TrainingLoop
 from arvis.training.train_vq import to_tensor, to_uint8, train_batch
 from arvis.utils.files import atomic_directory
+from arvis.utils.images import mean_psnr
 from arvis.utils.model_card import ModelCard, Section, Training, write_card
 
 __all__ = ["PRESETS", "MARVAETrainConfig", "evaluate", "export", "main", "opponent_chroma", "train"]
@@ -187,9 +189,7 @@ def evaluate(vae: AutoencoderKL, images: np.ndarray, batch_size: int = 32) -> di
         mse += float((y - x.float()).pow(2).mean()) * len(x)
         recon[i:i + batch_size] = to_uint8(y)
     vae.train(was_training)
-    err = (recon.astype(np.float64) - images.astype(np.float64)) / 255.0
-    per_image = np.maximum((err ** 2).mean(axis=(1, 2, 3)), 1e-10)
-    return {"psnr": float(np.mean(10 * np.log10(1.0 / per_image))), "l1": l1 / len(images), "mse": mse / len(images),
+    return {"psnr": mean_psnr(images, recon), "l1": l1 / len(images), "mse": mse / len(images),
             "latent_mean_std": float(torch.cat(latents).std()), "recon": recon}
 
 
@@ -276,21 +276,12 @@ def export(vae: AutoencoderKL, cfg: MARVAETrainConfig, out: str | os.PathLike, s
             scaling_factor=scale, latent_grid=cfg.resolution // cfg.stride, eval_crops=cfg.final_eval_size,
             steps=summary["steps"], train_hours=summary["train_seconds"] / 3600, torch_threads=torch.get_num_threads(),
             final_train_losses={k: v for k, v in summary["final_train"].items() if k != "step"},
-            history=summary["history"], command=command, init_commands=_init_commands(cfg.init_from),
+            history=summary["history"], command=command, init_commands=warm_start_commands(cfg.init_from, "metrics.json"),
             config=dataclasses.asdict(recorded),
         )
         (Path(tmp) / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
         write_card(tmp, model_card(recorded, metrics, out.name))
     return metrics
-
-
-def _init_commands(init_from: str) -> list[str]:
-    """The commands that made the folder a run starts from (its own, after those of the folder it started from)."""
-    path = Path(init_from) / "metrics.json" if init_from else None
-    if path is None or not path.is_file():
-        return []
-    record = json.loads(path.read_text())
-    return [*record.get("init_commands", []), record["command"]] if "command" in record else []
 
 
 def model_card(cfg: MARVAETrainConfig, m: dict[str, Any], name: str, naming: dict[str, Any] | None = None
