@@ -37,7 +37,8 @@ would beat the best window.
 After each block the best-scoring window is played, unless a ladder neighbour of it has hardly been measured
 lately and could, optimistically (its model estimate × ``optimism``), beat it: then that neighbour is tried for
 a quarter of a block (counted as a whole one when deciding the next try). The first window is the widest whose
-forward costs at most twice a single-token forward. With a ``memory_key``, what a decode measured seeds the next
+forward costs at most twice a single-token forward; a decode's first window is counted only once it slid its width
+at one token per forward (its drafts were all fresh). Iterations are timed only while the whole batch is active. With a ``memory_key``, what a decode measured seeds the next
 decode of the same model, batch, settings and method in this process (a bench's warm-up round teaches its timed
 rounds, as the cost curve is measured once): its counts per age, its tokens and laggard advance per window, both
 measured overheads and each window's least measured time per iteration (and, with a draft model, outside its
@@ -212,6 +213,7 @@ class AutoWindow:
         self._left = 0
         self._warming = 0  # iterations still not counted after widening the window
         self._last_time: float | None = None
+        self._batch_size, self._timed_full = engine.batch_size, True  # whether the last choice saw the whole batch
         # Time inside forwards so far (target and draft; CPU: exact, no sync), so that the time outside them is
         # measured, not inferred from the curve: a forward early in the sequence costs less than the curve's.
         self._clock = engine.clock
@@ -333,9 +335,13 @@ class AutoWindow:
         laggard = min(committed)
         lagged = 0.0 if self._laggard is None else float(laggard - self._laggard)
         self._laggard = laggard
+        # Times are kept only while the whole batch is active: the curve prices full-batch forwards, and once samples
+        # finish, iterations cost less (batch 8 on ``c2i``: window 1 timed at 3.1 ms with the last sample left, a
+        # price a later decode's full batch paid 10 ms for).
+        full = len(committed) == self._batch_size
         if self._current is not None:
             # The last iteration beyond its forward (a run of AR steps was timed by played_ar_run).
-            if self._measure_overhead and self._last_time is not None and not self._ar_run:
+            if self._measure_overhead and self._last_time is not None and not self._ar_run and full:
                 outside = self._outside_ms(now, self.cost_ms[self._current])
                 self._overheads.append(outside)
                 self._overheads_by[self._current].append(outside)
@@ -358,12 +364,15 @@ class AutoWindow:
             previous = self._current
             estimate = self.estimates(expected)  # once per block (the age model is solved on the host)
             self._current, trial = self._next(estimate)
-            # A wider window's new far drafts are fresh: not counted until the window has slid past them once (the
-            # first window's drafts are all fresh).
+            # A wider window's new far drafts are fresh: not counted until the window has slid past them once. A
+            # decode's first window holds nothing but fresh drafts, which commit about one token per forward until
+            # they are refined, whatever earlier decodes measured: its slide is counted at that pace (counted at the
+            # window's own estimate, batch 1 on ``c2i`` measured the fresh start of window 16, 1.26 tokens per
+            # iteration against 3.5 once refined, and the decode stayed at window 1 and 2: 1.08x AR against 1.6x).
             before = 0 if previous is None else self.candidates[previous]
             widened = self.candidates[self._current] - before
             if widened > 0:
-                pace = max(estimate[self._current if previous is None else previous], 1.0)
+                pace = 1.0 if previous is None else max(estimate[previous], 1.0)
                 self._warming = min(math.ceil(widened / pace), 2 * self.block)
             length = self.block
             if trial:  # a short block, counted as a whole one when deciding the next try
@@ -377,7 +386,7 @@ class AutoWindow:
             else:
                 self._ar_length = self.block
             self._left = length - 1 + self._warming
-        self._last_time, self._last_forward_s = now, self._clock.seconds_so_far()
+        self._last_time, self._last_forward_s, self._timed_full = now, self._clock.seconds_so_far(), full
         window = self.candidates[self._current]
         self.trace.append((committed[0], window))
         return window
@@ -456,7 +465,7 @@ class AutoWindow:
     def played_ar_run(self, steps: int, first: int) -> None:
         """The loop ran ``steps`` plain AR steps in a row since :meth:`choose` (``first``: the first sample's first
         uncommitted index before them); their time beyond the forwards prices the next runs."""
-        if self._last_time is not None and self._measure_overhead:
+        if self._last_time is not None and self._measure_overhead and self._timed_full:  # full batch: see choose
             now = time.perf_counter()
             self._ar_overheads.append(self._outside_ms(now, steps * self.cost_ms[0]) / steps)
             self.ar_overhead_ms = min(self._ar_overheads)

@@ -761,6 +761,41 @@ def test_auto_window_seeds_a_decode_with_what_the_last_one_measured(table):
     fresh = AutoWindow(engine, 4, curve=_synthetic_curve(0.3), memory_key=("other", object()))
     assert (fresh.overhead_ms, fresh.ar_overhead_ms, sum(fresh.played)) == (0.0, None, 0.0)
 
+def test_auto_window_counts_a_decodes_first_window_once_its_fresh_drafts_slid_past(table):
+    """A decode opens on fresh drafts, which commit about one token per forward until refined: its first window is
+    counted only after it slid its whole width at that pace, however well earlier decodes say it pays. Counting from
+    the window's own estimate measured the fresh start (batch 1 on ``c2i``: window 16 at 1.26 tokens per iteration
+    against 3.5 refined) and the decode stayed at narrow windows."""
+    for seeded in (False, True):
+        policy = _auto_policy(table, 0.0)  # flat cost: the first window is the widest, 4
+        if seeded:  # earlier decodes measured window 4 at 5 tokens per iteration
+            policy.played[-1], policy.committed_sum[-1], policy.laggard_sum[-1] = 8.0, 40.0, 40.0
+        policy.age_counts = torch.tensor([[100.0] * policy.max_age, [90.0] * policy.max_age])
+        committed, windows = 1, []
+        for i in range(12):
+            advanced = 1.0 if i <= 4 else 5.0  # the first 4 forwards commit one token each (their result is read next)
+            windows.append(policy.choose(policy.expected_tokens().tolist(), [committed, committed], advanced))
+            committed += int(advanced)
+        assert windows[0] == 4 and set(windows[:12]) == {4}, windows
+        mean = policy.committed_sum[-1] / policy.played[-1]
+        assert mean == pytest.approx(5.0, rel=0.02), (seeded, mean)
+
+
+def test_auto_window_times_iterations_only_while_the_whole_batch_is_active(table):
+    """The curve prices full-batch forwards; once a sample has finished, iterations and runs of AR steps cost less,
+    and their times would price the next decode's full batch: they are not kept."""
+    engine = DecodeEngine(table, Condition(class_labels=torch.ones(2, dtype=torch.long)), NO_CFG)
+    policy = AutoWindow(engine, 4, curve=_synthetic_curve(0.0))
+    window = policy.choose(policy.prior_tokens(), [1, 1], 0.0)
+    current = policy.candidates.index(window)
+    policy.choose(policy.expected_tokens().tolist(), [2, 2], 1.0)
+    assert len(policy._iterations_by[current]) == 1 and len(policy._overheads) == 1
+    policy.choose(policy.expected_tokens().tolist(), [9], 1.0)  # sample 1 finished during the iteration
+    assert len(policy._iterations_by[current]) == 1 and len(policy._overheads) == 1
+    policy.played_ar_run(4, 9)  # a run with one sample left
+    assert not policy._iterations_by[0] and policy.ar_overhead_ms is None
+
+
 def test_auto_window_prices_a_draft_models_host_work_per_window(table):
     """With a draft model each window is priced with its own time outside the forwards (every draft adds host
     work): measured where played, on the line through the nearest played windows elsewhere (flat beyond a single
