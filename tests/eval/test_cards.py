@@ -18,7 +18,7 @@ WEIGHTS = REPO_ROOT / "arvis" / "weights"
 #: either edited by hand (llamagen-c2i-photos, llamagen-t2i-scenes), written by the figure scripts (emu3-emoji,
 #: lowres-c2i-photos), from records older than the card's facts (vq-*, llamagen-c2i-emoji), or older than their
 #: writer's current wording (mar-*, video-clips: rebuilding them changes their text).
-REBUILT_EXACTLY = ("clip-scenes", "clip-emoji", "domain-classifier", "mar-vae-photos", "upsampler-photos",
+REBUILT_EXACTLY = ("clip-scenes", "clip-emoji", "domain-classifier", "mar-vae-emoji", "upsampler-photos",
                    "var-emoji", "var-vq-emoji", "video-features", "llamagen-c2i-emoji-names")
 
 
@@ -39,12 +39,12 @@ def test_shipped_cards_are_rebuilt_from_their_records(cards, name, monkeypatch):
 
 def test_check_reports_a_card_that_differs_from_its_records(cards, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(REPO_ROOT)
-    assert cards.main(["--model", "arvis/weights/mar-vae-photos", "--check"]) == 0
+    assert cards.main(["--model", "arvis/weights/mar-vae-emoji", "--check"]) == 0
     # A copy whose committed card was edited by hand: --check shows the edit and writes nothing.
-    folder = tmp_path / "mar-vae-photos"
+    folder = tmp_path / "mar-vae-emoji"
     folder.mkdir()
     for file in ("config.json", "metrics.json", "README.md"):
-        (folder / file).write_text((WEIGHTS / "mar-vae-photos" / file).read_text())
+        (folder / file).write_text((WEIGHTS / "mar-vae-emoji" / file).read_text())
     edited = (folder / "README.md").read_text().replace("No perceptual", "No fancy")
     (folder / "README.md").write_text(edited)
     assert cards.main(["--model", str(folder), "--check"]) == 1
@@ -52,7 +52,7 @@ def test_check_reports_a_card_that_differs_from_its_records(cards, tmp_path, mon
     assert "-loss: no fancy" not in out and "No fancy" in out and "differs" in out
     assert (folder / "README.md").read_text() == edited
     assert cards.main(["--model", str(folder)]) == 0
-    assert (folder / "README.md").read_text() == (WEIGHTS / "mar-vae-photos" / "README.md").read_text()
+    assert (folder / "README.md").read_text() == (WEIGHTS / "mar-vae-emoji" / "README.md").read_text()
 
 
 def test_a_folder_without_a_card_writer_is_refused(cards, tmp_path):

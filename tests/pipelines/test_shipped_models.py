@@ -120,7 +120,8 @@ def test_mar_pairs_decode_with_their_methods():
     gens = [torch.Generator().manual_seed(i) for i in range(2)]
     out = masked(class_labels=[0, 5], generator=gens, method="cspd", output_type="np")
     iterations = masked.sampling_defaults["num_iter"]
-    assert out.images.shape == (2, 128, 128, 3) and out.stats.samples[0].target_forwards < iterations / 2
+    side = masked.vae.config.sample_size
+    assert out.images.shape == (2, side, side, 3) and out.stats.samples[0].target_forwards < iterations / 2
     assert 0.5 < float(out.tokens.std()) < 2.0
     masked.head = masked.head.with_sampling_steps(masked.head.num_sampling_steps(), schedule="cosine")
     cosine = masked(class_labels=[0, 5], generator=gens, output_type="latent")
