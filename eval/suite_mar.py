@@ -200,8 +200,26 @@ def task_lossless(out: Path, causal_model: str, num: int = 1000, final_std: floa
 
 
 # ----------------------------------------------------------------------------- report
-def _section(root: Path, kind: str, title: str) -> list[str]:
-    fids = fids_by_seed(root / kind)
+def _weights(folder: str) -> str | None:
+    """The content hash of a pair folder's weights (``None`` when the folder is missing)."""
+    from arvis.hub import folder_sha256
+
+    return folder_sha256(folder) if Path(folder, "model_index.json").is_file() else None
+
+
+def _measured_on(rec: dict, current: str | None) -> str:
+    """Which weights a record was measured on: records name a shipped pair by its alias, so a record of weights
+    the alias no longer holds (a replaced pair) says so with its hash."""
+    sha = rec.get("model_sha256")
+    if current is None or sha is None or sha == current:
+        return f"`{rec.get('model')}`"
+    return f"`{rec.get('model')}` **as it was before** (weights `{sha}`; not re-measured on the shipped pair yet)"
+
+
+def _section(root: Path, kind: str, title: str, current: str | None = None) -> list[str]:
+    fids = {key: rec for key, rec in fids_by_seed(root / kind).items()
+            if current is None or rec.get("model_sha256") in (None, current)}
+    stale = {key: rec for key, rec in fids_by_seed(root / kind).items() if key not in fids}
     ar = {seed: rec for (label, seed), rec in fids.items() if label == "ar"}
     noise = abs(ar[0]["fid"] - ar[1]["fid"]) if 0 in ar and 1 in ar else None
     lines = [f"## {title}", ""]
@@ -212,7 +230,12 @@ def _section(root: Path, kind: str, title: str) -> list[str]:
             lines += ["(not run yet)", ""]
             continue
         r0 = recs[0]
-        lines += [f"{r0['samples']} samples, batch {b}, {r0.get('dtype')}, {r0.get('threads')} thread(s), CFG "
+        if current is not None and r0.get("model_sha256") not in (None, current):
+            fid_of = {}  # a bench of replaced weights: its rows take no FID of the shipped ones
+        else:
+            fid_of = fids
+        lines += [f"On {_measured_on(r0, current)}.", "",
+                  f"{r0['samples']} samples, batch {b}, {r0.get('dtype')}, {r0.get('threads')} thread(s), CFG "
                   f"{r0['sampling']['guidance_scale']}; median of {r0['repeats']} interleaved rounds; commit "
                   f"`{str(r0.get('git_commit'))[:12]}`.", "",
                   "| method | lossless | target fwd | draft fwd | fewer target fwd | acceptance | fallbacks | "
@@ -220,7 +243,7 @@ def _section(root: Path, kind: str, title: str) -> list[str]:
                   "|---|---|---|---|---|---|---|---|---|---|---|---|"]
         base_fwd = next((r["target_forwards"] for r in recs if r["spec"] == "ar"), None)
         for r in recs:
-            fid = fids.get((r["spec"], 0))
+            fid = fid_of.get((r["spec"], 0))
             fid_s = f"{fid['fid']:.2f} ({fid['num_generated']})" if fid else "–"
             delta = f"{fid['fid'] - ar[0]['fid']:+.2f}" if fid and 0 in ar and r["spec"] != "ar" else "–"
             fewer = f"{base_fwd / r['target_forwards']:.2f}x" if base_fwd and r["target_forwards"] else "–"
@@ -232,9 +255,12 @@ def _section(root: Path, kind: str, title: str) -> list[str]:
                          f"{r.get('outside_share', float('nan')):.0%} | {r['speedup']:.2f}x | {fid_s} | {delta} |")
         lines += ["", "*outside forwards*: the share of the latency spent outside the transformers' forwards — "
                   "mostly the diffusion heads' sampling steps, which every method runs for every token.", ""]
+    if stale:
+        lines += [f"FID records of replaced weights, not shown: {len(stale)} ("
+                  + ", ".join(f"`{label}` seed {seed}" for label, seed in sorted(stale)) + ").", ""]
     if 0 in ar:
         floor = ar[0].get("real_vs_real_floor")
-        lines.append(f"FID of `ar`: {ar[0]['fid']:.2f} (seed 0)" +
+        lines.append(f"FID of `ar` on {_measured_on(ar[0], current)}: {ar[0]['fid']:.2f} (seed 0)" +
                      (f", {ar[1]['fid']:.2f} (seed 1): seed-to-seed noise |ΔFID| = {noise:.2f}" if noise is not None
                       else "; second seed not run yet") +
                      (f"; real-vs-real floor {floor:.2f}." if floor is not None else "."))
@@ -280,8 +306,9 @@ def mar_page(page: Page) -> list[str]:
     else:
         lines += ["(run with `--reference-repo` to produce it)", ""]
     lines += _schedule_section(root)
-    lines += _section(root, "masked", "Masked MAR: `ar` and `cspd` (published, lossy)")
-    lines += _section(root, "causal", "Causal raster variant: `ar` and `cspd-exact` (exact)")
+    causal = _weights(page.settings.causal_model)
+    lines += _section(root, "masked", "Masked MAR: `ar` and `cspd` (published, lossy)", _weights(page.settings.model))
+    lines += _section(root, "causal", "Causal raster variant: `ar` and `cspd-exact` (exact)", causal)
     lines += [f"`cspd-exact:final_std=0` is exact for MAR's sampler (deterministic last step) but ends each window "
               f"at an accepted trajectory; with `final_std={FINAL_STD}` whole windows commit and the sampler it is "
               "exact for is `ar` with the same `final_std`.", "", "## Acceptance against the heads' sampling steps", ""]
@@ -290,7 +317,7 @@ def mar_page(page: Page) -> list[str]:
         losses = acc.get("validation_loss")
         close = (f" How close the pair is: held-out diffusion loss of the target {losses['target']:.4f}, of the "
                  f"draft {losses['draft']:.4f}." if losses else "")
-        lines += [f"`cspd-exact` (final_std {acc['final_std']}) on `{acc['model']}`, {acc['num_images']} images, both "
+        lines += [f"`cspd-exact` (final_std {acc['final_std']}) on {_measured_on(acc, causal)}, {acc['num_images']} images, both "
                   f"heads sampled with the given DDPM steps.{close}", "",
                   "| head steps | acceptance rate | target forwards / image | tokens |", "|---|---|---|---|"]
         for r in acc["rows"]:
@@ -301,7 +328,8 @@ def mar_page(page: Page) -> list[str]:
     ll = load_record(root / "lossless.json")
     if isinstance(ll, dict):
         views = ", ".join(next(iter(ll["p_values"].values())))
-        lines += [f"{ll['num']} samples per arm (labels cycling over the classes, CFG {ll['sampling']['guidance_scale']} "
+        lines += [f"On {_measured_on(ll, causal)}.", "",
+                  f"{ll['num']} samples per arm (labels cycling over the classes, CFG {ll['sampling']['guidance_scale']} "
                   f"constant, final_std {ll['final_std']}, window {ll['window']}), two-sample KS test on each of "
                   f"{len(next(iter(ll['p_values'].values())))} scalar views of the tokens ({views}); a set passes when "
                   f"every p-value exceeds {ll['alpha']:g}. Acceptance rate {ll['acceptance_rate']:.3f}, "

@@ -132,6 +132,38 @@ def test_report_is_built_from_records_only(cli, tmp_path):
     assert "| `m` | 0.0011 | 609 | 1.09 | 1.1 |" in page and "cosine: 632 at 50 steps" in page
 
 
+def test_records_of_replaced_weights_are_labelled_and_kept_apart(cli, tmp_path):
+    """Records name a shipped pair by its alias, which outlives the weights: a bench or FID record whose weights
+    hash is not the pair folder's says so on the page, and no FID of one set of weights is set beside a bench of
+    another."""
+    from arvis.hub import folder_sha256
+
+    pair = tmp_path / "pair"
+    pair.mkdir()
+    (pair / "model_index.json").write_text(json.dumps({"_class_name": "MARPipeline"}))
+    current = folder_sha256(pair)
+    root = tmp_path / "mar"
+    (root / "masked" / "fid").mkdir(parents=True)
+    old = [{**_bench(spec, fwd, spec == "ar", x), "model": "mar", "model_sha256": "0ld0ld0ld0ld0ld0"}
+           for spec, fwd, x in (("ar", 16, 1.0), ("cspd", 6.4, 1.9))]
+    (root / "masked" / "bench-b1.json").write_text(json.dumps(old))
+    new = [{**r, "model_sha256": current, "latency_s": 0.5} for r in old]
+    (root / "masked" / "bench-b8.json").write_text(json.dumps(new))
+    for method, seed, fid, sha in (("ar", 0, 40.0, current), ("ar", 1, 41.5, current), ("cspd", 0, 40.9, "0ld0ld0ld0ld0ld0")):
+        (root / "masked" / "fid" / f"{method}-seed{seed}.json").write_text(json.dumps(
+            {"method": method, "options": {}, "seed": seed, "fid": fid, "num_generated": 1000, "model": "mar",
+             "model_sha256": sha}))
+    run = cli.plan(["--suite", "mar", "--out", str(tmp_path), "--report-only", "--model", str(pair)])
+    page = cli.SUITES["mar"].write_page(run.settings["mar"], run.jobs["mar"])[-1].read_text()
+    masked = page.split("## Masked MAR")[1].split("## Causal")[0]
+    b1, b8 = masked.split("### Batch 8")
+    assert "**as it was before** (weights `0ld0ld0ld0ld0ld0`" in b1 and "40.00" not in b1
+    assert "On `mar`." in b8 and "| `ar` | yes | 16.0 |" in b8 and "40.00 (1000)" in b8
+    assert "| `cspd` |" in b8 and "40.90" not in page  # the cspd FID was of the replaced weights
+    assert "FID records of replaced weights, not shown: 1 (`cspd` seed 0)" in masked
+    assert "FID of `ar` on `mar`: 40.00 (seed 0), 41.50 (seed 1)" in masked
+
+
 def test_lossless_task_on_a_tiny_causal_pair(figures, tmp_path):
     """The task's structure and its power on a pair whose draft is unrelated: cspd-exact (all residual draws
     here) passes, the draft's own samples do not."""
