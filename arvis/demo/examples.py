@@ -26,8 +26,8 @@ MODEL_EXAMPLES: dict[str, dict[str, tuple[str, ...] | str]] = {
     "llamagen-c2i-emoji": {"classes": ("happy face", "heart", "bird", "plant")},
     "llamagen-c2i-photos": {"classes": PHOTO_CLASSES},
     "var-emoji": {"classes": ("red apple", "whale", "strawberry", "banana", "panda")},
-    "mar-photos": {"classes": PHOTO_CLASSES},
-    "mar-causal-photos": {"classes": PHOTO_CLASSES},
+    "mar-emoji": {"classes": ("red apple", "whale", "strawberry", "banana", "panda")},
+    "mar-causal-emoji": {"classes": ("red apple", "whale", "strawberry", "banana", "panda")},
     "video-clips": {"classes": ("emoji orbit", "camera pan left", "digit 3"),
                     "method": "mc-sjd:window=64,coupling=gumbel,init=previous_frame_distribution"},
     "llamagen-t2i-scenes": {"prompts": (

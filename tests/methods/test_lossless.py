@@ -663,8 +663,13 @@ def test_auto_window_follows_the_cost_curve_and_the_acceptance_by_age(table):
         assert policy.candidates == [0, 1, 2, 4] and policy.by_age
         policy.age_counts = torch.tensor([[100.0] * policy.max_age,
                                           [100.0 * alpha_by_age(a) for a in range(policy.max_age)]])
-        # each iteration commits one token per sample, in lockstep (no ragged batch)
-        windows = [policy.choose(policy.expected_tokens().tolist(), [1 + i, 1 + i], 1.0) for i in range(iterations)]
+        # each iteration commits what the model says its window commits, in lockstep (no ragged batch)
+        windows, committed, advanced = [], 1, 0.0
+        for _ in range(iterations):
+            counts = policy.expected_tokens().tolist()
+            windows.append(policy.choose(counts, [committed, committed], advanced))
+            advanced = policy._expected_by_age(counts)[policy.candidates.index(windows[-1])]
+            committed += round(advanced)
         late = windows[iterations // 2:]
         return max(set(late), key=late.count), windows
 
