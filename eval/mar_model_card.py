@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from figure_runner import fid_slug
-from var_model_card import _load, naming_rows
+from var_model_card import _history_text, _load, naming_rows, run_history
 
 from arvis.data.sources import class_names, data_recipe
 from arvis.utils.model_card import ModelCard, Section, Training, measured, table
@@ -45,8 +45,9 @@ def _bench_rows(pair: str) -> list[dict]:
 
 
 def pipeline_model_card(pair: str, m: dict, defaults: dict, name: str, vae: str,
-                        naming: dict | None = None) -> ModelCard:
-    """The card of the MAR pair folder ``name`` (``pair``: masked or causal; ``vae``: the VAE folder it links)."""
+                        naming: dict | None = None, *, image_size: int) -> ModelCard:
+    """The card of the MAR pair folder ``name`` (``pair``: masked or causal; ``vae``: the VAE folder it links;
+    ``image_size``: the transformer's, in pixels)."""
     alias = ALIASES[pair]
     t, d = m["transformer"], m["draft_transformer"]
     tc, dc = t["preset_config"], d["preset_config"]
@@ -84,6 +85,8 @@ def pipeline_model_card(pair: str, m: dict, defaults: dict, name: str, vae: str,
                         bench_rows or [("not measured", "", "", "", "")])
     naming_command = ("" if photos else f"; naming: `python eval/naming_card.py --model {alias} --samples-dir "
                       f"<scratch>/naming-{alias} --json docs/figures/naming/{name}.json --grid docs/{name}-samples.png`")
+    history = (f"\n\nRun history — target: {_history_text(t, 'the schedule was shortened to fit the session')}; draft: "
+               f"{_history_text(d, 'the schedule was shortened to fit the session')}." if t.get("runs") or d.get("runs") else "")
     grid = (f"Sample grid (one sample per class, captioned with its name): `{naming['grid']}`."
             if naming and naming.get("grid") else f"Samples (plain decoding, defaults): `docs/{name}-samples.png`.")
     return ModelCard(
@@ -109,8 +112,8 @@ out = pipe(class_labels=[{ex}], generator=[torch.Generator().manual_seed(i) for 
 positions, null class for guidance) and `arvis.models.diffusion_head.MARDiffusionHead` (MAR's `SimpleMLPAdaLN`,
 trained on IDDPM's cosine schedule, sampled on the noise levels of the linear one — the heads' `sampling_schedule`,
 because the cosine schedule's first step multiplies their ε error by hundreds: docs/mar.md — with DDPM and MAR's
-temperature); tokens are the VAE's 8x8 grid of 16-channel latents of a 128 px image."""),
-        data=Section("Data", f"""{data_recipe(tc['data'], 128)} {tc['num_train']:,} training {what} (seed {tc['data_seed']}) at 128 px, encoded once by
+temperature); tokens are the VAE's 8x8 grid of 16-channel latents of a {image_size} px image."""),
+        data=Section("Data", f"""{data_recipe(tc['data'], image_size)} {tc['num_train']:,} training {what} (seed {tc['data_seed']}) at {image_size} px, encoded once by
 `{vae}` (posterior moments cached, a fresh posterior sample every step); {tc['num_val']} held-out {what} for
 the validation loss. {'Class = the photo.' if photos else f'{len(names)} classes.'}"""),
         training=Training([t["command"], d["command"], m["assemble_command"]], f"""MAR's diffusion loss ({'teacher forcing, loss on every token' if causal else "random order, MAR's truncated-normal masking ratio, loss on the masked tokens"};
@@ -124,7 +127,7 @@ warm-up + cosine, EMA {tc['ema_decay']}; the better of raw and EMA weights on va
     row('validation loss (raw / EMA)', lambda p: f"{p['validation_loss_raw']:.4f} / {p['validation_loss_ema']:.4f}"),
     row('exported weights', lambda p: p['exported_weights'])])}
 
-(The draft trains with the same recipe at {dc['width']} width; its steps and losses are above.)"""),
+(The draft trains with the same recipe at {dc['width']} width; its steps and losses are above.){history}"""),
         evaluation=Section("Evaluation", f"""Commands: `python eval/figures.py --suite mar` (every figure: docs/figures/mar.md). FID with the shipped domain network
 against held-out {what}{naming_command}.
 
@@ -164,6 +167,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--train-metrics", nargs=2, default=None, metavar=("TARGET", "DRAFT"),
                         help="the two runs' training_metrics.json: (re)write the folder's metrics.json first")
     parser.add_argument("--assemble-command", default="", help="recorded in metrics.json with --train-metrics")
+    parser.add_argument("--train-logs", nargs=2, default=None, metavar=("TARGET", "DRAFT"),
+                        help="the two runs' scratch train.log, with --train-metrics: their starts and resumes")
     parser.add_argument("--grid", default=None, help="also write an uncaptioned sample grid PNG here (photo pairs)")
 
 
@@ -176,14 +181,19 @@ def pipeline_card(folder: Path, args: argparse.Namespace) -> ModelCard:
             if not isinstance(rec, dict):
                 raise ValueError(f"--train-metrics: cannot read {path}")
             rec.pop("history", None)  # the per-step log stays in the run's scratch folder
+            if args.train_logs:
+                log = Path(args.train_logs[PARTS.index(part)]).read_text()
+                rec["runs"] = run_history(log, int(rec["preset_config"]["steps"]))
             merged[part] = rec
         (folder / "metrics.json").write_text(json.dumps(merged, indent=2) + "\n")
     metrics = _load(folder / "metrics.json")
     if not isinstance(metrics, dict):
         raise SystemExit(f"{folder}/metrics.json: missing; pass --train-metrics first")
-    causal = bool(json.loads((folder / "transformer" / "config.json").read_text()).get("causal", False))
+    config = json.loads((folder / "transformer" / "config.json").read_text())
+    causal = bool(config.get("causal", False))
     vae = Path(os.readlink(folder / "vae")).name if (folder / "vae").is_symlink() else "mar-vae-photos"
     if args.grid:
         write_grid(folder.name, Path(args.grid))
     return pipeline_model_card("causal" if causal else "masked", metrics, _load(folder / "sampling_defaults.json") or {},
-                               folder.name, vae, _load(Path("docs/figures/naming") / f"{folder.name}.json"))
+                               folder.name, vae, _load(Path("docs/figures/naming") / f"{folder.name}.json"),
+                               image_size=int(config["img_size"]))

@@ -175,29 +175,36 @@ Wall time {m['train_hours']:.2f} h (1 thread on a shared 2-core machine)."""),
 Reconstructions (originals above): `docs/{name}-reconstructions.png`."""))
 
 
-def run_history(log_text: str, final_steps: int) -> list[dict[str, int]]:
+def run_history(log_text: str, final_steps: int) -> list[dict[str, int | None]]:
     """The starts of a training run from its scratch ``train.log``: the first start's cosine schedule length
-    (from its logged config) and every resume; a resume continues with the final command's ``final_steps``
-    (its schedule length is the run's exported ``preset_config.steps``)."""
-    history = []
+    (from its logged config) and every resume with the schedule length it continued with — logged when it changed
+    (``changed: steps A -> B``), else the one before it. Logs of older loops name neither: a resume there
+    continues with the final command's ``final_steps`` (the run's exported ``preset_config.steps``), and one whose
+    log does not say is ``None``."""
+    history: list[dict[str, int | None]] = []
     for line in log_text.splitlines():
         if "INFO new run:" in line:
             config = json.loads(line[line.index("{"):])
             history.append({"at_step": 0, "schedule_steps": int(config["steps"])})
-        elif match := re.search(r"INFO resumed at step (\d+)", line):
+        elif match := re.search(r"INFO resumed at step (\d+)", line):  # the trainers' own loops before the shared one
             history.append({"at_step": int(match.group(1)), "schedule_steps": final_steps})
+        elif match := re.search(r"INFO resumed from \S+ at step (\d+)", line):
+            steps = re.search(r"changed: .*\bsteps (\d+) -> (\d+)", line)
+            before = history[-1]["schedule_steps"] if history else None
+            history.append({"at_step": int(match.group(1)), "schedule_steps": int(steps.group(2)) if steps else before})
     return history
 
 
-def _history_text(part: dict) -> str:
+def _history_text(part: dict, why: str = "sessions ended") -> str:
     runs = part.get("runs") or []
     if len(runs) <= 1:
         return "one uninterrupted run"
     first, *resumes = runs
     text = f"started with a {first['schedule_steps']}-step cosine schedule"
     for r in resumes:
-        text += f"; resumed from the step-{r['at_step']} checkpoint with a {r['schedule_steps']}-step schedule"
-    return text + " (sessions ended; each resume continues the checkpointed weights, optimiser and EMA)"
+        schedule = f" with a {r['schedule_steps']}-step schedule" if r["schedule_steps"] else ""
+        text += f"; resumed from the step-{r['at_step']} checkpoint{schedule}"
+    return text + f" ({why}; each resume continues the checkpointed weights, optimiser and EMA)"
 
 
 def _pipeline_data(t: dict, vq_name: str) -> str:
