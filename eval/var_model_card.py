@@ -177,10 +177,10 @@ Reconstructions (originals above): `docs/{name}-reconstructions.png`."""))
 
 def run_history(log_text: str, final_steps: int) -> list[dict[str, int | None]]:
     """The starts of a training run from its scratch ``train.log``: the first start's cosine schedule length
-    (from its logged config) and every resume with the schedule length it continued with — logged when it changed
-    (``changed: steps A -> B``), else the one before it. Logs of older loops name neither: a resume there
-    continues with the final command's ``final_steps`` (the run's exported ``preset_config.steps``), and one whose
-    log does not say is ``None``."""
+    (from its logged config) and every resume with the schedule length it continued with, as the shared loop logs
+    it (``steps=B (was A)``; ``None`` where an earlier version of it did not). The trainers' own loops before it
+    logged ``resumed at step N`` and continued with the final command's ``final_steps`` (the run's exported
+    ``preset_config.steps``)."""
     history: list[dict[str, int | None]] = []
     for line in log_text.splitlines():
         if "INFO new run:" in line:
@@ -189,9 +189,8 @@ def run_history(log_text: str, final_steps: int) -> list[dict[str, int | None]]:
         elif match := re.search(r"INFO resumed at step (\d+)", line):  # the trainers' own loops before the shared one
             history.append({"at_step": int(match.group(1)), "schedule_steps": final_steps})
         elif match := re.search(r"INFO resumed from \S+ at step (\d+)", line):
-            steps = re.search(r"changed: .*\bsteps (\d+) -> (\d+)", line)
-            before = history[-1]["schedule_steps"] if history else None
-            history.append({"at_step": int(match.group(1)), "schedule_steps": int(steps.group(2)) if steps else before})
+            steps = re.search(r"\bsteps=(\d+)", line)
+            history.append({"at_step": int(match.group(1)), "schedule_steps": int(steps.group(1)) if steps else None})
     return history
 
 

@@ -122,9 +122,10 @@ def restore_training_state(ckpt_path: Path, cfg: Any, resumable: Iterable[str], 
     opt.load_state_dict(ck["optimizer"])
     ema.shadow = [t.clone() for t in ck["ema"]]
     rng.bit_generator.state = json.loads(ck["rng_state"])
-    changed = ", ".join(f"{k} {saved.get(k)} -> {now[k]}" for k in sorted(resumable) if saved.get(k) != now[k])
-    log.info("resumed from %s at step %d (%.0f s elapsed)%s", ckpt_path, int(ck["step"]), float(ck["elapsed"]),
-             f"; changed: {changed}" if changed else "")
+    settings = ", ".join(f"{k}={now[k]}" + (f" (was {saved.get(k)})" if saved.get(k) != now[k] else "")
+                         for k in sorted(resumable) if k in now)
+    log.info("resumed from %s at step %d (%.0f s elapsed); %s", ckpt_path, int(ck["step"]), float(ck["elapsed"]),
+             settings)
     return ck
 
 

@@ -77,21 +77,21 @@ def test_the_card_renders_its_parts_in_one_order(tmp_path):
 
 
 def test_run_history_reads_starts_and_resumes_from_a_scratch_log():
-    """A run's starts from its train.log: the first start's schedule from its config, a resume's from the change the
-    shared loop logs (``changed: steps A -> B``), else the one before it; the older loops' format continues with
-    the final schedule."""
+    """A run's starts from its train.log: the first start's schedule from its config, a resume's from the settings
+    the shared loop logs (``steps=B (was A)``; unknown where it did not log them); the trainers' older loops
+    continued with the final schedule."""
     from tests.eval.eval_modules import eval_module
 
     var_card = eval_module("var_model_card")
     log = "\n".join([
         '2026-11-29 06:31:36 INFO new run: 6479104 transformer + 1329952 head parameters, config {"steps": 3000}',
-        "2026-11-29 06:52:52 INFO resumed from ../runs/t/checkpoint.pt at step 400 (1245 s elapsed); changed: "
-        "steps 3000 -> 2000",
+        "2026-11-29 06:52:52 INFO resumed from ../runs/t/checkpoint.pt at step 400 (1245 s elapsed); "
+        "eval_every=250, steps=2000 (was 3000)",
         "2026-11-29 06:55:51 INFO resumed from ../runs/t/checkpoint.pt at step 475 (1374 s elapsed)",
         "2026-11-29 07:00:00 INFO resumed at step 500"])
     runs = var_card.run_history(log, 2500)
     assert runs == [{"at_step": 0, "schedule_steps": 3000}, {"at_step": 400, "schedule_steps": 2000},
-                    {"at_step": 475, "schedule_steps": 2000}, {"at_step": 500, "schedule_steps": 2500}]
+                    {"at_step": 475, "schedule_steps": None}, {"at_step": 500, "schedule_steps": 2500}]
     text = var_card._history_text({"runs": runs[:2] + [{"at_step": 475, "schedule_steps": None}]}, "shortened")
     assert text == ("started with a 3000-step cosine schedule; resumed from the step-400 checkpoint with a 2000-step "
                     "schedule; resumed from the step-475 checkpoint (shortened; each resume continues the checkpointed "

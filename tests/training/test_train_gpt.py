@@ -44,7 +44,7 @@ def test_train_gpt_smoke_runs_exports_and_resumes(tmp_path, tiny_vq_folder, pres
     metrics = train_gpt.main(argv + ["--steps", "4"])
     log = (scratch / "train.log").read_text()
     assert "resumed from" in log and "at step 3" in log and metrics["steps"] == 4
-    assert "changed: steps 3 -> 4" in log  # a card's run history reads the schedule a resume continued with
+    assert "steps=4 (was 3)" in log  # a card's run history reads the schedule a resume continued with
     assert json.loads((out / "training_metrics.json").read_text())["steps"] == 4
 
 
