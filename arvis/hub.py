@@ -36,8 +36,8 @@ SHIPPED_PIPELINES: dict[str, str] = {
     "video": "video-clips",
     "emu3": "emu3-emoji",
     "janus": "janus-emoji",
-    "mar": "mar-photos",
-    "mar-causal": "mar-causal-photos",
+    "mar": "mar-emoji",
+    "mar-causal": "mar-causal-emoji",
 }
 # The model whose pictures a reader recognises (one class per emoji); "c2i" (photos) is the natural-image benchmark.
 DEFAULT_MODEL = "emoji-names"

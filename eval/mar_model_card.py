@@ -4,7 +4,7 @@
     python eval/cards.py --model arvis/weights/mar-emoji --train-metrics <target>/training_metrics.json \
         <draft>/training_metrics.json --assemble-command "python -m arvis.training.train_mar assemble ..."
     python eval/cards.py --model arvis/weights/mar-causal-emoji ...   # the same for the causal pair
-    python eval/cards.py --model arvis/weights/mar-photos --grid docs/mar-photos-samples.png   # photo pair
+    python eval/cards.py --model <a photo pair folder> --grid docs/<folder>-samples.png   # photo pair
 
 ``--train-metrics`` (re)writes the folder's ``metrics.json`` (both runs' training records and the assemble
 command); the card is then built from it, the folder's ``sampling_defaults.json`` and the records of
@@ -25,6 +25,7 @@ from figure_runner import fid_slug
 from var_model_card import _history_text, _load, naming_rows, run_history
 
 from arvis.data.sources import class_names, data_recipe
+from arvis.hub import folder_sha256
 from arvis.utils.model_card import ModelCard, Section, Training, measured, table
 
 WEIGHTS = Path("arvis/weights")
@@ -33,19 +34,24 @@ ALIASES = {"masked": "mar", "causal": "mar-causal"}
 PARTS = ("transformer", "draft_transformer")
 
 
-def _fid(pair: str, method_slug: str, seed: int) -> dict | None:
+def _fid(pair: str, method_slug: str, seed: int, sha: str | None) -> dict | None:
+    """The FID record of a method and seed, if it was measured on these weights (``sha``: the folder's hash)."""
     for path in sorted((FIGS / pair / "fid").glob(f"{method_slug}-seed{seed}-n*.json")):
-        return _load(path)
+        rec = _load(path)
+        if isinstance(rec, dict) and rec.get("model_sha256") == sha:
+            return rec
     return None
 
 
-def _bench_rows(pair: str) -> list[dict]:
+def _bench_rows(pair: str, sha: str | None) -> list[dict]:
+    """The batch-1 bench rows, if they were measured on these weights (records name the pair by its alias, which
+    outlives the weights it held)."""
     recs = _load(FIGS / pair / "bench-b1.json")
-    return recs if isinstance(recs, list) else []
+    return [r for r in recs if r.get("model_sha256") == sha] if isinstance(recs, list) else []
 
 
 def pipeline_model_card(pair: str, m: dict, defaults: dict, name: str, vae: str,
-                        naming: dict | None = None, *, image_size: int) -> ModelCard:
+                        naming: dict | None = None, *, image_size: int, sha: str | None = None) -> ModelCard:
     """The card of the MAR pair folder ``name`` (``pair``: masked or causal; ``vae``: the VAE folder it links;
     ``image_size``: the transformer's, in pixels)."""
     alias = ALIASES[pair]
@@ -55,7 +61,7 @@ def pipeline_model_card(pair: str, m: dict, defaults: dict, name: str, vae: str,
     ex = f'"{names[0]}", "{names[len(names) // 2]}"'
     photos = tc["data"] == "photos"
     what = "crops" if photos else "views"
-    ar0, ar1 = _fid(pair, "ar", 0), _fid(pair, "ar", 1)
+    ar0, ar1 = _fid(pair, "ar", 0, sha), _fid(pair, "ar", 1, sha)
     noise = abs(ar0["fid"] - ar1["fid"]) if ar0 and ar1 else None
     causal = pair == "causal"
     method = "cspd-exact" if causal else "cspd"
@@ -68,12 +74,12 @@ def pipeline_model_card(pair: str, m: dict, defaults: dict, name: str, vae: str,
     def row(label: str, fn) -> tuple[str, str, str]:
         return label, fn(t), fn(d)
 
-    bench = _bench_rows(pair)
+    bench = _bench_rows(pair, sha)
     bench_rows = [(f"`{r['spec']}`", "yes" if r["lossless"] else "no", f"{r['target_forwards']:.1f}",
                    f"{r['latency_s']:.3f}", f"{r['speedup']:.2f}x") for r in bench]
     fid_lines = [f"| `{r['spec']}` (seed 0) | {measured(rec and rec['fid'])} |"
                  for r in bench if r["spec"] != "ar"  # plain AR has its own rows above
-                 for rec in [_fid(pair, fid_slug(r["spec"]), 0)]]
+                 for rec in [_fid(pair, fid_slug(r["spec"]), 0, sha)]]
     metrics = "\n".join([
         table(("metric (defaults)", "value"), []),
         *([] if photos else [naming_rows(naming)]),
@@ -196,4 +202,4 @@ def pipeline_card(folder: Path, args: argparse.Namespace) -> ModelCard:
         write_grid(folder.name, Path(args.grid))
     return pipeline_model_card("causal" if causal else "masked", metrics, _load(folder / "sampling_defaults.json") or {},
                                folder.name, vae, _load(Path("docs/figures/naming") / f"{folder.name}.json"),
-                               image_size=int(config["img_size"]))
+                               image_size=int(config["img_size"]), sha=folder_sha256(folder))

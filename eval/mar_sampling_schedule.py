@@ -1,8 +1,8 @@
 #!/usr/bin/env python
 """Why arvis's own MAR folders sample their heads on the linear schedule: measured, on a shipped pair.
 
-    python eval/mar_sampling_schedule.py --model arvis/weights/mar-photos \
-        --json docs/figures/mar/sampling-schedule-mar-photos.json
+    python eval/mar_sampling_schedule.py --model arvis/weights/mar-emoji \
+        --json docs/figures/mar/sampling-schedule-mar-emoji.json
 
 Three measurements (docs/mar.md, "The heads' sampling schedule"):
 

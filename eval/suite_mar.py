@@ -33,8 +33,8 @@ if TYPE_CHECKING:
     import numpy as np
     import torch
 
-MODEL = "arvis/weights/mar-photos"
-CAUSAL_MODEL = "arvis/weights/mar-causal-photos"
+MODEL = "arvis/weights/mar-emoji"
+CAUSAL_MODEL = "arvis/weights/mar-causal-emoji"
 FINAL_STD = 0.05  # cspd-exact's last-step std when whole windows should commit (docs/mar.md)
 # the published defaults, and more target-only iterations (prefill) traded for closeness to the target's FID
 MASKED_METHODS = ["ar", "cspd", "cspd:prefill_ratio=0.5"]

@@ -94,7 +94,7 @@ class MARVAETrainConfig:
     grad_clip: float = 1.0
     ema_decay: float = 0.998
     init_seed: int = 0
-    init_from: str = ""  # a VAE folder of the same architecture to fine-tune (e.g. arvis/weights/mar-vae-photos)
+    init_from: str = ""  # a VAE folder of the same architecture to fine-tune (e.g. arvis/weights/mar-vae-emoji)
     # bookkeeping
     eval_size: int = 64
     final_eval_size: int = 256
