@@ -30,13 +30,6 @@ def emoji_names(pipe) -> list[str]:
     return list(pipe.class_names if pipe.capabilities.conditioning == "class" else class_names("emoji-names"))
 
 
-def discrete_sampling(pipe) -> dict:
-    """``top_k=0`` (no truncation) for discrete-token models; continuous tokens (MAR) have no top-k to switch off."""
-    from arvis.methods.catalog import DecoderKind
-
-    return {} if pipe.capabilities.kind == DecoderKind.CONTINUOUS else {"top_k": 0}
-
-
 def naming_at(pipe, clip, scale: float, temperature: float, seed: int, batch: int = 41) -> float:
     from arvis.models.clip import naming_top1
 
@@ -47,8 +40,8 @@ def naming_at(pipe, clip, scale: float, temperature: float, seed: int, batch: in
     for start in range(0, len(names), batch):
         labels = list(range(start, min(start + batch, len(names))))
         condition = ({"class_labels": labels} if conditional else {"prompt": [names[k] for k in labels]})
-        out = pipe(**condition, guidance_scale=scale, temperature=temperature, **discrete_sampling(pipe),
-                   output_type="np", generator=[torch.Generator().manual_seed(seed + k) for k in labels])
+        out = pipe(**condition, guidance_scale=scale, temperature=temperature, top_k=0, output_type="np",
+                   generator=[torch.Generator().manual_seed(seed + k) for k in labels])
         images.append((np.asarray(out.images) * 255).round().astype(np.uint8))
     return naming_top1(clip.image_embeddings(np.concatenate(images)), text, torch.arange(len(names)))
 
@@ -77,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
                          "named_right": naming_at(pipe, clip, scale, temperature, args.seed)})
             print(json.dumps(rows[-1]), flush=True)
     record = {"model": args.model, "classes": len(emoji_names(pipe)), "seed": args.seed,
-              "clip": "clip-emoji", "method": "ar", **discrete_sampling(pipe), "rows": rows, **provenance()}
+              "clip": "clip-emoji", "method": "ar", "top_k": 0, "rows": rows, **provenance()}
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(record, indent=2) + "\n")

@@ -50,6 +50,12 @@ def same_model(a: str | None, b: str | None) -> bool:
     return a is None or b is None or SHIPPED_PIPELINES.get(a, a) == SHIPPED_PIPELINES.get(b, b)
 
 
+def same_weights(sha: str | None, current: str | None) -> bool:
+    """Whether a record (its ``model_sha256``) was measured on the weights hashed ``current``: records name a shipped
+    model by its alias, which outlives the weights it held; a hash missing on either side is not contradicted."""
+    return sha is None or current is None or sha == current
+
+
 def bench_table(records: list[dict], fids: dict[tuple[str, int, int], dict], extra_cols: bool = False) -> list[str]:
     """Per method of a bench record: forwards, step compression, tokens per forward, latency, speedup, FID
     (``extra_cols``: the relaxed rules' realised total variation per token)."""

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from figure_runner import fid_slug
+from figure_tables import same_weights
 from var_model_card import _history_text, _load, naming_rows, run_history
 
 from arvis.data.sources import class_names, data_recipe
@@ -38,7 +39,7 @@ def _fid(pair: str, method_slug: str, seed: int, sha: str | None) -> dict | None
     """The FID record of a method and seed, if it was measured on these weights (``sha``: the folder's hash)."""
     for path in sorted((FIGS / pair / "fid").glob(f"{method_slug}-seed{seed}-n*.json")):
         rec = _load(path)
-        if isinstance(rec, dict) and rec.get("model_sha256") == sha:
+        if isinstance(rec, dict) and same_weights(rec.get("model_sha256"), sha):
             return rec
     return None
 
@@ -47,7 +48,7 @@ def _bench_rows(pair: str, sha: str | None) -> list[dict]:
     """The batch-1 bench rows, if they were measured on these weights (records name the pair by its alias, which
     outlives the weights it held)."""
     recs = _load(FIGS / pair / "bench-b1.json")
-    return [r for r in recs if r.get("model_sha256") == sha] if isinstance(recs, list) else []
+    return [r for r in recs if same_weights(r.get("model_sha256"), sha)] if isinstance(recs, list) else []
 
 
 def pipeline_model_card(pair: str, m: dict, defaults: dict, name: str, vae: str,

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from figure_runner import Bench, Declaration, Fid, Option, Page, Stage, Suite, load_record
-from figure_tables import fids_by_seed
+from figure_tables import fids_by_seed, same_weights
 
 if TYPE_CHECKING:
     import numpy as np
@@ -210,16 +210,19 @@ def _weights(folder: str) -> str | None:
 def _measured_on(rec: dict, current: str | None) -> str:
     """Which weights a record was measured on: records name a shipped pair by its alias, so a record of weights
     the alias no longer holds (a replaced pair) says so with its hash."""
-    sha = rec.get("model_sha256")
-    if current is None or sha is None or sha == current:
+    if same_weights(rec.get("model_sha256"), current):
         return f"`{rec.get('model')}`"
-    return f"`{rec.get('model')}` **as it was before** (weights `{sha}`; not re-measured on the shipped pair yet)"
+    return (f"`{rec.get('model')}` **as it was before** (weights `{rec['model_sha256']}`; not re-measured on the "
+            "shipped pair yet)")
 
 
 def _section(root: Path, kind: str, title: str, current: str | None = None) -> list[str]:
-    fids = {key: rec for key, rec in fids_by_seed(root / kind).items()
-            if current is None or rec.get("model_sha256") in (None, current)}
-    stale = {key: rec for key, rec in fids_by_seed(root / kind).items() if key not in fids}
+    fids, stale = {}, []
+    for key, rec in fids_by_seed(root / kind).items():
+        if same_weights(rec.get("model_sha256"), current):
+            fids[key] = rec
+        else:
+            stale.append(key)
     ar = {seed: rec for (label, seed), rec in fids.items() if label == "ar"}
     noise = abs(ar[0]["fid"] - ar[1]["fid"]) if 0 in ar and 1 in ar else None
     lines = [f"## {title}", ""]
@@ -230,10 +233,8 @@ def _section(root: Path, kind: str, title: str, current: str | None = None) -> l
             lines += ["(not run yet)", ""]
             continue
         r0 = recs[0]
-        if current is not None and r0.get("model_sha256") not in (None, current):
-            fid_of = {}  # a bench of replaced weights: its rows take no FID of the shipped ones
-        else:
-            fid_of = fids
+        # a bench of replaced weights: its rows take no FID of the shipped ones
+        fid_of = fids if same_weights(r0.get("model_sha256"), current) else {}
         lines += [f"On {_measured_on(r0, current)}.", "",
                   f"{r0['samples']} samples, batch {b}, {r0.get('dtype')}, {r0.get('threads')} thread(s), CFG "
                   f"{r0['sampling']['guidance_scale']}; median of {r0['repeats']} interleaved rounds; commit "

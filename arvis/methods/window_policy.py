@@ -38,11 +38,11 @@ After each block the best-scoring window is played, unless a ladder neighbour of
 lately and could, optimistically (its model estimate × ``optimism``), beat it: then that neighbour is tried for
 a quarter of a block (counted as a whole one when deciding the next try). The first window is the widest whose
 forward costs at most twice a single-token forward; a decode's first window is counted only once it slid its width
-at one token per forward (its drafts were all fresh). Iterations are timed only while the whole batch is active. With a ``memory_key``, what a decode measured seeds the next
-decode of the same model, batch, settings and method in this process (a bench's warm-up round teaches its timed
-rounds, as the cost curve is measured once): its counts per age, its tokens and laggard advance per window, both
-measured overheads and each window's least measured time per iteration (and, with a draft model, outside its
-forwards).
+at one token per forward (its drafts were all fresh). Iterations are timed only while the whole batch is active.
+With a ``memory_key``, what a decode measured seeds the next decode of the same model, batch, settings and method
+in this process (a bench's warm-up round teaches its timed rounds, as the cost curve is measured once): its counts
+per age, its tokens and laggard advance per window, both measured overheads and each window's least measured time
+per iteration (and, with a draft model, outside its forwards).
 
 Lossless: iteration ``i``'s window is a function of what iterations before it observed (their commits, accepted
 counts and times), never of iteration ``i``'s own drafts or coins, and exact acceptance commits every token as a
