@@ -52,9 +52,9 @@ class DraftModelSession:
         return True
 
     def absorb(self, index: torch.Tensor, tokens: torch.Tensor, p: torch.Tensor) -> None:
-        """The loop committed one plain AR step per sample (``window=auto`` playing window 0): the draft model does
-        not run; its next proposal reads the step's token in its catch-up forward."""
-        self._ar_steps += 1
+        """The loop committed a run of plain AR steps per sample (``window=auto`` playing window 0): the draft
+        model does not run; its next proposal reads the run's tokens in its catch-up forward."""
+        self._ar_steps += index.shape[1]
 
     def propose(self, committed: torch.Tensor, plan: WindowPlan) -> Proposal:
         e, A, dev = self.engine, committed.shape[0], committed.device

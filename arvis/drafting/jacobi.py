@@ -332,6 +332,9 @@ class JacobiSession:
         if self.final is not None:
             raise ValueError("plain AR steps outside a verification would overwrite positions a commit policy with "
                              "holes has already made final")
+        if index.shape[1] > self.capacity:  # a run longer than the ring: only its last indices keep their p
+            self.tokens.index_put_((self._rows.expand_as(index), index), tokens)
+            index, tokens, p = index[:, -self.capacity:], tokens[:, -self.capacity:], p[:, -self.capacity:]
         self.store(index, torch.ones_like(index, dtype=torch.bool), tokens, p)
 
     def retire(self, kept: Sequence[int], kept_index: torch.Tensor) -> None:

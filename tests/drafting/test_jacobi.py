@@ -62,6 +62,31 @@ def test_neighbour_distribution_reads_the_previous_rows_committed_p():
     assert bool(proposal.has_draft[0, :4].all())
 
 
+def test_a_run_of_ar_steps_absorbed_at_once_leaves_the_state_one_step_at_a_time_leaves():
+    """The loop hands a run of plain AR steps to the drafter in one call, even a run longer than the ring: the
+    tokens and the ring afterwards are those of absorbing the steps one by one."""
+    model = tiny_llamagen("c2i", grid=6, vocab=32)
+    sessions = []
+    for _ in range(2):
+        engine = DecodeEngine(model, Condition(class_labels=torch.tensor([1, 2])), SamplingConfig(),
+                              torch.Generator().manual_seed(0))
+        p0 = engine.prefill()
+        engine.commit(torch.zeros(2, 1, dtype=torch.long), torch.tensor([[7], [3]]))
+        schedule = RasterWindow(4, engine.num_tokens)
+        sessions.append(JacobiDrafter("neighbour_distribution", "maximal").start(engine, schedule, p0))
+    one_by_one, at_once = sessions
+    steps = at_once.capacity + 5
+    index = 1 + torch.arange(steps).expand(2, -1)
+    tokens = torch.randint(0, 32, (2, steps), generator=torch.Generator().manual_seed(1))
+    p = torch.softmax(torch.randn(2, steps, 32, generator=torch.Generator().manual_seed(2)), -1)
+    for j in range(steps):
+        one_by_one.absorb(index[:, j:j + 1], tokens[:, j:j + 1], p[:, j:j + 1])
+    at_once.absorb(index, tokens, p)
+    assert torch.equal(at_once.tokens, one_by_one.tokens)
+    assert torch.equal(at_once.dist[:, :at_once.capacity], one_by_one.dist[:, :one_by_one.capacity])
+    torch.testing.assert_close(at_once.distribution_at(index[:, -1:]), p[:, -1:])
+
+
 @pytest.mark.parametrize("method, options", [
     ("mc-sjd", {"window": 4}), ("sjd", {"window": 6, "init": "repeat_vertical"}),
     ("mc-sjd", {"window": 3, "coupling": "gumbel", "init": "neighbour_distribution"}),
