@@ -200,8 +200,14 @@ def _history_text(part: dict, why: str = "sessions ended") -> str:
         return "one uninterrupted run"
     first, *resumes = runs
     text = f"started with a {first['schedule_steps']}-step cosine schedule"
+    current = first["schedule_steps"]
     for r in resumes:
-        schedule = f" with a {r['schedule_steps']}-step schedule" if r["schedule_steps"] else ""
+        steps, schedule = r["schedule_steps"], ""
+        if steps and current and steps != current:
+            schedule = f", the schedule {'lengthened' if steps > current else 'shortened'} to {steps} steps"
+        elif steps:
+            schedule = f" with a {steps}-step schedule"
+        current = steps or current
         text += f"; resumed from the step-{r['at_step']} checkpoint{schedule}"
     return text + f" ({why}; each resume continues the checkpointed weights, optimiser and EMA)"
 
