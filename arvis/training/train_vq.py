@@ -421,8 +421,8 @@ def export(
 
 
 def _data_section(cfg: VQTrainConfig) -> str:
-    if cfg.data == "emoji":
-        return (data_recipe("emoji", cfg.resolution) + f" The first {100 * (1 - cfg.full_res_fraction):.0f}% of "
+    if cfg.data in ("emoji", "emoji-names"):
+        return (data_recipe(cfg.data, cfg.resolution) + f" The first {100 * (1 - cfg.full_res_fraction):.0f}% of "
                 f"steps use random {cfg.patch_size}x{cfg.patch_size} patches of those renders (batch {cfg.batch_size}), "
                 f"the rest whole {cfg.resolution}px images (batch {cfg.full_res_batch_size}).")
     return f"""`arvis.data.crops`: the {len(__import__('arvis.data.photos', fromlist=['x']).PHOTO_CLASSES)} photos of
@@ -455,9 +455,11 @@ def model_card(cfg: VQTrainConfig, m: dict[str, Any], command: str, name: str = 
     f = 2 ** (len(cfg.ch_mult) - 1)
     g = cfg.resolution // f
     tl = m["final_train_losses"]
-    source = "OpenMoji emoji" if cfg.data == "emoji" else "offline natural photos"
-    held = "held-out emoji (never rendered for training)" if cfg.data == "emoji" else \
-        "held-out crops (never overlapping training pixels)"
+    source = {"emoji": "OpenMoji emoji", "emoji-names": "the 123 named OpenMoji emoji"}.get(cfg.data,
+                                                                                        "offline natural photos")
+    held = {"emoji": "held-out emoji (never rendered for training)",
+            "emoji-names": "held-out views of the named emoji (other augmentations of the same emoji)"}.get(
+        cfg.data, "held-out crops (never overlapping training pixels)")
     grid = f"`{Path(grid_png).as_posix()}`" if grid_png else "not written by this export"
     return ModelCard(
         title=f"{name}: arvis's small LlamaGen-style VQ tokenizer",
