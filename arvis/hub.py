@@ -33,7 +33,7 @@ SHIPPED_PIPELINES: dict[str, str] = {
     "t2i": "llamagen-t2i-scenes",
     "var": "var-emoji",
     "emoji": "llamagen-c2i-emoji",
-    "video": "video-clips",
+    "video": "video-emoji",
     "emu3": "emu3-emoji",
     "janus": "janus-emoji",
     "mar": "mar-emoji",

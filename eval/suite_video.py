@@ -40,7 +40,8 @@ def records(args: argparse.Namespace) -> Path:
     return args.out / "video"
 
 
-#: One class per kind and motion family: camera zoom in, emoji slide up, emoji orbit, digit 3.
+#: Mixed clips: one class per kind and motion family (camera zoom in, emoji slide up, emoji orbit, digit 3); a model
+#: of the named emoji: the emoji at those class indices.
 BENCH_CLASSES = (4, 8, 12, 17)
 PF = "init=previous_frame_distribution"
 GROUPS: dict[str, list[str]] = {

@@ -28,7 +28,7 @@ MODEL_EXAMPLES: dict[str, dict[str, tuple[str, ...] | str]] = {
     "var-emoji": {"classes": ("red apple", "whale", "strawberry", "banana", "panda")},
     "mar-emoji": {"classes": ("red apple", "whale", "strawberry", "banana", "panda")},
     "mar-causal-emoji": {"classes": ("red apple", "whale", "strawberry", "banana", "panda")},
-    "video-clips": {"classes": ("emoji orbit", "camera pan left", "digit 3"),
+    "video-emoji": {"classes": ("red apple", "whale", "penguin"),
                     "method": "mc-sjd:window=64,coupling=gumbel,init=previous_frame_distribution"},
     "llamagen-t2i-scenes": {"prompts": (
         "a large red circle on the left over grass",

@@ -13,10 +13,10 @@ clip starts with the given frame as the tokenizer reconstructs it.
 
 Example:
     >>> from arvis.pipelines.pipeline_video import VideoPipeline, export_frames
-    >>> pipe = VideoPipeline.from_pretrained("arvis/weights/video-clips")  # doctest: +SKIP
-    >>> out = pipe(class_labels=["emoji orbit"], method="mc-sjd", window=64, coupling="gumbel", init="repeat_temporal",
+    >>> pipe = VideoPipeline.from_pretrained("arvis/weights/video-emoji")  # doctest: +SKIP
+    >>> out = pipe(class_labels=["red apple"], method="mc-sjd", window=64, coupling="gumbel", init="repeat_temporal",
     ...            generator=torch.Generator().manual_seed(0))
-    >>> export_frames(out.frames[0], "orbit.gif", fps=4); print(out.stats.format())
+    >>> export_frames(out.frames[0], "apple.gif", fps=4); print(out.stats.format())
 """
 
 from __future__ import annotations

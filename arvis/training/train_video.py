@@ -8,11 +8,12 @@ the 24 video classes. Every frame is tokenised by the shipped per-frame VQ (``vq
 cosine schedule, EMA, atomic resumable checkpoints, better-of raw/EMA export), with this module's data
 and model builders. Example::
 
-    python -m arvis.training.train_video --preset video --out runs/video/export \\
-        --scratch runs/video/run --threads 1
+    python -m arvis.training.train_video --preset video --data emoji-names --vq arvis/weights/vq-emoji \\
+        --num-train 4096 --steps 5000 --out runs/video/export --scratch runs/video/run --threads 1
 
-then ``python -m arvis.training.train_video assemble --transformer .../export/transformer --out
-arvis/weights/video-clips`` writes the pipeline folder.
+then ``python -m arvis.training.train_video assemble --transformer .../export/transformer --vq
+arvis/weights/vq-emoji-64 --out arvis/weights/video-emoji`` writes the pipeline folder (the 64 px decoder shares
+``vq-emoji``'s encoder and codebook, so the codes the transformer learnt are the same).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import dataclasses
 import json
 import math
 import os
+import shlex
 import shutil
 import sys
 from pathlib import Path
@@ -134,6 +136,12 @@ def model_card(folder: Path, records: Path) -> ModelCard:
     example = names[0] if named else "emoji orbit"
     vq_link = folder / "vqvae"
     vq_name = Path(os.readlink(vq_link)).name if vq_link.is_symlink() else "vq-photos"
+    argv = shlex.split(m["command"])
+    trained_on = Path(argv[argv.index("--vq") + 1]).name if "--vq" in argv else "vq-photos"
+    export = argv[argv.index("--out") + 1] if "--out" in argv else "runs/video/export"
+    tokenised = f"`{trained_on}`" + (
+        f" (the linked `{vq_name}` has the same encoder and codebook, so the same codes; only its decoder differs)"
+        if trained_on != vq_name else "")
     if named:
         from arvis.data.sources import data_recipe
         from arvis.data.video import NAMED_EMOJI_MOTIONS
@@ -142,7 +150,7 @@ def model_card(folder: Path, records: Path) -> ModelCard:
                 f"{c['data_seed']}) of {T} frames at {c['resolution']} px, each one of the {len(names)} named emoji on "
                 f"white under one motion ({', '.join(m.replace('_', ' ') for m in NAMED_EMOJI_MOTIONS)}); the class "
                 f"is the emoji, the motion is the model's to choose. " + data_recipe("emoji-names", c["resolution"])
-                + f" Every frame tokenised by `{vq_name}` ({side} x {side} codes). Validation: {c['num_val']} other "
+                + f" Every frame tokenised by {tokenised} ({side} x {side} codes). Validation: {c['num_val']} other "
                 "clips of the same emoji (seed 1).")
     else:
         data = (f"`arvis.data.video.build_video_clips`: {c['num_train']:,} training clips (seed {c['data_seed']}) of "
@@ -162,15 +170,23 @@ def model_card(folder: Path, records: Path) -> ModelCard:
     quality = records / "quality.json"
     if quality.is_file():
         q = json.loads(quality.read_text())
-        ar = next(r for r in q["rows"] if r["method"] == "ar")
-        f, v = ar["per_frame_fid"], ar["domain_fvd"]
+        ars = [r for r in q["rows"] if r["method"] == "ar"]
+        f, v = ars[0]["per_frame_fid"], ars[0]["domain_fvd"]
+        if len(ars) > 1:  # one AR row per seed set: the seed-to-seed spread beside the figures
+            fids = " / ".join(format(r["per_frame_fid"]["fid"], ".2f") for r in ars)
+            fvds = " / ".join(format(r["domain_fvd"]["fvd"], ".2f") for r in ars)
+            bases = ", ".join(str(r["seed_base"]) for r in ars)
+            others = (f"; on the {len(ars)} seed sets (bases {bases}) per-frame FID {fids} and domain FVD {fvds} "
+                      "(the seed-to-seed noise)")
+        elif "ar_second_seed" in q:
+            others = (f"; with other seeds {q['ar_second_seed']['per_frame_fid']['fid']:.2f} and "
+                      f"{q['ar_second_seed']['domain_fvd']['fvd']:.2f} (the seed-to-seed noise)")
+        else:
+            others = ""
         evaluation = (f"{q['num_clips']} AR clips (CFG {q['sampling']['guidance_scale']}): per-frame "
                       f"FID {f['fid']:.2f} (real-vs-real floor {f['real_vs_real_floor']:.2f}), domain FVD {v['fvd']:.2f} "
-                      f"(floor {v['real_vs_real_floor']:.2f})"
-                      + (f"; with other seeds {q['ar_second_seed']['per_frame_fid']['fid']:.2f} and "
-                         f"{q['ar_second_seed']['domain_fvd']['fvd']:.2f} (the seed-to-seed noise)"
-                         if "ar_second_seed" in q else "")
-                      + ". Decoding speed and the other methods: docs/figures/video.md.")
+                      f"(floor {v['real_vs_real_floor']:.2f}){others}"
+                      ". Decoding speed and the other methods: docs/figures/video.md.")
     else:
         evaluation = (f"Held-out validation loss {m['validation_loss']:.3f} (perplexity "
                       f"{m['validation_perplexity']:.1f}; a uniform model scores {math.log(config['vocab_size']):.2f}) "
@@ -215,18 +231,23 @@ def model_card(folder: Path, records: Path) -> ModelCard:
             "safetensors.")),
         data=Section("Data", data),
         training=Training(
-            [m["command"], "python -m arvis.training.train_video assemble --transformer "
-             f"runs/video/export/transformer --out arvis/weights/{folder.name}"],
+            [m["command"], f"python -m arvis.training.train_video assemble --transformer {export}/transformer --vq "
+             f"arvis/weights/{vq_name} --out arvis/weights/{folder.name}"],
             "`arvis.training.train_gpt`'s loop: teacher-forced cross-entropy, 10% class dropout (CFG), token / "
             f"residual / FFN dropout {c['dropout']}, AdamW (lr {c['lr']}, weight decay {c['weight_decay']}), "
             f"{c['warmup']} warm-up steps, cosine to {c['min_lr_ratio']}x, batch {c['batch_size']} clips, EMA "
             f"{c['ema_decay']}; the better of raw and EMA weights on validation loss is exported "
             f"({m['exported_weights']}).\n\n" + training),
         evaluation=Section("Evaluation", evaluation),
-        limits="A small model trained briefly on a shared CPU: clips are 64 px and blurry (the per-frame VQ "
-               "reconstructs emoji and digits at 64 px poorly: see the tokenizer table in docs/figures/video.md), "
-               "and motion is learned only as far as the figures show. It exists to make the video path and its "
-               "speed figures real, not to be a good video generator.")
+        limits=("A small model trained for an hour on a shared CPU: 64 px clips whose emoji are 8 x 8 codes per frame, "
+                "so most read as a coloured shape of the right outline and colours rather than a drawing (the emoji "
+                "CLIP's rate above), and motion is learned only as far as the figures show. It exists to make the "
+                "video path and its speed and quality figures real, not to be a good video generator."
+                if named else
+                "A small model trained briefly on a shared CPU: clips are 64 px and blurry (the per-frame VQ "
+                "reconstructs emoji and digits at 64 px poorly: see the tokenizer table in docs/figures/video.md), "
+                "and motion is learned only as far as the figures show. It exists to make the video path and its "
+                "speed figures real, not to be a good video generator."))
 
 
 def _command(argv: list[str] | None) -> str:

@@ -17,7 +17,7 @@ WEIGHTS = REPO_ROOT / "arvis" / "weights"
 #: Shipped cards that their records rebuild exactly (each a different card kind). The other shipped cards are
 #: either edited by hand (llamagen-c2i-photos, llamagen-t2i-scenes), written by the figure scripts (emu3-emoji,
 #: lowres-c2i-photos), from records older than the card's facts (vq-*, llamagen-c2i-emoji), or older than their
-#: writer's current wording (mar-*, video-clips: rebuilding them changes their text).
+#: writer's current wording (mar-*, video-emoji: rebuilding them changes their text).
 REBUILT_EXACTLY = ("clip-scenes", "clip-emoji", "domain-classifier", "mar-vae-emoji", "upsampler-photos",
                    "var-emoji", "var-vq-emoji", "video-features", "llamagen-c2i-emoji-names")
 
