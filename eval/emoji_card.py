@@ -26,10 +26,10 @@ import argparse
 import json
 import math
 import re
-import shlex
 from pathlib import Path
 from typing import Any
 
+from arvis.training.common import command_option
 from arvis.utils.model_card import ModelCard, Section, Training, table
 
 
@@ -38,15 +38,9 @@ def _clean(text: str) -> str:
     return re.sub(r"(?<![\w<>])(?:/|\.\./)\S*/([^/\s]+)", r"<scratch>/\1", text)
 
 
-def _option(m: dict[str, Any], name: str, default: str) -> str:
-    """The value of option ``name`` in a trainer's recorded command (``default`` when it was not given)."""
-    argv = shlex.split(m["command"])
-    return argv[argv.index(name) + 1] if name in argv else default
-
-
 def _out(m: dict[str, Any]) -> str:
     """The export folder a trainer's command wrote (its ``--out``), as the card prints paths."""
-    return _clean(_option(m, "--out", "<scratch>/export"))
+    return _clean(command_option(m["command"], "--out", "<scratch>/export"))
 
 
 def _arch(m: dict[str, Any]) -> str:
@@ -183,7 +177,7 @@ Sample grid ({t['grid_note']}): `docs/{model.name}-samples.png`."""),
 
 
 def _threads(m: dict[str, Any]) -> str:
-    n = int(_option(m, "--threads", "1"))
+    n = int(command_option(m["command"], "--threads", "1"))
     return f"{n} thread{'s' if n > 1 else ''}"
 
 

@@ -50,6 +50,12 @@ def training_command(module: str, argv: list[str] | None) -> str:
     return portable_command(f"python -m arvis.training.{module} " + " ".join(shlex.quote(a) for a in args))
 
 
+def command_option(command: str, name: str, default: str) -> str:
+    """The value of option ``name`` in a recorded command line (``default`` when it was not given)."""
+    argv = shlex.split(command)
+    return argv[argv.index(name) + 1] if name in argv else default
+
+
 def portable_command(command: str, root: Path | None = None) -> str:
     """``command`` with absolute paths rewritten relative to ``root`` (default: the working directory)."""
     base = Path(root or Path.cwd())

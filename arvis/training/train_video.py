@@ -23,7 +23,6 @@ import dataclasses
 import json
 import math
 import os
-import shlex
 import shutil
 import sys
 from pathlib import Path
@@ -33,7 +32,7 @@ import numpy as np
 import torch
 
 from arvis.training import train_gpt
-from arvis.training.common import ship_training_metrics, training_command
+from arvis.training.common import command_option, ship_training_metrics, training_command
 from arvis.training.train_gpt import GPTTrainConfig
 from arvis.utils.files import atomic_directory
 from arvis.utils.model_card import ModelCard, Section, Training, table
@@ -136,9 +135,8 @@ def model_card(folder: Path, records: Path) -> ModelCard:
     example = names[0] if named else "emoji orbit"
     vq_link = folder / "vqvae"
     vq_name = Path(os.readlink(vq_link)).name if vq_link.is_symlink() else "vq-photos"
-    argv = shlex.split(m["command"])
-    trained_on = Path(argv[argv.index("--vq") + 1]).name if "--vq" in argv else "vq-photos"
-    export = argv[argv.index("--out") + 1] if "--out" in argv else "runs/video/export"
+    trained_on = Path(command_option(m["command"], "--vq", "arvis/weights/vq-photos")).name
+    export = command_option(m["command"], "--out", "runs/video/export")
     tokenised = f"`{trained_on}`" + (
         f" (the linked `{vq_name}` has the same encoder and codebook, so the same codes; only its decoder differs)"
         if trained_on != vq_name else "")
