@@ -31,9 +31,12 @@ How ``m(L)`` is estimated depends on the drafts:
 Windows are played in blocks (16 iterations; 4 with a draft model; longer after a widening, until the new far
 drafts were refined) on a doubling ladder (0 — plain AR steps —, 1, 2, 4, 8, …, ``max_window``). Window 0 is
 played as a *run*: the loop runs the block's plain AR steps in a row, without its iteration's sync, drafts and
-verification (:meth:`arvis.methods.draft_verify.DraftVerifyLoop.ar_run`), and its price is the run's own time per
-step beyond the forward, timed as runs are played; until then it is tried once if, with no such time at all, it
-would beat the best window.
+verification (:meth:`arvis.methods.draft_verify.DraftVerifyLoop.ar_run`), and its price is the recent runs' mean
+time per step, as a played window's is the median of its recent iterations (the least of either is biased low: an
+early run, with its short context, is cheap); until timed it is tried once if, with no time outside the forward,
+it would beat the best window. Windows not played are priced at the curve scaled by the least ratio of what a
+played one took to its price. Iterations whose window reached past the sequence's end are not counted, and near it
+no window is widened. A window must beat plain AR steps by ``ar_margin`` (5%) to be played: they are the floor.
 After each block the best-scoring window is played, unless a ladder neighbour of it has hardly been measured
 lately and could, optimistically (its model estimate × ``optimism``), beat it: then that neighbour is tried for
 a quarter of a block (counted as a whole one when deciding the next try). The first window is the widest whose
@@ -41,7 +44,7 @@ forward costs at most twice a single-token forward; a decode's first window is c
 at one token per forward (its drafts were all fresh). Iterations are timed only while the whole batch is active.
 With a ``memory_key``, what a decode measured seeds the next decode of the same model, batch, settings and method
 in this process (a bench's warm-up round teaches its timed rounds, as the cost curve is measured once): its counts
-per age, its tokens and laggard advance per window, both measured overheads and each window's least measured time
+per age, its tokens and laggard advance per window, both measured overheads and each window's median measured time
 per iteration (and, with a draft model, outside its forwards).
 
 Lossless: iteration ``i``'s window is a function of what iterations before it observed (their commits, accepted
@@ -53,6 +56,7 @@ proves it with windows chosen from the random acceptance history.
 from __future__ import annotations
 
 import math
+import statistics
 import time
 from collections import deque
 from collections.abc import Callable, Hashable, Mapping, Sequence
@@ -78,7 +82,8 @@ class _Learned(NamedTuple):
     ar_overhead_ms: float | None
     overhead_ms: float
     overhead_by_window: list[float | None]  # a draft model's: each window's least time outside its forwards
-    iteration_by_window: list[float | None]  # each window's least time per iteration, in all
+    iteration_by_window: list[float | None]  # each window's median time per iteration, in all
+    ar_step_ms: float | None  # runs of plain AR steps: their mean time per step
 
 
 # Per process, like the cost curves.
@@ -108,6 +113,7 @@ class AutoWindow:
             of the modelled ``E(L)`` in a window's estimate.
         block: iterations a window is played before the next choice.
         optimism: how much a little-measured window may beat its model estimate when deciding to try it.
+        ar_margin: how much better than plain AR steps a window must score to be played (or tried) instead.
         overhead_ms: the loop's time per iteration outside the forward (and, for window 0, a run's time per plain
             AR step outside its forwards); default ``None``: measured as it runs (the least of the last 16), a fixed
             value makes the choices a function of the commits alone (the lossless tests use it).
@@ -123,7 +129,7 @@ class AutoWindow:
 
     def __init__(self, engine: DecodeEngine, max_window: int, curve: Sequence[Mapping[str, float]] | None = None,
                  decay: float = 0.8, window_decay: float = 0.99, prior: float = 2.0, block: int | None = None,
-                 optimism: float = 1.2,
+                 optimism: float = 1.2, ar_margin: float = 1.05,
                  overhead_ms: float | None = None, drafting_ms: Callable[[int], float] | None = None,
                  memory_key: Hashable | None = None, max_age: int = 16, age_decay: float = 0.99,
                  reliable_tests: float = 8.0):
@@ -154,7 +160,9 @@ class AutoWindow:
         self.cost_ms: list[float] = [float(c) + (drafting_ms(L) if drafting_ms and L else 0.0)  # type: ignore[arg-type]
                                      for c, L in zip(costs, self.candidates, strict=True)]
         self.max_window, self.decay, self.window_decay, self.prior = max_window, decay, window_decay, prior
-        self.block, self.optimism = block, optimism
+        if ar_margin < 1:
+            raise ValueError(f"ar_margin must be >= 1, got {ar_margin}")
+        self.block, self.optimism, self.ar_margin = block, optimism, ar_margin
         dev = engine.device
         self.tested = torch.zeros(max_window, device=dev)
         self.accepted = torch.zeros(max_window, device=dev)
@@ -177,6 +185,11 @@ class AutoWindow:
         # misprices what the loop pays (with a draft model, batch 4 on ``c2i``: a window-1 iteration priced 4.5 ms
         # took 6.7, and window 1 was played throughout at 0.93x AR).
         self._iterations_by: list[deque[float]] = [deque(maxlen=8) for _ in self.candidates]
+        # Runs of plain AR steps, (ms, steps) each: priced at their mean time per step, not the least run's. Runs
+        # cover different stretches of the sequence and an early one is cheap (short context): the least run priced
+        # AR steps at batch 4 on ``c2i`` at 5.3 ms against 6.4 over a decode, and the decode kept to them at 0.95x
+        # AR while window 16 ran 1.15x.
+        self._ar_timed: deque[tuple[float, int]] = deque(maxlen=8)
         # Tokens per sample each window committed (decayed sums and counts), seeded from earlier decodes.
         self.memory_key = None if memory_key is None else (
             memory_key, id(engine.backbone), repr(engine.sampling), engine.batch_size, tuple(self.candidates),
@@ -206,12 +219,17 @@ class AutoWindow:
                 for window, ms in zip(sums, learned_ms, strict=True):
                     if ms is not None:
                         window.append(ms)
+            if learned.ar_step_ms is not None:  # one pseudo-run of a block's steps
+                self._ar_timed.append((learned.ar_step_ms * self.block, self.block))
         self._ar_overheads: deque[float] = deque(maxlen=16)
         self._ar_run = 0  # steps of the run of plain AR steps the last block was (0: it was not one)
         self._ar_length = self.block  # steps of the last block of window 0 (doubling while window 0 keeps winning)
         self.max_ar_run = 8 * self.block
         self.ar_runs = 0
         self._laggard: int | None = None  # the least advanced active sample's committed length at the last choice
+        self._furthest = 0  # and the most advanced one's
+        self._to_go = engine.num_tokens  # tokens the most advanced sample has still to commit, at this choice
+        self._num_tokens = engine.num_tokens
         self._current: int | None = None  # candidate index being played, and for how many more iterations
         self._left = 0
         self._warming = 0  # iterations still not counted after widening the window
@@ -354,13 +372,20 @@ class AutoWindow:
             decay = self.window_decay ** steps
             self.committed_sum, self.laggard_sum, self.played, self.tried = (
                 [x * decay for x in sums] for sums in (self.committed_sum, self.laggard_sum, self.played, self.tried))
+            # A window reaching past the sequence's end commits at most what is left: not what it commits elsewhere
+            # (batch 8 on ``c2i``: window 8 measured over a decode's last 16 tokens at 1.9 tokens per iteration and
+            # a ragged factor of 1.0, against 2.4 and 1.16 mid-sequence).
+            cut_short = self._furthest + self.candidates[self._current] >= self._num_tokens
             if self._warming > 0:
                 self._warming -= 1
+            elif cut_short:
+                pass
             else:
                 self.committed_sum[self._current] += advanced
                 self.laggard_sum[self._current] += lagged
                 self.played[self._current] += float(steps)
             self._ar_run = 0
+        self._to_go = self._num_tokens - max(committed)  # tokens the most advanced sample has still to commit
         if self._left > 0:
             self._left -= 1
         else:
@@ -390,6 +415,7 @@ class AutoWindow:
                 self._ar_length = self.block
             self._left = length - 1 + self._warming
         self._last_time, self._last_forward_s, self._timed_full = now, self._clock.seconds_so_far(), full
+        self._furthest = max(committed)
         window = self.candidates[self._current]
         self.trace.append((committed[0], window))
         return window
@@ -404,12 +430,27 @@ class AutoWindow:
         if self.candidates[0] == 0:  # plain AR steps are played as runs: their own time per step
             cost[0] = self.cost_ms[0] + min(self.overhead_ms, self.ar_overhead_ms if self.ar_overhead_ms is not None
                                             else self.overhead_ms)
-        # What played windows took (a run of AR steps: per step), where measured.
-        cost = [min(d) if d else c for c, d in zip(cost, self._iterations_by, strict=True)]
+        # What played windows took (a run of AR steps: per step), where measured; the others at the curve's price
+        # scaled by the least that a played one took over its price (the curve was timed apart, each size at its
+        # fastest: at batch 8 on ``c2i`` window 4 was priced 14.4 ms and took 21 ms, AR steps took 1.17x theirs).
+        measured = self.iteration_ms()
+        ratios = [ms / c for c, ms in zip(cost, measured, strict=True) if ms is not None]
+        scale = max([1.0, min(ratios)] if ratios else [1.0])
+        cost = [c * scale if ms is None else ms for c, ms in zip(cost, measured, strict=True)]
         # the batch's pace: its least advanced sample's tokens per iteration
         estimate = [e / r for e, r in zip(estimate, self.ragged_factors(), strict=True)]
         scores = [e / c for e, c in zip(estimate, cost, strict=True)]
-        best = max(range(len(scores)), key=scores.__getitem__)
+        # Plain AR steps are the baseline the method must never fall below, and a window's score is an estimate:
+        # a window is played only if it beats them by a margin (batch 8 on ``c2i``: window 1 scored 3% above AR and
+        # ran below it; the decodes that played it ran 0.96x AR).
+        if self.candidates[0] == 0:
+            scores[0] *= self.ar_margin
+        # Near the sequence's end a wider window does not pay for its fresh drafts, which commit about one token
+        # per forward until refined (batch 8 on ``c2i``: window 8 played over each decode's last 15 tokens, after
+        # its runs of AR steps): a window is widened only with ``4 ×`` the widening of tokens still to go.
+        current = 0 if self._current is None else self.candidates[self._current]
+        allowed = [not (L > current and self._to_go < 4 * (L - current)) for L in self.candidates]
+        best = max((i for i, ok in enumerate(allowed) if ok), key=scores.__getitem__)
         # Runs of plain AR steps not timed yet: tried once if, with no time outside the forward, they would win.
         if self.candidates[0] == 0 and best != 0 and self.ar_overhead_ms is None and \
                 1.0 / self.cost_ms[0] > scores[best]:
@@ -417,12 +458,23 @@ class AutoWindow:
         # Try a ladder neighbour if, optimistically, it could beat the best: the less it has been measured
         # lately, the more it may exceed its estimate (up to ``optimism`` times when never measured).
         for neighbour in (best + 1, best - 1):
-            if 0 <= neighbour < len(scores) and self.candidates[neighbour] > 0:
+            if 0 <= neighbour < len(scores) and self.candidates[neighbour] > 0 and allowed[neighbour]:
                 L, n = self.candidates[neighbour], self.played[neighbour] + self.tried[neighbour]
                 hopeful = min(L + 1.0, estimate[neighbour] * (1 + (self.optimism - 1) * self.prior / (n + self.prior)))
                 if hopeful / cost[neighbour] > scores[best]:
                     return neighbour, True
         return best, False
+
+    def iteration_ms(self) -> list[float | None]:
+        """What each played window's iterations took in all (``None`` where not timed): the median of its recent
+        iterations; runs of plain AR steps, their mean time per step (a run is long: a disturbed step barely moves
+        it). Typical times on both sides: the least of a window's iterations against the runs' mean priced window 1
+        at batch 8 on ``c2i`` 12% above AR, where it ran 2% below; a mean of iterations moved with single disturbed
+        ones (window 16 at batch 1: 11.7 ms in one decode, 16.2 in the next)."""
+        out: list[float | None] = [statistics.median(d) if d else None for d in self._iterations_by]
+        if self._ar_timed and self.candidates[0] == 0:
+            out[0] = sum(ms for ms, _ in self._ar_timed) / sum(n for _, n in self._ar_timed)
+        return out
 
     def overheads_by_window(self) -> list[float]:
         """Each candidate's time per iteration outside its forwards. Jacobi drafts: the loop's, one figure (its
@@ -472,7 +524,7 @@ class AutoWindow:
             now = time.perf_counter()
             self._ar_overheads.append(self._outside_ms(now, steps * self.cost_ms[0]) / steps)
             self.ar_overhead_ms = min(self._ar_overheads)
-            self._iterations_by[0].append((now - self._last_time) * 1e3 / steps)
+            self._ar_timed.append(((now - self._last_time) * 1e3, steps))
         elif not self._measure_overhead:
             self.ar_overhead_ms = self.overhead_ms
         self.trace.extend((first + i, 0) for i in range(1, steps))
@@ -484,7 +536,8 @@ class AutoWindow:
             _LEARNED[self.memory_key] = _Learned(list(self.committed_sum), list(self.played), list(self.tried),
                                                  list(self.laggard_sum), counts, self.ar_overhead_ms, self.overhead_ms,
                                                  [min(d) if d else None for d in self._overheads_by],
-                                                 [min(d) if d else None for d in self._iterations_by])
+                                                 [statistics.median(d) if d else None for d in self._iterations_by],
+                                                 self.iteration_ms()[0] if self._ar_timed else None)
         chosen: dict[int, int] = {}
         for _, w in self.trace:
             chosen[w] = chosen.get(w, 0) + 1
@@ -508,8 +561,8 @@ class AutoWindow:
                 "loop_overhead_ms": self.overhead_ms, "ar_step_overhead_ms": self.ar_overhead_ms,
                 **({} if self.by_age else {"overhead_ms_by_window": {str(L): round(o, 3) for L, o in zip(
                     self.candidates, self.overheads_by_window(), strict=True)}}),
-                "iteration_ms_by_window": {str(L): round(min(d), 3) for L, d in zip(
-                    self.candidates, self._iterations_by, strict=True) if d},
+                "iteration_ms_by_window": {str(L): round(ms, 3) for L, ms in zip(
+                    self.candidates, self.iteration_ms(), strict=True) if ms is not None},
                 "ar_runs": self.ar_runs}
 
 

@@ -651,7 +651,10 @@ def test_a_draft_model_catches_up_on_runs_of_ar_steps(monkeypatch):
 
 def _auto_policy(table, slope: float, **kwargs) -> AutoWindow:
     engine = DecodeEngine(table, Condition(class_labels=torch.ones(2, dtype=torch.long)), NO_CFG)
-    return AutoWindow(engine, 4, curve=_synthetic_curve(slope), overhead_ms=0.0, **kwargs)
+    policy = AutoWindow(engine, 4, curve=_synthetic_curve(slope), overhead_ms=0.0, **kwargs)
+    # the host-side decodes simulated below run longer than the table's sequence
+    policy._num_tokens = policy._to_go = 10**6
+    return policy
 
 
 def test_auto_window_follows_the_cost_curve_and_the_acceptance_by_age(table):
@@ -798,7 +801,71 @@ def test_auto_window_times_iterations_only_while_the_whole_batch_is_active(table
     policy.choose(policy.expected_tokens().tolist(), [9], 1.0)  # sample 1 finished during the iteration
     assert len(policy._iterations_by[current]) == 1 and len(policy._overheads) == 1
     policy.played_ar_run(4, 9)  # a run with one sample left
-    assert not policy._iterations_by[0] and policy.ar_overhead_ms is None
+    assert not policy._ar_timed and policy.ar_overhead_ms is None
+
+
+def test_auto_window_prices_runs_of_ar_steps_at_their_mean_time_per_step(table):
+    """Runs cover different stretches of the sequence and an early one is cheap (a short context): plain AR steps
+    are priced at the runs' mean time per step, not the least run's, or a window that beats AR over a decode loses
+    to the first run's price (batch 4 on ``c2i``: 5.3 ms against 6.4, and the decode kept to AR at 0.95x)."""
+    policy = _auto_policy(table, 1.0, optimism=1.0)
+    policy.ar_overhead_ms = 0.0
+    policy._iterations_by[3].append(5.0)  # window 4 was played and took 5 ms an iteration
+    policy.played[3] = policy.committed_sum[3] = policy.laggard_sum[3] = 1.0
+    estimates = [1.0, 1.0, 1.0, 7.0]  # window 4: 1.4 tokens per ms
+    policy._ar_timed.append((8.0, 16))  # the first run, 0.5 ms per step: AR would score 2 tokens per ms
+    assert policy._next(estimates) == (0, False)
+    policy._ar_timed.append((112.0, 112))  # a long run at 1 ms per step: 0.94 ms per step over both
+    assert policy.iteration_ms()[0] == pytest.approx(120.0 / 128)
+    assert policy._next(estimates) == (3, False)
+
+
+def test_auto_window_prices_unplayed_windows_at_the_curve_scaled_by_what_played_ones_took(table):
+    """The curve is timed apart, each size at its fastest: when what the played windows took is above their
+    price (here runs of AR steps at twice theirs), the windows not played are priced at the curve times the least
+    such ratio, and a window that beat AR at the curve's price no longer does."""
+    policy = _auto_policy(table, 1.0, optimism=1.0)
+    policy.ar_overhead_ms = 0.0
+    policy.played[3] = policy.committed_sum[3] = policy.laggard_sum[3] = 1.0  # measured tokens, no timed iteration
+    estimates = [1.0, 1.0, 1.0, 4.0]  # window 4: 5 ms at the curve's price
+    policy._ar_timed.append((32.0, 16))  # AR steps at twice their price (1 ms): 0.525 tokens per ms with the margin
+    # window 4 at the curve's price would score 0.8 tokens per ms; at twice it, 0.4
+    assert policy._next(estimates) == (0, False)
+    policy._iterations_by[3].append(5.0)  # once played, a window is priced at what it took
+    assert policy._next(estimates) == (3, False)
+
+
+def test_auto_window_keeps_plain_ar_steps_unless_a_window_beats_them_by_the_margin(table):
+    """Scores are estimates and plain AR steps are the floor: a window is played only if it beats them by
+    ``ar_margin``; near the sequence's end a window is not widened at all (its fresh drafts would not pay)."""
+    policy = _auto_policy(table, 1.0, optimism=1.0)
+    policy.ar_overhead_ms = 0.0
+    policy._ar_timed.append((16.0, 16))  # AR: 1 token per ms
+    policy.played[3] = policy.committed_sum[3] = policy.laggard_sum[3] = 1.0
+    policy._iterations_by[3].append(5.0)
+    assert policy._next([1.0, 1.0, 1.0, 5.1]) == (0, False)  # 2% better than AR: not enough
+    assert policy._next([1.0, 1.0, 1.0, 5.5]) == (3, False)  # 10% better
+    policy._to_go = 15  # widening from AR to window 4 needs 16 tokens to go
+    assert policy._next([1.0, 1.0, 1.0, 5.5]) == (0, False)
+    policy._current = 2  # at window 2, widening by 2 needs 8
+    assert policy._next([1.0, 1.0, 1.0, 5.5]) == (3, False)
+
+
+def test_auto_window_does_not_count_iterations_cut_short_by_the_sequence_end(table):
+    """A window reaching past the sequence's end commits at most what is left there: its iterations are not counted
+    in what it commits elsewhere (nor in its ragged factor)."""
+    policy = _auto_policy(table, 0.0)  # flat cost: the first window is the widest, 4
+    N = policy._num_tokens = 256
+    window = policy.choose(policy.prior_tokens(), [N - 20, N - 20], 0.0)
+    assert window == 4
+    policy._warming = 0
+    policy.choose(policy.expected_tokens().tolist(), [N - 17, N - 16], 3.5)  # an iteration far from the end
+    assert policy.played[-1] == pytest.approx(1.0) and policy.committed_sum[-1] == pytest.approx(3.5)
+    policy.choose(policy.expected_tokens().tolist(), [N - 3, N - 2], 1.0)  # played from N - 16: counted
+    policy.choose(policy.expected_tokens().tolist(), [N - 2, N - 1], 1.0)  # played from N - 2: cut short
+    decay = policy.window_decay
+    assert policy.played[-1] == pytest.approx(1.0 * decay**2 + decay)
+    assert policy.committed_sum[-1] == pytest.approx(3.5 * decay**2 + 1.0 * decay)
 
 
 def test_auto_window_prices_a_draft_models_host_work_per_window(table):
@@ -821,17 +888,19 @@ def test_auto_window_prices_a_draft_models_host_work_per_window(table):
     assert policy.overheads_by_window()[1:] == [2.0, 1.0, 1.0]  # never below the least measured
     # A played window is priced at what its iterations took in all (runs of AR steps: per step), not from the
     # curves: window 2 scores best from them; timed at 40 ms an iteration it does not, and window 4 does.
-    policy.optimism, policy.ar_overhead_ms = 1.0, 2.0
+    policy.optimism, policy.ar_overhead_ms, policy.overhead_ms = 1.0, 2.0, 2.0
+    policy._num_tokens = policy._to_go = 10**6  # far from the sequence's end (the table's is a few tokens away)
     policy.played[1], policy.committed_sum[1], policy.laggard_sum[1] = 8.0, 14.0, 14.0
     iterations = dict(zip(policy.candidates, policy._iterations_by, strict=True))
-    iterations[0].append(3.0)
+    policy._ar_timed.append((6.0, 2))  # a run of 2 AR steps, 3 ms each: their price (the curve's 1 ms + 2)
     assert policy._next(policy.estimates([1.0, 1.9, 2.5, 3.0])) == (2, False)
     iterations[2].append(40.0)
     assert policy._next(policy.estimates([1.0, 1.9, 2.5, 3.0])) == (3, False)
     assert policy.report()["iteration_ms_by_window"] == {"0": 3.0, "2": 40.0}
     seeded = AutoWindow(engine, 4, curve=_synthetic_curve(0.3), drafting_ms=lambda L: 0.1 * L, memory_key=key)
     assert seeded.overheads_by_window()[1:] == [2.0, 1.0, 1.0]
-    assert [list(d) for d in seeded._iterations_by] == [[3.0], [], [40.0], []]
+    assert [list(d) for d in seeded._iterations_by] == [[], [], [40.0], []]
+    assert seeded.iteration_ms()[0] == 3.0
     jacobi = AutoWindow(engine, 4, curve=_synthetic_curve(0.3), overhead_ms=1.5)
     jacobi._overheads_by[1].append(9.0)
     assert jacobi.overheads_by_window() == [1.5] * len(jacobi.candidates)
