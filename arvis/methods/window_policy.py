@@ -228,7 +228,6 @@ class AutoWindow:
         self.ar_runs = 0
         self._laggard: int | None = None  # the least advanced active sample's committed length at the last choice
         self._furthest = 0  # and the most advanced one's
-        self._to_go = engine.num_tokens  # tokens the most advanced sample has still to commit, at this choice
         self._num_tokens = engine.num_tokens
         self._current: int | None = None  # candidate index being played, and for how many more iterations
         self._left = 0
@@ -378,14 +377,12 @@ class AutoWindow:
             cut_short = self._furthest + self.candidates[self._current] >= self._num_tokens
             if self._warming > 0:
                 self._warming -= 1
-            elif cut_short:
-                pass
-            else:
+            elif not cut_short:
                 self.committed_sum[self._current] += advanced
                 self.laggard_sum[self._current] += lagged
                 self.played[self._current] += float(steps)
             self._ar_run = 0
-        self._to_go = self._num_tokens - max(committed)  # tokens the most advanced sample has still to commit
+        self._furthest = max(committed)
         if self._left > 0:
             self._left -= 1
         else:
@@ -415,7 +412,6 @@ class AutoWindow:
                 self._ar_length = self.block
             self._left = length - 1 + self._warming
         self._last_time, self._last_forward_s, self._timed_full = now, self._clock.seconds_so_far(), full
-        self._furthest = max(committed)
         window = self.candidates[self._current]
         self.trace.append((committed[0], window))
         return window
@@ -435,7 +431,7 @@ class AutoWindow:
         # fastest: at batch 8 on ``c2i`` window 4 was priced 14.4 ms and took 21 ms, AR steps took 1.17x theirs).
         measured = self.iteration_ms()
         ratios = [ms / c for c, ms in zip(cost, measured, strict=True) if ms is not None]
-        scale = max([1.0, min(ratios)] if ratios else [1.0])
+        scale = max(1.0, min(ratios, default=1.0))
         cost = [c * scale if ms is None else ms for c, ms in zip(cost, measured, strict=True)]
         # the batch's pace: its least advanced sample's tokens per iteration
         estimate = [e / r for e, r in zip(estimate, self.ragged_factors(), strict=True)]
@@ -449,7 +445,8 @@ class AutoWindow:
         # per forward until refined (batch 8 on ``c2i``: window 8 played over each decode's last 15 tokens, after
         # its runs of AR steps): a window is widened only with ``4 ×`` the widening of tokens still to go.
         current = 0 if self._current is None else self.candidates[self._current]
-        allowed = [not (L > current and self._to_go < 4 * (L - current)) for L in self.candidates]
+        to_go = self._num_tokens - self._furthest
+        allowed = [not (L > current and to_go < 4 * (L - current)) for L in self.candidates]
         best = max((i for i, ok in enumerate(allowed) if ok), key=scores.__getitem__)
         # Runs of plain AR steps not timed yet: tried once if, with no time outside the forward, they would win.
         if self.candidates[0] == 0 and best != 0 and self.ar_overhead_ms is None and \
@@ -532,12 +529,13 @@ class AutoWindow:
 
     def report(self) -> dict[str, Any]:
         counts = self.age_counts.flatten().tolist() if self.by_age else None  # [tested…, accepted…] per age
+        iteration_ms = self.iteration_ms()
         if self.memory_key is not None:
             _LEARNED[self.memory_key] = _Learned(list(self.committed_sum), list(self.played), list(self.tried),
                                                  list(self.laggard_sum), counts, self.ar_overhead_ms, self.overhead_ms,
                                                  [min(d) if d else None for d in self._overheads_by],
                                                  [statistics.median(d) if d else None for d in self._iterations_by],
-                                                 self.iteration_ms()[0] if self._ar_timed else None)
+                                                 iteration_ms[0] if self._ar_timed else None)
         chosen: dict[int, int] = {}
         for _, w in self.trace:
             chosen[w] = chosen.get(w, 0) + 1
@@ -562,7 +560,7 @@ class AutoWindow:
                 **({} if self.by_age else {"overhead_ms_by_window": {str(L): round(o, 3) for L, o in zip(
                     self.candidates, self.overheads_by_window(), strict=True)}}),
                 "iteration_ms_by_window": {str(L): round(ms, 3) for L, ms in zip(
-                    self.candidates, self.iteration_ms(), strict=True) if ms is not None},
+                    self.candidates, iteration_ms, strict=True) if ms is not None},
                 "ar_runs": self.ar_runs}
 
 

@@ -653,7 +653,7 @@ def _auto_policy(table, slope: float, **kwargs) -> AutoWindow:
     engine = DecodeEngine(table, Condition(class_labels=torch.ones(2, dtype=torch.long)), NO_CFG)
     policy = AutoWindow(engine, 4, curve=_synthetic_curve(slope), overhead_ms=0.0, **kwargs)
     # the host-side decodes simulated below run longer than the table's sequence
-    policy._num_tokens = policy._to_go = 10**6
+    policy._num_tokens = 10**6
     return policy
 
 
@@ -845,7 +845,7 @@ def test_auto_window_keeps_plain_ar_steps_unless_a_window_beats_them_by_the_marg
     policy._iterations_by[3].append(5.0)
     assert policy._next([1.0, 1.0, 1.0, 5.1]) == (0, False)  # 2% better than AR: not enough
     assert policy._next([1.0, 1.0, 1.0, 5.5]) == (3, False)  # 10% better
-    policy._to_go = 15  # widening from AR to window 4 needs 16 tokens to go
+    policy._furthest = policy._num_tokens - 15  # widening from AR to window 4 needs 16 tokens to go
     assert policy._next([1.0, 1.0, 1.0, 5.5]) == (0, False)
     policy._current = 2  # at window 2, widening by 2 needs 8
     assert policy._next([1.0, 1.0, 1.0, 5.5]) == (3, False)
@@ -889,7 +889,7 @@ def test_auto_window_prices_a_draft_models_host_work_per_window(table):
     # A played window is priced at what its iterations took in all (runs of AR steps: per step), not from the
     # curves: window 2 scores best from them; timed at 40 ms an iteration it does not, and window 4 does.
     policy.optimism, policy.ar_overhead_ms, policy.overhead_ms = 1.0, 2.0, 2.0
-    policy._num_tokens = policy._to_go = 10**6  # far from the sequence's end (the table's is a few tokens away)
+    policy._num_tokens = 10**6  # far from the sequence's end (the table's is a few tokens away)
     policy.played[1], policy.committed_sum[1], policy.laggard_sum[1] = 8.0, 14.0, 14.0
     iterations = dict(zip(policy.candidates, policy._iterations_by, strict=True))
     policy._ar_timed.append((6.0, 2))  # a run of 2 AR steps, 3 ms each: their price (the curve's 1 ms + 2)
