@@ -215,21 +215,29 @@ def validation_loss(cfg, model, text, data, batch_size: int = 64) -> float:
     return total / max(count, 1)
 
 
-def warm_start(model: LlamaGenTransformer, text: WordTextEncoder | None, folder: Path) -> None:
-    """Copy the weights of a saved c2i transformer folder into ``model`` (same shapes and class names, or an error)."""
+def warm_start(model: torch.nn.Module, text: WordTextEncoder | None, folder: Path) -> None:
+    """Copy the weights of a saved class-conditional transformer folder into ``model``: same parameter names and
+    shapes and the same class names, or an error. The folder's class need not be ``model``'s: a LlamaGen c2i
+    transformer warm-starts a :class:`~arvis.models.video.VideoTransformer` of its width and depth (they share
+    their blocks; only the rotary positions differ, and training adapts to them)."""
+    from safetensors.torch import load_file
+
     if text is not None:
         raise ValueError("--init-from: warm starts are for class-conditional presets (a t2i model has a text "
                          "encoder too)")
-    if not (folder / "config.json").is_file():
-        raise FileNotFoundError(f"--init-from: {folder} is not a transformer folder (no config.json)")
-    saved = LlamaGenTransformer.from_pretrained(folder, dtype=torch.float32)
-    ours, theirs = list(model.config.class_names or []), list(saved.config.class_names or [])
+    weights = folder / "diffusion_pytorch_model.safetensors"
+    if not (folder / "config.json").is_file() or not weights.is_file():
+        raise FileNotFoundError(f"--init-from: {folder} is not a transformer folder (no config.json and "
+                                f"{weights.name})")
+    saved_config = json.loads((folder / "config.json").read_text())
+    ours, theirs = list(model.config.class_names or []), list(saved_config.get("class_names") or [])
     if ours != theirs:
         raise ValueError(f"--init-from: {folder} was trained on other classes ({len(theirs)} names, "
                          f"this run has {len(ours)})")
+    saved = {k: v.float() for k, v in load_file(weights).items()}
     try:
-        model.load_state_dict(saved.state_dict())
-    except RuntimeError as err:  # shapes differ: another width, depth or vocabulary
+        model.load_state_dict(saved)
+    except RuntimeError as err:  # names or shapes differ: another width, depth or vocabulary
         raise ValueError(f"--init-from: {folder} has another architecture than this run's config: {err}") from None
 
 

@@ -165,6 +165,13 @@ def model_card(folder: Path, records: Path) -> ModelCard:
         ("validation loss (raw / EMA)", f"{m['validation_loss_raw']:.3f} / {m['validation_loss_ema']:.3f}"),
         ("validation perplexity", f"{m['validation_perplexity']:.1f}"),
         ("validation loss by step", ", ".join(f"{s}: {v:.3f}" for s, v in vals))])
+    warm = ""
+    if m.get("init_from"):  # the start's weights are those at its path in the commit that ships this model
+        warm = (f" The transformer was warm-started (`--init-from`) from `{m['init_from']}`, a LlamaGen c2i transformer "
+                "of the same width, depth, vocabulary and classes (the blocks are shared; its 2-D rotary positions "
+                "become 3-D here, and training adapts to them), with a fresh optimiser and schedule. Those weights "
+                "are the ones at that path in the commit that ships this model (`git log -1 --format=%h -- "
+                f"arvis/weights/{folder.name}/transformer`): on a checkout of it, the command runs as written.")
     quality = records / "quality.json"
     if quality.is_file():
         q = json.loads(quality.read_text())
@@ -235,7 +242,7 @@ def model_card(folder: Path, records: Path) -> ModelCard:
             f"residual / FFN dropout {c['dropout']}, AdamW (lr {c['lr']}, weight decay {c['weight_decay']}), "
             f"{c['warmup']} warm-up steps, cosine to {c['min_lr_ratio']}x, batch {c['batch_size']} clips, EMA "
             f"{c['ema_decay']}; the better of raw and EMA weights on validation loss is exported "
-            f"({m['exported_weights']}).\n\n" + training),
+            f"({m['exported_weights']})." + warm + "\n\n" + training),
         evaluation=Section("Evaluation", evaluation),
         limits=("A small model trained for an hour on a shared CPU: 64 px clips whose emoji are 8 x 8 codes per frame, "
                 "so most read as a coloured shape of the right outline and colours rather than a drawing (the emoji "
@@ -277,13 +284,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--data", choices=("photos", "emoji-names"), default=None,
                    help="mixed clips (camera, emoji, digits; 24 classes) or moving named emoji (one class per emoji)")
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--init-from", type=Path, default=None,
+                   help="start from the weights of this transformer folder (fresh optimiser and schedule): a video "
+                        "transformer, or a LlamaGen c2i transformer of the same width, depth, vocabulary and classes")
     args = p.parse_args(args_list)
     overrides = {k: getattr(args, k) for k in ("steps", "batch_size", "num_train", "num_val", "dim", "n_layer",
                                                "n_head", "lr", "data") if getattr(args, k) is not None}
     cfg = dataclasses.replace(PRESETS[args.preset], **overrides)
     video_class_names(cfg.data)
     result = train_gpt.train(cfg, args.vq, Path(args.scratch), args.threads, dataset_fn=build_video_dataset,
-                             models_fn=build_video_models)
+                             models_fn=build_video_models, init_from=args.init_from)
     metrics = train_gpt.export(result, cfg, Path(args.out), _command(argv))
     print(json.dumps({k: v for k, v in metrics.items() if k != "history"}, indent=2))
     return metrics

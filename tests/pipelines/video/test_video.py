@@ -405,6 +405,34 @@ def test_train_video_smoke_assemble_and_card(tmp_path) -> None:
     assert "CC BY-SA 4.0" in card and "| steps | 3 |" in card
 
 
+def test_train_video_warm_starts_from_a_llamagen_c2i_transformer_of_its_shape(tmp_path) -> None:
+    """--init-from: the video GPT shares LlamaGen's blocks, so a c2i transformer of the same width, depth,
+    vocabulary and classes seeds every weight (only the rotary positions differ); another shape is an error."""
+    from arvis.models.llamagen import LlamaGenTransformer
+    from arvis.training import train_gpt, train_video
+
+    cfg = train_video.PRESETS["smoke"]
+    video, _ = train_video.build_video_models(cfg, 1024, 2)  # vq-photos: the smoke run's tokenizer
+    names = list(video.config.class_names)
+    image = LlamaGenTransformer(model_type="c2i", dim=cfg.dim, n_layer=cfg.n_layer, n_head=cfg.n_head,
+                                multiple_of=cfg.multiple_of, vocab_size=1024, num_classes=len(names), class_names=names)
+    image.save_pretrained(tmp_path / "image")
+    assert not torch.equal(video.tok_embeddings.weight, image.tok_embeddings.weight)
+    train_gpt.warm_start(video, None, tmp_path / "image")
+    for name, tensor in image.state_dict().items():
+        assert torch.equal(video.state_dict()[name], tensor), name
+
+    metrics = train_video.main(["--preset", "smoke", "--out", str(tmp_path / "out"), "--scratch", str(tmp_path / "s"),
+                                "--init-from", str(tmp_path / "image")])
+    assert metrics["steps"] == 3 and metrics["init_from"].endswith("image")
+    assert "warm start from the weights in" in (tmp_path / "s" / "train.log").read_text()
+    wider = LlamaGenTransformer(model_type="c2i", dim=2 * cfg.dim, n_layer=cfg.n_layer, n_head=cfg.n_head,
+                                vocab_size=1024, num_classes=len(names), class_names=names)
+    wider.save_pretrained(tmp_path / "wider")
+    with pytest.raises(ValueError, match="another architecture"):
+        train_gpt.warm_start(video, None, tmp_path / "wider")
+
+
 def test_train_video_features_smoke(tmp_path) -> None:
     import importlib.util
 
