@@ -167,16 +167,29 @@ def summarize(batches: Sequence[BatchStats], details: bool = False) -> dict[str,
     return out
 
 
+def _is_number(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
 def summarize_extra(samples: Sequence[DecodeStats]) -> dict[str, Any]:
     """Method-specific figures (``DecodeStats.extra``) over samples: ``max_*`` keys by max, other numbers by mean,
-    anything else kept when all samples agree (e.g. ``tv_kind``)."""
+    anything else kept when all samples agree (e.g. ``tv_kind``). Where separate decodes disagree (batch 1: one
+    decode per sample), a dict of numbers (e.g. ``windows_chosen``) is averaged key by key and a list of numbers
+    (e.g. ``acceptance_by_offset``) index by index, each over the samples that report that key or index."""
     out: dict[str, Any] = {}
     for key in samples[0].extra:
         values = [s.extra.get(key) for s in samples]
-        if all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
+        if all(_is_number(v) for v in values):
             out[key] = max(values) if key.startswith("max_") else sum(values) / len(values)
         elif all(v == values[0] for v in values):
             out[key] = values[0]
+        elif all(isinstance(v, dict) and all(_is_number(x) for x in v.values()) for v in values):
+            keys = dict.fromkeys(k for v in values for k in v)  # first-seen order
+            out[key] = {k: sum(v[k] for v in values if k in v) / sum(k in v for v in values) for k in keys}
+        elif all(isinstance(v, list) and all(_is_number(x) for x in v) for v in values):
+            longest = max(len(v) for v in values)
+            out[key] = [sum(v[i] for v in values if i < len(v)) / sum(i < len(v) for v in values)
+                        for i in range(longest)]
     return out
 
 

@@ -262,6 +262,20 @@ def test_method_extras_are_aggregated_over_samples():
     assert extra["max_tv_per_token"] == pytest.approx(0.09)
     assert extra["tv_kind"] == "realised (exact)"
 
+    # Separate decodes (batch 1) report different dicts and lists: averaged per key / index over those reporting it,
+    # not dropped (the window policy's record of what it chose); a list of non-numbers that differs is dropped.
+    def decode(extra: dict) -> BatchStats:
+        return BatchStats(samples=[DecodeStats(method="mc-sjd", tokens=4, target_forwards=2, draft_forwards=0,
+                                               accepted_per_forward=[2, 2], commit_forward=[0, 0, 1, 1], extra=extra)],
+                          batch_target_forwards=2, batch_draft_forwards=0, latency_s=1.0, peak_memory_mb=0.0)
+
+    first = {"windows_chosen": {"16": 60, "32": 4}, "acceptance_by_offset": [0.5, 0.8], "trace": [[1, 16]]}
+    second = {"windows_chosen": {"16": 40, "8": 10}, "acceptance_by_offset": [0.7], "trace": [[1, 8]]}
+    extra = summarize([decode(first), decode(second)], details=True)["extra"]
+    assert extra["windows_chosen"] == {"16": 50, "32": 4, "8": 10}
+    assert extra["acceptance_by_offset"] == pytest.approx([0.6, 0.8])
+    assert "trace" not in extra
+
 
 def _load_script(name: str):
     import importlib.util
