@@ -37,6 +37,8 @@ class Job:
     output: Path
     # Whether an existing record is complete (a record format a stage has outgrown is not): the default, it exists.
     complete: Callable[[Path], bool] | None = None
+    # The model the record measures when it is not the command's ``--model`` (a stage of a page's second model).
+    measures: str | None = None
 
     def command(self) -> list[str]:
         if self.kind in ("bench", "fid"):
@@ -44,6 +46,8 @@ class Job:
         return [sys.executable, *self.args]
 
     def model(self) -> str | None:
+        if self.measures is not None:
+            return self.measures
         return self.args[self.args.index("--model") + 1] if "--model" in self.args else None
 
     def status(self) -> str:
@@ -206,10 +210,13 @@ class Stage:
     record: str
     run: Callable[[argparse.Namespace], Any]
     complete: Callable[[Path], bool] | None = None
+    # The run's setting naming the model the stage measures, when not ``--model`` (its record's ``model_sha256``
+    # is checked against that model's weights).
+    model_setting: str | None = None
 
     def job(self, s: argparse.Namespace) -> Job:
         return Job(self.name, "stage", [FIGURES_SCRIPT, *s.stage_argv, "--stage", self.name], s.out / self.record,
-                   self.complete)
+                   self.complete, getattr(s, self.model_setting) if self.model_setting else None)
 
 
 Declaration = Bench | Fid | Script | Stage

@@ -70,9 +70,18 @@ def mar_jobs(s: argparse.Namespace) -> list[Declaration]:
         found += [Fid("ar", floor=True, **fid), Fid("ar", seed=1, **fid),
                   *(Fid(spec, **fid) for spec in methods if spec != "ar")]
     found.append(Stage("acceptance", "mar/acceptance.json",
-                       lambda s: task_acceptance(s.out, s.causal_model, head_steps=tuple(s.head_steps))))
-    found.append(Stage("lossless", "mar/lossless.json", lambda s: task_lossless(s.out, s.causal_model, num=s.lossless_num)))
+                       lambda s: task_acceptance(s.out, s.causal_model, head_steps=tuple(s.head_steps)),
+                       complete=_names_weights, model_setting="causal_model"))
+    found.append(Stage("lossless", "mar/lossless.json", lambda s: task_lossless(s.out, s.causal_model, num=s.lossless_num),
+                       complete=_names_weights, model_setting="causal_model"))
     return found
+
+
+def _names_weights(record: Path) -> bool:
+    """Whether a stage record names the weights it measured (``model_sha256``): one that does not predates the
+    check, so whether the causal pair was replaced since cannot be told, and it runs again."""
+    rec = load_record(record)
+    return isinstance(rec, dict) and bool(rec.get("model_sha256"))
 
 
 # ----------------------------------------------------------------------------- stages (run by the suite's command)
@@ -120,7 +129,8 @@ def task_acceptance(out: Path, causal_model: str, num_images: int = 8, head_step
     losses = ({name: trained[part]["validation_loss"] for name, part in (("target", "transformer"),
                                                                          ("draft", "draft_transformer"))}
               if isinstance(trained, dict) and "draft_transformer" in trained else None)
-    record = {"model": Path(causal_model).name, "num_images": num_images, "final_std": final_std,
+    record = {"model": Path(causal_model).name, "model_sha256": _weights(causal_model), "num_images": num_images,
+              "final_std": final_std,
               "sampling": dict(base.sampling_defaults), "rows": rows, "validation_loss": losses,
               **provenance("cpu", torch.float32)}
     write_json_atomic(out / "mar" / "acceptance.json", record)
@@ -188,7 +198,8 @@ def task_lossless(out: Path, causal_model: str, num: int = 1000, final_std: floa
     rows = {"cspd-exact": two_sample_p_values(ar_target, spec),
             "ar (second seed set)": two_sample_p_values(ar_target, ar_target2),
             "draft's own samples (planted bug)": two_sample_p_values(ar_target, ar_draft)}
-    record = {"model": Path(causal_model).name, "num": num, "final_std": final_std, "window": window,
+    record = {"model": Path(causal_model).name, "model_sha256": _weights(causal_model), "num": num,
+              "final_std": final_std, "window": window,
               "sampling": {**settings, "cfg_schedule": "constant"}, "alpha": LOSSLESS_ALPHA,
               "p_values": rows, "min_p": {k: min(v.values()) for k, v in rows.items()},
               "passes": {k: min(v.values()) > LOSSLESS_ALPHA for k, v in rows.items()},

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from dataclasses import dataclass
@@ -372,6 +373,15 @@ def test_figures_reruns_records_of_other_weights(tmp_path, monkeypatch, capsys):
     assert json.loads(out.read_text()) == [{"model_sha256": "new0000000000000"}]  # measured again
     out.write_text(json.dumps({"fid": 3.0}))  # a record that names no weights is kept
     assert job.status() == "done"
+
+    # A stage of a page's second model (the MAR page's causal pair) is checked against that model, not --model.
+    monkeypatch.setattr(figures, "current_model_sha256", {"first": "aaaa", "second": "bbbb"}.get)
+    settings = argparse.Namespace(stage_argv=["--model", "first"], out=tmp_path, causal_model="second")
+    stage = figures.Stage("acceptance", "stage.json", lambda s: None, model_setting="causal_model").job(settings)
+    (tmp_path / "stage.json").write_text(json.dumps({"model_sha256": "bbbb"}))
+    assert stage.model() == "second" and stage.status() == "done"
+    (tmp_path / "stage.json").write_text(json.dumps({"model_sha256": "aaaa"}))
+    assert stage.status() == "stale"
 
 
 # ----------------------------------------------------------------------------- issue 37: quick runs, honest notes
