@@ -36,7 +36,8 @@ time per step, as a played window's is the median of its recent iterations (the 
 early run, with its short context, is cheap); until timed it is tried once if, with no time outside the forward,
 it would beat the best window. Windows not played are priced at the curve scaled by the least ratio of what a
 played one took to its price. Iterations whose window reached past the sequence's end are not counted, and near it
-no window is widened. A window must beat plain AR steps by ``ar_margin`` (5%) to be played: they are the floor.
+no window is widened (nor narrowed to one not timed: that could not be undone). A window must beat plain AR
+steps by ``ar_margin`` (5%) to be played: they are the floor.
 After each block the best-scoring window is played, unless a ladder neighbour of it has hardly been measured
 lately and could, optimistically (its model estimate × ``optimism``), beat it: then that neighbour is tried for
 a quarter of a block (counted as a whole one when deciding the next try). The first window is the widest whose
@@ -446,10 +447,18 @@ class AutoWindow:
         # its runs of AR steps): a window is widened only with ``4 ×`` the widening of tokens still to go.
         current = 0 if self._current is None else self.candidates[self._current]
         to_go = self._num_tokens - self._furthest
-        allowed = [not (L > current and to_go < 4 * (L - current)) for L in self.candidates]
+        # There, narrowing is for good (the current window could not be widened back to) and a window played there
+        # is hardly measured (iterations cut short by the end are not counted, a shrinking batch is not timed), so
+        # a narrower window is taken only where its iterations were timed: one priced at the curve stays mispriced
+        # (batch 4 on ``c2i``: window 16 left 28 tokens before the end for window 2 and 4, never timed, and took 24
+        # iterations for them). With a fixed overhead (``overhead_ms``) nothing is timed: the curve is the price.
+        untimed = [ms is None and self._measure_overhead for ms in measured]
+        allowed = [not (L > current and to_go < 4 * (L - current))
+                   and not (L < current and to_go < 4 * (current - L) and blind)
+                   for L, blind in zip(self.candidates, untimed, strict=True)]
         best = max((i for i, ok in enumerate(allowed) if ok), key=scores.__getitem__)
         # Runs of plain AR steps not timed yet: tried once if, with no time outside the forward, they would win.
-        if self.candidates[0] == 0 and best != 0 and self.ar_overhead_ms is None and \
+        if self.candidates[0] == 0 and best != 0 and self.ar_overhead_ms is None and allowed[0] and \
                 1.0 / self.cost_ms[0] > scores[best]:
             return 0, False
         # Try a ladder neighbour if, optimistically, it could beat the best: the less it has been measured

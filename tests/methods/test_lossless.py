@@ -851,6 +851,25 @@ def test_auto_window_keeps_plain_ar_steps_unless_a_window_beats_them_by_the_marg
     assert policy._next([1.0, 1.0, 1.0, 5.5]) == (3, False)
 
 
+def test_auto_window_does_not_narrow_near_the_end_to_a_window_it_never_timed(table):
+    """Near the sequence's end narrowing is for good (the window could not be widened back) and a window played
+    there is hardly measured: a narrower window priced only at the curve is not taken there, nor tried; one whose
+    iterations were timed is, when it scores better."""
+    policy = _auto_policy(table, 1.0, optimism=1.0)
+    policy.ar_overhead_ms, policy._measure_overhead = 0.0, True  # times measured as a real decode does
+    policy._ar_timed.append((64.0, 16))  # AR steps: 4 ms each, far below the other windows' scores
+    policy.played[3] = policy.committed_sum[3] = policy.laggard_sum[3] = 1.0
+    policy._iterations_by[3].append(10.0)  # window 4, timed: 10 ms an iteration
+    policy.played[2] = policy.committed_sum[2] = policy.laggard_sum[2] = 1.0  # window 2: tokens measured, not timed
+    policy._current = 3
+    estimates = [1.0, 1.0, 2.9, 4.0]  # window 4: 0.4 tokens per ms; window 2 at the curve's 3 ms: 0.97
+    assert policy._next(estimates) == (2, False)  # mid-sequence: the estimate is corrected once it is played
+    policy._furthest = policy._num_tokens - 7  # window 4 -> 2 could not be undone with 7 tokens to go
+    assert policy._next(estimates) == (3, False)
+    policy._iterations_by[2].append(3.0)  # timed: narrowing to it is an informed choice
+    assert policy._next(estimates) == (2, False)
+
+
 def test_auto_window_does_not_count_iterations_cut_short_by_the_sequence_end(table):
     """A window reaching past the sequence's end commits at most what is left there: its iterations are not counted
     in what it commits elsewhere (nor in its ragged factor)."""
