@@ -37,9 +37,9 @@ import torch
 from PIL import Image
 
 
-def draw_samples(model: str, folder: Path, num: int, seed: int, prompts: Path | None) -> None:
+def draw_samples(model: str, folder: Path, num: int, seed: int, prompts: Path | None, method: str = "ar") -> None:
     cmd = [sys.executable, str(Path(__file__).with_name("sample.py")), "--model", model, "--num-images", str(num),
-           "--seed", str(seed), "--output", str(folder), "--no-progress"]
+           "--seed", str(seed), "--output", str(folder), "--no-progress", "--method", method]
     if prompts is not None:
         cmd += ["--prompts", str(prompts)]
     if (folder / "manifest.json").exists():

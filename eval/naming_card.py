@@ -59,6 +59,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--grid", type=Path, default=None)
     p.add_argument("--columns", type=int, default=12)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--method", default="ar", help="the decoding method and its options, as `eval/sample.py` takes "
+                   "them (images only; e.g. ar:final_std=0.05 for the causal MAR sampler with a noisy last step)")
     args = p.parse_args(argv)
     import torch
 
@@ -81,6 +83,8 @@ def main(argv: list[str] | None = None) -> int:
         prompts.write_text("\n".join(names) + "\n")
     elif list(pipe.transformer.config.class_names or []) != names:
         raise SystemExit(f"{args.model}: its classes are not the named emoji (train it with --data emoji-names)")
+    if video and args.method != "ar":
+        raise SystemExit("--method: a video model's clips are drawn with plain AR (its default sampling)")
     if video:
         labels = draw_clips(pipe, args.samples_dir, num, args.seed)
         strips = [np.asarray(Image.open(args.samples_dir / f"{i:06d}.png").convert("RGB")) for i in range(num)]
@@ -89,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         per_clip = len(frames) // num
         images, frame_labels = np.stack(frames), [k for k in labels for _ in range(per_clip)]
     else:
-        draw_samples(args.model, args.samples_dir, num, args.seed, prompts)
+        draw_samples(args.model, args.samples_dir, num, args.seed, prompts, args.method)
         records = sorted(json.loads((args.samples_dir / "manifest.json").read_text())["images"],
                          key=lambda r: r["file"])
         labels = [names.index(r["prompt"]) if text else r["label"] for r in records]
@@ -97,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         frame_labels = labels
     result = {"model": args.model, "model_sha256": model.sha256,
               "conditioning": "prompt" if text else "class", "samples_dir": display_path(args.samples_dir),
-              "num": num, "seed": args.seed, "method": "ar", "sampling_defaults": defaults,
+              "num": num, "seed": args.seed, "method": args.method, "sampling_defaults": defaults,
               "resolution": int(images.shape[1]), **({"frames_per_clip": per_clip} if video else {}),
               **naming_rates(images, frame_labels, names, tokenizer_roundtrip(pipe))}
     if args.grid:
