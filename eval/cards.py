@@ -92,12 +92,31 @@ def vq_card(folder: Path, args: argparse.Namespace) -> ModelCard:
 def _video_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--records", type=Path, default=Path("docs/figures/video"),
                         help="the records of eval/figures.py --suite video the card reads")
+    parser.add_argument("--train-log", type=Path, default=None,
+                        help="video: the run's scratch train.log: its starts and resumes are written into the "
+                             "folder's training_metrics.json (``runs``) and the card says them")
 
 
 def video_card(folder: Path, args: argparse.Namespace) -> ModelCard:
+    import dataclasses
+
+    from var_model_card import _history_text, run_history
+
+    from arvis.eval.files import write_json_atomic
     from arvis.training.train_video import model_card
 
-    return model_card(folder, args.records)
+    metrics_path = folder / "training_metrics.json"
+    if getattr(args, "train_log", None):
+        m = json.loads(metrics_path.read_text())
+        m["runs"] = run_history(args.train_log.read_text(), int(m["preset_config"]["steps"]))
+        write_json_atomic(metrics_path, m)
+    card = model_card(folder, args.records)
+    runs = json.loads(metrics_path.read_text()).get("runs")
+    if runs and len(runs) > 1:
+        history = f"\n\nRun history: {_history_text({'runs': runs}, 'the schedule was changed to fit a session')}."
+        card = dataclasses.replace(card, training=dataclasses.replace(card.training,
+                                                                      text=card.training.text + history))
+    return card
 
 
 # ---------------------------------------------------------------------------------------------- the kinds

@@ -211,7 +211,13 @@ def model_card(folder: Path, records: Path) -> ModelCard:
                 (f"real renders of the emoji at {n['resolution']} px (the CLIP's ceiling; chance "
                  f"{100 * n['chance']:.1f}%)", f"{100 * n['clip_real_renders_named']:.1f}%"),
                 (f"those renders round-tripped through `{vq_name}` (the tokenizer's ceiling)",
-                 f"{100 * n['clip_vq_reconstructions_named']:.1f}%")]), "",
+                 f"{100 * n['clip_vq_reconstructions_named']:.1f}%"),
+                *([(f"frames of {n['real_clips']} held-out real clips of the emoji (the data's own frames: a moving "
+                    "emoji is often small, cut by the border or off-centre)",
+                    f"{100 * n['clip_real_clip_frames_named']:.1f}%"),
+                   (f"those frames round-tripped through `{vq_name}`",
+                    f"{100 * n['clip_real_clip_frames_roundtrip_named']:.1f}%")]
+                  if "clip_real_clip_frames_named" in n else [])]), "",
             f"Sample clips, one strip of {T} frames per emoji, captioned: `{n.get('grid', 'not drawn')}`."])
     return ModelCard(
         title=f"{folder.name}: arvis's class-conditional video model",

@@ -58,9 +58,11 @@ def test_job_list(cli, tmp_path, capsys):
     assert {"masked/bench-b1", "masked/bench-b8", "causal/bench-b1", "causal/bench-b8", "acceptance",
             "lossless"} <= set(names)
     fid = [j for j in found if "/fid/" in j.name]
-    # Per pair: ar at two seeds (one with the real-vs-real floor) and every other method once, all at N = 1000.
-    assert len(fid) == 2 + 2 + 2 + 1 and all("1000" in j.args for j in fid)
+    # Per pair: ar at two seeds (one with the real-vs-real floor) and every other method once, all at N = 1000; the
+    # causal pair's exact method beside the AR sampler it is exact for (the same final_std).
+    assert len(fid) == 2 + 2 + 2 + 2 and all("1000" in j.args for j in fid)
     assert any("cspd-exact:final_std=0.05,window=2" in j.args for j in fid)
+    assert any("ar:final_std=0.05" in j.args for j in fid)
     causal_bench = next(j for j in found if j.name == "causal/bench-b8")
     assert "ar;cspd-exact:final_std=0.05,window=2" in causal_bench.args and "c" in causal_bench.args
     b1 = next(j for j in found if j.name == "causal/bench-b1")
@@ -72,10 +74,11 @@ def test_job_list(cli, tmp_path, capsys):
     assert with_ref[0].args[-2:] == ["--stage", "parity"] and str(tmp_path / "mar-checkout") in with_ref[0].args
     # A job whose record exists is listed as done (and skipped by a run).
     (tmp_path / "mar").mkdir()
-    (tmp_path / "mar" / "acceptance.json").write_text("{}")
+    (tmp_path / "mar" / "acceptance.json").write_text(json.dumps({"model_sha256": "0123456789abcdef"}))
+    (tmp_path / "mar" / "lossless.json").write_text("{}")  # names no weights: predates the check, runs again
     assert cli.main(["--suite", "mar", "--out", str(tmp_path), "--model", "m", "--causal-model", "c", "--list"]) == 0
     listed = capsys.readouterr().out
-    assert "[done] acceptance" in listed and "[todo] masked/bench-b1" in listed
+    assert "[done] acceptance" in listed and "[todo] lossless" in listed and "[todo] masked/bench-b1" in listed
 
 
 def test_acceptance_task_on_a_tiny_causal_pair(figures, tmp_path):
