@@ -233,10 +233,11 @@ def _measured_on(rec: dict, current: str | None) -> str:
 def _fid_baseline(spec: str, fids: dict[tuple[str, int], dict]) -> dict | None:
     """The seed-0 FID a method's is compared with: AR with the method's ``final_std`` (the sampler ``cspd-exact`` is
     exact for; ``None`` until measured: plain ``ar`` is another sampler), else plain ``ar``."""
-    std = next((opt.split("=", 1)[1] for opt in spec.partition(":")[2].split(",") if opt.startswith("final_std=")),
-               None)
-    if std is not None and float(std) > 0:
-        return fids.get((f"ar:final_std={std}", 0))
+    from arvis.methods.spec import MethodSpec, parse_method_specs
+
+    std = parse_method_specs(spec)[0].options_dict.get("final_std")
+    if std:
+        return fids.get((MethodSpec("ar", (("final_std", std),)).label, 0))
     return fids.get(("ar", 0))
 
 
