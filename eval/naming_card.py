@@ -22,6 +22,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from model_card import draw_samples, sample_grid
@@ -49,12 +50,14 @@ def draw_clips(pipe, folder: Path, num: int, seed: int, batch: int = 4) -> list[
     return labels
 
 
-def real_clip_frames_named(pipe, num: int, frames: int, resolution: int, names: list[str]) -> dict[str, float]:
+def real_clip_frames_named(pipe, num: int, frames: int, resolution: int, names: list[str]) -> dict[str, Any]:
     """How often the emoji CLIP names the frames of ``num`` held-out real clips of the named emoji (seed 1, the
     validation clips' stream), as they are and round-tripped through ``pipe``'s tokenizer: a video model's ceiling,
-    below the centred renders' (a moving emoji is often small, cut by the border or off-centre)."""
+    below the centred renders' (a moving emoji is drawn smaller, 0.5-1.15 of a render's size, and off-centre);
+    with where their subject is and how big (:func:`arvis.eval.video_metrics.subject_statistics`)."""
     from arvis.data.video import build_video_clips
     from arvis.eval.naming import naming_rates, tokenizer_roundtrip
+    from arvis.eval.video_metrics import subject_statistics
 
     clips = build_video_clips(num, "heldout", frames, resolution, seed=1, kinds=("emoji",), named=True)
     real = clips.clips.reshape(-1, *clips.clips.shape[2:])
@@ -62,7 +65,8 @@ def real_clip_frames_named(pipe, num: int, frames: int, resolution: int, names: 
     return {"real_clips": num,
             "clip_real_clip_frames_named": naming_rates(real, labels, names)["class_consistency"],
             "clip_real_clip_frames_roundtrip_named": naming_rates(tokenizer_roundtrip(pipe)(real), labels,
-                                                                  names)["class_consistency"]}
+                                                                  names)["class_consistency"],
+            "real_clip_subject": subject_statistics(clips.clips)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -116,7 +120,10 @@ def main(argv: list[str] | None = None) -> int:
         images = np.stack([np.asarray(Image.open(args.samples_dir / r["file"]).convert("RGB")) for r in records])
         frame_labels = labels
     rates = naming_rates(images, frame_labels, names, tokenizer_roundtrip(pipe))
-    if video:  # the data's own frames: a moving emoji is often small, cut by the border or off-centre
+    if video:  # the data's own frames (a moving emoji is drawn smaller and off-centre), and where the subject is
+        from arvis.eval.video_metrics import subject_statistics
+
+        rates["sample_subject"] = subject_statistics(images.reshape(num, per_clip, *images.shape[1:]))
         rates.update(real_clip_frames_named(pipe, 3 * num, per_clip, int(images.shape[1]), names))
     result = {"model": args.model, "model_sha256": model.sha256,
               "conditioning": "prompt" if text else "class", "samples_dir": display_path(args.samples_dir),

@@ -17,6 +17,8 @@ the Fréchet distance, cached reference statistics):
   Nothing is downloaded: pass the local path. Clips shorter than ``min_frames`` are looped up to it
   (I3D's temporal pooling needs enough frames). TorchScript runs in its own interpreter (no arbitrary
   Python unpickling), but load only files you trust.
+- :func:`subject_statistics` — where a subject drawn on white is and how big: a per-frame FID says clips differ
+  from real ones, these say how (a subject too large, touching the border, changing size between frames).
 - :func:`temporal_consistency` — how much consecutive frames differ: the mean absolute pixel change
   (in ``[0, 1]`` units) and the mean cosine similarity of consecutive frames' domain features. Read
   beside the same figures of real clips: too low a change is a frozen clip, too high a flickering one.
@@ -49,6 +51,7 @@ __all__ = [
     "heldout_clips",
     "load_video_features",
     "per_frame_fid",
+    "subject_statistics",
     "temporal_consistency",
 ]
 
@@ -306,3 +309,34 @@ def temporal_consistency(clips: np.ndarray, extractor: Any = None, batch_size: i
     sim = torch.nn.functional.cosine_similarity(feats[:, 1:], feats[:, :-1], dim=-1)
     return {"frame_change": change, "feature_similarity": float(sim.mean())}
 
+
+
+def subject_statistics(clips: np.ndarray, white: float = 0.85) -> dict[str, float]:
+    """Where the subject of clips drawn on a white background is, and how big (emoji clips).
+
+    A pixel is the subject's where its darkest channel is below ``white`` (``[0, 1]`` units).
+
+    Returns:
+        ``subject_share``: the mean share of a frame's pixels that are the subject's;
+        ``subject_share_spread``: that share's standard deviation over frames;
+        ``subject_share_change``: mean absolute change of the share between consecutive frames (a subject that
+        grows or shrinks, or flickers);
+        ``border_share``: the mean share of a frame's outermost pixels that are the subject's (a subject cut by
+        the frame, or a frame-filling texture);
+        ``centre_offset``: the mean distance, in pixels, of the subject's centroid from the frame's centre
+        (frames with no subject pixel count as centred).
+    """
+    clips = check_clips(clips)
+    subject = (clips.min(axis=-1).astype(np.float32) / 255.0) < white  # [N, T, H, W]
+    share = subject.mean(axis=(2, 3))
+    border = np.concatenate([subject[:, :, 0, :], subject[:, :, -1, :], subject[:, :, 1:-1, 0],
+                             subject[:, :, 1:-1, -1]], axis=-1).mean(axis=-1)
+    H, W = subject.shape[2:]
+    ys, xs = np.mgrid[:H, :W].astype(np.float32)
+    count = np.maximum(subject.sum(axis=(2, 3)), 1)
+    cy = np.where(subject.any(axis=(2, 3)), (subject * ys).sum(axis=(2, 3)) / count, (H - 1) / 2)
+    cx = np.where(subject.any(axis=(2, 3)), (subject * xs).sum(axis=(2, 3)) / count, (W - 1) / 2)
+    return {"subject_share": float(share.mean()), "subject_share_spread": float(share.std()),
+            "subject_share_change": float(np.abs(np.diff(share, axis=1)).mean()),
+            "border_share": float(border.mean()),
+            "centre_offset": float(np.hypot(cy - (H - 1) / 2, cx - (W - 1) / 2).mean())}

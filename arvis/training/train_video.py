@@ -121,6 +121,20 @@ def assemble(transformer: str, vq: str, out: str, sampling_defaults: dict[str, A
     return out_path
 
 
+def subject_rows(naming: dict[str, Any]) -> list[str]:
+    """Where the samples' subject is and how big, beside the real clips' (lines of a card; none if not measured)."""
+    if "sample_subject" not in naming or "real_clip_subject" not in naming:
+        return []
+    rows = [(label, f"{100 * st['subject_share']:.1f}%", f"{100 * st['subject_share_change']:.1f} points",
+             f"{100 * st['border_share']:.2f}%", f"{st['centre_offset']:.1f} px")
+            for label, st in (("samples", naming["sample_subject"]),
+                              (f"{naming['real_clips']} real clips", naming["real_clip_subject"]))]
+    return ["Where the subject is (`arvis.eval.video_metrics.subject_statistics`; a pixel is the subject's where "
+            "its darkest channel is below 0.85):", "",
+            table(("frames of", "subject's share of a frame", "its change between frames", "border pixels that are "
+                   "the subject's", "centroid from the centre"), rows), ""]
+
+
 def model_card(folder: Path, records: Path) -> ModelCard:
     """The model card of an assembled video pipeline folder, from its ``training_metrics.json`` and the figure
     records (``eval/figures.py --suite video``) when present."""
@@ -213,11 +227,12 @@ def model_card(folder: Path, records: Path) -> ModelCard:
                 (f"those renders round-tripped through `{vq_name}` (the tokenizer's ceiling)",
                  f"{100 * n['clip_vq_reconstructions_named']:.1f}%"),
                 *([(f"frames of {n['real_clips']} held-out real clips of the emoji (the data's own frames: a moving "
-                    "emoji is often small, cut by the border or off-centre)",
+                    "emoji is drawn at 0.5-1.15 of a render's size, off-centre)",
                     f"{100 * n['clip_real_clip_frames_named']:.1f}%"),
                    (f"those frames round-tripped through `{vq_name}`",
                     f"{100 * n['clip_real_clip_frames_roundtrip_named']:.1f}%")]
                   if "clip_real_clip_frames_named" in n else [])]), "",
+            *subject_rows(n),
             f"Sample clips, one strip of {T} frames per emoji, captioned: `{n.get('grid', 'not drawn')}`."])
     return ModelCard(
         title=f"{folder.name}: arvis's class-conditional video model",

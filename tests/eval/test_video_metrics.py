@@ -107,6 +107,26 @@ def test_temporal_consistency() -> None:
     assert moved["frame_change"] > 0 and moved["feature_similarity"] < 1.0
 
 
+def test_subject_statistics_measure_a_square_that_grows_and_one_cut_by_the_frame() -> None:
+    clips = np.full((2, 2, 16, 16, 3), 255, np.uint8)
+    clips[0, 0, 6:10, 6:10] = 0  # 4 x 4 at the centre, then 8 x 8 at the centre
+    clips[0, 1, 4:12, 4:12] = 0
+    clips[1, :, 0:4, 0:4] = 40  # 4 x 4 in a corner, both frames (dark in every channel: the subject's)
+    clips[1, :, 8, 8] = (255, 255, 120)  # a light pixel with one dark channel counts too
+    stats = vm.subject_statistics(clips)
+    shares = np.array([[16, 64], [17, 17]]) / 256
+    assert stats["subject_share"] == pytest.approx(shares.mean())
+    assert stats["subject_share_spread"] == pytest.approx(shares.std())
+    assert stats["subject_share_change"] == pytest.approx((48 / 256 + 0) / 2)
+    # 60 border pixels; the corner square covers 7 of them
+    assert stats["border_share"] == pytest.approx((0 + 0 + 7 / 60 + 7 / 60) / 4)
+    corner = np.hypot((16 * 1.5 + 8) / 17 - 7.5, (16 * 1.5 + 8) / 17 - 7.5)  # centroid of the square and pixel
+    assert stats["centre_offset"] == pytest.approx((0 + 0 + corner + corner) / 4, rel=1e-5)
+    blank = vm.subject_statistics(np.full((2, 2, 8, 8, 3), 255, np.uint8))
+    assert blank == {"subject_share": 0.0, "subject_share_spread": 0.0, "subject_share_change": 0.0,
+                     "border_share": 0.0, "centre_offset": 0.0}
+
+
 def test_clip_errors() -> None:
     with pytest.raises(ValueError, match="clips"):
         vm.check_clips(np.zeros((2, 4, 8, 8), np.uint8))

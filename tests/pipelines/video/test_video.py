@@ -405,6 +405,20 @@ def test_train_video_smoke_assemble_and_card(tmp_path) -> None:
     assert "CC BY-SA 4.0" in card and "| steps | 3 |" in card
 
 
+def test_video_card_sets_where_the_samples_subject_is_beside_the_real_clips() -> None:
+    """The card's subject table: the naming record's samples and real clips, side by side; nothing when either is
+    missing (records written before the statistic existed)."""
+    from arvis.training.train_video import subject_rows
+
+    stats = {"subject_share": 0.222, "subject_share_spread": 0.17, "subject_share_change": 0.026,
+             "border_share": 0.0502, "centre_offset": 6.15}
+    real = {**stats, "subject_share": 0.147, "border_share": 0.0003, "subject_share_change": 0.0095}
+    assert subject_rows({"real_clips": 3}) == [] and subject_rows({"sample_subject": stats}) == []
+    lines = "\n".join(subject_rows({"sample_subject": stats, "real_clip_subject": real, "real_clips": 369}))
+    assert "| samples | 22.2% | 2.6 points | 5.02% | 6.2 px |" in lines
+    assert "| 369 real clips | 14.7% | 0.9 points | 0.03% | 6.2 px |" in lines
+
+
 def test_train_video_warm_starts_from_a_llamagen_c2i_transformer_of_its_shape(tmp_path) -> None:
     """--init-from: the video GPT shares LlamaGen's blocks, so a c2i transformer of the same width, depth,
     vocabulary and classes seeds every weight (only the rotary positions differ); another shape is an error."""
