@@ -121,9 +121,15 @@ def main(argv: list[str] | None = None) -> int:
         frame_labels = labels
     rates = naming_rates(images, frame_labels, names, tokenizer_roundtrip(pipe))
     if video:  # the data's own frames (a moving emoji is drawn smaller and off-centre), and where the subject is
-        from arvis.eval.video_metrics import subject_statistics
+        from arvis.eval.fid import load_extractor
+        from arvis.eval.video_metrics import per_frame_fid, subject_statistics
 
-        rates["sample_subject"] = subject_statistics(images.reshape(num, per_clip, *images.shape[1:]))
+        clips = images.reshape(num, per_clip, *images.shape[1:])
+        rates["sample_subject"] = subject_statistics(clips)
+        # the quality stage's per-frame FID (held-out moving named emoji, emoji domain network) of these clips: how
+        # far the frames the CLIP names sit from the data's (guidance trades one for the other)
+        rates["sample_per_frame_fid"] = per_frame_fid(clips, load_extractor("domain-emoji"), named=True,
+                                                      floor=False).fid
         rates.update(real_clip_frames_named(pipe, 3 * num, per_clip, int(images.shape[1]), names))
     result = {"model": args.model, "model_sha256": model.sha256,
               "conditioning": "prompt" if text else "class", "samples_dir": display_path(args.samples_dir),

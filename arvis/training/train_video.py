@@ -129,10 +129,15 @@ def subject_rows(naming: dict[str, Any]) -> list[str]:
              f"{100 * st['border_share']:.2f}%", f"{st['centre_offset']:.1f} px")
             for label, st in (("samples", naming["sample_subject"]),
                               (f"{naming['real_clips']} real clips", naming["real_clip_subject"]))]
+    fid = naming.get("sample_per_frame_fid")
     return ["Where the subject is (`arvis.eval.video_metrics.subject_statistics`; a pixel is the subject's where "
             "its darkest channel is below 0.85):", "",
             table(("frames of", "subject's share of a frame", "its change between frames", "border pixels that are "
-                   "the subject's", "centroid from the centre"), rows), ""]
+                   "the subject's", "centroid from the centre"), rows), "",
+            *([f"The per-frame FID of these {naming['num']} clips against held-out moving named emoji (the quality "
+               f"figures' measure, emoji domain network): {fid:.2f}. A subject larger than the data's is easier to "
+               "name and further from the data's frames: guidance trades one for the other (docs/video.md).", ""]
+              if fid is not None else [])]
 
 
 def model_card(folder: Path, records: Path) -> ModelCard:

@@ -417,6 +417,10 @@ def test_video_card_sets_where_the_samples_subject_is_beside_the_real_clips() ->
     lines = "\n".join(subject_rows({"sample_subject": stats, "real_clip_subject": real, "real_clips": 369}))
     assert "| samples | 22.2% | 2.6 points | 5.02% | 6.2 px |" in lines
     assert "| 369 real clips | 14.7% | 0.9 points | 0.03% | 6.2 px |" in lines
+    assert "FID" not in lines  # not measured in this record
+    lines = "\n".join(subject_rows({"sample_subject": stats, "real_clip_subject": real, "real_clips": 369, "num": 123,
+                                     "sample_per_frame_fid": 3.104}))
+    assert "per-frame FID of these 123 clips" in lines and ": 3.10." in lines
 
 
 def test_train_video_warm_starts_from_a_llamagen_c2i_transformer_of_its_shape(tmp_path) -> None:
