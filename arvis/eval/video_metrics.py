@@ -310,7 +310,6 @@ def temporal_consistency(clips: np.ndarray, extractor: Any = None, batch_size: i
     return {"frame_change": change, "feature_similarity": float(sim.mean())}
 
 
-
 def subject_statistics(clips: np.ndarray, white: float = 0.85) -> dict[str, float]:
     """Where the subject of clips drawn on a white background is, and how big (emoji clips).
 
