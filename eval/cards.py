@@ -100,7 +100,7 @@ def _video_options(parser: argparse.ArgumentParser) -> None:
 def video_card(folder: Path, args: argparse.Namespace) -> ModelCard:
     import dataclasses
 
-    from var_model_card import _history_text, run_history
+    from var_model_card import history_text, run_history
 
     from arvis.eval.files import write_json_atomic
     from arvis.training.train_video import model_card
@@ -113,7 +113,7 @@ def video_card(folder: Path, args: argparse.Namespace) -> ModelCard:
     card = model_card(folder, args.records)
     runs = json.loads(metrics_path.read_text()).get("runs")
     if runs and len(runs) > 1:
-        history = f"\n\nRun history: {_history_text({'runs': runs}, 'the schedule was changed to fit a session')}."
+        history = f"\n\nRun history: {history_text({'runs': runs}, 'the schedule was changed to fit a session')}."
         card = dataclasses.replace(card, training=dataclasses.replace(card.training,
                                                                       text=card.training.text + history))
     return card

@@ -23,7 +23,7 @@ from typing import Any
 
 from figure_runner import fid_slug
 from figure_tables import same_weights
-from var_model_card import _history_text, _load, naming_rows, run_history
+from var_model_card import _load, history_text, naming_rows, run_history
 
 from arvis.data.sources import class_names, data_recipe
 from arvis.hub import folder_sha256
@@ -92,8 +92,8 @@ def pipeline_model_card(pair: str, m: dict, defaults: dict, name: str, vae: str,
                         bench_rows or [("not measured", "", "", "", "")])
     naming_command = ("" if photos else f"; naming: `python eval/naming_card.py --model {alias} --samples-dir "
                       f"<scratch>/naming-{alias} --json docs/figures/naming/{name}.json --grid docs/{name}-samples.png`")
-    history = (f"\n\nRun history — target: {_history_text(t, 'schedules were changed to fit sessions')}; draft: "
-               f"{_history_text(d, 'schedules were changed to fit sessions')}." if t.get("runs") or d.get("runs") else "")
+    history = (f"\n\nRun history — target: {history_text(t, 'schedules were changed to fit sessions')}; draft: "
+               f"{history_text(d, 'schedules were changed to fit sessions')}." if t.get("runs") or d.get("runs") else "")
     grid = (f"Sample grid (one sample per class, captioned with its name): `{naming['grid']}`."
             if naming and naming.get("grid") else f"Samples (plain decoding, defaults): `docs/{name}-samples.png`.")
     return ModelCard(

@@ -194,7 +194,7 @@ def run_history(log_text: str, final_steps: int) -> list[dict[str, int | None]]:
     return history
 
 
-def _history_text(part: dict, why: str = "sessions ended") -> str:
+def history_text(part: dict, why: str = "sessions ended") -> str:
     runs = part.get("runs") or []
     if len(runs) <= 1:
         return "one uninterrupted run"
@@ -297,7 +297,7 @@ warm-up + cosine; EMA {t['config']['ema_decay']}; the better of raw and EMA weig
     row("validation loss (last scale)", "val_loss_last_scale", "{:.3f}"),
     row("exported weights", "exported_weights")])}
 
-Run history — transformer: {_history_text(t)}; draft_transformer: {_history_text(d)}."""),
+Run history — transformer: {history_text(t)}; draft_transformer: {history_text(d)}."""),
         evaluation=Section("Evaluation", f"""Commands: `python eval/figures.py --suite var` (all figures: docs/figures/var.md); FID with the shipped domain network
 against {reference}; `python eval/naming_card.py --model var --samples-dir <scratch>/naming-var --json
 docs/figures/naming/{name}.json --grid docs/{name}-samples.png` (naming).

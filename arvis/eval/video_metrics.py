@@ -332,9 +332,10 @@ def subject_statistics(clips: np.ndarray, white: float = 0.85) -> dict[str, floa
                              subject[:, :, 1:-1, -1]], axis=-1).mean(axis=-1)
     H, W = subject.shape[2:]
     ys, xs = np.mgrid[:H, :W].astype(np.float32)
-    count = np.maximum(subject.sum(axis=(2, 3)), 1)
-    cy = np.where(subject.any(axis=(2, 3)), (subject * ys).sum(axis=(2, 3)) / count, (H - 1) / 2)
-    cx = np.where(subject.any(axis=(2, 3)), (subject * xs).sum(axis=(2, 3)) / count, (W - 1) / 2)
+    count = subject.sum(axis=(2, 3))
+    present, per = count > 0, np.maximum(count, 1)
+    cy = np.where(present, (subject * ys).sum(axis=(2, 3)) / per, (H - 1) / 2)
+    cx = np.where(present, (subject * xs).sum(axis=(2, 3)) / per, (W - 1) / 2)
     return {"subject_share": float(share.mean()), "subject_share_spread": float(share.std()),
             "subject_share_change": float(np.abs(np.diff(share, axis=1)).mean()),
             "border_share": float(border.mean()),

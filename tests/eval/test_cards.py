@@ -92,7 +92,7 @@ def test_run_history_reads_starts_and_resumes_from_a_scratch_log():
     runs = var_card.run_history(log, 2500)
     assert runs == [{"at_step": 0, "schedule_steps": 3000}, {"at_step": 400, "schedule_steps": 2000},
                     {"at_step": 475, "schedule_steps": None}, {"at_step": 500, "schedule_steps": 2500}]
-    text = var_card._history_text({"runs": runs[:2] + [{"at_step": 475, "schedule_steps": None},
+    text = var_card.history_text({"runs": runs[:2] + [{"at_step": 475, "schedule_steps": None},
                                                        {"at_step": 2000, "schedule_steps": 4500}]}, "changed")
     assert text == ("started with a 3000-step cosine schedule; resumed from the step-400 checkpoint, the schedule "
                     "shortened to 2000 steps; resumed from the step-475 checkpoint; resumed from the step-2000 "
