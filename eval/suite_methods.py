@@ -208,7 +208,7 @@ def methods2026_jobs(s: argparse.Namespace) -> list[Declaration]:
 
 
 # ----------------------------------------------------------------------------- windows
-# Cost-aware windows (issue 40): window="auto" beside fixed windows, at batch 1, 4 and 8, fp32 and bf16 (batch 1).
+# Cost-aware windows (issue 40): window="auto" beside fixed windows, at batch 1, 4 and 8, fp32 and bf16.
 WINDOW_METHODS = ("ar", "mc-sjd:window=4", "mc-sjd:window=8", "mc-sjd:window=16", "mc-sjd:window=32",
                   "mc-sjd:window=auto", "sjd:window=32", "sjd:window=auto", "speculative:window=2",
                   "speculative:window=4", "speculative:window=auto")
@@ -221,6 +221,8 @@ def window_jobs(s: argparse.Namespace) -> list[Declaration]:
     return [
         *(Bench(f"windows/batch{b}-fp32", WINDOW_METHODS, samples=max(s.samples, b), batch=b) for b in (1, 4, 8)),
         Bench("windows/batch1-bf16", WINDOW_METHODS, dtype="bf16"),
+        *(Bench(f"windows/batch{b}-bf16", WINDOW_METHODS, samples=max(s.samples, b), batch=b, dtype="bf16")
+          for b in (4, 8)),
         Script("windows/trace", "windows/trace.json",
                ("eval/window_trace.py", "--model", s.model, "--batch-sizes", "1", "4", "8", "--json", str(trace),
                 "--plot", str(trace.with_suffix(".png")))),
