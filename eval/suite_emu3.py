@@ -56,6 +56,7 @@ from text_to_image_stages import (
     bench_prompt_by_prompt,
     clip_scorer,
     forward_cost_lines,
+    guidance_sentence,
     load_shipped,
     lossless_record,
     model_card_writer,
@@ -731,7 +732,8 @@ def model_card(folder: Path, figures: Path) -> str | None:
         f"{vq['psnr']:.2f} dB, L1 {vq['l1']:.4f}, codebook usage {100 * vq['usage']:.1f}%, code perplexity "
         f"{vq['perplexity']:.0f}.", "",
         f"Sampling defaults (`sampling_defaults.json`): {json.dumps(defaults)}, negative prompt: the empty caption."
-        + _guidance_sentence(read_record(figures, "guidance")), ""]
+        + guidance_sentence(read_record(figures, "guidance"), defaults, "emu3", "docs/figures/emu3/guidance.json"),
+        ""]
     if quality:
         lines += [f"CLIP score ({quality['clip_model']}, {quality['samples']} {prompt_words(quality)}, one image each, "
                   "matched vs shuffled captions):", "", "| method | CLIP score | shuffled | own caption wins |",
@@ -758,17 +760,6 @@ def model_card(folder: Path, figures: Path) -> str | None:
             else "captions of held-out emoji, then training emoji")
     lines += [f"Sample grid ({grid}): `docs/{SAMPLE_GRID}`.", ""]
     return "\n".join(lines)
-
-
-def _guidance_sentence(record: dict[str, Any] | None) -> str:
-    """How the guidance scale was chosen (``eval/emoji_names_guidance.py``'s record, on other seeds than the
-    evaluation's), when that record exists."""
-    if not record:
-        return ""
-    rows = ", ".join(f"{r['guidance_scale']:g}: {100 * r['named_right']:.1f}%" for r in record["rows"])
-    return (f" The guidance scale is the one whose samples the emoji CLIP named most often among the "
-            f"{record['classes']} names on seeds {record['seed']}+ (`python eval/emoji_names_guidance.py --model emu3 "
-            f"--seed {record['seed']} --json docs/figures/emu3/guidance.json`): {rows}.")
 
 
 def recognition_table(record: dict[str, Any]) -> list[str]:

@@ -37,6 +37,7 @@ from text_to_image_stages import (
     bench_prompt_by_prompt,
     clip_scorer,
     forward_cost_lines,
+    guidance_sentence,
     load_shipped,
     lossless_record,
     model_card_writer,
@@ -427,7 +428,8 @@ def model_card(folder: Path, figures: Path) -> str | None:
         f"VQ reconstructions of the {vq['eval_images']} held-out emoji (fp16 weights as shipped): PSNR {vq['psnr']:.2f} "
         f"dB, L1 {vq['l1']:.4f}, codebook usage {100 * vq['usage']:.1f}%, code perplexity {vq['perplexity']:.0f}.", "",
         f"Sampling defaults (`sampling_defaults.json`): {json.dumps(defaults)} (Janus's CFG: the unconditional rows "
-        "are the masked prompt).", ""]
+        "are the masked prompt)." + guidance_sentence(read_record(figures, "guidance"), defaults, "janus",
+                                                     "docs/figures/janus/guidance.json"), ""]
     recognition = read_record(figures, "recognition")
     if recognition:
         lines += [*recognition_lines(recognition), ""]

@@ -42,6 +42,36 @@ def read_record(folder: Path, name: str) -> Any:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
+def guidance_sentence(record: dict[str, Any] | None, defaults: dict[str, Any], model: str, path: str) -> str:
+    """How the emoji CLIP's naming of the samples moves with guidance (and temperature):
+    ``eval/emoji_names_guidance.py``'s record (seeds other than the evaluation's), when that record exists. It says
+    the default scale was chosen by it only where the default is the record's best at the default temperature."""
+    if not record:
+        return ""
+    temperature = float(defaults.get("temperature", 1.0))
+    temperatures = sorted({float(r["temperature"]) for r in record["rows"]})
+
+    def scales(t: float) -> str:
+        return ", ".join(f"{r['guidance_scale']:g}: {100 * r['named_right']:.1f}%" for r in record["rows"]
+                         if float(r["temperature"]) == t)
+
+    rows = (scales(temperatures[0]) if len(temperatures) == 1
+            else "; ".join(f"temperature {t:g}: {scales(t)}" for t in temperatures))
+    scale_list = ",".join(f"{g:g}" for g in sorted({float(r["guidance_scale"]) for r in record["rows"]}))
+    command = (f"`python eval/emoji_names_guidance.py --model {model} --scales {scale_list}"
+               + (f" --temperatures {','.join(f'{t:g}' for t in temperatures)}" if len(temperatures) > 1 else "")
+               + f" --seed {record['seed']} --json {path}`")
+    at_default = [r for r in record["rows"] if float(r["temperature"]) == temperature]
+    best = max(at_default, key=lambda r: r["named_right"], default=None)
+    if best is not None and float(best["guidance_scale"]) == float(defaults.get("guidance_scale", -1)):
+        lead = (f"The guidance scale is the one whose samples the emoji CLIP named most often among the "
+                f"{record['classes']} names on seeds {record['seed']}+")
+    else:
+        lead = f"How often the emoji CLIP names the samples among the {record['classes']} names on seeds {record['seed']}+"
+    rates = [100 * r["named_right"] for r in record["rows"]]
+    return f" {lead} ({command}): {rows} (every setting tried: {min(rates):.1f}–{max(rates):.1f}%)."
+
+
 def model_context(model: str) -> dict[str, Any]:
     """What every record of a stage says about its model and machine."""
     import torch

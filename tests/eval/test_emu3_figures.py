@@ -179,3 +179,19 @@ def test_card_of_a_named_model_says_what_it_was_trained_and_evaluated_on(figures
     assert "other views of the named emoji: validation loss" in card
     assert f"7 {figures.NAMED_WORDS}, one image each" in card and f"Sample grid (32 {figures.NAMED_WORDS})" in card
     assert "every evaluation below uses only held-out emoji" not in card
+
+
+def test_guidance_sentence_claims_the_default_only_where_the_record_ranks_it_first():
+    stages = eval_module("text_to_image_stages")
+    record = {"classes": 123, "seed": 1000, "rows": [
+        {"guidance_scale": 2.0, "temperature": 1.0, "named_right": 0.30},
+        {"guidance_scale": 3.0, "temperature": 1.0, "named_right": 0.20},
+        {"guidance_scale": 3.0, "temperature": 0.7, "named_right": 0.40}]}
+    chosen = stages.guidance_sentence(record, {"guidance_scale": 2.0}, "emu3", "g.json")
+    assert "is the one whose samples the emoji CLIP named most often" in chosen
+    assert "--scales 2,3 --temperatures 0.7,1 --seed 1000 --json g.json" in chosen
+    assert "temperature 0.7: 3: 40.0%; temperature 1: 2: 30.0%, 3: 20.0%" in chosen
+    assert "every setting tried: 20.0–40.0%" in chosen
+    other = stages.guidance_sentence(record, {"guidance_scale": 3.0}, "janus", "g.json")
+    assert "most often" not in other and other.startswith(" How often the emoji CLIP names the samples")
+    assert stages.guidance_sentence(None, {"guidance_scale": 3.0}, "janus", "g.json") == ""
