@@ -19,11 +19,16 @@ Three stages, each a repo command with atomic checkpoints and automatic resume (
    optionally a draft trained with ``lm --tokenizer <target's> --draft``), with ``sampling_defaults.json`` and the
    training records.
 
+``extract`` turns an assembled folder back into the stages' exports, so that ``lm --init-from`` can continue a
+shipped model's training with a fresh schedule (its tokenizer and VQ kept).
+
 Example::
 
     python -m arvis.training.train_janus vq --out runs/janus/vq --scratch runs/janus/vq-run
     python -m arvis.training.train_janus lm --vq runs/janus/vq --out runs/janus/lm --scratch runs/janus/lm-run
     python -m arvis.training.train_janus assemble --lm runs/janus/lm --out arvis/weights/janus-emoji
+    python -m arvis.training.train_janus extract --folder arvis/weights/janus-emoji --out runs/janus/start
+    python -m arvis.training.train_janus lm --vq runs/janus/start/vq --init-from runs/janus/start/lm ...
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ import argparse
 import dataclasses
 import json
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -48,6 +54,7 @@ from arvis.training.common import (
     portable_command,
     setup_logging,
     training_command,
+    warm_start_commands,
 )
 from arvis.training.loop import LoopSettings, TrainingLoop
 from arvis.training.train_emu3 import (
@@ -127,6 +134,7 @@ class JanusLMConfig:
     eval_every: int = 100
     ckpt_every: int = 25
     log_every: int = 25
+    init_from: str = ""  # an lm export (official-layout Janus folder with its tokenizer) to warm-start from
 
     def __post_init__(self) -> None:
         for name in ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "steps", "batch_size", "num_train",
@@ -279,6 +287,8 @@ def train_lm(cfg: JanusLMConfig, vq_path: Path, scratch: Path, threads: int, smo
     log = setup_logging(scratch / "train.log", "arvis.train_janus.lm")
     vq = JanusVQVAE.from_pretrained(vq_path, dtype=torch.float32).eval()
     tok_dir = scratch / "tokenizer"
+    if tokenizer_from is None and cfg.init_from:
+        tokenizer_from = Path(cfg.init_from)  # a warm start keeps the token ids it was trained with
     if tokenizer_from is not None and not (tok_dir / "tokenizer.json").exists():
         AutoTokenizer.from_pretrained(tokenizer_from).save_pretrained(tok_dir)
     if not (tok_dir / "tokenizer.json").exists():
@@ -289,6 +299,14 @@ def train_lm(cfg: JanusLMConfig, vq_path: Path, scratch: Path, threads: int, smo
     train_data = lm_dataset(cfg, vq, scratch, "train", smoke)
     val_data = lm_dataset(cfg, vq, scratch, "heldout", smoke)
     model, special = _build_model(cfg, tokenizer, vq)
+    if cfg.init_from and not (scratch / "checkpoint.pt").exists():  # a resumed run's checkpoint holds these weights
+        from transformers import JanusForConditionalGeneration
+
+        start = JanusForConditionalGeneration.from_pretrained(cfg.init_from, dtype=torch.float32)
+        if not torch.equal(start.model.vqmodel.quantize.embedding.weight.float(), vq.quantize.embedding.weight):
+            raise ValueError(f"--init-from {cfg.init_from} was trained on another VQ's codes than --vq {vq_path}")
+        model.load_state_dict(start.state_dict())  # strict: the same shapes
+        log.info("warm start from the model in %s", cfg.init_from)
     model.train()
     params = trainable_parameters(model)
     decay = [p for p in params if p.ndim >= 2]
@@ -380,8 +398,32 @@ def assemble(lm_dir: Path, out: Path, sampling_defaults: dict[str, Any], draft_d
         for stage, folder in stages:
             metrics = json.loads((folder / "training_metrics.json").read_text())
             metrics["command"] = portable_command(metrics["command"])
+            start = metrics.get("config", {}).get("init_from") or ""
+            if earlier := warm_start_commands(start):  # a warm start: the commands that trained its start
+                metrics["init_commands"] = earlier
+            if os.path.isabs(start):
+                metrics["config"]["init_from"] = portable_command(start)
             atomic_write_text(records / f"{stage}_training_metrics.json", json.dumps(metrics, indent=2) + "\n")
     return out
+
+
+def extract(folder: Path, out: Path) -> dict[str, str]:
+    """An assembled :class:`~arvis.pipelines.JanusPipeline` folder as the stages' exports, so that a run can
+    warm-start from a shipped model: ``out/vq`` (a ``JanusVQVAE`` folder) and ``out/lm`` (the official-layout model
+    with its tokenizer), each with the ``training_metrics.json`` recorded at assembly."""
+    from transformers import AutoTokenizer, JanusForConditionalGeneration
+
+    model = JanusForConditionalGeneration.from_pretrained(folder / "transformer", dtype=torch.float16).eval()
+    tokenizer = AutoTokenizer.from_pretrained(folder / "tokenizer")
+    for name, part in (("vq", model.model.vqmodel), ("lm", model)):
+        with atomic_directory(out / name) as staged:
+            part.save_pretrained(staged)
+            if name == "lm":
+                tokenizer.save_pretrained(staged)
+            record = folder / "training" / f"{name}_training_metrics.json"
+            if record.is_file():
+                atomic_write_text(staged / "training_metrics.json", record.read_text())
+    return {name: str(out / name) for name in ("vq", "lm")}
 
 
 # ============================================================================================== CLI
@@ -412,8 +454,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     lm.add_argument("--draft", action="store_true",
                     help="a draft model: a minimal placeholder VQ inside (the pipeline decodes with its target's)")
     lm.add_argument("--tokenizer", default=None, help="reuse this tokenizer folder (a draft: the target's export)")
+    lm.add_argument("--init-from", default=None,
+                    help="an lm export to warm-start from, with a fresh schedule (its tokenizer is reused; e.g. the lm "
+                         "of `extract`, with --vq its vq)")
     lm.add_argument("--threads", type=int, default=1)
     lm.add_argument("--smoke", action="store_true", help="a tiny model, a few steps (seconds)")
+    ext = sub.add_parser("extract", help="an assembled JanusPipeline folder's vq and lm as stage exports")
+    ext.add_argument("--folder", required=True, help="a JanusPipeline folder, e.g. arvis/weights/janus-emoji")
+    ext.add_argument("--out", required=True)
     asm = sub.add_parser("assemble", help="the JanusPipeline folder from the lm export")
     asm.add_argument("--lm", required=True)
     asm.add_argument("--vq", default=None, help="the vq export (its training record is copied)")
@@ -423,6 +471,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     asm.add_argument("--top-k", type=int, default=0)
     args = p.parse_args(argv)
     command = training_command("train_janus", argv)
+    if args.stage == "extract":
+        parts = extract(Path(args.folder), Path(args.out))
+        print(json.dumps(parts, indent=2))
+        return parts
     if args.stage == "assemble":
         path = assemble(Path(args.lm), Path(args.out), {"guidance_scale": args.guidance_scale, "top_k": args.top_k},
                         Path(args.draft_lm) if args.draft_lm else None, Path(args.vq) if args.vq else None)
@@ -437,7 +489,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                                        ("num_layers", args.layers), ("num_heads", args.heads),
                                        ("num_kv_heads", args.kv_heads), ("intermediate_size", args.intermediate_size),
                                        ("lr", args.lr), ("eval_every", args.eval_every), ("data", args.data),
-                                       ("draft", True if args.draft else None)) if v is not None}
+                                       ("draft", True if args.draft else None),
+                                       ("init_from", args.init_from)) if v is not None}
         cfg = dataclasses.replace(cfg, **overrides)
         result = train_lm(cfg, Path(args.vq), Path(args.scratch), args.threads, args.smoke,
                           Path(args.tokenizer) if args.tokenizer else None)

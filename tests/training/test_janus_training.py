@@ -114,3 +114,42 @@ def test_vq_forward_trains_what_decode_reads():
     assert torch.equal(nearest_codes(vq, latents), codes)
     out.reconstruction.mean().backward()  # straight through: the encoder gets gradients
     assert vq.encoder.conv_in.weight.grad is not None
+
+
+def test_extract_then_a_warm_start_keeps_the_tokenizer_the_vq_and_the_weights(trained, tmp_path):
+    """extract: an assembled folder's vq / lm as stage exports (the same weights); lm --init-from starts from them
+    (at lr 0 the export is the start, bit for bit), keeps the tokenizer, refuses another VQ's codes, and the shipped
+    record names the commands that trained its start."""
+    import os
+    from pathlib import Path
+
+    from transformers import AutoTokenizer, JanusForConditionalGeneration, JanusVQVAE
+
+    root, _, _ = trained
+    parts = train_janus.main(["extract", "--folder", str(root / "pipe"), "--out", str(tmp_path / "parts")])
+    assert set(parts) == {"vq", "lm"}
+    ref = JanusForConditionalGeneration.from_pretrained(root / "lm").state_dict()
+    start = JanusForConditionalGeneration.from_pretrained(parts["lm"]).state_dict()
+    assert ref.keys() == start.keys() and all(torch.equal(ref[k], start[k]) for k in ref)
+    vq, ref_vq = JanusVQVAE.from_pretrained(parts["vq"]), JanusVQVAE.from_pretrained(root / "vq")
+    assert all(torch.equal(a.half(), b.half()) for a, b in zip(vq.state_dict().values(), ref_vq.state_dict().values(),
+                                                                 strict=True))
+    out = tmp_path / "warm-lm"
+    metrics = train_janus.main(["lm", "--smoke", "--init-from", parts["lm"], "--vq", parts["vq"], "--out", str(out),
+                                "--scratch", str(tmp_path / "warm-run"), "--steps", "1", "--lr", "0"])
+    assert metrics["config"]["init_from"] == parts["lm"]
+    assert "warm start from the model" in (tmp_path / "warm-run" / "train.log").read_text()
+    warm = JanusForConditionalGeneration.from_pretrained(out).state_dict()
+    assert all(torch.equal(warm[k], start[k]) for k in start)
+    assert AutoTokenizer.from_pretrained(out).get_vocab() == AutoTokenizer.from_pretrained(root / "lm").get_vocab()
+    other = JanusVQVAE.from_pretrained(parts["vq"])
+    other.quantize.embedding.weight.data.mul_(-1)
+    other.save_pretrained(tmp_path / "other-vq")
+    with pytest.raises(ValueError, match="another VQ"):
+        train_janus.main(["lm", "--smoke", "--init-from", parts["lm"], "--vq", str(tmp_path / "other-vq"), "--out",
+                          str(tmp_path / "x"), "--scratch", str(tmp_path / "x-run"), "--steps", "1"])
+    train_janus.main(["assemble", "--lm", str(out), "--vq", parts["vq"], "--out", str(tmp_path / "warm")])
+    shipped = json.loads((tmp_path / "warm" / "training" / "lm_training_metrics.json").read_text())
+    assert os.path.isabs(parts["lm"]) and shipped["config"]["init_from"] == os.path.relpath(parts["lm"])
+    first = json.loads((Path(parts["lm"]) / "training_metrics.json").read_text())
+    assert shipped["init_commands"] == [first["command"]] and "--init-from" in shipped["command"]
