@@ -407,11 +407,16 @@ def model_card(folder: Path, figures: Path) -> str | None:
                          f"{lmc['num_train']:,} augmented renders of the training-split emoji; validation: held-out emoji")
         + f"; tokenised once by the VQ; {lmc['caption_dropout']:.0%} of the prompts replaced by Janus's unconditional "
         "prompt (BOS, PAD..., BOI: what classifier-free guidance feeds the unconditional rows).", "",
-        "## Training", "", "```", vq["command"], lm["command"], *([draft["command"]] if draft else []),
+        "## Training", "", "```", vq["command"], *lm.get("init_commands", []), lm["command"],
+        *([draft["command"]] if draft else []),
         "python -m arvis.training.train_janus assemble --lm <lm export> --vq <vq export> "
         + ("--draft-lm <draft export> " if draft else "")
         + f"--guidance-scale {defaults['guidance_scale']} --top-k {defaults['top_k']} --out arvis/weights/janus-emoji",
         "python eval/figures.py --suite janus", "```", "",
+        *(["The decoder continued the run of the command before it (`--init-from`: its export, taken back out of the "
+           "previously shipped folder with the VQ by `python -m arvis.training.train_janus extract --folder "
+           "arvis/weights/janus-emoji --out <parts>`; the VQ's record is the first command's).", ""]
+          if lm.get("init_commands") else []),
         f"- VQ: L1 + L2 + codebook + {vqt['commit_beta']} x commitment on l2-normalised vectors, AdamW lr {vqt['lr']}, "
         f"cosine, dead-code restarts, EMA {vqt['ema_decay']}; {vq['steps']} steps, {vq['train_hours']:.2f} h of wall "
         "time on a shared 2-core CPU.",
