@@ -47,11 +47,13 @@ from text_to_image_stages import (
     sample_grid,
     sample_images,
     training_records,
+    weights_sentence,
     write_record,
 )
 
 MODEL = "arvis/weights/janus-emoji"  # the shipped model (alias janus), written by train_janus assemble
 STAGES = ("parity", "lossless", "memory", "bench", "samples", "recognition")
+SHIPPED_STAGES = ("parity", "memory", "bench", "samples", "recognition")  # the stages that measure the shipped model
 SAMPLE_GRID = "janus-emoji-samples.png"  # beside the figures folder (docs/)
 
 BENCH_METHODS = ["sjd:window=16", "mc-sjd:window=16", "mc-sjd:window=32", "mc-sjd:window=32,coupling=gumbel",
@@ -280,7 +282,8 @@ def report(folder: Path) -> list[str]:
     lines = ["# Janus through arvis: parity with transformers, losslessness, memory, speed", "",
              "Built by `python eval/figures.py --suite janus` from the JSON records in `docs/figures/janus/` (nothing typed "
              "by hand). The shipped model is `janus` (`arvis/weights/janus-emoji`, see its model card): a "
-             "Janus-architecture text-to-image model trained here on OpenMoji emoji names.", ""]
+             "Janus-architecture text-to-image model trained here on OpenMoji emoji names. "
+             + weights_sentence(folder, SHIPPED_STAGES, MODEL), ""]
     parity = read_record(folder, "parity")
     if parity:
         lines += ["## Greedy token identity with transformers' `generate()`", "",

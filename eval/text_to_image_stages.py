@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from figure_runner import Page
+from figure_runner import Page, current_model_sha256
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 #: Means over the prompts of a bench (a backbone is built for one prompt length: every prompt is timed alone).
@@ -73,12 +73,30 @@ def guidance_sentence(record: dict[str, Any] | None, defaults: dict[str, Any], m
 
 
 def model_context(model: str) -> dict[str, Any]:
-    """What every record of a stage says about its model and machine."""
+    """What every record of a stage says about its model (its name and its weights' content hash) and machine."""
     import torch
 
     from arvis.eval.provenance import provenance
 
-    return {"model": model, **provenance("cpu", torch.float32)}
+    return {"model": model, "model_sha256": current_model_sha256(model), **provenance("cpu", torch.float32)}
+
+
+def weights_sentence(folder: Path, names: Sequence[str], model: str) -> str:
+    """Which weights the page's records were measured on: the content hash each record names (``model_context``)
+    against the one ``model`` has now; records measured on other weights, or naming none, are listed."""
+    now = current_model_sha256(model)
+    present = {name: read_record(folder, name) for name in names}
+    present = {name: record for name, record in present.items() if isinstance(record, dict)}
+    other = [name for name, record in present.items() if record.get("model_sha256") not in (None, now)]
+    unnamed = [name for name, record in present.items() if record.get("model_sha256") is None]
+    words = f"The shipped weights' content hash is `{now}`"
+    if not other and not unnamed:
+        return words + f": every record of the shipped model here ({', '.join(f'`{n}`' for n in present)}) was measured on them."
+    if other:
+        words += f"; measured on other weights (rerun with `--force`): {', '.join(f'`{n}`' for n in other)}"
+    if unnamed:
+        words += f"; records that predate the hash: {', '.join(f'`{n}`' for n in unnamed)}"
+    return words + "."
 
 
 def bench_prompt_by_prompt(pipe: Any, prompts: Sequence[str], methods: list[str], sampling: Any,

@@ -195,3 +195,18 @@ def test_guidance_sentence_claims_the_default_only_where_the_record_ranks_it_fir
     other = stages.guidance_sentence(record, {"guidance_scale": 3.0}, "janus", "g.json")
     assert "most often" not in other and other.startswith(" How often the emoji CLIP names the samples")
     assert stages.guidance_sentence(None, {"guidance_scale": 3.0}, "janus", "g.json") == ""
+
+
+def test_weights_sentence_lists_records_of_other_weights_and_those_naming_none(tmp_path):
+    stages = eval_module("text_to_image_stages")
+    now = stages.current_model_sha256("janus")
+    for name, sha in (("bench", now), ("samples", now)):
+        (tmp_path / f"{name}.json").write_text(json.dumps({"model_sha256": sha}))
+    assert stages.weights_sentence(tmp_path, ("bench", "samples", "absent"), "janus") == (
+        f"The shipped weights' content hash is `{now}`: every record of the shipped model here (`bench`, `samples`) "
+        "was measured on them.")
+    (tmp_path / "samples.json").write_text(json.dumps({"model_sha256": "0" * 16}))
+    (tmp_path / "parity.json").write_text(json.dumps({"model": "janus"}))
+    words = stages.weights_sentence(tmp_path, ("bench", "samples", "parity"), "janus")
+    assert "measured on other weights (rerun with `--force`): `samples`" in words
+    assert "records that predate the hash: `parity`" in words and "every record" not in words
