@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from figure_runner import Page, current_model_sha256
+from figure_runner import Page, current_model_sha256, record_model_sha256
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 #: Means over the prompts of a bench (a backbone is built for one prompt length: every prompt is timed alone).
@@ -87,8 +87,8 @@ def weights_sentence(folder: Path, names: Sequence[str], model: str) -> str:
     now = current_model_sha256(model)
     present = {name: read_record(folder, name) for name in names}
     present = {name: record for name, record in present.items() if isinstance(record, dict)}
-    other = [name for name, record in present.items() if record.get("model_sha256") not in (None, now)]
-    unnamed = [name for name, record in present.items() if record.get("model_sha256") is None]
+    other = [name for name, record in present.items() if record_model_sha256(record) not in (None, now)]
+    unnamed = [name for name, record in present.items() if record_model_sha256(record) is None]
     words = f"The shipped weights' content hash is `{now}`"
     if not other and not unnamed:
         return words + f": every record of the shipped model here ({', '.join(f'`{n}`' for n in present)}) was measured on them."

@@ -32,6 +32,7 @@ __all__ = [
     "LogWindow",
     "restore_training_state",
     "setup_logging",
+    "shipped_record",
     "warm_start_commands",
 ]
 
@@ -71,6 +72,19 @@ def warm_start_commands(start: str | os.PathLike, record: str = "training_metric
         return []
     earlier = json.loads(path.read_text())
     return [*earlier.get("init_commands", []), portable_command(earlier["command"])] if "command" in earlier else []
+
+
+def shipped_record(metrics: dict[str, Any]) -> dict[str, Any]:
+    """A stage's ``training_metrics.json`` as an assembled folder keeps it: its command without this machine's
+    absolute paths and, for a warm start (``config.init_from``), the commands that trained its start
+    (``init_commands``) and the start's folder named as the command names it."""
+    metrics["command"] = portable_command(metrics["command"])  # runs that predate portable records
+    start = metrics.get("config", {}).get("init_from") or ""
+    if earlier := warm_start_commands(start):
+        metrics["init_commands"] = earlier
+    if os.path.isabs(start):
+        metrics["config"]["init_from"] = portable_command(start)
+    return metrics
 
 
 def export_modules(out: Path, modules: dict[str, Any], metrics: dict[str, Any]) -> None:

@@ -41,7 +41,6 @@ import dataclasses
 import hashlib
 import json
 import math
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,11 +56,10 @@ from arvis.training.common import (
     EMA,
     atomic_write_text,
     dumps,
-    portable_command,
     reseed_rows,
     setup_logging,
+    shipped_record,
     training_command,
-    warm_start_commands,
 )
 from arvis.training.loop import LoopSettings, TrainingLoop
 from arvis.training.train_vq import evaluate
@@ -629,13 +627,7 @@ def assemble(vq_dir: Path, lm_dir: Path, out: Path, sampling_defaults: dict[str,
         records = staged / "training"
         records.mkdir()
         for stage, folder in stages:
-            metrics = json.loads((folder / "training_metrics.json").read_text())
-            metrics["command"] = portable_command(metrics["command"])  # runs that predate portable records
-            start = metrics.get("config", {}).get("init_from") or ""
-            if earlier := warm_start_commands(start):  # a warm start: the commands that trained its start
-                metrics["init_commands"] = earlier
-            if os.path.isabs(start):  # a warm start's folder, named as the command names it
-                metrics["config"]["init_from"] = portable_command(start)
+            metrics = shipped_record(json.loads((folder / "training_metrics.json").read_text()))
             atomic_write_text(records / f"{stage}_training_metrics.json", json.dumps(metrics, indent=2) + "\n")
     return out
 

@@ -37,7 +37,6 @@ import argparse
 import dataclasses
 import json
 import math
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -51,10 +50,9 @@ from arvis.training.common import (
     EMA,
     atomic_write_text,
     dumps,
-    portable_command,
     setup_logging,
+    shipped_record,
     training_command,
-    warm_start_commands,
 )
 from arvis.training.loop import LoopSettings, TrainingLoop
 from arvis.training.train_emu3 import (
@@ -396,13 +394,7 @@ def assemble(lm_dir: Path, out: Path, sampling_defaults: dict[str, Any], draft_d
         records = staged / "training"
         records.mkdir()
         for stage, folder in stages:
-            metrics = json.loads((folder / "training_metrics.json").read_text())
-            metrics["command"] = portable_command(metrics["command"])
-            start = metrics.get("config", {}).get("init_from") or ""
-            if earlier := warm_start_commands(start):  # a warm start: the commands that trained its start
-                metrics["init_commands"] = earlier
-            if os.path.isabs(start):
-                metrics["config"]["init_from"] = portable_command(start)
+            metrics = shipped_record(json.loads((folder / "training_metrics.json").read_text()))
             atomic_write_text(records / f"{stage}_training_metrics.json", json.dumps(metrics, indent=2) + "\n")
     return out
 
